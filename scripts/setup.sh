@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tandem needs to build and test; idempotent (only missing ones).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libdnnl-dev libopenblas-dev
+  nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libzstd-dev libxxhash-dev libpcre2-dev
+  libcli11-dev libfmt-dev libssl-dev
+  libopenmpi-dev openmpi-bin
+  python3 python3-numpy python3-matplotlib
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all Debian packages present"
+fi

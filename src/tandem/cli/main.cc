@@ -1,0 +1,35 @@
+// The `tandem` command: parses the subcommand and reports errors as one clear line.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "tandem/cli/commands.h"
+#include "tandem/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tandem: trains OLMo-family models and proves parity with the reference recipe"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  tandem::cli::add_parity_command(app, exit_code);
+  tandem::cli::add_convert_command(app, exit_code);
+  CLI::App* data = app.add_subcommand("data", "Tokenize, inspect, batch and audit training data");
+  data->require_subcommand(1);
+  tandem::cli::add_data_tokenize_command(*data, exit_code);
+  tandem::cli::add_data_inspect_command(*data, exit_code);
+  tandem::cli::add_data_batches_command(*data, exit_code);
+  tandem::cli::add_data_audit_command(*data, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tandem::Error& e) {
+    fmt::print(stderr, "tandem: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tandem: unexpected error: {}\n", e.what());
+    return 1;
+  }
+  return exit_code;
+}

@@ -1,0 +1,29 @@
+// Errors: one exception type that carries a message naming the file, tensor, key or line at fault.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace tandem {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace tandem
+
+// Checks an invariant about inputs; on failure throws tandem::Error with the formatted message.
+#define TANDEM_CHECK(cond, ...)     \
+  do {                              \
+    if (!(cond)) {                  \
+      ::tandem::fail(__VA_ARGS__);  \
+    }                               \
+  } while (0)

@@ -1,0 +1,84 @@
+#include "tandem/core/hash.h"
+
+#include <openssl/evp.h>
+#include <xxhash.h>
+
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+namespace {
+
+struct DigestContext {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx{EVP_MD_CTX_new(), &EVP_MD_CTX_free};
+  DigestContext() {
+    TANDEM_CHECK(ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1,
+                 "OpenSSL: cannot initialise SHA-256");
+  }
+  void update(const void* data, std::size_t n) { EVP_DigestUpdate(ctx.get(), data, n); }
+  std::string hex() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx.get(), digest, &len);
+    std::string out;
+    out.reserve(len * 2);
+    for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", digest[i]);
+    return out;
+  }
+};
+
+}  // namespace
+
+std::string sha256_hex(std::span<const std::uint8_t> bytes) {
+  DigestContext d;
+  d.update(bytes.data(), bytes.size());
+  return d.hex();
+}
+
+std::string sha256_hex(std::string_view text) {
+  DigestContext d;
+  d.update(text.data(), text.size());
+  return d.hex();
+}
+
+std::string sha256_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TANDEM_CHECK(in.good(), "cannot open {} to hash it", path);
+  DigestContext d;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    d.update(buf.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  TANDEM_CHECK(in.eof(), "error while reading {} to hash it", path);
+  return d.hex();
+}
+
+std::uint64_t xxh64(std::span<const std::uint8_t> bytes, std::uint64_t seed) {
+  return XXH64(bytes.data(), bytes.size(), seed);
+}
+
+std::string to_hex64(std::uint64_t value) { return fmt::format("{:016x}", value); }
+
+std::string xxh64_file_hex(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TANDEM_CHECK(in.good(), "cannot open {} to checksum it", path);
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    XXH64_update(state, buf.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  std::uint64_t h = XXH64_digest(state);
+  XXH64_freeState(state);
+  TANDEM_CHECK(in.eof(), "error while reading {} to checksum it", path);
+  return to_hex64(h);
+}
+
+}  // namespace tandem

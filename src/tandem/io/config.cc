@@ -1,0 +1,163 @@
+#include "tandem/io/config.h"
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+namespace {
+
+template <typename T>
+T convert_or_fail(const YAML::Node& node, const std::string& where, const char* type_name) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    fail("{}: expected {}, got '{}'", where, type_name, YAML::Dump(node));
+  }
+}
+
+}  // namespace
+
+YAML::Node load_yaml_config(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail("cannot read config {}", path);
+  } catch (const YAML::Exception& e) {
+    fail("{}: invalid YAML: {}", path, e.what());
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  TANDEM_CHECK(root.IsMap(), "{}: the top level must be a mapping", path);
+  for (const auto& o : overrides) apply_override(root, o);
+  return root;
+}
+
+void apply_override(YAML::Node& root, const std::string& text) {
+  auto eq = text.find('=');
+  TANDEM_CHECK(eq != std::string::npos && eq > 0, "override '{}' is not of the form key=value",
+               text);
+  std::string key = text.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    fail("override '{}': value is not valid YAML: {}", text, e.what());
+  }
+  // Walk a.b.c, creating mappings as needed. yaml-cpp nodes are handles, so reassigning
+  // `node` must go through a fresh copy rather than operator= (which would overwrite).
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    auto dot = key.find('.', start);
+    parts.push_back(key.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  std::vector<YAML::Node> chain{root};
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node parent = chain.back();
+    TANDEM_CHECK(!parts[i].empty(), "override '{}': empty key component", text);
+    if (!parent[parts[i]] || parent[parts[i]].IsNull())
+      parent[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    YAML::Node child = parent[parts[i]];
+    TANDEM_CHECK(child.IsMap(), "override '{}': '{}' is not a mapping", text, parts[i]);
+    chain.push_back(child);
+  }
+  YAML::Node parent = chain.back();
+  parent[parts.back()] = value;
+}
+
+ConfigSection::ConfigSection(YAML::Node node, std::string path, std::string source)
+    : node_(std::move(node)), path_(std::move(path)), source_(std::move(source)) {
+  if (!node_.IsDefined() || node_.IsNull()) node_ = YAML::Node(YAML::NodeType::Map);
+  TANDEM_CHECK(node_.IsMap(), "{}: expected a mapping", where(""));
+}
+
+std::string ConfigSection::where(const std::string& key) const {
+  std::string full = path_.empty() ? key : (key.empty() ? path_ : path_ + "." + key);
+  return source_.empty() ? "config key '" + full + "'" : source_ + ": key '" + full + "'";
+}
+
+bool ConfigSection::has(const std::string& key) const {
+  return node_[key].IsDefined() && !node_[key].IsNull();
+}
+
+YAML::Node ConfigSection::require(const std::string& key) {
+  used_.insert(key);
+  TANDEM_CHECK(has(key), "{} is required", where(key));
+  return node_[key];
+}
+
+void ConfigSection::mark_used(const std::string& key) { used_.insert(key); }
+
+YAML::Node ConfigSection::raw(const std::string& key) {
+  used_.insert(key);
+  return node_[key];
+}
+
+std::int64_t ConfigSection::get_int(const std::string& key) {
+  return convert_or_fail<std::int64_t>(require(key), where(key), "an integer");
+}
+std::int64_t ConfigSection::get_int(const std::string& key, std::int64_t fallback) {
+  used_.insert(key);
+  return has(key) ? get_int(key) : fallback;
+}
+double ConfigSection::get_double(const std::string& key) {
+  return convert_or_fail<double>(require(key), where(key), "a number");
+}
+double ConfigSection::get_double(const std::string& key, double fallback) {
+  used_.insert(key);
+  return has(key) ? get_double(key) : fallback;
+}
+bool ConfigSection::get_bool(const std::string& key, bool fallback) {
+  used_.insert(key);
+  return has(key) ? convert_or_fail<bool>(node_[key], where(key), "true or false") : fallback;
+}
+std::string ConfigSection::get_string(const std::string& key) {
+  YAML::Node n = require(key);
+  TANDEM_CHECK(n.IsScalar(), "{}: expected a string", where(key));
+  return n.as<std::string>();
+}
+std::string ConfigSection::get_string(const std::string& key, const std::string& fallback) {
+  used_.insert(key);
+  return has(key) ? get_string(key) : fallback;
+}
+std::vector<std::string> ConfigSection::get_string_list(const std::string& key) {
+  YAML::Node n = require(key);
+  if (n.IsScalar()) return {n.as<std::string>()};
+  TANDEM_CHECK(n.IsSequence(), "{}: expected a list of strings", where(key));
+  std::vector<std::string> out;
+  for (const auto& item : n) {
+    TANDEM_CHECK(item.IsScalar(), "{}: expected a list of strings", where(key));
+    out.push_back(item.as<std::string>());
+  }
+  return out;
+}
+std::vector<std::int64_t> ConfigSection::get_int_list(const std::string& key) {
+  YAML::Node n = require(key);
+  TANDEM_CHECK(n.IsSequence(), "{}: expected a list of integers", where(key));
+  std::vector<std::int64_t> out;
+  for (const auto& item : n) out.push_back(convert_or_fail<std::int64_t>(item, where(key), "an integer"));
+  return out;
+}
+std::optional<std::int64_t> ConfigSection::get_optional_int(const std::string& key) {
+  used_.insert(key);
+  if (!has(key)) return std::nullopt;
+  return get_int(key);
+}
+ConfigSection ConfigSection::section(const std::string& key) {
+  used_.insert(key);
+  YAML::Node n = node_[key];
+  TANDEM_CHECK(!n.IsDefined() || n.IsNull() || n.IsMap(), "{}: expected a mapping", where(key));
+  return ConfigSection(n, path_.empty() ? key : path_ + "." + key, source_);
+}
+
+void ConfigSection::finish() const {
+  std::string unknown;
+  for (const auto& kv : node_) {
+    std::string k = kv.first.as<std::string>();
+    if (!used_.count(k)) unknown += (unknown.empty() ? "" : ", ") + where(k);
+  }
+  TANDEM_CHECK(unknown.empty(), "unknown config key(s): {}", unknown);
+}
+
+}  // namespace tandem
