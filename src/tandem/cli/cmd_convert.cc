@@ -1,12 +1,68 @@
-// Placeholder registration until the command is implemented; it refuses to run.
+// `tandem convert --from hf|tandem SRC --to hf|tandem DST`: moves weights between HF transformers
+// directories and tandem model directories.
+#include <fmt/format.h>
+
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/model/model_io.h"
 
 namespace tandem::cli {
+namespace {
+
+struct ConvertArgs {
+  std::string from_kind, src, to_kind, dst, dtype;
+  std::int64_t pad_vocab_multiple = 1;
+};
+
+DType parse_dtype(const std::string& s, DType fallback) {
+  if (s.empty()) return fallback;
+  if (s == "float32" || s == "F32") return DType::kF32;
+  if (s == "bfloat16" || s == "BF16") return DType::kBF16;
+  if (s == "float16" || s == "F16") return DType::kF16;
+  fail("--dtype '{}' is not one of float32, bfloat16, float16", s);
+}
+
+void run_convert(const ConvertArgs& a) {
+  const bool from_hf = a.from_kind == "hf";
+  TANDEM_CHECK(from_hf ? is_hf_model_dir(a.src) : is_tandem_model_dir(a.src),
+               "{} is not a {} model directory", a.src, a.from_kind);
+  LoadOptions options;
+  options.pad_vocab_multiple = from_hf ? a.pad_vocab_multiple : 1;
+  DType source_dtype = DType::kF32;
+  auto model = load_model(a.src, options, &source_dtype);
+  if (a.to_kind == "hf") {
+    // Default: the dtype the weights came in, so hf -> tandem -> hf is bit-exact.
+    DType dtype = parse_dtype(a.dtype, source_dtype);
+    save_hf_model(a.dst, *model, dtype);
+  } else {
+    save_tandem_model(a.dst, *model, source_dtype);
+  }
+  fmt::print("converted {} ({}) -> {} ({}): {} parameters, vocab {} (embedding rows {})\n", a.src,
+             a.from_kind, a.dst, a.to_kind, model->config().total_params(),
+             model->config().vocab_size, model->config().embedding_size);
+}
+
+}  // namespace
 
 void add_convert_command(CLI::App& app, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("convert", "(not yet implemented)");
-  cmd->callback([&exit_code] { fail("'convert' is not implemented yet"); });
+  auto args = std::make_shared<ConvertArgs>();
+  CLI::App* cmd = app.add_subcommand("convert", "Convert model weights between HF and tandem");
+  cmd->add_option("--from", args->from_kind, "Source kind")
+      ->required()
+      ->check(CLI::IsMember({"hf", "tandem"}));
+  cmd->add_option("src", args->src, "Source directory")->required();
+  cmd->add_option("--to", args->to_kind, "Destination kind")
+      ->required()
+      ->check(CLI::IsMember({"hf", "tandem"}));
+  cmd->add_option("dst", args->dst, "Destination directory")->required();
+  cmd->add_option("--dtype", args->dtype,
+                  "HF output dtype: float32, bfloat16, float16 (default: the source's)");
+  cmd->add_option("--pad-vocab-multiple", args->pad_vocab_multiple,
+                  "hf -> tandem: pad embedding rows to a multiple of this (e.g. 128)");
+  cmd->callback([args, &exit_code] {
+    run_convert(*args);
+    exit_code = 0;
+  });
 }
 
 }  // namespace tandem::cli

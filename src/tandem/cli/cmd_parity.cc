@@ -1,12 +1,97 @@
-// Placeholder registration until the command is implemented; it refuses to run.
+// `tandem parity`: runs a model on token ids and compares logits (and optionally gradients) with
+// a reference, printing one JSON object with --json; a breached threshold exits non-zero.
+#include <fmt/format.h>
+
+#include <optional>
+
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/io/npy.h"
+#include "tandem/model/model_io.h"
+#include "tandem/model/parity.h"
 
 namespace tandem::cli {
+namespace {
+
+struct ParityArgs {
+  std::string model, tokens, reference, grads;
+  bool json = false;
+  std::optional<double> max_kl, max_mean_kl, max_abs_diff_rel, max_grad_rel_l2, min_top1;
+};
+
+int run_parity(const ParityArgs& a) {
+  auto model = load_model(a.model);
+  NpyArray ids_arr = read_npy(a.tokens);
+  TANDEM_CHECK(ids_arr.shape.size() == 2, "{}: token ids must be [B, T], got {} dims", a.tokens,
+               ids_arr.shape.size());
+  const std::int64_t B = ids_arr.shape[0], T = ids_arr.shape[1];
+  std::vector<std::int64_t> ids = ids_arr.as_i64();
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    TANDEM_CHECK(ids[i] >= 0 && ids[i] < model->config().vocab_size,
+                 "{}: token id {} at position {} is outside the vocabulary [0, {})", a.tokens,
+                 ids[i], i, model->config().vocab_size);
+  NpyArray ref_arr = read_npy(a.reference);
+  TANDEM_CHECK(ref_arr.shape.size() == 3 && ref_arr.shape[0] == B && ref_arr.shape[1] == T,
+               "{}: reference logits must be [{}, {}, V]", a.reference, B, T);
+  const std::int64_t V = model->config().embedding_size;
+  std::vector<float> logits(static_cast<std::size_t>(B * T * V));
+  model->forward_logits(ids.data(), B, T, logits.data());
+  LogitParity p = compare_logits(logits, V, ref_arr.as_f32(), ref_arr.shape[2]);
+  std::optional<GradParity> g;
+  if (!a.grads.empty()) g = compare_gradients(*model, ids, B, T, a.grads);
+
+  nlohmann::json j = parity_to_json(p, g);
+  std::vector<std::string> breaches;
+  auto check = [&](const std::optional<double>& limit, double value, const char* what, bool max) {
+    if (limit && (max ? value > *limit : value < *limit))
+      breaches.push_back(
+          fmt::format("{} = {:.3e} {} {:.3e}", what, value, max ? ">" : "<", *limit));
+  };
+  check(a.max_kl, p.max_kl, "max_kl", true);
+  check(a.max_mean_kl, p.mean_kl, "mean_kl", true);
+  check(a.max_abs_diff_rel, p.max_abs_diff / std::max(p.max_ref_abs, 1e-30),
+        "max_abs_diff / max|ref|", true);
+  check(a.min_top1, p.top1_agreement, "top1_agreement", false);
+  if (g) check(a.max_grad_rel_l2, g->max_rel_l2, "max_grad_rel_l2", true);
+  j["pass"] = breaches.empty();
+  j["breaches"] = breaches;
+  if (a.json) {
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("tokens {}  vocab compared {}\n", p.tokens, p.vocab_compared);
+    fmt::print(
+        "max KL {:.3e}  mean KL {:.3e}  max |dlogit| {:.3e} (max |ref| {:.3f})  top-1 {:.4f}\n",
+        p.max_kl, p.mean_kl, p.max_abs_diff, p.max_ref_abs, p.top1_agreement);
+    if (g)
+      fmt::print("max gradient relative L2 error {:.3e} over {} tensors\n", g->max_rel_l2,
+                 g->rel_l2.size());
+    for (const auto& b : breaches) fmt::print("BREACH: {}\n", b);
+    fmt::print("{}\n", breaches.empty() ? "parity: PASS" : "parity: FAIL");
+  }
+  return breaches.empty() ? 0 : 2;
+}
+
+}  // namespace
 
 void add_parity_command(CLI::App& app, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("parity", "(not yet implemented)");
-  cmd->callback([&exit_code] { fail("'parity' is not implemented yet"); });
+  auto args = std::make_shared<ParityArgs>();
+  CLI::App* cmd =
+      app.add_subcommand("parity", "Compare the model's logits/gradients with a reference");
+  cmd->add_option("--model", args->model, "HF model directory or tandem model/checkpoint directory")
+      ->required();
+  cmd->add_option("--tokens", args->tokens, "Token ids, .npy [B, T]")->required();
+  cmd->add_option("--reference", args->reference, "Reference logits, .npy [B, T, V]")->required();
+  cmd->add_option("--grads", args->grads,
+                  "Reference gradients (.safetensors, HF names) of HF's mean next-token CE");
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->add_option("--max-kl", args->max_kl, "Fail if the max per-token KL exceeds this");
+  cmd->add_option("--max-mean-kl", args->max_mean_kl, "Fail if the mean per-token KL exceeds this");
+  cmd->add_option("--max-abs-diff-rel", args->max_abs_diff_rel,
+                  "Fail if max |logit diff| / max |ref logit| exceeds this");
+  cmd->add_option("--min-top1", args->min_top1, "Fail if top-1 agreement is below this");
+  cmd->add_option("--max-grad-rel-l2", args->max_grad_rel_l2,
+                  "Fail if any gradient's relative L2 error exceeds this");
+  cmd->callback([args, &exit_code] { exit_code = run_parity(*args); });
 }
 
 }  // namespace tandem::cli

@@ -1,0 +1,174 @@
+#include "tandem/model/model_io.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "tandem/core/atomic_file.h"
+#include "tandem/core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+namespace {
+
+constexpr const char* kModelYaml = "model.yaml";
+constexpr const char* kWeights = "model.safetensors";
+constexpr const char* kSourceDtypeKey = "tandem.source_dtype";
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (std::size_t pos = s.find(from); pos != std::string::npos;
+       pos = s.find(from, pos + to.size()))
+    s.replace(pos, from.size(), to);
+  return s;
+}
+
+bool is_embedding_like(const std::string& name) {
+  return name == "embeddings.weight" || name == "lm_head.w_out.weight";
+}
+
+DType dtype_from_name(const std::string& name) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16})
+    if (dtype_name(d) == name) return d;
+  fail("unknown dtype '{}'", name);
+}
+
+void check_finite(const std::vector<float>& values, const std::string& tensor,
+                  const std::string& file) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    TANDEM_CHECK(std::isfinite(values[i]), "{}: tensor '{}' has a non-finite value ({}) at {}",
+                 file, tensor, values[i], i);
+}
+
+}  // namespace
+
+std::string hf_name_of(const std::string& name) {
+  if (name == "embeddings.weight") return "model.embed_tokens.weight";
+  if (name == "lm_head.norm.weight") return "model.norm.weight";
+  if (name == "lm_head.w_out.weight") return "lm_head.weight";
+  TANDEM_CHECK(starts_with(name, "blocks."), "no HF name for parameter '{}'", name);
+  std::string s = "model.layers." + name.substr(7);
+  static const std::pair<const char*, const char*> kParts[] = {
+      {"attention.w_q.", "self_attn.q_proj."},
+      {"attention.w_k.", "self_attn.k_proj."},
+      {"attention.w_v.", "self_attn.v_proj."},
+      {"attention.w_out.", "self_attn.o_proj."},
+      {"attention.q_norm.", "self_attn.q_norm."},
+      {"attention.k_norm.", "self_attn.k_norm."},
+      {"attention_norm.", "post_attention_layernorm."},
+      {"feed_forward_norm.", "post_feedforward_layernorm."},
+      {"feed_forward.w1.", "mlp.gate_proj."},
+      {"feed_forward.w2.", "mlp.down_proj."},
+      {"feed_forward.w3.", "mlp.up_proj."},
+  };
+  for (const auto& [from, to] : kParts)
+    if (s.find(from) != std::string::npos) return replace_all(s, from, to);
+  fail("no HF name for parameter '{}'", name);
+}
+
+bool is_hf_model_dir(const std::string& path) { return fs::exists(fs::path(path) / "config.json"); }
+bool is_tandem_model_dir(const std::string& path) {
+  return fs::exists(fs::path(path) / kModelYaml);
+}
+
+std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOptions& options,
+                                       DType* source_dtype) {
+  TANDEM_CHECK(fs::is_directory(path), "model directory {} does not exist", path);
+  const bool hf = is_hf_model_dir(path);
+  TANDEM_CHECK(hf || is_tandem_model_dir(path),
+               "{}: neither an HF model (config.json) nor a tandem model ({})", path, kModelYaml);
+  ModelConfig config;
+  if (hf) {
+    std::string cfg_path = (fs::path(path) / "config.json").string();
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(cfg_path));
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: invalid JSON: {}", cfg_path, e.what());
+    }
+    config = model_config_from_hf(j, cfg_path);
+    TANDEM_CHECK(options.pad_vocab_multiple > 0, "pad_vocab_multiple must be positive");
+    config.embedding_size = (config.vocab_size + options.pad_vocab_multiple - 1) /
+                            options.pad_vocab_multiple * options.pad_vocab_multiple;
+  } else {
+    config = load_model_config((fs::path(path) / kModelYaml).string(), {});
+  }
+  SafetensorsCheckpoint weights(path);
+  auto model = std::make_unique<Olmo3Model>(config);
+  DType seen = DType::kF32;
+  bool first = true;
+  for (const ParameterEntry& e : model->layout().entries()) {
+    const std::string name = hf ? hf_name_of(e.name) : e.name;
+    TANDEM_CHECK(weights.has(name), "{}: missing tensor '{}'", path, name);
+    const TensorInfo& info = weights.info(name);
+    std::vector<std::int64_t> expected = e.shape;
+    if (hf && is_embedding_like(e.name)) expected[0] = config.vocab_size;
+    TANDEM_CHECK(info.shape == expected, "{}: tensor '{}' has shape [{}], expected [{}]",
+                 weights.file_of(name).path(), name, fmt::join(info.shape, ", "),
+                 fmt::join(expected, ", "));
+    std::vector<float> values = weights.read_f32(name);
+    if (options.check_finite) check_finite(values, name, weights.file_of(name).path());
+    float* dst = model->params().data() + e.offset;
+    std::copy(values.begin(), values.end(), dst);
+    // Padded rows (HF -> tandem with padding) stay zero.
+    if (first) seen = info.dtype;
+    first = false;
+  }
+  if (!hf) {
+    const auto& meta = weights.file_of("embeddings.weight").metadata();
+    auto it = meta.find(kSourceDtypeKey);
+    if (it != meta.end()) seen = dtype_from_name(it->second);
+  }
+  if (source_dtype) *source_dtype = seen;
+  return model;
+}
+
+void save_tandem_model(const std::string& dir, Olmo3Model& model, DType source_dtype) {
+  fs::create_directories(dir);
+  YAML::Node root;
+  root["model"] = model_config_to_yaml(model.config());
+  YAML::Emitter out;
+  out << root;
+  std::vector<TensorToWrite> tensors;
+  for (const ParameterEntry& e : model.layout().entries())
+    tensors.push_back({e.name, DType::kF32, e.shape, model.params().data() + e.offset});
+  write_safetensors((fs::path(dir) / kWeights).string(), tensors,
+                    {{kSourceDtypeKey, dtype_name(source_dtype)}, {"format", "pt"}});
+  write_file_atomic((fs::path(dir) / kModelYaml).string(), std::string(out.c_str()) + "\n");
+}
+
+void save_hf_model(const std::string& dir, Olmo3Model& model, DType dtype) {
+  fs::create_directories(dir);
+  const ModelConfig& c = model.config();
+  std::vector<std::vector<std::uint16_t>> narrowed;  // keeps converted buffers alive
+  narrowed.reserve(model.layout().entries().size());
+  std::vector<TensorToWrite> tensors;
+  for (const ParameterEntry& e : model.layout().entries()) {
+    std::vector<std::int64_t> shape = e.shape;
+    if (is_embedding_like(e.name)) shape[0] = c.vocab_size;  // drop padded rows
+    std::int64_t n = 1;
+    for (auto s : shape) n *= s;
+    const float* src = model.params().data() + e.offset;
+    if (dtype == DType::kF32) {
+      tensors.push_back({hf_name_of(e.name), dtype, shape, src});
+      continue;
+    }
+    std::vector<std::uint16_t> buf(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i)
+      buf[i] = dtype == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+    narrowed.push_back(std::move(buf));
+    tensors.push_back({hf_name_of(e.name), dtype, shape, narrowed.back().data()});
+  }
+  write_safetensors((fs::path(dir) / kWeights).string(), tensors, {{"format", "pt"}});
+  nlohmann::json hf = model_config_to_hf(c);
+  hf["torch_dtype"] = dtype == DType::kF32    ? "float32"
+                      : dtype == DType::kBF16 ? "bfloat16"
+                                              : "float16";
+  write_file_atomic((fs::path(dir) / "config.json").string(), hf.dump(2) + "\n");
+}
+
+}  // namespace tandem

@@ -1,0 +1,37 @@
+// Loading and saving model weights: tandem model directories (model.yaml + model.safetensors with
+// OLMo-core parameter names, fp32, padded vocab) and HF transformers directories (config.json +
+// model.safetensors or a sharded index, HF names, vocab truncated to the tokenizer's size).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tandem/io/safetensors.h"
+#include "tandem/model/olmo3_model.h"
+
+namespace tandem {
+
+// HF name of a tandem parameter ("blocks.3.attention.w_q.weight" -> "model.layers.3.self_attn.
+// q_proj.weight").
+std::string hf_name_of(const std::string& tandem_name);
+
+bool is_hf_model_dir(const std::string& path);      // has config.json
+bool is_tandem_model_dir(const std::string& path);  // has model.yaml
+
+struct LoadOptions {
+  // HF -> tandem: pad embedding rows up to a multiple of this (1 keeps HF's function exactly;
+  // padded rows are zero, so their logits are 0 and enter the softmax).
+  std::int64_t pad_vocab_multiple = 1;
+  bool check_finite = true;  // refuse NaN/Inf weights, naming the tensor
+};
+
+// Loads either kind of directory. Every tensor must be present with the exact shape; errors name
+// the file and tensor. `source_dtype` (if non-null) receives the dtype the weights were stored in.
+std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOptions& options = {},
+                                       DType* source_dtype = nullptr);
+
+void save_tandem_model(const std::string& dir, Olmo3Model& model, DType source_dtype = DType::kF32);
+// Writes config.json + model.safetensors in `dtype` (rows past vocab_size dropped).
+void save_hf_model(const std::string& dir, Olmo3Model& model, DType dtype);
+
+}  // namespace tandem

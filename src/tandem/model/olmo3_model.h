@@ -1,0 +1,72 @@
+// The OLMo 3 (and OLMo 2) decoder, fp32 on CPU: forward to logits or loss, backward to every
+// parameter's gradient. Block ("reordered norm", no pre-norm):
+//   h   = x + RMSNorm_attn(Attention(x))      q/k: RMSNorm over the whole projection, then RoPE
+//   out = h + RMSNorm_ffn(SwiGLU(h))
+// then a final RMSNorm and an untied lm_head. All arithmetic goes through kernels/cpu/ops.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/kernels/cpu/ops.h"
+#include "tandem/model/model_config.h"
+#include "tandem/model/parameters.h"
+
+namespace tandem {
+
+struct LossSums {
+  double ce_sum = 0.0;  // summed over non-ignored labels
+  double z_sum = 0.0;   // sum of logsumexp^2 over non-ignored labels
+  std::int64_t count = 0;
+};
+
+// labels[b, t] = ids[b, t + 1], the last position of each row ignored (-100).
+std::vector<std::int64_t> shifted_labels(const std::int64_t* ids, std::int64_t B, std::int64_t T);
+
+class Olmo3Model {
+ public:
+  explicit Olmo3Model(ModelConfig config);
+
+  const ModelConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  std::vector<float>& params() { return params_; }
+  const std::vector<float>& params() const { return params_; }
+  std::vector<float>& grads() { return grads_; }
+  float* param(const std::string& name) { return params_.data() + layout_.entry(name).offset; }
+  float* grad(const std::string& name) { return grads_.data() + layout_.entry(name).offset; }
+  void zero_grads();
+  void init_weights(std::uint64_t seed);
+
+  // logits[B*T, embedding_size] for ids[B, T] (no activations kept).
+  void forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T, float* logits);
+  // Loss sums over labels[B, T] (-100 = ignored). When `backward`, adds the gradients of
+  // grad_scale * (ce_sum + z_weight * z_sum) to grads().
+  LossSums forward_backward(const std::int64_t* ids, const std::int64_t* labels, std::int64_t B,
+                            std::int64_t T, float z_weight, float grad_scale, bool backward);
+
+ private:
+  struct LayerActivations {
+    std::vector<float> x, q_pre, k_pre, q_rstd, k_rstd, q, k, v, attn, lse, o, o_rstd, h, g, u, m,
+        f, f_rstd;
+  };
+  void resize(std::int64_t B, std::int64_t T);
+  // Runs the blocks and the final norm; leaves the normed final hidden in final_normed_.
+  void forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T);
+  void forward_layer(std::int64_t l, const float* x, float* out, std::int64_t B, std::int64_t T);
+  void backward_layer(std::int64_t l, float* dout_dx, std::int64_t B, std::int64_t T);
+
+  ModelConfig config_;
+  ParameterLayout layout_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  kernels::cpu::RopeTable rope_;
+  std::vector<LayerActivations> acts_;
+  std::vector<float> final_in_, final_rstd_, final_normed_;
+  std::vector<float> scratch_d_, scratch_q_, scratch_q2_, scratch_kv_, scratch_kv2_, scratch_h_,
+      scratch_h2_;
+  std::vector<float> grad_d_, grad_d2_;
+  std::int64_t cached_tokens_ = -1;
+};
+
+}  // namespace tandem

@@ -1,0 +1,78 @@
+#include "tandem/model/parameters.h"
+
+#include <cmath>
+#include <random>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+std::string block_param(std::int64_t layer, const char* suffix) {
+  return "blocks." + std::to_string(layer) + "." + suffix;
+}
+
+ParameterLayout::ParameterLayout(const ModelConfig& c) {
+  add("embeddings.weight", {c.embedding_size, c.d_model}, false);
+  for (std::int64_t l = 0; l < c.n_layers; ++l) {
+    add(block_param(l, "attention.w_q.weight"), {c.q_width(), c.d_model}, false);
+    add(block_param(l, "attention.w_k.weight"), {c.kv_width(), c.d_model}, false);
+    add(block_param(l, "attention.w_v.weight"), {c.kv_width(), c.d_model}, false);
+    add(block_param(l, "attention.w_out.weight"), {c.d_model, c.q_width()}, false);
+    add(block_param(l, "attention.q_norm.weight"), {c.q_width()}, true);
+    add(block_param(l, "attention.k_norm.weight"), {c.kv_width()}, true);
+    add(block_param(l, "attention_norm.weight"), {c.d_model}, true);
+    add(block_param(l, "feed_forward.w1.weight"), {c.hidden_size, c.d_model}, false);
+    add(block_param(l, "feed_forward.w2.weight"), {c.d_model, c.hidden_size}, false);
+    add(block_param(l, "feed_forward.w3.weight"), {c.hidden_size, c.d_model}, false);
+    add(block_param(l, "feed_forward_norm.weight"), {c.d_model}, true);
+  }
+  add("lm_head.norm.weight", {c.d_model}, true);
+  add("lm_head.w_out.weight", {c.embedding_size, c.d_model}, false);
+  entries_[index_.at("embeddings.weight")].weight_decay = false;
+}
+
+void ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, bool is_norm) {
+  ParameterEntry e;
+  e.name = std::move(name);
+  e.shape = std::move(shape);
+  e.numel = 1;
+  for (auto s : e.shape) e.numel *= s;
+  // Keep every tensor 64-byte aligned inside the flat buffer (16 floats).
+  e.offset = (total_ + 15) / 16 * 16;
+  e.is_norm = is_norm;
+  total_ = e.offset + e.numel;
+  index_[e.name] = entries_.size();
+  entries_.push_back(std::move(e));
+}
+
+const ParameterEntry& ParameterLayout::entry(const std::string& name) const {
+  auto it = index_.find(name);
+  TANDEM_CHECK(it != index_.end(), "no parameter named '{}'", name);
+  return entries_[it->second];
+}
+
+void init_parameters(const ParameterLayout& layout, double std, std::uint64_t seed, float* flat) {
+  for (std::size_t i = 0; i < layout.entries().size(); ++i) {
+    const ParameterEntry& e = layout.entries()[i];
+    float* p = flat + e.offset;
+    if (e.is_norm) {
+      for (std::int64_t j = 0; j < e.numel; ++j) p[j] = 1.0f;
+      continue;
+    }
+    // One generator per tensor, seeded from (seed, tensor index): independent of threading and
+    // of the other tensors' sizes.
+    std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                      static_cast<std::uint32_t>(i)};
+    std::mt19937_64 rng(seq);
+    std::normal_distribution<double> normal(0.0, std);
+    for (std::int64_t j = 0; j < e.numel; ++j) {
+      double v;
+      do {
+        v = normal(rng);
+      } while (std::fabs(v) > 3.0 * std);  // rejection = normal truncated at +-3 std
+      p[j] = static_cast<float>(v);
+    }
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,46 @@
+// The model's parameters: one flat fp32 buffer with named, shaped views in a fixed order. The
+// flat layout lets the optimiser, gradient reduction and ZeRO sharding work on ranges.
+// Names follow OLMo-core (embeddings.weight, blocks.N.attention.w_q.weight, ...).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tandem/model/model_config.h"
+
+namespace tandem {
+
+struct ParameterEntry {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0;  // in floats, into the flat buffer
+  std::int64_t numel = 0;
+  bool weight_decay = true;  // OLMo-core: every parameter but embeddings.weight is decayed
+  bool is_norm = false;      // initialised to 1
+};
+
+class ParameterLayout {
+ public:
+  explicit ParameterLayout(const ModelConfig& config);
+  const std::vector<ParameterEntry>& entries() const { return entries_; }
+  const ParameterEntry& entry(const std::string& name) const;  // throws naming the parameter
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
+  std::int64_t total() const { return total_; }
+
+ private:
+  void add(std::string name, std::vector<std::int64_t> shape, bool is_norm);
+  std::vector<ParameterEntry> entries_;
+  std::map<std::string, std::size_t> index_;
+  std::int64_t total_ = 0;
+};
+
+// Names of the per-layer parameters, in one place.
+std::string block_param(std::int64_t layer, const char* suffix);
+
+// OLMo-core init: truncated normal (std, cut at +-3 std) for every matrix, ones for norms.
+// Deterministic for a given seed, whatever the thread count.
+void init_parameters(const ParameterLayout& layout, double std, std::uint64_t seed, float* flat);
+
+}  // namespace tandem
