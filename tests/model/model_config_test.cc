@@ -1,0 +1,104 @@
+// Model config parsing: shipped recipes load, the OLMo 3 layer pattern, FLOP counts, and clear
+// errors for unknown keys, wrong types and impossible sizes.
+#include <gtest/gtest.h>
+
+#include "tandem/core/atomic_file.h"
+#include "tandem/core/error.h"
+#include "tandem/model/model_config.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+std::string recipe(const std::string& name) {
+  return std::string(TANDEM_SOURCE_DIR) + "/configs/models/" + name + ".yaml";
+}
+
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  std::string path = testing::temp_dir("model_config") + "/c.yaml";
+  write_file_atomic(path, yaml);
+  try {
+    load_model_config(path, overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* kTiny =
+    "model:\n  d_model: 64\n  n_layers: 5\n  n_heads: 4\n  hidden_size: 96\n  vocab_size: 1000\n";
+
+TEST(ModelConfig, Olmo3SevenBRecipe) {
+  ModelConfig c = load_model_config(recipe("olmo3-7b"), {});
+  EXPECT_EQ(c.embedding_size, 100352);
+  EXPECT_EQ(c.head_dim, 128);
+  for (std::int64_t i = 0; i < c.n_layers; ++i)
+    EXPECT_EQ(c.is_full_attention(i), i % 4 == 3 || i == c.n_layers - 1) << i;
+  EXPECT_EQ(c.layer_windows[0], 4096);
+  // Facts section 6: about 49.4 GFLOP per token at 8192.
+  EXPECT_NEAR(c.flops_per_token(8192) / 1e9, 49.4, 0.1);
+}
+
+TEST(ModelConfig, OtherRecipesLoad) {
+  ModelConfig big = load_model_config(recipe("olmo3-32b"), {});
+  EXPECT_EQ(big.n_kv_heads, 8);
+  ModelConfig o2 = load_model_config(recipe("olmo2-7b"), {});
+  for (auto w : o2.layer_windows) EXPECT_EQ(w, 0);
+  ModelConfig tiny = load_model_config(recipe("olmo3-tiny"), {});
+  EXPECT_EQ(tiny.layer_windows, (std::vector<std::int64_t>{32, 32, 32, 0, 0}));
+  load_model_config(recipe("olmo3-50m"), {});
+}
+
+TEST(ModelConfig, OverridesApply) {
+  ModelConfig c =
+      load_model_config(recipe("olmo3-7b"), {"model.n_layers=6", "model.rope_theta=1e4"});
+  EXPECT_EQ(c.n_layers, 6);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e4);
+  EXPECT_EQ(c.layer_windows.size(), 6u);
+  EXPECT_EQ(c.layer_windows.back(), 0);
+}
+
+TEST(ModelConfig, UnknownKeyIsNamed) {
+  std::string e = error_of(std::string(kTiny) + "  d_modle: 3\n");
+  EXPECT_NE(e.find("model.d_modle"), std::string::npos) << e;
+}
+
+TEST(ModelConfig, WrongTypeIsNamed) {
+  std::string e = error_of(std::string(kTiny), {"model.n_heads=four"});
+  EXPECT_NE(e.find("model.n_heads"), std::string::npos) << e;
+}
+
+TEST(ModelConfig, ImpossibleSizesAreRejected) {
+  EXPECT_NE(error_of(kTiny, {"model.n_kv_heads=3"}).find("n_kv_heads"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model.d_model=0"}).find("d_model"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model.head_dim=7"}).find("head_dim"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model.embedding_size=10"}).find("embedding_size"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model.sliding_window.pattern=[0]"}).find("pattern"),
+            std::string::npos);
+  EXPECT_NE(error_of("model: 3\n").find("model"), std::string::npos);
+  EXPECT_NE(error_of(kTiny, {"model.n_layers"}).find("key=value"), std::string::npos);
+}
+
+TEST(ModelConfig, HfJsonRoundTrip) {
+  ModelConfig c = load_model_config(recipe("olmo3-7b"), {});
+  c.embedding_size = c.vocab_size;
+  ModelConfig back = model_config_from_hf(model_config_to_hf(c), "test");
+  EXPECT_EQ(back.layer_windows, c.layer_windows);
+  EXPECT_EQ(back.hidden_size, c.hidden_size);
+  EXPECT_DOUBLE_EQ(back.rope_theta, c.rope_theta);
+  EXPECT_DOUBLE_EQ(back.layer_norm_eps, c.layer_norm_eps);
+}
+
+TEST(ModelConfig, HfUnsupportedModelTypeIsNamed) {
+  nlohmann::json j = model_config_to_hf(load_model_config(recipe("olmo3-tiny"), {}));
+  j["model_type"] = "llama";
+  try {
+    model_config_from_hf(j, "x/config.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("llama"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tandem

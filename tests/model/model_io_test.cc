@@ -1,0 +1,175 @@
+// Weight conversion and loading: hf -> tandem -> hf is bit-exact (fp32 and bf16), vocab padding,
+// and clear errors for missing tensors, wrong shapes, NaN weights and broken files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "tandem/core/error.h"
+#include "tandem/io/safetensors.h"
+#include "tandem/model/model_io.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+namespace {
+
+using testing::fixture;
+using testing::run_tandem;
+using testing::temp_dir;
+
+void expect_same_tensors(const std::string& a_dir, const std::string& b_dir) {
+  SafetensorsCheckpoint a(a_dir), b(b_dir);
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& name : a.names()) {
+    EXPECT_EQ(a.info(name).dtype, b.info(name).dtype) << name;
+    EXPECT_EQ(a.info(name).shape, b.info(name).shape) << name;
+    auto ra = a.raw(name), rb = b.raw(name);
+    ASSERT_EQ(ra.size(), rb.size()) << name;
+    EXPECT_TRUE(std::equal(ra.begin(), ra.end(), rb.begin())) << name << " differs";
+  }
+}
+
+std::string error_loading(const std::string& dir) {
+  try {
+    load_model(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Convert, HfToTandemToHfIsBitExact) {
+  std::string root = temp_dir("convert_roundtrip");
+  auto r1 =
+      run_tandem("convert --from hf " + fixture("model/deep") + " --to tandem " + root + "/t");
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  auto r2 = run_tandem("convert --from tandem " + root + "/t --to hf " + root + "/h");
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  expect_same_tensors(fixture("model/deep"), root + "/h");
+  auto again = load_model(root + "/h");
+  EXPECT_EQ(again->config().layer_windows,
+            load_model(fixture("model/deep"))->config().layer_windows);
+}
+
+TEST(Convert, PaddedVocabRoundTripsAndTruncates) {
+  std::string root = temp_dir("convert_pad");
+  auto r1 = run_tandem("convert --from hf " + fixture("model/gqa") + " --to tandem " + root +
+                       "/t --pad-vocab-multiple 128");
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  auto padded = load_model(root + "/t");
+  EXPECT_EQ(padded->config().vocab_size, 101);
+  EXPECT_EQ(padded->config().embedding_size, 128);
+  const float* emb = padded->param("embeddings.weight");
+  for (std::int64_t i = 101 * padded->config().d_model; i < 128 * padded->config().d_model; ++i)
+    ASSERT_EQ(emb[i], 0.0f);
+  ASSERT_EQ(run_tandem("convert --from tandem " + root + "/t --to hf " + root + "/h").exit_code, 0);
+  expect_same_tensors(fixture("model/gqa"), root + "/h");
+}
+
+TEST(Convert, Bf16RoundTripIsBitExact) {
+  std::string root = temp_dir("convert_bf16");
+  ASSERT_EQ(
+      run_tandem("convert --from hf " + fixture("model/window") + " --to tandem " + root + "/t")
+          .exit_code,
+      0);
+  ASSERT_EQ(
+      run_tandem("convert --from tandem " + root + "/t --to hf " + root + "/b --dtype bfloat16")
+          .exit_code,
+      0);
+  ASSERT_EQ(run_tandem("convert --from hf " + root + "/b --to tandem " + root + "/t2").exit_code,
+            0);
+  ASSERT_EQ(run_tandem("convert --from tandem " + root + "/t2 --to hf " + root + "/b2").exit_code,
+            0);
+  expect_same_tensors(root + "/b", root + "/b2");  // bf16 -> fp32 -> bf16 loses nothing
+  SafetensorsCheckpoint b2(root + "/b2");
+  EXPECT_EQ(b2.info("lm_head.weight").dtype, DType::kBF16);
+}
+
+// Copies a fixture model dir, rewriting its weights through `edit`.
+std::string edited_copy(const std::string& name,
+                        const std::function<void(std::vector<TensorToWrite>&,
+                                                 std::vector<std::vector<float>>&)>& edit) {
+  std::string dir = temp_dir("edited_" + name);
+  fs::copy_file(fixture("model/gqa/config.json"), dir + "/config.json");
+  SafetensorsCheckpoint src(fixture("model/gqa"));
+  std::vector<std::vector<float>> values;
+  std::vector<TensorToWrite> tensors;
+  for (const auto& n : src.names()) values.push_back(src.read_f32(n));
+  std::size_t i = 0;
+  for (const auto& n : src.names())
+    tensors.push_back({n, DType::kF32, src.info(n).shape, values[i++].data()});
+  edit(tensors, values);
+  write_safetensors(dir + "/model.safetensors", tensors);
+  return dir;
+}
+
+TEST(LoadModel, MissingTensorIsNamed) {
+  std::string dir = edited_copy("missing", [](auto& t, auto&) {
+    std::erase_if(
+        t, [](const TensorToWrite& w) { return w.name == "model.layers.1.mlp.up_proj.weight"; });
+  });
+  std::string e = error_loading(dir);
+  EXPECT_NE(e.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << e;
+}
+
+TEST(LoadModel, ShapeMismatchIsNamed) {
+  std::string dir = edited_copy("shape", [](auto& t, auto&) {
+    for (auto& w : t)
+      if (w.name == "model.layers.0.self_attn.k_norm.weight") w.shape = {4, 4};
+  });
+  std::string e = error_loading(dir);
+  EXPECT_NE(e.find("model.layers.0.self_attn.k_norm.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("shape"), std::string::npos) << e;
+}
+
+TEST(LoadModel, NanWeightIsNamed) {
+  std::string dir = edited_copy("nan", [](auto& t, auto& v) {
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (t[i].name == "model.norm.weight") v[i][3] = std::nanf("");
+  });
+  std::string e = error_loading(dir);
+  EXPECT_NE(e.find("model.norm.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("non-finite"), std::string::npos) << e;
+}
+
+TEST(LoadModel, TruncatedWeightsFileFailsCleanly) {
+  std::string dir = edited_copy("trunc", [](auto&, auto&) {});
+  fs::resize_file(dir + "/model.safetensors", fs::file_size(dir + "/model.safetensors") - 100);
+  std::string e = error_loading(dir);
+  EXPECT_NE(e.find("model.safetensors"), std::string::npos) << e;
+  auto r = run_tandem("parity --model " + dir + " --tokens " + fixture("model/gqa/ids.npy") +
+                      " --reference " + fixture("model/gqa/logits.npy"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("error"), std::string::npos) << r.output;
+}
+
+TEST(LoadModel, NotAModelDirectory) {
+  std::string dir = temp_dir("empty_model");
+  EXPECT_NE(error_loading(dir).find("neither"), std::string::npos);
+  EXPECT_NE(error_loading(dir + "/nope").find("does not exist"), std::string::npos);
+}
+
+TEST(ParityCommand, JsonOutputAndThresholds) {
+  const std::string d = fixture("model/window");
+  const std::string base = "parity --model " + d + " --tokens " + d + "/ids.npy --reference " + d +
+                           "/logits.npy --grads " + d + "/grads.safetensors --json";
+  auto ok = run_tandem(base + " --max-kl 1e-6 --max-abs-diff-rel 1e-4 --max-grad-rel-l2 1e-4");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  auto j = nlohmann::json::parse(ok.output);
+  for (const char* key :
+       {"max_kl", "mean_kl", "max_abs_diff", "top1_agreement", "grads", "max_grad_rel_l2"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["grads"].size(), 4u * 11 + 3);
+  // An impossible threshold must fail: the command really compares.
+  auto breach = run_tandem(base + " --max-kl 0 --max-abs-diff-rel 0");
+  EXPECT_EQ(breach.exit_code, 2) << breach.output;
+  // A reference from another model is far off.
+  auto wrong = run_tandem("parity --model " + fixture("model/gqa") + " --tokens " +
+                          fixture("model/gqa/ids.npy") + " --reference " + d + "/logits.npy");
+  EXPECT_NE(wrong.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace tandem
