@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   tandem::cli::add_parity_command(app, exit_code);
   tandem::cli::add_convert_command(app, exit_code);
+  tandem::cli::add_train_command(app, exit_code);
+  tandem::cli::add_eval_command(app, exit_code);
+  tandem::cli::add_compare_command(app, exit_code);
   CLI::App* data = app.add_subcommand("data", "Tokenize, inspect, batch and audit training data");
   data->require_subcommand(1);
   tandem::cli::add_data_tokenize_command(*data, exit_code);

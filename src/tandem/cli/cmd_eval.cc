@@ -1,0 +1,13 @@
+// Placeholder registration until the command is implemented; it refuses to run.
+#include "tandem/cli/commands.h"
+#include "tandem/core/error.h"
+
+namespace tandem::cli {
+
+void add_eval_command(CLI::App& app, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand("eval", "(not yet implemented)");
+  cmd->allow_extras();
+  cmd->callback([&exit_code] { fail("'eval' is not implemented yet"); });
+}
+
+}  // namespace tandem::cli
