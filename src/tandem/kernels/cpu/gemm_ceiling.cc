@@ -7,10 +7,13 @@
 
 namespace tandem::kernels::cpu {
 
-double measure_fp32_gemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k, double min_seconds) {
-  std::vector<float> a(static_cast<std::size_t>(m * k), 0.5f), b(static_cast<std::size_t>(k * n), 0.25f),
-      c(static_cast<std::size_t>(m * n), 0.0f);
-  auto once = [&] { gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n); };
+double measure_fp32_gemm_gflops(std::int64_t m, std::int64_t n, std::int64_t k,
+                                double min_seconds) {
+  std::vector<float> a(static_cast<std::size_t>(m * k), 0.5f),
+      b(static_cast<std::size_t>(k * n), 0.25f), c(static_cast<std::size_t>(m * n), 0.0f);
+  auto once = [&] {
+    gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  };
   once();
   std::int64_t reps = 0;
   auto t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,116 @@
+// Fused lm_head + cross-entropy + z-loss. Tokens are processed in chunks whose logits fit in
+// about 32 MB, so the full [N, V] logits never exist; the chunk buffer is turned into dlogits in
+// place and fed to the two gradient gemms.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/kernels/cpu/cross_entropy_chunked.h"
+#include "tandem/kernels/cpu/fast_math.h"
+#include "tandem/kernels/cpu/ops.h"
+
+namespace tandem::kernels::cpu {
+namespace {
+
+constexpr i64 kMaxChunkBytes = i64{32} << 20;
+
+// Turns one row of logits into exp(logit - max) in place; the sum is accumulated in double.
+struct RowStats {
+  double lse = 0.0;  // log-sum-exp of the logits
+  double sum = 0.0;  // sum of exp(logit - max)
+};
+RowStats exponentiate_row(float* row, i64 V) {
+  float row_max = detail::kNegInf;
+  for (i64 c = 0; c < V; ++c) row_max = std::max(row_max, row[c]);
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (i64 c = 0; c < V; ++c) {
+    const float e = detail::exp_f32(row[c] - row_max);
+    row[c] = e;
+    sum += static_cast<double>(e);
+  }
+  return {static_cast<double>(row_max) + std::log(sum), sum};
+}
+
+}  // namespace
+
+i64 lm_head_chunk_rows(i64 V) {
+  return std::max<i64>(1, kMaxChunkBytes / (std::max<i64>(V, 1) * static_cast<i64>(sizeof(float))));
+}
+
+CrossEntropyResult lm_head_cross_entropy(const float* hidden, const float* w,
+                                         const std::int64_t* labels, i64 N, i64 d, i64 V,
+                                         float z_weight, float grad_scale, float* dhidden,
+                                         float* dw) {
+  return lm_head_cross_entropy_chunked(hidden, w, labels, N, d, V, z_weight, grad_scale, dhidden,
+                                       dw, lm_head_chunk_rows(V));
+}
+
+CrossEntropyResult lm_head_cross_entropy_chunked(const float* hidden, const float* w,
+                                                 const std::int64_t* labels, i64 N, i64 d, i64 V,
+                                                 float z_weight, float grad_scale, float* dhidden,
+                                                 float* dw, i64 chunk_rows) {
+  TANDEM_CHECK(N >= 0 && d > 0 && V > 0, "cross_entropy: bad sizes N={} d={} V={}", N, d, V);
+  TANDEM_CHECK(chunk_rows > 0, "cross_entropy: chunk_rows {} must be positive", chunk_rows);
+  CrossEntropyResult result;
+  for (i64 n = 0; n < N; ++n) {
+    TANDEM_CHECK(labels[n] == kIgnoreIndex || (labels[n] >= 0 && labels[n] < V),
+                 "cross_entropy: label {} at position {} is neither in [0, {}) nor {}", labels[n],
+                 n, V, kIgnoreIndex);
+    if (labels[n] != kIgnoreIndex) ++result.count;
+  }
+  const bool want_grads = dhidden != nullptr || dw != nullptr;
+  const i64 chunk = std::min(std::max<i64>(N, 1), chunk_rows);
+  std::vector<float> logits(static_cast<size_t>(chunk * V));
+  std::vector<double> row_ce(static_cast<size_t>(chunk));
+  std::vector<double> row_z(static_cast<size_t>(chunk));
+  for (i64 n0 = 0; n0 < N; n0 += chunk) {
+    const i64 nc = std::min(chunk, N - n0);
+    const float* hidden_chunk = hidden + n0 * d;
+    const bool any_label = std::any_of(labels + n0, labels + n0 + nc,
+                                       [](std::int64_t l) { return l != kIgnoreIndex; });
+    if (!any_label) {  // nothing to learn here: zero gradient rows, dw untouched
+      if (dhidden != nullptr) std::fill_n(dhidden + n0 * d, nc * d, 0.0f);
+      continue;
+    }
+    gemm(false, true, nc, V, d, 1.0f, hidden_chunk, d, w, d, 0.0f, logits.data(), V);
+#pragma omp parallel for schedule(static)
+    for (i64 r = 0; r < nc; ++r) {
+      float* row = logits.data() + r * V;
+      const std::int64_t label = labels[n0 + r];
+      row_ce[r] = 0.0;
+      row_z[r] = 0.0;
+      if (label == kIgnoreIndex) {
+        if (want_grads) std::fill_n(row, V, 0.0f);
+        continue;
+      }
+      const float label_logit = row[label];
+      const RowStats stats = exponentiate_row(row, V);
+      row_ce[r] = stats.lse - static_cast<double>(label_logit);
+      row_z[r] = stats.lse * stats.lse;
+      if (!want_grads) continue;
+      // d/dlogit of grad_scale * (lse - logit[label] + z * lse^2)
+      //   = grad_scale * (softmax * (1 + 2 z lse) - onehot); softmax = row / sum.
+      const float coef =
+          static_cast<float>(static_cast<double>(grad_scale) *
+                             (1.0 + 2.0 * static_cast<double>(z_weight) * stats.lse) / stats.sum);
+#pragma omp simd
+      for (i64 c = 0; c < V; ++c) row[c] *= coef;
+      row[label] -= grad_scale;
+    }
+    for (i64 r = 0; r < nc; ++r) {  // fixed order: deterministic sums
+      result.ce_sum += row_ce[r];
+      result.z_sum += row_z[r];
+    }
+    if (dhidden != nullptr) {
+      gemm(false, false, nc, d, V, 1.0f, logits.data(), V, w, d, 0.0f, dhidden + n0 * d, d);
+    }
+    if (dw != nullptr) {
+      gemm(true, false, V, d, nc, 1.0f, logits.data(), V, hidden_chunk, d, 1.0f, dw, d);
+    }
+  }
+  return result;
+}
+
+}  // namespace tandem::kernels::cpu
