@@ -42,10 +42,22 @@ class SafetensorsFile {
   std::vector<float> read_f32(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
+  // Additions. Converts into caller memory; `out` must hold exactly numel() floats.
+  void read_f32_into(const std::string& name, std::span<float> out) const;
+  // Tensors whose dtype is valid safetensors but not F32/BF16/F16 (e.g. I64) are listed by
+  // names() and has(), but info/raw/read throw naming the dtype. This gives that dtype's spelling,
+  // or "" for a supported tensor.
+  std::string unsupported_dtype(const std::string& name) const;
+  std::uint64_t data_offset() const { return data_offset_; }  // start of the data section
+
  private:
+  void parse_header();
+  const TensorInfo& supported_info(const std::string& name) const;
+
   MappedFile file_;
   std::uint64_t data_offset_ = 0;
   std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> unsupported_;  // tensor -> dtype spelling
   std::map<std::string, std::string> metadata_;
 };
 
@@ -63,7 +75,14 @@ class SafetensorsCheckpoint {
   std::span<const std::uint8_t> raw(const std::string& name) const;
   const SafetensorsFile& file_of(const std::string& name) const;
 
+  // Additions.
+  void read_f32_into(const std::string& name, std::span<float> out) const;
+  const std::string& path() const { return path_; }
+  std::size_t num_files() const { return files_.size(); }
+
  private:
+  void open_index(const std::string& dir, const std::string& index_path);
+
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::size_t> owner_;  // tensor -> index into files_
   std::string path_;
