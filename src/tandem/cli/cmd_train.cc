@@ -1,13 +1,25 @@
-// Placeholder registration until the command is implemented; it refuses to run.
+// `tandem train CONFIG.yaml [key=value ...]`: trains (or resumes) the run the config describes.
+#include <fmt/format.h>
+
 #include "tandem/cli/commands.h"
-#include "tandem/core/error.h"
+#include "tandem/dist/communicator.h"
+#include "tandem/train/trainer.h"
 
 namespace tandem::cli {
 
 void add_train_command(CLI::App& app, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("train", "(not yet implemented)");
-  cmd->allow_extras();
-  cmd->callback([&exit_code] { fail("'train' is not implemented yet"); });
+  auto config = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  CLI::App* cmd = app.add_subcommand("train", "Train (or resume) the run described by a config");
+  cmd->add_option("config", *config, "Run config (YAML)")->required();
+  cmd->add_option("overrides", *overrides, "key=value overrides, e.g. trainer.max_steps=10");
+  cmd->callback([config, overrides, &exit_code] {
+    RunConfig run = load_run_config(*config, *overrides);
+    auto comm = make_communicator();
+    install_stop_signal_handlers();
+    Trainer trainer(std::move(run), *comm);
+    exit_code = trainer.run();
+  });
 }
 
 }  // namespace tandem::cli

@@ -1,0 +1,121 @@
+// Training-step benchmark (forward + backward) of an OLMo 3-shaped model: tokens/s, achieved
+// GFLOP/s with the window-aware FLOP count, the measured fp32 GEMM ceiling and the fraction of it
+// reached, and, when torch + transformers are importable, HF Olmo3 (fp32, eager) doing the same
+// step on the same machine in the same run.
+//
+// Usage: bench_train_step [--config configs/models/olmo3-50m.yaml] [--batch 4] [--seq 512]
+//                         [--steps 3] [--no-torch]
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tandem/kernels/cpu/gemm_ceiling.h"
+#include "tandem/model/olmo3_model.h"
+
+namespace {
+
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path = "configs/models/olmo3-50m.yaml";
+  std::int64_t B = 4, T = 512, steps = 3;
+  bool torch = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
+    if (a == "--config")
+      config_path = next();
+    else if (a == "--batch")
+      B = std::stoll(next());
+    else if (a == "--seq")
+      T = std::stoll(next());
+    else if (a == "--steps")
+      steps = std::stoll(next());
+    else if (a == "--no-torch")
+      torch = false;
+    else {
+      fmt::print(stderr, "unknown argument {}\n", a);
+      return 2;
+    }
+  }
+  tandem::ModelConfig config = tandem::load_model_config(config_path, {});
+  tandem::Olmo3Model model(config);
+  model.init_weights(1);
+  std::mt19937_64 rng(7);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T));
+  for (auto& id : ids)
+    id = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
+  std::vector<std::int64_t> labels = tandem::shifted_labels(ids.data(), B, T);
+
+  auto step = [&] {
+    model.zero_grads();
+    model.forward_backward(ids.data(), labels.data(), B, T, 1e-5f,
+                           1.0f / static_cast<float>(B * (T - 1)), true);
+  };
+  step();  // warm-up (allocations, oneDNN JIT)
+  auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t s = 0; s < steps; ++s) step();
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+              static_cast<double>(steps);
+  const double tokens_per_s = static_cast<double>(B * T) / dt;
+  const double gflops = config.flops_per_token(T) * tokens_per_s / 1e9;
+  const double ceiling = tandem::kernels::cpu::measure_fp32_gemm_gflops(2048, 2048, 2048, 1.0);
+
+  nlohmann::json j;
+  j["config"] = config_path;
+  j["params"] = config.total_params();
+  j["batch"] = B;
+  j["seq"] = T;
+  j["threads"] = omp_get_max_threads();
+  j["tandem_tokens_per_s"] = tokens_per_s;
+  j["tandem_step_s"] = dt;
+  j["flops_per_token"] = config.flops_per_token(T);
+  j["tandem_gflops"] = gflops;
+  j["fp32_gemm_ceiling_gflops"] = ceiling;
+  j["fraction_of_ceiling"] = gflops / ceiling;
+  fmt::print(
+      "tandem: {:.0f} tokens/s, {:.3f} s/step, {:.1f} GFLOP/s = {:.1f}% of the measured fp32 "
+      "GEMM ceiling ({:.1f} GFLOP/s), {} threads\n",
+      tokens_per_s, dt, gflops, 100.0 * gflops / ceiling, ceiling, omp_get_max_threads());
+  if (torch) {
+    std::string cmd = fmt::format(
+        "python3 tools/bench_torch_train_step.py --config {} --batch {} --seq {} --steps {} "
+        "--threads {} 2>/dev/null",
+        config_path, B, T, steps, omp_get_max_threads());
+    std::string out = run_capture(cmd);
+    auto line = out.rfind('{');
+    if (line != std::string::npos) {
+      auto t = nlohmann::json::parse(out.substr(line), nullptr, false);
+      if (!t.is_discarded()) {
+        double torch_tps = t["tokens_per_s"].get<double>();
+        j["torch_tokens_per_s"] = torch_tps;
+        j["speedup_vs_torch"] = tokens_per_s / torch_tps;
+        j["torch_version"] = t["torch"];
+        fmt::print(
+            "pytorch (HF Olmo3, fp32 eager, torch {}): {:.0f} tokens/s -> tandem is {:.2f}x\n",
+            t["torch"].get<std::string>(), torch_tps, tokens_per_s / torch_tps);
+      }
+    } else {
+      fmt::print("pytorch: not available (torch/transformers not importable); ratio skipped\n");
+    }
+  }
+  fmt::print("{}\n", j.dump());
+  return 0;
+}

@@ -1,0 +1,50 @@
+// Collective communication between data-parallel ranks. The trainer only talks to this
+// interface; implementations: a single process (no-op collectives) and MPI (dist/mpi_*.cc).
+// Every reduction runs in a fixed order, so results do not depend on timing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tandem {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string name() const = 0;  // "single", "mpi"
+
+  virtual void all_reduce_sum(float* data, std::size_t n) = 0;
+  virtual void all_reduce_sum(double* data, std::size_t n) = 0;
+  // Each rank ends with the sum over ranks of elements [offsets[rank], offsets[rank + 1]) of
+  // `data` written into that range of `data` (the rest of `data` is left unspecified).
+  virtual void reduce_scatter_sum(float* data, const std::size_t* offsets) = 0;
+  // Each rank contributes its range [offsets[rank], offsets[rank + 1]) of `data`; all end with all.
+  virtual void all_gather(float* data, const std::size_t* offsets) = 0;
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Ends the whole job (all ranks) with a message, e.g. when one rank fails.
+  [[noreturn]] virtual void abort(const std::string& message, int code) = 0;
+};
+
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string name() const override { return "single"; }
+  void all_reduce_sum(float*, std::size_t) override {}
+  void all_reduce_sum(double*, std::size_t) override {}
+  void reduce_scatter_sum(float*, const std::size_t*) override {}
+  void all_gather(float*, const std::size_t*) override {}
+  void broadcast(void*, std::size_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(const std::string& message, int code) override;
+};
+
+// MPI when the process was launched by mpirun (and tandem was built with MPI), else single.
+std::unique_ptr<Communicator> make_communicator();
+
+}  // namespace tandem

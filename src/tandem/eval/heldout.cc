@@ -1,0 +1,49 @@
+#include "tandem/eval/heldout.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
+                            const data::DataConfig& train_data, std::int64_t max_instances) {
+  data::DataConfig c = train_data;
+  c.sources = {data::DataSource{name, files, files}};
+  c.instance_filter.reset();  // evaluation scores every instance
+  c.max_target_sequence_length.reset();
+  HeldoutSet s;
+  s.name = name;
+  s.dataset = std::make_shared<data::TokenDataset>(c);
+  s.instances =
+      std::min<std::int64_t>(max_instances, static_cast<std::int64_t>(s.dataset->num_instances()));
+  TANDEM_CHECK(s.instances > 0, "validation set '{}' has no complete instance of {} tokens", name,
+               c.sequence_length);
+  return s;
+}
+
+HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::int64_t batch) {
+  const std::int64_t T = set.dataset->sequence_length();
+  HeldoutResult r;
+  r.name = set.name;
+  double ce = 0.0;
+  std::vector<std::int64_t> ids;
+  for (std::int64_t first = 0; first < set.instances; first += batch) {
+    const std::int64_t B = std::min(batch, set.instances - first);
+    ids.assign(static_cast<std::size_t>(B * T), 0);
+    for (std::int64_t b = 0; b < B; ++b)
+      set.dataset->read_instance(
+          static_cast<std::uint64_t>(first + b),
+          std::span<std::int64_t>(ids.data() + b * T, static_cast<std::size_t>(T)));
+    std::vector<std::int64_t> labels = shifted_labels(ids.data(), B, T);
+    LossSums s = model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f, false);
+    ce += s.ce_sum;
+    r.tokens += s.count;
+  }
+  r.loss = ce / static_cast<double>(r.tokens);
+  r.perplexity = std::exp(r.loss);
+  return r;
+}
+
+}  // namespace tandem

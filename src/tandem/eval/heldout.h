@@ -1,0 +1,35 @@
+// Held-out LM evaluation: mean next-token cross-entropy and perplexity of a model on named
+// validation sets (token files never trained on), over a fixed set of instances (the first
+// max_instances of each set in file order) so that successive evaluations are comparable.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/data/data_config.h"
+#include "tandem/data/token_dataset.h"
+#include "tandem/model/olmo3_model.h"
+
+namespace tandem {
+
+struct HeldoutSet {
+  std::string name;
+  std::shared_ptr<const data::TokenDataset> dataset;
+  std::int64_t instances = 0;  // evaluated: min(max_instances, dataset instances)
+};
+
+struct HeldoutResult {
+  std::string name;
+  double loss = 0.0;  // mean CE over every predicted token (last position of an instance excluded)
+  double perplexity = 0.0;
+  std::int64_t tokens = 0;
+};
+
+// Opens a validation set with the training data's sequence length, dtype and vocab.
+HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
+                            const data::DataConfig& train_data, std::int64_t max_instances);
+
+HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::int64_t batch);
+
+}  // namespace tandem

@@ -1,0 +1,174 @@
+#include "tandem/train/checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "tandem/core/atomic_file.h"
+#include "tandem/core/error.h"
+#include "tandem/core/hash.h"
+#include "tandem/io/safetensors.h"
+#include "tandem/model/model_io.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+namespace {
+
+constexpr int kFormatVersion = 1;
+const std::regex kStepDir(R"(step-(\d{6,}))");
+
+std::vector<std::string> files_under(const fs::path& root) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file()) out.push_back(fs::relative(e.path(), root).string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(std::int64_t step) { return fmt::format("step-{:06d}", step); }
+
+void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo3Model& model,
+                     const optim::AdamW* optimizer, const nlohmann::json& state) {
+  fs::create_directories(checkpoints_dir);
+  const fs::path final_dir = fs::path(checkpoints_dir) / checkpoint_dir_name(step);
+  const fs::path tmp = fs::path(checkpoints_dir) /
+                       fmt::format(".{}.partial-{}", checkpoint_dir_name(step), ::getpid());
+  fs::remove_all(tmp);
+  try {
+    fs::create_directories(tmp);
+    save_tandem_model((tmp / "model").string(), model);
+    if (optimizer) {
+      std::vector<TensorToWrite> moments;
+      for (std::size_t i = 0; i < optimizer->num_params(); ++i) {
+        const auto& p = optimizer->param(i);
+        const auto& entry = model.layout().entry(p.name);
+        auto* opt = const_cast<optim::AdamW*>(optimizer);
+        moments.push_back({"exp_avg." + p.name, DType::kF32, entry.shape, opt->exp_avg(i).data()});
+        moments.push_back(
+            {"exp_avg_sq." + p.name, DType::kF32, entry.shape, opt->exp_avg_sq(i).data()});
+      }
+      write_safetensors((tmp / "optim.safetensors").string(), moments,
+                        {{"adam_step", std::to_string(optimizer->step_count())}});
+    }
+    nlohmann::json st = state;
+    st["step"] = step;
+    st["format_version"] = kFormatVersion;
+    write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
+    nlohmann::json manifest;
+    manifest["format_version"] = kFormatVersion;
+    manifest["step"] = step;
+    for (const auto& rel : files_under(tmp)) {
+      std::string p = (tmp / rel).string();
+      manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", xxh64_file_hex(p)}};
+    }
+    write_file_atomic((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // same step re-saved (e.g. on a signal)
+    fs::rename(tmp, final_dir);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    fail("saving checkpoint {} failed: {} (earlier checkpoints are untouched)", final_dir.string(),
+         e.what());
+  }
+}
+
+std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(checkpoints_dir, ec)) return {};
+  for (const auto& e : fs::directory_iterator(checkpoints_dir)) {
+    std::smatch m;
+    std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, m, kStepDir))
+      found.emplace_back(std::stoll(m[1]), e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+void verify_checkpoint(const std::string& dir) {
+  const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
+  TANDEM_CHECK(fs::exists(manifest_path), "checkpoint {} has no manifest.json (incomplete)", dir);
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(manifest_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", manifest_path, e.what());
+  }
+  TANDEM_CHECK(manifest.contains("files") && manifest["files"].is_object(), "{}: no file list",
+               manifest_path);
+  for (const auto& [rel, info] : manifest["files"].items()) {
+    std::string p = (fs::path(dir) / rel).string();
+    TANDEM_CHECK(fs::exists(p), "checkpoint file {} is missing", p);
+    std::uint64_t bytes = info.at("bytes").get<std::uint64_t>();
+    TANDEM_CHECK(fs::file_size(p) == bytes, "checkpoint file {} is {} bytes, manifest says {}", p,
+                 fs::file_size(p), bytes);
+    TANDEM_CHECK(xxh64_file_hex(p) == info.at("xxh64").get<std::string>(),
+                 "checkpoint file {} fails its checksum", p);
+  }
+}
+
+std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoints_dir,
+                                                   std::vector<std::string>* warnings) {
+  auto all = list_checkpoints(checkpoints_dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      verify_checkpoint(*it);
+      return *it;
+    } catch (const Error& e) {
+      if (warnings) warnings->push_back(fmt::format("skipping damaged checkpoint: {}", e.what()));
+    }
+  }
+  return std::nullopt;
+}
+
+nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model, optim::AdamW* optimizer) {
+  verify_checkpoint(dir);
+  auto loaded = load_model((fs::path(dir) / "model").string());
+  const auto& a = loaded->config();
+  const auto& b = model.config();
+  TANDEM_CHECK(a.d_model == b.d_model && a.n_layers == b.n_layers && a.n_heads == b.n_heads &&
+                   a.n_kv_heads == b.n_kv_heads && a.head_dim == b.head_dim &&
+                   a.hidden_size == b.hidden_size && a.embedding_size == b.embedding_size,
+               "checkpoint {} holds a model of another shape than the config's", dir);
+  TANDEM_CHECK(loaded->params().size() == model.params().size(),
+               "checkpoint {}: parameter layout differs", dir);
+  model.params() = loaded->params();
+  if (optimizer) {
+    const std::string path = (fs::path(dir) / "optim.safetensors").string();
+    TANDEM_CHECK(fs::exists(path), "checkpoint {} has no optimizer state", dir);
+    SafetensorsFile f(path);
+    for (std::size_t i = 0; i < optimizer->num_params(); ++i) {
+      const std::string& name = optimizer->param(i).name;
+      for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
+        std::vector<float> v = f.read_f32(kind + name);
+        auto dst =
+            std::string(kind) == "exp_avg." ? optimizer->exp_avg(i) : optimizer->exp_avg_sq(i);
+        TANDEM_CHECK(v.size() == dst.size(), "{}: '{}{}' has {} values, expected {}", path, kind,
+                     name, v.size(), dst.size());
+        std::copy(v.begin(), v.end(), dst.begin());
+      }
+    }
+    auto it = f.metadata().find("adam_step");
+    TANDEM_CHECK(it != f.metadata().end(), "{}: no adam_step in its metadata", path);
+    optimizer->set_step_count(std::stoll(it->second));
+  }
+  return nlohmann::json::parse(read_file((fs::path(dir) / "state.json").string()));
+}
+
+void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep) {
+  auto all = list_checkpoints(checkpoints_dir);
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i)
+    fs::remove_all(all[i]);
+}
+
+}  // namespace tandem

@@ -1,0 +1,148 @@
+#include "tandem/train/train_config.h"
+
+#include <filesystem>
+#include <set>
+
+#include "tandem/core/error.h"
+#include "tandem/core/glob.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+namespace {
+
+OptimConfig parse_optim(ConfigSection s) {
+  OptimConfig o;
+  o.lr = s.get_double("lr", o.lr);
+  TANDEM_CHECK(o.lr >= 0, "{} must be non-negative", s.where("lr"));
+  if (s.has("betas")) {
+    YAML::Node b = s.raw("betas");
+    TANDEM_CHECK(b.IsSequence() && b.size() == 2, "{} must be a list of two numbers",
+                 s.where("betas"));
+    o.adamw.beta1 = b[0].as<double>();
+    o.adamw.beta2 = b[1].as<double>();
+  } else {
+    s.mark_used("betas");
+  }
+  o.adamw.eps = s.get_double("eps", o.adamw.eps);
+  o.adamw.weight_decay = s.get_double("weight_decay", o.adamw.weight_decay);
+  o.adamw.validate();
+  o.max_grad_norm = s.get_double("max_grad_norm", o.max_grad_norm);
+  TANDEM_CHECK(o.max_grad_norm >= 0, "{} must be non-negative", s.where("max_grad_norm"));
+  o.z_loss_multiplier = s.get_double("z_loss_multiplier", o.z_loss_multiplier);
+  if (s.has("skip_step")) {
+    ConfigSection k = s.section("skip_step");
+    o.skip_step = k.get_bool("enabled", true);
+    o.skip_step_options.rolling_interval_length =
+        k.get_int("rolling_interval_length", o.skip_step_options.rolling_interval_length);
+    o.skip_step_options.sigma_factor =
+        k.get_double("sigma_factor", o.skip_step_options.sigma_factor);
+    k.finish();
+    o.skip_step_options.validate();
+  } else {
+    s.mark_used("skip_step");
+  }
+  s.finish();
+  return o;
+}
+
+std::string resolve(const std::string& base_dir, const std::string& p) {
+  if (p.empty() || fs::path(p).is_absolute() || base_dir.empty()) return p;
+  return (fs::path(base_dir) / p).lexically_normal().string();
+}
+
+TrainerConfig parse_trainer(ConfigSection s, const std::string& base_dir) {
+  TrainerConfig t;
+  t.save_folder = resolve(base_dir, s.get_string("save_folder"));
+  t.max_steps = s.get_int("max_steps");
+  TANDEM_CHECK(t.max_steps > 0, "{} must be positive", s.where("max_steps"));
+  t.save_interval = s.get_int("save_interval", 0);
+  t.keep_last = s.get_int("keep_last", 3);
+  TANDEM_CHECK(t.keep_last >= 1, "{} must be at least 1", s.where("keep_last"));
+  t.log_interval = std::max<std::int64_t>(1, s.get_int("log_interval", 1));
+  t.init_seed = static_cast<std::uint64_t>(s.get_int("seed", 0));
+  t.init_from = resolve(base_dir, s.get_string("init_from", ""));
+  t.load_path = resolve(base_dir, s.get_string("load_path", ""));
+  TANDEM_CHECK(t.init_from.empty() || t.load_path.empty(),
+               "{}: give init_from or load_path, not both", s.where(""));
+  t.load_optimizer_state = s.get_bool("load_optimizer_state", true);
+  t.max_consecutive_nonfinite = s.get_int("max_consecutive_nonfinite", 5);
+  TANDEM_CHECK(t.max_consecutive_nonfinite >= 1, "{} must be at least 1",
+               s.where("max_consecutive_nonfinite"));
+  if (s.has("peak_gflops"))
+    t.peak_gflops = s.get_double("peak_gflops");
+  else
+    s.mark_used("peak_gflops");
+  t.save_initial = s.get_bool("save_initial", false);
+  t.progress = s.get_bool("progress", true);
+  s.finish();
+  return t;
+}
+
+EvalConfig parse_eval(ConfigSection s, const std::string& base_dir,
+                      const std::vector<std::string>& train_files) {
+  EvalConfig e;
+  e.interval = s.get_int("interval", 0);
+  e.max_instances = s.get_int("max_instances", e.max_instances);
+  e.batch_instances = s.get_int("batch_instances", e.batch_instances);
+  TANDEM_CHECK(e.max_instances > 0 && e.batch_instances > 0,
+               "{}: max_instances and batch_instances must be positive", s.where(""));
+  std::set<std::string> training;
+  for (const auto& f : train_files) training.insert(fs::weakly_canonical(f).string());
+  if (s.has("sets")) {
+    YAML::Node sets = s.raw("sets");
+    TANDEM_CHECK(sets.IsSequence(), "{} must be a list of {{name, paths}}", s.where("sets"));
+    for (std::size_t i = 0; i < sets.size(); ++i) {
+      ConfigSection set(sets[i], s.path() + ".sets[" + std::to_string(i) + "]");
+      HeldoutSetConfig h;
+      h.name = set.get_string("name");
+      for (const auto& pattern : set.get_string_list("paths")) {
+        std::string p = resolve(base_dir, pattern);
+        std::vector<std::string> matched = expand_glob(p);
+        TANDEM_CHECK(!matched.empty(), "{}: '{}' matches no file", set.where("paths"), pattern);
+        for (const auto& f : matched) {
+          // Held-out data must never be trained on: refuse the overlap outright.
+          TANDEM_CHECK(!training.count(fs::weakly_canonical(f).string()),
+                       "{}: validation file {} is also a training file", set.where("paths"), f);
+          h.files.push_back(f);
+        }
+      }
+      set.finish();
+      e.sets.push_back(std::move(h));
+    }
+  } else {
+    s.mark_used("sets");
+  }
+  e.downstream = s.raw("downstream");
+  s.finish();
+  return e;
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  RunConfig r;
+  r.source = path;
+  YAML::Node root = load_yaml_config(path, overrides);
+  r.resolved = YAML::Clone(root);
+  const std::string base_dir = fs::path(path).parent_path().string();
+  ConfigSection top(root, "", path);
+  top.get_string("run_name", "");
+  r.model = parse_model_config(top.section("model"));
+  r.data = data::parse_data_config(top.section("data"), base_dir);
+  TANDEM_CHECK(r.data.vocab_size <= r.model.vocab_size,
+               "{}: data.vocab_size ({}) exceeds model.vocab_size ({})", path, r.data.vocab_size,
+               r.model.vocab_size);
+  TANDEM_CHECK(r.data.sequence_length <= r.model.max_sequence_length,
+               "{}: data.sequence_length ({}) exceeds model.max_sequence_length ({})", path,
+               r.data.sequence_length, r.model.max_sequence_length);
+  r.optim = parse_optim(top.section("optim"));
+  r.schedule_yaml = YAML::Clone(root["scheduler"]);
+  r.schedule = optim::make_schedule(top.section("scheduler"));
+  r.trainer = parse_trainer(top.section("trainer"), base_dir);
+  r.eval = parse_eval(top.section("evaluation"), base_dir, r.data.all_files());
+  top.finish();
+  return r;
+}
+
+}  // namespace tandem

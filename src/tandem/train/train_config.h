@@ -1,0 +1,72 @@
+// The run config of `tandem train`: model, data, optimiser, schedule, trainer and evaluation
+// sections of one YAML file (key=value overrides on the command line). Every key is documented in
+// docs/config.md; unknown keys are errors naming the key.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/data/data_config.h"
+#include "tandem/io/config.h"
+#include "tandem/model/model_config.h"
+#include "tandem/optim/adamw.h"
+#include "tandem/optim/schedule.h"
+#include "tandem/optim/skip_step.h"
+
+namespace tandem {
+
+struct OptimConfig {
+  double lr = 3e-4;
+  optim::AdamWHyper adamw;
+  double max_grad_norm = 1.0;  // 0 = no clipping
+  double z_loss_multiplier = 1e-5;
+  bool skip_step = true;
+  optim::SkipStepOptions skip_step_options;
+};
+
+struct HeldoutSetConfig {
+  std::string name;
+  std::vector<std::string> files;  // expanded token files
+};
+
+struct EvalConfig {
+  std::int64_t interval = 0;        // steps between held-out evaluations (0 = only at the end)
+  std::int64_t max_instances = 64;  // first N instances of each set (fixed across evaluations)
+  std::int64_t batch_instances = 8;
+  std::vector<HeldoutSetConfig> sets;
+  YAML::Node downstream;  // evaluation.downstream, handed to eval/ as is (null when absent)
+};
+
+struct TrainerConfig {
+  std::string save_folder;         // the run directory
+  std::int64_t max_steps = 0;      // optimiser steps (global batches)
+  std::int64_t save_interval = 0;  // 0 = only at the end (and on a signal)
+  std::int64_t keep_last = 3;      // checkpoints kept
+  std::int64_t log_interval = 1;
+  std::uint64_t init_seed = 0;       // weight initialisation
+  std::string init_from;             // model dir (HF or tandem) for the initial weights
+  std::string load_path;             // stage start: checkpoint whose weights (+ moments) load
+  bool load_optimizer_state = true;  // with load_path: Adam moments too (AI2 stage 2)
+  std::int64_t max_consecutive_nonfinite = 5;
+  std::optional<double> peak_gflops;  // MFU denominator; default: measured fp32 GEMM ceiling
+  bool save_initial = false;          // write step-000000 before training (for references)
+  bool progress = true;               // console progress line
+};
+
+struct RunConfig {
+  std::string source;  // config path
+  ModelConfig model;
+  data::DataConfig data;
+  OptimConfig optim;
+  std::unique_ptr<optim::Schedule> schedule;
+  YAML::Node schedule_yaml;
+  TrainerConfig trainer;
+  EvalConfig eval;
+  YAML::Node resolved;  // the whole config after overrides, written to the run directory
+};
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace tandem

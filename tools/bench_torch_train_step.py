@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""PyTorch peer for bench/train_step: HF transformers' Olmo3ForCausalLM (fp32, eager attention)
+doing the same training step (forward + backward of the next-token loss) on the same shapes.
+
+Usage: bench_torch_train_step.py --config MODEL.yaml --batch B --seq T --steps N --threads K
+Prints one JSON line: {"tokens_per_s": ..., "step_s": ..., "torch": ..., "transformers": ...}.
+"""
+import argparse
+import json
+import time
+
+import torch
+import transformers
+import yaml
+from transformers import Olmo3Config, Olmo3ForCausalLM
+
+
+def hf_config(m):
+    pattern = (m.get("sliding_window") or {}).get("pattern")
+    n = m["n_layers"]
+    if pattern:
+        windows = [pattern[i % len(pattern)] for i in range(n)]
+        if (m.get("sliding_window") or {}).get("force_full_attention_on_last_layer", True):
+            windows[-1] = -1
+        window = max(w for w in windows if w > 0) if any(w > 0 for w in windows) else 4096
+        types = ["sliding_attention" if w > 0 else "full_attention" for w in windows]
+    else:
+        window, types = 4096, ["full_attention"] * n
+    vocab = m["vocab_size"]
+    mult = m.get("pad_vocab_to_multiple_of", 128)
+    vocab = m.get("embedding_size", (vocab + mult - 1) // mult * mult)
+    theta = float(m.get("rope_theta", 500000))
+    return Olmo3Config(
+        hidden_size=m["d_model"], num_hidden_layers=n, num_attention_heads=m["n_heads"],
+        num_key_value_heads=m.get("n_kv_heads", m["n_heads"]),
+        head_dim=m.get("head_dim", m["d_model"] // m["n_heads"]),
+        intermediate_size=m["hidden_size"], vocab_size=vocab, sliding_window=window,
+        layer_types=types, rms_norm_eps=float(m.get("layer_norm_eps", 1e-6)),
+        rope_parameters={t: {"rope_type": "default", "rope_theta": theta}
+                         for t in ("sliding_attention", "full_attention")},
+        max_position_embeddings=m.get("max_sequence_length", 8192),
+        attn_implementation="eager")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    with open(a.config) as f:
+        m = yaml.safe_load(f)["model"]
+    model = Olmo3ForCausalLM(hf_config(m)).float().train()
+    ids = torch.randint(0, m["vocab_size"], (a.batch, a.seq))
+
+    def step():
+        model.zero_grad(set_to_none=False)
+        out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+
+    step()  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    dt = (time.perf_counter() - t0) / a.steps
+    print(json.dumps({"tokens_per_s": a.batch * a.seq / dt, "step_s": dt,
+                      "torch": torch.__version__, "transformers": transformers.__version__}))
+
+
+if __name__ == "__main__":
+    main()
