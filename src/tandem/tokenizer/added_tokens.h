@@ -1,0 +1,61 @@
+// Added tokens (special and not): found in the raw text before pre-tokenization, the way HF
+// tokenizers' AddedVocabulary does it: leftmost-longest matching, first the tokens with
+// normalized=false, then those with normalized=true inside the remaining pieces; single_word,
+// lstrip and rstrip adjust or discard a match.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem {
+
+struct AddedToken {
+  std::uint32_t id = 0;
+  std::string content;
+  bool single_word = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool normalized = false;
+  bool special = false;
+};
+
+// A piece of the input: either plain text to pre-tokenize, or an added token's id.
+struct TextPiece {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::optional<std::uint32_t> added_id;
+};
+
+class AddedVocabulary {
+ public:
+  AddedVocabulary() = default;
+  // `added_tokens` is the "added_tokens" array of tokenizer.json.
+  AddedVocabulary(const nlohmann::json& added_tokens, const std::string& source);
+
+  // Splits `text` into pieces (offsets into text); pieces are never empty.
+  void split(std::string_view text, std::vector<TextPiece>& out) const;
+
+  const std::vector<AddedToken>& tokens() const { return tokens_; }
+  const AddedToken* find_content(std::string_view content) const;
+
+ private:
+  struct MatchSet {
+    std::vector<std::uint32_t> by_first_byte[256];  // token indices, longest first
+    bool any = false;
+  };
+  void build(MatchSet& set, bool normalized);
+  // Appends the pieces of text[begin, end) found with `set` (HF's find_matches).
+  void find_matches(std::string_view text, std::size_t begin, std::size_t end, const MatchSet& set,
+                    std::vector<TextPiece>& out) const;
+
+  std::vector<AddedToken> tokens_;
+  MatchSet plain_;       // normalized = false
+  MatchSet normalized_;  // normalized = true
+};
+
+}  // namespace tandem

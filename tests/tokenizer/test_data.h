@@ -1,0 +1,42 @@
+// Where the tokenizer tests find their inputs: committed fixtures, and the dolma2 tokenizer and
+// corpus from scripts/fetch_data.sh's cache (${TANDEM_DATA_DIR:-<repo>/.cache/data}).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "tandem/tokenizer/tokenizer.h"
+
+namespace tandem::testing {
+
+inline std::string fixture(const std::string& name) {
+  return std::string(TANDEM_FIXTURES_DIR) + "/tokenizer/" + name;
+}
+
+inline std::string data_cache_dir() {
+  const char* env = std::getenv("TANDEM_DATA_DIR");
+  if (env && *env) return env;
+  return std::string(TANDEM_SOURCE_DIR) + "/.cache/data";
+}
+
+inline std::string dolma2_path() { return data_cache_dir() + "/tokenizers/allenai_dolma2.json"; }
+
+// The dolma2 tokenizer, loaded once; fails the test clearly when the cache is missing.
+inline const Tokenizer* dolma2() {
+  static const Tokenizer* tokenizer = []() -> const Tokenizer* {
+    if (!std::filesystem::exists(dolma2_path())) return nullptr;
+    return new Tokenizer(Tokenizer::from_file(dolma2_path()));
+  }();
+  return tokenizer;
+}
+
+#define REQUIRE_DOLMA2()                                                                     \
+  const ::tandem::Tokenizer* tok = ::tandem::testing::dolma2();                              \
+  ASSERT_NE(tok, nullptr) << ::tandem::testing::dolma2_path()                                \
+                          << " is missing: run scripts/fetch_data.sh first (it fetches the " \
+                             "dolma2 tokenizer and the corpus)"
+
+}  // namespace tandem::testing

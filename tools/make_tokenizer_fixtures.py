@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Writes the tokenizer parity fixtures (tests/fixtures/tokenizer/) with the real HF `tokenizers`.
+
+Inputs come from scripts/fetch_data.sh's cache (${TANDEM_DATA_DIR:-<repo>/.cache/data}): the
+dolma2 tokenizer and the Debian-documentation corpus. Outputs (each records the package versions):
+  dolma2_adversarial.json        hand-written hard strings + seeded random strings -> dolma2 ids;
+                                 JSON strings with lone surrogates, which HF refuses
+  dolma2_corpus_digests.json.gz  per corpus document: text sha256, token count, sha256 of the ids
+                                 (little-endian uint32); the ids themselves are too big to commit
+  gpt2_style_tokenizer.json      a GPT-2-style byte-level BPE (ByteLevel pre-tokenizer with GPT-2's
+                                 regex, merges in ["a","b"] form) trained here with `tokenizers` on
+                                 corpus text, plus added tokens using lstrip/rstrip/single_word/
+                                 normalized; GPT-2's own tokenizer.json is not shipped by any PyPI
+                                 package we can fetch offline
+  gpt2_style_prefix_space.json   the same with add_prefix_space=true and merges as "a b" strings
+  gpt2_style_cases.json          ids of both for the hard strings and corpus snippets
+Usage: python3 tools/make_tokenizer_fixtures.py   (run scripts/fetch_data.sh first)
+"""
+import gzip
+import hashlib
+import json
+import os
+import random
+import struct
+import sys
+import time
+
+import tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.environ.get("TANDEM_DATA_DIR") or os.path.join(REPO, ".cache", "data")
+OUT = os.path.join(REPO, "tests", "fixtures", "tokenizer")
+VERSIONS = {"tokenizers": tokenizers.__version__, "python": sys.version.split()[0]}
+
+HARD_STRINGS = [
+    "", "hello world", " ", "  ", "a", "\x00", "\x7f\x01\x1b[0m",
+    # emoji, including ZWJ sequences, skin tones, flags, keycaps
+    "👋🏽 family: 👨‍👩‍👧‍👦 flags 🇺🇸🇯🇵 keycap 1️⃣ 😀😃😄!!",
+    "🤖🤖🤖🤖🤖🤖", "I ❤️ NY ☕",
+    # combining marks and zalgo
+    "e\u0301 n\u0303 a\u030a\u0323 Z\u0334\u0321\u031b\u031d\u031ea\u0337l\u0338g\u0335o\u0336",
+    "\u0301\u0301 leading combining", "Cafe\u0301 vs Café",
+    # CJK and other scripts
+    "日本語のテキストと中文文本，한국어 텍스트。", "中文標點：「引號」、頓號；分號！",
+    "Привет мир! Ελληνικά. עברית. العربية. हिन्दी ไทย ქართული",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝐛𝐨𝐥𝐝 \U0010fffd \ue000 \ufeffBOM",
+    # whitespace runs of every kind
+    "a    b", "   ", "\t\t\t", "x \n\n\n  y", "trailing   ", "   leading", "a \t \n b",
+    "\u00a0\u2003nbsp and em space", "\u3000ideographic\u3000space", "\u180e mongolian vs\u180eo",
+    "\u0085 NEL \u0085", "\u2028 line sep \u2029 para sep", "\u200b zero width \u200b",
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f",
+    "\v vertical \f feed",
+    # CRLF and tabs
+    "line1\r\nline2\r\n\r\nline3\r", "\r\n\r\n", "\r\r\n\n\r", "end.\r\n   \r\n",
+    "\tindent\n\t\tdouble\n\t \tmixed", "col1\tcol2\t\tcol4",
+    # digits
+    "1234567890123456789012345678901234567890", "3.14159265358979 -42 +7e-10 0x1F",
+    "٣٤٥ arabic-indic, १२३ devanagari, ①②③ ⅷ ½", "2024-01-02T03:04:05Z", "$1,234,567.89",
+    # contractions in all cases
+    "I'm you're he's she'd we'll they've can't won't",
+    "I'M YOU'RE HE'S SHE'D WE'LL THEY'VE CAN'T WON'T",
+    "i'M yOu'Re He'S sHe'D wE'lL tHeY'vE", "'s 't 're 've 'm 'll 'd", "''s'''t",
+    "it\u2019s curly \u2019s", "long s: '\u017f 'ſ", "Kelvin 'k 'K", "dotted 'İ 'ı",
+    # added tokens inside text
+    "hello<|endoftext|>world", "<|endoftext|><|endoftext|>", "a <|pad|> b",
+    "<|endoftext|", "<|endoftext|>>", "<<|endoftext|>", "<|extra_id_0|>x<|extra_id_10|>",
+    "<|fim_prefix|>def f():<|fim_suffix|>return<|fim_middle|>",
+    "  <|endoftext|>  ", "\n<|endoftext|>\n", "<|endofprompt|><|endoftext|>",
+    # long words
+    "a" * 1000, "=" * 300, " " * 500, "ab" * 400, "-_" * 200 + "\n" * 50, "\n" * 300,
+    "x" + "\u0301" * 100,
+    # code and markup
+    "def f(x):\n    return x**2  # comment\n\n\nclass A:\n\tpass\n",
+    "<div class=\"a\">&amp;&#x27;</div>", "```python\nprint('hi')\n```",
+    "don't stop\n\n\n   believing\t\t!!!???...   ",
+]
+
+# JSON text with lone surrogates: Python's json module accepts it, HF cannot encode the result;
+# a valid surrogate pair is included as the control.
+SURROGATE_JSON = ['"\\ud800"', '"abc\\udfff def"', '"\\udc00\\ud800"', '"ok \\ud83d\\ude00 pair"']
+
+FUZZ_POOL = (list("abcXYZ019'’ \t\r\n.,!?-_<|>=") + ["s", "t", "re", "ll", "'S", "'T"] +
+             ["\u00a0", "\u3000", "\u180e", "\u0085", "\u2028", "é", "e\u0301", "ß", "ſ", "İ",
+              "日", "本", "한", "😀", "👨‍👩‍👧", "🇯🇵", "٣", "①", "\u200b", "\ufeff",
+              "<|endoftext|>", "<|pad|>", "  ", "\r\n", "123", "4567"])
+
+
+def fuzz_strings(n, seed):
+    rng = random.Random(seed)
+    return ["".join(rng.choice(FUZZ_POOL) for _ in range(rng.randint(1, 40))) for _ in range(n)]
+
+
+def ids_digest(ids):
+    return hashlib.sha256(struct.pack(f"<{len(ids)}I", *ids)).hexdigest()[:16]
+
+
+def write_json(name, obj, indent=None):
+    path = os.path.join(OUT, name)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=True, indent=indent)
+        f.write("\n")
+    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+
+
+def read_corpus():
+    manifest = json.load(open(os.path.join(CACHE, "corpus", "MANIFEST.json")))
+    parts = []
+    for part in manifest["parts"]:
+        with open(os.path.join(CACHE, "corpus", part["file"]), encoding="utf-8") as f:
+            docs = [json.loads(line) for line in f]
+        parts.append((part, docs))
+    return manifest, parts
+
+
+def dolma2_fixtures(manifest, parts):
+    path = os.path.join(CACHE, "tokenizers", "allenai_dolma2.json")
+    tok = Tokenizer.from_file(path)
+    sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    texts = HARD_STRINGS + fuzz_strings(400, seed=1234)
+    cases = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in texts]
+    rejected = []
+    for raw in SURROGATE_JSON:
+        text = json.loads(raw)
+        try:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            rejected.append({"json": raw, "hf_ids": ids})
+        except Exception as e:  # lone surrogates cannot become a Rust string
+            rejected.append({"json": raw, "hf_error": f"{type(e).__name__}: {e}"})
+    write_json("dolma2_adversarial.json", {
+        "generator": "tools/make_tokenizer_fixtures.py", "versions": VERSIONS,
+        "tokenizer_sha256": sha, "cases": cases, "surrogate_json": rejected}, indent=0)
+
+    start = time.time()
+    out_parts, total_bytes, total_tokens = [], 0, 0
+    for part, docs in parts:
+        encodings = tok.encode_batch([d["text"] for d in docs], add_special_tokens=False)
+        rows = []
+        for d, e in zip(docs, encodings):
+            text_bytes = d["text"].encode("utf-8")
+            total_bytes += len(text_bytes)
+            total_tokens += len(e.ids)
+            rows.append([d["id"], hashlib.sha256(text_bytes).hexdigest()[:16], len(e.ids),
+                         ids_digest(e.ids)])
+        out_parts.append({"name": part["name"], "file": part["file"], "documents": rows})
+    print(f"dolma2 corpus: {total_bytes / 1e6:.1f} MB, {total_tokens} tokens, "
+          f"{time.time() - start:.1f} s")
+    obj = {"generator": "tools/make_tokenizer_fixtures.py", "versions": VERSIONS,
+           "tokenizer_sha256": sha, "packages": manifest["packages"], "text_bytes": total_bytes,
+           "tokens": total_tokens, "digest": "sha256 hex[:16]; ids as little-endian uint32",
+           "parts": out_parts}
+    path = os.path.join(OUT, "dolma2_corpus_digests.json.gz")
+    with gzip.GzipFile(path, "wb", mtime=0) as f:
+        f.write(json.dumps(obj, ensure_ascii=True).encode())
+    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+
+
+ADDED_TOKEN_CASES = [
+    "x [lstrip] y", "x   [lstrip]y", "[lstrip]", "x  <rs>   y", "<rs>\n\nz", "a word b",
+    "awordb", "word", "word.", "(word)", "wordy word", "éword", "word_x", "Hello there HelloHello",
+    "<|endoftext|>Hello<|endoftext|>", "  [lstrip]  <rs>  word  Hello  ",
+]
+
+
+def gpt2_style_fixtures(parts):
+    sample = []
+    for _, docs in parts:
+        for d in docs[:150]:
+            sample.append(d["text"][:20000])
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1500, min_frequency=2, show_progress=False,
+                                  special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(sample, trainer=trainer)
+    tok.add_tokens([AddedToken("[lstrip]", lstrip=True, normalized=False),
+                    AddedToken("<rs>", rstrip=True, normalized=False),
+                    AddedToken("word", single_word=True, normalized=True),
+                    AddedToken("Hello", normalized=True)])
+    # HF refuses unknown keys in tokenizer.json, so the provenance lives in gpt2_style_cases.json.
+    plain = json.loads(tok.to_str())
+    prefixed = json.loads(tok.to_str())
+    prefixed["pre_tokenizer"]["add_prefix_space"] = True
+    prefixed["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m
+                                   for m in prefixed["model"]["merges"]]
+    assert isinstance(plain["model"]["merges"][0], list), "expected [a, b] merges"
+    write_json("gpt2_style_tokenizer.json", plain)
+    write_json("gpt2_style_prefix_space.json", prefixed)
+
+    rng = random.Random(99)
+    snippets = []
+    for _, docs in parts:
+        for d in rng.sample(docs, 8):
+            start = rng.randrange(0, max(1, len(d["text"]) - 600))
+            snippets.append(d["text"][start:start + 600])
+    texts = HARD_STRINGS + ADDED_TOKEN_CASES + fuzz_strings(200, seed=77) + snippets
+    cases = {}
+    for name, obj in (("gpt2_style_tokenizer.json", plain),
+                      ("gpt2_style_prefix_space.json", prefixed)):
+        t = Tokenizer.from_str(json.dumps(obj))
+        cases[name] = [t.encode(s, add_special_tokens=False).ids for s in texts]
+    write_json("gpt2_style_cases.json", {
+        "generator": "tools/make_tokenizer_fixtures.py",
+        "tokenizers": ("GPT-2-style byte-level BPE (vocab 1500) trained with tokenizers on "
+                       "Debian documentation text; the prefix_space variant sets "
+                       "add_prefix_space=true and writes merges as \"a b\""),
+        "versions": VERSIONS, "texts": texts, "ids": cases})
+
+
+def main():
+    which = sys.argv[1:] or ["dolma2", "gpt2"]  # e.g. `... gpt2` remakes only the GPT-2 ones
+    os.makedirs(OUT, exist_ok=True)
+    manifest, parts = read_corpus()
+    if "dolma2" in which:
+        dolma2_fixtures(manifest, parts)
+    if "gpt2" in which:
+        gpt2_style_fixtures(parts)
+
+
+if __name__ == "__main__":
+    main()
