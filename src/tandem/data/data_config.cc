@@ -1,0 +1,147 @@
+#include "tandem/data/data_config.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "tandem/core/error.h"
+
+namespace tandem::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool has_wildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+std::string resolve(const std::string& path, const std::string& base_dir) {
+  if (base_dir.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(base_dir) / path).lexically_normal().string();
+}
+
+std::vector<std::string> expand(const std::string& pattern, const std::string& where) {
+  TANDEM_CHECK(pattern.find("**") == std::string::npos,
+               "{}: '**' patterns are not supported ('{}'); list the directories", where, pattern);
+  if (!has_wildcard(pattern)) {
+    std::error_code ec;
+    TANDEM_CHECK(fs::is_regular_file(pattern, ec), "{}: token file {} does not exist", where,
+                 pattern);
+    return {pattern};
+  }
+  glob_t g{};
+  int rc = ::glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0)
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  TANDEM_CHECK(!out.empty(), "{}: pattern '{}' did not match any files", where, pattern);
+  std::sort(out.begin(), out.end());  // byte order, like Python's sorted()
+  return out;
+}
+
+void check_positive(std::int64_t v, const std::string& where) {
+  TANDEM_CHECK(v > 0, "{} must be positive, got {}", where, v);
+}
+
+}  // namespace
+
+std::vector<std::string> DataConfig::all_files() const {
+  std::vector<std::string> out;
+  for (const auto& s : sources) out.insert(out.end(), s.files.begin(), s.files.end());
+  return out;
+}
+
+std::int64_t DataConfig::chunk_size() const {
+  return max_target_sequence_length ? *max_target_sequence_length / sequence_length : 1;
+}
+
+DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
+  DataConfig c;
+  // Sources: either `paths` (one unlabelled source) or `sources: [{label, paths}]`.
+  TANDEM_CHECK(s.has("paths") != s.has("sources"), "{}: give exactly one of 'paths' or 'sources'",
+               s.where(""));
+  if (s.has("paths")) {
+    DataSource src;
+    src.label = "default";
+    src.patterns = s.get_string_list("paths");
+    c.sources.push_back(src);
+  } else {
+    YAML::Node list = s.raw("sources");
+    TANDEM_CHECK(list.IsSequence() && list.size() > 0,
+                 "{}: expected a non-empty list of {{label, paths}}", s.where("sources"));
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      ConfigSection item(list[i], s.path() + ".sources[" + std::to_string(i) + "]");
+      DataSource src;
+      src.label = item.get_string("label", "source" + std::to_string(i));
+      src.patterns = item.get_string_list("paths");
+      item.finish();
+      c.sources.push_back(src);
+    }
+  }
+  for (auto& src : c.sources) {
+    TANDEM_CHECK(!src.patterns.empty(), "{}: source '{}' has no paths", s.where("paths"),
+                 src.label);
+    for (auto& p : src.patterns) {
+      p = resolve(p, base_dir);
+      auto files = expand(p, s.where(s.has("paths") ? "paths" : "sources"));
+      src.files.insert(src.files.end(), files.begin(), files.end());
+    }
+  }
+
+  c.sequence_length = s.get_int("sequence_length");
+  check_positive(c.sequence_length, s.where("sequence_length"));
+  c.max_target_sequence_length = s.get_optional_int("max_target_sequence_length");
+  if (c.max_target_sequence_length) {
+    auto m = *c.max_target_sequence_length;
+    TANDEM_CHECK(m >= c.sequence_length && m % c.sequence_length == 0,
+                 "{} ({}) must be a multiple of sequence_length ({})",
+                 s.where("max_target_sequence_length"), m, c.sequence_length);
+  }
+  c.global_batch_size = s.get_int("global_batch_size");
+  check_positive(c.global_batch_size, s.where("global_batch_size"));
+  TANDEM_CHECK(c.global_batch_size % c.sequence_length == 0,
+               "{} ({} tokens) must be a multiple of sequence_length ({})",
+               s.where("global_batch_size"), c.global_batch_size, c.sequence_length);
+  c.seed = s.get_int("seed");
+  TANDEM_CHECK(c.seed >= 0, "{} must be non-negative", s.where("seed"));
+  c.vocab_size = s.get_int("vocab_size");
+  check_positive(c.vocab_size, s.where("vocab_size"));
+  c.dtype = s.has("dtype") ? token_dtype_from_name(s.get_string("dtype"))
+                           : token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size));
+  s.mark_used("dtype");
+  c.eos_token_id = s.get_int("eos_token_id");
+  c.pad_token_id = s.get_int("pad_token_id");
+  c.bos_token_id = s.get_optional_int("bos_token_id");
+  c.shuffle = s.get_bool("shuffle", true);
+  if (s.has("instance_filter_config")) {
+    ConfigSection f = s.section("instance_filter_config");
+    RepetitionFilterConfig rf;
+    rf.max_period = f.get_int("repetition_max_period", rf.max_period);
+    rf.min_period = f.get_int("repetition_min_period", rf.min_period);
+    rf.max_count = f.get_int("repetition_max_count", rf.max_count);
+    f.finish();
+    check_positive(rf.min_period, f.where("repetition_min_period"));
+    check_positive(rf.max_count, f.where("repetition_max_count"));
+    c.instance_filter = rf;
+  } else {
+    s.mark_used("instance_filter_config");
+  }
+  c.ignore_fingerprint_mismatch = s.get_bool("ignore_fingerprint_mismatch", false);
+  c.validate_token_ids = s.get_bool("validate_token_ids", false);
+  c.micro_batch_size = s.get_int("micro_batch_size", 0);
+  TANDEM_CHECK(c.micro_batch_size >= 0, "{} must be >= 0", s.where("micro_batch_size"));
+  c.prefetch_batches = s.get_int("prefetch_batches", 2);
+  check_positive(c.prefetch_batches, s.where("prefetch_batches"));
+  s.finish();
+  return c;
+}
+
+DataConfig load_data_config(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root = load_yaml_config(path, overrides);
+  TANDEM_CHECK(root["data"] && root["data"].IsMap(), "{}: expected a top-level 'data:' mapping",
+               path);
+  std::string base = fs::path(path).parent_path().string();
+  return parse_data_config(ConfigSection(root["data"], "data", path), base);
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,58 @@
+// The `data:` mapping of a run config (tandem data commands read it from a config file; the
+// trainer embeds the same mapping in its run config). Keys follow OLMo-core's
+// NumpyFSLDatasetConfig / NumpyDataLoaderConfig names; docs/data-pipeline.md lists them all.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/data/repetition_filter.h"
+#include "tandem/io/config.h"
+#include "tandem/io/token_file.h"
+
+namespace tandem::data {
+
+// One labelled source of a mix: its files after glob expansion, in mix order.
+struct DataSource {
+  std::string label;
+  std::vector<std::string> patterns;  // as written (relative ones resolved against the config)
+  std::vector<std::string> files;     // expanded, sorted per pattern (OLMo-core sorts globs)
+};
+
+struct DataConfig {
+  std::vector<DataSource> sources;
+  std::int64_t sequence_length = 0;
+  std::optional<std::int64_t> max_target_sequence_length;
+  std::int64_t global_batch_size = 0;  // tokens, as in OLMo-core
+  std::int64_t seed = 0;
+  std::int64_t vocab_size = 0;
+  TokenDtype dtype = TokenDtype::kU32;
+  std::int64_t eos_token_id = 0;
+  std::int64_t pad_token_id = 0;
+  std::optional<std::int64_t> bos_token_id;
+  bool shuffle = true;
+  std::optional<RepetitionFilterConfig> instance_filter;
+  bool ignore_fingerprint_mismatch = false;
+  bool validate_token_ids = false;    // scan every file for ids >= vocab_size when opening
+  std::int64_t micro_batch_size = 0;  // instances per micro-batch; 0 = the whole rank batch
+  std::int64_t prefetch_batches = 2;
+
+  std::vector<std::string> all_files() const;  // every file, in mix order
+  std::int64_t instances_per_batch() const { return global_batch_size / sequence_length; }
+  // Instances per chunk of the shuffle (max_target_sequence_length / sequence_length, else 1).
+  std::int64_t chunk_size() const;
+};
+
+// Reads and checks a `data:` mapping. Relative paths and globs are resolved against base_dir
+// (the directory of the config file). Unknown keys, missing files and empty globs are errors
+// naming the key.
+DataConfig parse_data_config(ConfigSection section, const std::string& base_dir = "");
+
+// Convenience for the CLI and tests: loads `path` (with key=value overrides) and parses its
+// top-level `data:` mapping; other top-level keys are left to their owners.
+DataConfig load_data_config(const std::string& path,
+                            const std::vector<std::string>& overrides = {});
+
+}  // namespace tandem::data

@@ -1,0 +1,105 @@
+// End-to-end: `tandem data batches` and `tandem data audit` on a fixture token set.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <sys/wait.h>
+#include <array>
+#include <cstdio>
+
+#include "data_test_util.h"
+
+namespace tandem::data {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(TANDEM_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string write_config(const std::string& dir) {
+  auto fx = testing::read_json_fixture("loader_a.json");
+  std::string path = dir + "/data.yaml";
+  testing::write_text(path, testing::fixture_config_yaml(fx, "a", 34521));
+  return path;
+}
+
+TEST(Cli, BatchesPrintsOlmoCoreOrderPerRank) {
+  std::string dir = testing::temp_dir("cli_batches");
+  std::string cfg = write_config(dir);
+  auto fx = testing::read_json_fixture("loader_a.json");
+  const nlohmann::json* run2 = nullptr;
+  for (const auto& r : fx["runs"])
+    if (r["seed"] == 34521 && r["world_size"] == 2 && r["epoch"] == 1) run2 = &r;
+  ASSERT_NE(run2, nullptr);
+  Result r = run("data batches " + cfg + " --world-size 2 --from-step 3 --steps 2 --hash");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<nlohmann::json> lines;
+  std::size_t start = 0, nl;
+  while ((nl = r.out.find('\n', start)) != std::string::npos) {
+    lines.push_back(nlohmann::json::parse(r.out.substr(start, nl - start)));
+    start = nl + 1;
+  }
+  ASSERT_EQ(lines.size(), 4u);
+  for (const auto& line : lines) {
+    int step = line["step"], rank = line["rank"];
+    EXPECT_EQ(line["instances"], (*run2)["ranks"][rank][step]["ids"]) << line.dump();
+    EXPECT_EQ(line["tokens_xxh64"].get<std::string>().size(), 16u);
+  }
+  EXPECT_EQ(lines[0]["step"], 3);
+  EXPECT_EQ(lines[1]["rank"], 1);
+}
+
+TEST(Cli, BatchesResumesFromASavedStateAndRefusesChangedSeed) {
+  std::string dir = testing::temp_dir("cli_state");
+  std::string cfg = write_config(dir);
+  Result a = run("data batches " + cfg + " --steps 5 --save-state " + dir + "/s.json");
+  ASSERT_EQ(a.code, 0) << a.out;
+  Result b = run("data batches " + cfg + " --world-size 4 --rank 3 --steps 1 --resume-state " +
+                 dir + "/s.json");
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_NE(b.out.find("\"step\":5"), std::string::npos) << b.out;
+  Result c =
+      run("data batches " + cfg + " data.seed=7 --steps 1 --resume-state " + dir + "/s.json");
+  EXPECT_NE(c.code, 0);
+  EXPECT_NE(c.out.find("seed 34521 but the config has seed 7"), std::string::npos) << c.out;
+}
+
+TEST(Cli, AuditExitsZeroWhenEverythingHolds) {
+  std::string dir = testing::temp_dir("cli_audit");
+  std::string cfg = write_config(dir);
+  Result r = run("data audit " + cfg + " --world-sizes 1,2,4,8 --resume-at '10:8>2' --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(j["resumes_checked"].size(), 1u);
+  Result text = run("data audit " + cfg);
+  EXPECT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("OK:"), std::string::npos);
+}
+
+TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
+  std::string dir = testing::temp_dir("cli_bad");
+  testing::write_text(dir + "/data.yaml", "data: {paths: [missing.npy], sequence_length: 4}\n");
+  Result r = run("data batches " + dir + "/data.yaml");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("missing.npy does not exist"), std::string::npos) << r.out;
+  Result w = run("data audit " + write_config(dir) + " --world-sizes 1,x");
+  EXPECT_NE(w.code, 0);
+  EXPECT_NE(w.out.find("'x' is not a positive integer"), std::string::npos) << w.out;
+}
+
+}  // namespace
+}  // namespace tandem::data

@@ -1,0 +1,73 @@
+// Helpers shared by the data tests: fixture paths, temporary directories and small configs.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tandem/core/atomic_file.h"
+#include "tandem/data/data_config.h"
+#include "tandem/io/config.h"
+
+namespace tandem::data::testing {
+
+inline std::string fixture(const std::string& name) {
+  return std::string(TANDEM_FIXTURES_DIR) + "/data/" + name;
+}
+
+inline nlohmann::json read_json_fixture(const std::string& name) {
+  return nlohmann::json::parse(read_file(fixture(name)));
+}
+
+// A fresh, empty directory under the system temp dir.
+inline std::string temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("tandem_data_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+template <typename T>
+void write_tokens(const std::string& path, const std::vector<T>& tokens) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(tokens.data()),
+          static_cast<std::streamsize>(tokens.size() * sizeof(T)));
+}
+
+inline DataConfig parse_yaml(const std::string& yaml, const std::string& base_dir = "") {
+  YAML::Node root = YAML::Load(yaml);
+  return parse_data_config(ConfigSection(root["data"], "data", "test.yaml"), base_dir);
+}
+
+// The data config matching one of the OLMo-core loader fixtures (loader_a.json, loader_b.json).
+inline std::string fixture_config_yaml(const nlohmann::json& fx, const std::string& set,
+                                       std::int64_t seed) {
+  std::string paths;
+  for (const auto& f : fx["files"])
+    paths += "\"" + fixture("tokens_" + set + "/" + f.get<std::string>()) + "\", ";
+  std::string yaml = "data:\n";
+  yaml += "  paths: [" + paths + "]\n";
+  yaml += "  sequence_length: " + std::to_string(fx["sequence_length"].get<int>()) + "\n";
+  yaml += "  global_batch_size: " + std::to_string(fx["global_batch_size"].get<int>()) + "\n";
+  yaml += "  seed: " + std::to_string(seed) + "\n";
+  yaml += "  vocab_size: " + std::to_string(fx["vocab_size"].get<int>()) + "\n";
+  yaml += "  dtype: " + fx["dtype"].get<std::string>() + "\n";
+  yaml += "  eos_token_id: " + std::to_string(fx["eos_token_id"].get<int>()) + "\n";
+  yaml += "  pad_token_id: " + std::to_string(fx["pad_token_id"].get<int>()) + "\n";
+  if (!fx["max_target_sequence_length"].is_null())
+    yaml += "  max_target_sequence_length: " +
+            std::to_string(fx["max_target_sequence_length"].get<int>()) + "\n";
+  if (fx["instance_filter"].get<bool>()) yaml += "  instance_filter_config: {}\n";
+  return yaml;
+}
+
+}  // namespace tandem::data::testing
