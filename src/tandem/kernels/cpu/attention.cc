@@ -83,6 +83,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
         for (i64 r = 0; r < nq; ++r) {
           float* sr = s.data() + r * kKeyTile;
           float tile_max = detail::kNegInf;
+#pragma omp simd reduction(max : tile_max)
           for (i64 c = 0; c < nk; ++c) tile_max = std::max(tile_max, sr[c]);
           const float new_max = std::max(row_max[r], tile_max);
           if (new_max == detail::kNegInf) {  // nothing visible to this row yet
@@ -90,13 +91,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
             continue;
           }
           const float correction = detail::exp_f32(row_max[r] - new_max);
-          float tile_sum = 0.0f;
-#pragma omp simd reduction(+ : tile_sum)
-          for (i64 c = 0; c < nk; ++c) {
-            const float p = detail::exp_f32(sr[c] - new_max);
-            sr[c] = p;
-            tile_sum += p;
-          }
+          const float tile_sum = detail::exp_shifted_sum(sr, nk, new_max);
           row_sum[r] = row_sum[r] * correction + tile_sum;
           row_max[r] = new_max;
           if (correction != 1.0f) {
@@ -180,9 +175,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
             const bool masked = block_needs_mask(i0, nq, j0, nk, window);
             for (i64 r = 0; r < nq; ++r) {
               float* pr = p.data() + r * kKeyTile;
-              const float l = lse_h[i0 + r];
-#pragma omp simd
-              for (i64 c = 0; c < nk; ++c) pr[c] = detail::exp_f32(pr[c] - l);
+              detail::exp_shifted_sum(pr, nk, lse_h[i0 + r]);  // P = exp(S - lse)
               if (masked) {
                 for (i64 c = 0; c < nk; ++c) {
                   if (!visible(i0 + r, j0 + c, window)) pr[c] = 0.0f;

@@ -22,14 +22,9 @@ struct RowStats {
 };
 RowStats exponentiate_row(float* row, i64 V) {
   float row_max = detail::kNegInf;
+#pragma omp simd reduction(max : row_max)
   for (i64 c = 0; c < V; ++c) row_max = std::max(row_max, row[c]);
-  double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-  for (i64 c = 0; c < V; ++c) {
-    const float e = detail::exp_f32(row[c] - row_max);
-    row[c] = e;
-    sum += static_cast<double>(e);
-  }
+  const double sum = detail::exp_shifted_sum_double(row, V, row_max);
   return {static_cast<double>(row_max) + std::log(sum), sum};
 }
 
