@@ -156,3 +156,36 @@ TEST(Loader, RefusesWorldSizesThatDoNotDivideTheBatch) {
 
 }  // namespace
 }  // namespace tandem::data
+
+namespace tandem::data {
+namespace {
+
+TEST(DataConfig, LabelledSourcesKeepMixOrderAndSortGlobs) {
+  std::string dir = testing::temp_dir("mix");
+  std::filesystem::create_directories(dir + "/web");
+  for (const char* name : {"web/b.npy", "web/a.npy", "web/c.bin", "code.npy"})
+    testing::write_tokens(dir + "/" + name, std::vector<std::uint16_t>(40, 7));
+  DataConfig c = testing::parse_yaml(
+      "data:\n"
+      "  sources:\n"
+      "    - {label: code, paths: [code.npy]}\n"
+      "    - {label: web, paths: [\"web/*.npy\"]}\n"
+      "  sequence_length: 8\n  global_batch_size: 16\n  seed: 1\n  vocab_size: 50000\n"
+      "  eos_token_id: 0\n  pad_token_id: 1\n",
+      dir);
+  auto files = c.all_files();
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(std::filesystem::path(files[0]).filename(), "code.npy");
+  EXPECT_EQ(std::filesystem::path(files[1]).filename(), "a.npy");
+  EXPECT_EQ(std::filesystem::path(files[2]).filename(), "b.npy");
+  EXPECT_EQ(c.dtype, TokenDtype::kU16);
+  TokenDataset ds(c);
+  EXPECT_EQ(ds.num_instances(), 15u);  // 5 per file, remainder dropped
+  EXPECT_EQ(ds.source_label(0), "code");
+  EXPECT_EQ(ds.source_label(2), "web");
+  EXPECT_EQ(ds.locate(7).file, 1u);
+  EXPECT_EQ(ds.locate(7).local_index, 2u);
+}
+
+}  // namespace
+}  // namespace tandem::data

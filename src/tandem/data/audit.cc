@@ -249,8 +249,8 @@ AuditReport run_audit(const DataConfig& config, const AuditOptions& options) {
 
   std::vector<ResumePoint> resumes = options.resume_points;
   if (resumes.empty()) {
-    // Default: change from the largest to the smallest world size in the middle of epoch 1, and
-    // back from the smallest to the largest early in epoch 2 (when auditing two epochs).
+    // Default: change from the last to the first listed world size in the middle of epoch 1, and
+    // back early in epoch 2 (when auditing two epochs).
     ResumePoint a{per_epoch / 2 == 0 ? 1 : per_epoch / 2, valid.front(), valid.back()};
     resumes.push_back(a);
     if (options.epochs >= 2)
