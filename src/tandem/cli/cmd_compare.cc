@@ -1,13 +1,83 @@
-// Placeholder registration until the command is implemented; it refuses to run.
+// `tandem compare RUN REFERENCE --out DIR [--tolerances FILE.yaml]`: aligns a run with a
+// reference run or curve file by tokens, checks the differences against tolerances, runs the
+// repeated-data alarm and writes a report (Markdown, JSON, PNG plots). Exit 1 on a breach or an
+// alarm.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/eval/compare.h"
+#include "tandem/eval/curves.h"
+#include "tandem/eval/repeated_data_alarm.h"
+#include "tandem/eval/report.h"
 
 namespace tandem::cli {
+namespace {
+
+struct CompareArgs {
+  std::string run;
+  std::string reference;
+  std::string out;
+  std::string tolerances;
+  double alarm_threshold = 0.1;
+  bool no_plots = false;
+};
+
+int run_compare(const CompareArgs& args) {
+  namespace fs = std::filesystem;
+  TANDEM_CHECK(fs::is_directory(args.run), "{}: not a run directory", args.run);
+  eval::Curves run = eval::load_curves(args.run);
+  eval::Curves reference = eval::load_curves(args.reference);
+  eval::Tolerances tol = args.tolerances.empty() ? eval::Tolerances::defaults()
+                                                 : eval::Tolerances::from_file(args.tolerances);
+  eval::Comparison comparison = eval::compare_curves(run, reference, tol);
+  eval::AlarmOptions alarm_options;
+  alarm_options.threshold = args.alarm_threshold;
+  eval::AlarmResult alarm = eval::check_repeated_data(run, &reference, alarm_options);
+  eval::attach_audit_counts(args.run, alarm);
+
+  eval::ReportOptions options;
+  options.run_label = fs::path(args.run).filename().string();
+  options.reference_label = fs::path(args.reference).filename().string();
+  if (options.run_label.empty()) options.run_label = "run";
+  if (options.reference_label.empty() || options.reference_label == options.run_label) {
+    options.reference_label = "reference";
+  }
+  options.plots = !args.no_plots;
+  auto pngs = eval::write_report(args.out, run, reference, comparison, alarm, options);
+
+  for (const auto& m : comparison.metrics) {
+    if (!m.checked()) continue;
+    std::cout << fmt::format("{:<40} {:>4} points  max |diff| {:.5f}  tol {:g}  {}\n", m.metric,
+                             m.tokens.size(), m.max_abs_diff, *m.tolerance,
+                             m.pass() ? "pass" : "FAIL");
+  }
+  std::cout << fmt::format("repeated-data alarm: {}\n", alarm.triggered ? "ALARM" : "clear");
+  std::cout << fmt::format("report: {}/summary.md ({} plots)\n", args.out, pngs.size());
+  bool ok = comparison.pass() && !alarm.triggered;
+  std::cout << (ok ? "PASS\n" : "FAIL\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
 
 void add_compare_command(CLI::App& app, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("compare", "(not yet implemented)");
-  cmd->allow_extras();
-  cmd->callback([&exit_code] { fail("'compare' is not implemented yet"); });
+  auto args = std::make_shared<CompareArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Compare a run with a reference run or curve file; write a report with plots");
+  cmd->add_option("run", args->run, "run directory (metrics.jsonl, audit.json)")->required();
+  cmd->add_option("reference", args->reference,
+                  "reference run directory, or a curve file (.csv or .jsonl)")
+      ->required();
+  cmd->add_option("--out", args->out, "report directory")->required();
+  cmd->add_option("--tolerances", args->tolerances, "YAML file: tolerances: {metric-glob: tol}");
+  cmd->add_option("--alarm-threshold", args->alarm_threshold,
+                  "repeated-data alarm threshold in nats (default 0.1)");
+  cmd->add_flag("--no-plots", args->no_plots, "skip the PNG plots");
+  cmd->callback([args, &exit_code] { exit_code = run_compare(*args); });
 }
 
 }  // namespace tandem::cli

