@@ -1,0 +1,62 @@
+#include "tandem/optim/optim_config.h"
+
+#include <cmath>
+
+#include "tandem/core/error.h"
+
+namespace tandem::optim {
+namespace {
+
+std::optional<double> optional_positive(ConfigSection& s, const std::string& key, double fallback) {
+  s.mark_used(key);
+  if (s.raw(key).IsDefined() && s.raw(key).IsNull()) return std::nullopt;  // explicit null: off
+  double v = s.get_double(key, fallback);
+  TANDEM_CHECK(v > 0.0 && std::isfinite(v), "{} must be > 0 (or null to turn it off), got {}",
+               s.where(key), v);
+  return v;
+}
+
+}  // namespace
+
+OptimConfig read_optim_config(ConfigSection s) {
+  OptimConfig c;
+  std::string name = s.get_string("name", "skip_step_adamw");
+  TANDEM_CHECK(name == "skip_step_adamw" || name == "adamw",
+               "{}: unknown optimiser '{}' (expected skip_step_adamw or adamw)", s.where("name"),
+               name);
+  c.skip_step = name == "skip_step_adamw";
+  c.lr = s.get_double("lr", c.lr);
+  TANDEM_CHECK(c.lr >= 0.0 && std::isfinite(c.lr), "{} must be >= 0, got {}", s.where("lr"), c.lr);
+  if (s.has("betas")) {
+    YAML::Node b = s.raw("betas");
+    TANDEM_CHECK(b.IsSequence() && b.size() == 2, "{}: expected [beta1, beta2]", s.where("betas"));
+    try {
+      c.adamw.beta1 = b[0].as<double>();
+      c.adamw.beta2 = b[1].as<double>();
+    } catch (const YAML::Exception&) {
+      fail("{}: expected two numbers", s.where("betas"));
+    }
+  }
+  s.mark_used("betas");
+  c.adamw.eps = s.get_double("eps", c.adamw.eps);
+  c.adamw.weight_decay = s.get_double("weight_decay", c.adamw.weight_decay);
+  try {
+    c.adamw.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", s.where(""), e.what());
+  }
+  c.skip.rolling_interval_length =
+      s.get_int("rolling_interval_length", c.skip.rolling_interval_length);
+  c.skip.sigma_factor = s.get_double("sigma_factor", c.skip.sigma_factor);
+  try {
+    c.skip.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", s.where(""), e.what());
+  }
+  c.max_grad_norm = optional_positive(s, "max_grad_norm", 1.0);
+  c.z_loss_multiplier = optional_positive(s, "z_loss_multiplier", 1e-5);
+  s.finish();
+  return c;
+}
+
+}  // namespace tandem::optim

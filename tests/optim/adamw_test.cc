@@ -1,0 +1,193 @@
+#include "tandem/optim/adamw.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "fixture.h"
+#include "tandem/core/error.h"
+
+namespace tandem::optim {
+namespace {
+
+struct Model {
+  std::vector<std::vector<float>> params, grads;
+  std::vector<ParamBuffer> buffers(const std::vector<std::string>& names,
+                                   const std::vector<bool>& decay) {
+    std::vector<ParamBuffer> out;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      out.push_back({names[i], params[i].data(), grads[i].data(), params[i].size(), decay[i]});
+    return out;
+  }
+};
+
+struct Mismatch {
+  double worst_rel = 0.0;
+  std::size_t not_bit_equal = 0;
+  std::size_t total = 0;
+};
+
+void compare(std::span<const float> got, const nlohmann::json& want, Mismatch& m,
+             const std::string& what) {
+  std::vector<float> ref = testing::floats(want);
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got[i]) - ref[i]);
+    // 1e-6 relative: a few fp32 ulps, room for torch's vectorised kernels to fuse differently.
+    EXPECT_LE(diff, 1e-6 * std::abs(ref[i]) + 1e-30) << what << "[" << i << "]";
+    if (ref[i] != 0.0f) m.worst_rel = std::max(m.worst_rel, diff / std::abs(ref[i]));
+    m.not_bit_equal += got[i] != ref[i];
+    ++m.total;
+  }
+}
+
+// torch.optim.AdamW (fp32) over 7 steps with changing lr (one of them 0), an all-zero gradient,
+// weight decay 0.1 with the embedding excluded, and no decay at all.
+TEST(AdamWParity, MatchesTorchAdamWElementwise) {
+  nlohmann::json fixture = testing::load_fixture("adamw.json");
+  for (const auto& c : fixture["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    Model model;
+    for (const auto& p : c["initial_params"]) {
+      model.params.push_back(testing::floats(p));
+      model.grads.emplace_back(model.params.back().size(), 0.0f);
+    }
+    std::vector<std::string> names = c["param_names"].get<std::vector<std::string>>();
+    std::vector<bool> decay;
+    for (const auto& name : names) decay.push_back(olmo_weight_decay_applies(name));
+    EXPECT_EQ(decay, c["weight_decay_applies"].get<std::vector<bool>>());
+    AdamWHyper hyper{c["betas"][0].get<double>(), c["betas"][1].get<double>(),
+                     c["eps"].get<double>(), c["weight_decay"].get<double>()};
+    AdamW opt(model.buffers(names, decay), hyper);
+    Mismatch m;
+    for (const auto& step : c["steps"]) {
+      for (std::size_t i = 0; i < model.grads.size(); ++i)
+        model.grads[i] = testing::floats(step["grads"][i]);
+      for (std::size_t i = 0; i < model.grads.size(); ++i)
+        opt.rebind(i, model.params[i].data(), model.grads[i].data());
+      opt.step(step["lr"].get<double>());
+      for (std::size_t i = 0; i < model.params.size(); ++i) {
+        compare(model.params[i], step["params"][i], m, "param " + names[i]);
+        compare(opt.exp_avg(i), step["exp_avg"][i], m, "exp_avg " + names[i]);
+        compare(opt.exp_avg_sq(i), step["exp_avg_sq"][i], m, "exp_avg_sq " + names[i]);
+      }
+    }
+    EXPECT_EQ(opt.step_count(), static_cast<std::int64_t>(c["steps"].size()));
+    std::printf("[ adamw %s ] %zu values, %zu not bit-identical to torch, worst rel %.3g\n",
+                c["name"].get<std::string>().c_str(), m.total, m.not_bit_equal, m.worst_rel);
+  }
+}
+
+TEST(AdamW, FirstStepIsBiasCorrected) {
+  // Step 1: m = 0.1 g, v = 0.05 g^2; bias correction makes the update lr * g / (|g| + eps).
+  std::vector<float> p = {1.0f, -2.0f, 0.5f}, g = {0.5f, -3.0f, 1e-3f};
+  AdamW opt({{"w", p.data(), g.data(), 3, false}}, AdamWHyper{});
+  opt.step(1e-2);
+  for (int i = 0; i < 3; ++i) {
+    const float orig = i == 0 ? 1.0f : (i == 1 ? -2.0f : 0.5f);
+    const double expected = orig - 1e-2 * g[i] / (std::abs(g[i]) + 1e-8);
+    EXPECT_NEAR(p[i], expected, 1e-6) << i;
+  }
+  EXPECT_EQ(opt.step_count(), 1);
+}
+
+TEST(AdamW, ZeroGradientsOnlyDecay) {
+  std::vector<float> p = {1.0f, -2.0f}, e = {3.0f, 4.0f}, g = {0.0f, 0.0f};
+  AdamW opt({{"blocks.0.w", p.data(), g.data(), 2, true},
+             {"embeddings.weight", e.data(), g.data(), 2, false}},
+            AdamWHyper{});
+  opt.step(1e-3);
+  EXPECT_EQ(p[0], 1.0f * static_cast<float>(1.0 - 1e-3 * 0.1));
+  EXPECT_EQ(p[1], -2.0f * static_cast<float>(1.0 - 1e-3 * 0.1));
+  EXPECT_EQ(e[0], 3.0f);  // no decay, zero moments: untouched
+  EXPECT_EQ(e[1], 4.0f);
+  for (float x : opt.exp_avg()) EXPECT_EQ(x, 0.0f);
+  for (float x : opt.exp_avg_sq()) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(AdamW, LearningRateZeroLeavesWeightsButAdvancesMoments) {
+  std::vector<float> p = {1.0f, -2.0f}, g = {0.5f, 0.25f};
+  AdamW opt({{"w", p.data(), g.data(), 2, true}}, AdamWHyper{});
+  opt.step(0.0);
+  EXPECT_EQ(p[0], 1.0f);
+  EXPECT_EQ(p[1], -2.0f);
+  EXPECT_FLOAT_EQ(opt.exp_avg()[0], 0.05f);
+  EXPECT_FLOAT_EQ(opt.exp_avg_sq()[1], 0.05f * 0.0625f);
+  EXPECT_EQ(opt.step_count(), 1);
+}
+
+std::vector<float> random_vector(std::size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  unsigned s = seed;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>(static_cast<int>(s >> 8) % 2001 - 1000) / 997.0f;
+  }
+  return v;
+}
+
+std::vector<float> run(int threads, std::size_t split) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  std::vector<float> a = random_vector(50000, 1), b = random_vector(3001, 2);
+  std::vector<float> ga = random_vector(50000, 3), gb = random_vector(3001, 4);
+  std::vector<ParamBuffer> params = {{"a", a.data(), ga.data(), a.size(), true},
+                                     {"embeddings.weight", b.data(), gb.data(), b.size(), false}};
+  AdamW whole(params, AdamWHyper{});
+  AdamW low(params, AdamWHyper{}), high(params, AdamWHyper{});
+  for (int s = 0; s < 3; ++s) {
+    if (split == 0) {
+      whole.step(1e-3 * (s + 1));
+    } else {
+      // Two "ranks" each updating their own flat range, as ZeRO-1 will.
+      low.step_range(1e-3 * (s + 1), 0, split);
+      high.step_range(1e-3 * (s + 1), split, whole.total_size());
+    }
+  }
+  omp_set_num_threads(saved);
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(AdamW, DeterministicAcrossThreadCountsAndShards) {
+  std::vector<float> one = run(1, 0);
+  EXPECT_EQ(one, run(2, 0));
+  EXPECT_EQ(one, run(3, 0));
+  EXPECT_EQ(one, run(2, 12345));  // split inside the first parameter
+  EXPECT_EQ(one, run(2, 50000));  // split at a parameter boundary
+}
+
+TEST(AdamW, StateAccessorsAndErrors) {
+  std::vector<float> p(5, 1.0f), g(5, 0.1f), q(3, 1.0f), h(3, 0.1f);
+  AdamW opt({{"a", p.data(), g.data(), 5, true}, {"b", q.data(), h.data(), 3, true}}, AdamWHyper{});
+  EXPECT_EQ(opt.total_size(), 8u);
+  EXPECT_EQ(opt.offset(1), 5u);
+  EXPECT_EQ(opt.index_of("b"), 1u);
+  EXPECT_THROW(opt.index_of("c"), Error);
+  EXPECT_EQ(opt.exp_avg(1).size(), 3u);
+  EXPECT_THROW(opt.step(-1.0), Error);
+  EXPECT_THROW(opt.step(std::nan("")), Error);
+  EXPECT_THROW(opt.step_range(1e-3, 4, 9), Error);
+  EXPECT_THROW(opt.set_step_count(-1), Error);
+  opt.set_step_count(41);
+  EXPECT_EQ(opt.step_count(), 41);
+  EXPECT_THROW(
+      AdamW({{"a", p.data(), g.data(), 5, true}, {"a", q.data(), h.data(), 3, true}}, AdamWHyper{}),
+      Error);
+  EXPECT_THROW(AdamW({{"a", nullptr, g.data(), 5, true}}, AdamWHyper{}), Error);
+  EXPECT_THROW(AdamW({}, AdamWHyper{0.9, 1.0, 1e-8, 0.1}), Error);
+  EXPECT_THROW(AdamW({}, AdamWHyper{0.9, 0.95, 1e-8, -0.1}), Error);
+}
+
+TEST(AdamW, OnlyTheEmbeddingSkipsDecay) {
+  EXPECT_FALSE(olmo_weight_decay_applies("embeddings.weight"));
+  EXPECT_FALSE(olmo_weight_decay_applies("model.embed_tokens.weight"));
+  EXPECT_TRUE(olmo_weight_decay_applies("lm_head.w_out.weight"));
+  EXPECT_TRUE(olmo_weight_decay_applies("blocks.3.attention_norm.weight"));
+  EXPECT_TRUE(olmo_weight_decay_applies("model.norm.weight"));
+}
+
+}  // namespace
+}  // namespace tandem::optim
