@@ -131,7 +131,7 @@ TEST(Attention, WindowOneIsIdentityOnValues) {
         EXPECT_FLOAT_EQ(r.out[(t * s.Hq + h) * s.D + c], r.v[(t * s.Hkv + h) * s.D + c]);
 }
 
-// Several query and key tiles (tile size 64), a window that does not align with tiles, GQA 4/2,
+// Several query tiles (128) and key tiles (64), a window that does not align with tiles, GQA 4/2,
 // full causal too; gradients checked on sampled coordinates to keep the test fast.
 TEST(Attention, MultiTileMatchesReference) {
   check(Shape{1, 150, 4, 2, 8, 70}, 40);

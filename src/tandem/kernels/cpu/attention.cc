@@ -12,7 +12,7 @@
 namespace tandem::kernels::cpu {
 namespace {
 
-constexpr i64 kQueryTile = 64;
+constexpr i64 kQueryTile = 128;
 constexpr i64 kKeyTile = 64;
 
 void check_shapes(i64 B, i64 T, i64 Hq, i64 Hkv, i64 D) {
