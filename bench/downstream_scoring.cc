@@ -64,9 +64,10 @@ int main(int argc, char** argv) {
     configs = {(repo / "configs/models/olmo3-tiny.yaml").string(),
                (repo / "configs/models/olmo3-50m.yaml").string()};
   }
-  auto real = real_requests(25);
+  auto real = real_requests(10);
   fmt::print("threads: {}; requests: {}\n", omp_get_max_threads(),
              real.empty() ? "synthetic (no data cache)" : "arc_easy:rc + hellaswag:rc (dolma2)");
+  std::fflush(stdout);
   for (const auto& path : configs) {
     ModelConfig mc = load_model_config(path, {});
     Olmo3Model model(mc);
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
           "{:8.1f} requests/s  {:9.0f} tokens/s\n",
           std::filesystem::path(path).filename().string(), mc.total_params() / 1e6, batch_tokens,
           requests.size(), s, requests.size() / s, tokens / s);
+      std::fflush(stdout);
     }
   }
   return 0;

@@ -127,6 +127,12 @@ TEST(RepeatedDataAlarm, CleanRunIsClearRepeatedRunAlarms) {
   attach_audit_counts(dir + "/repeated", ref);
   EXPECT_EQ(ref.duplicate_groups, 3u);
   EXPECT_EQ(ref.duplicate_instances, 7u);
+  // The nested form `tandem data audit --json` prints.
+  test::write_text(dir + "/repeated/audit.json",
+                   R"({"duplicates": {"groups": 8, "instances": 321, "examples": []}})");
+  attach_audit_counts(dir + "/repeated", ref);
+  EXPECT_EQ(ref.duplicate_groups, 8u);
+  EXPECT_EQ(ref.duplicate_instances, 321u);
   std::filesystem::remove_all(dir);
 }
 

@@ -90,6 +90,14 @@ void attach_audit_counts(const std::string& run_dir, AlarmResult& result) {
   }
   try {
     auto j = nlohmann::json::parse(read_file(path));
+    // `tandem data audit --json` nests them under "duplicates"; AuditReport fields are flat.
+    if (j.contains("duplicates") && j.at("duplicates").is_object()) {
+      const auto& d = j.at("duplicates");
+      if (d.contains("groups")) result.duplicate_groups = d.at("groups").get<std::uint64_t>();
+      if (d.contains("instances")) {
+        result.duplicate_instances = d.at("instances").get<std::uint64_t>();
+      }
+    }
     if (j.contains("duplicate_groups")) result.duplicate_groups = j.at("duplicate_groups");
     if (j.contains("duplicate_instances")) result.duplicate_instances = j.at("duplicate_instances");
   } catch (const nlohmann::json::exception& e) {
