@@ -246,6 +246,10 @@ nlohmann::json model_config_to_hf(const ModelConfig& c) {
   hf["attention_dropout"] = 0.0;
   hf["tie_word_embeddings"] = false;
   hf["rope_scaling"] = nullptr;
+  // Token ids belong to the tokenizer, not the model config; null keeps HF from assuming its own.
+  hf["bos_token_id"] = nullptr;
+  hf["eos_token_id"] = nullptr;
+  hf["pad_token_id"] = nullptr;
   if (any_window) {
     std::int64_t window = 0;
     nlohmann::json types = nlohmann::json::array();

@@ -1,0 +1,54 @@
+// Helpers for trainer tests: fixtures, temp dirs, running the CLI, reading metrics.jsonl.
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::testing {
+
+inline std::string fixture(const std::string& rel) {
+  return std::string(TANDEM_FIXTURES_DIR) + "/" + rel;
+}
+
+inline std::string temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("tandem_train_test_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+inline CommandResult run_shell(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+inline CommandResult run_tandem(const std::string& args) {
+  return run_shell(std::string(TANDEM_BINARY) + " " + args);
+}
+
+inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace tandem::testing
