@@ -27,7 +27,8 @@ using testing::run_tandem;
 std::string base_args(const std::string& run, int steps) {
   return fixture("train/parity.yaml") + " trainer.init_from=" + fixture("train/init_hf") +
          " trainer.save_folder=" + run + " trainer.max_steps=" + std::to_string(steps) +
-         " trainer.save_interval=3 trainer.keep_last=2 trainer.progress=false evaluation.interval=6";
+         " trainer.save_interval=3 trainer.keep_last=2 trainer.progress=false "
+         "evaluation.interval=6";
 }
 
 std::size_t metric_lines(const std::string& run) {
@@ -59,10 +60,12 @@ void expect_same_run(const std::string& a, const std::string& b, int final_step)
   auto mb = testing::read_metrics(b + "/metrics.jsonl");
   ASSERT_EQ(ma.size(), mb.size());
   for (std::size_t i = 0; i < ma.size(); ++i)
-    for (const char* key : {"step", "tokens", "train/loss", "train/z_loss", "train/grad_norm", "lr"})
+    for (const char* key :
+         {"step", "tokens", "train/loss", "train/z_loss", "train/grad_norm", "lr"})
       EXPECT_EQ(ma[i][key], mb[i][key]) << key << " at line " << i;  // bit-identical doubles
   const std::string w = "/checkpoints/" + checkpoint_dir_name(final_step);
-  EXPECT_EQ(read_file(a + w + "/model/model.safetensors"), read_file(b + w + "/model/model.safetensors"));
+  EXPECT_EQ(read_file(a + w + "/model/model.safetensors"),
+            read_file(b + w + "/model/model.safetensors"));
   EXPECT_EQ(read_file(a + w + "/optim.safetensors"), read_file(b + w + "/optim.safetensors"));
 }
 
@@ -129,7 +132,8 @@ TEST(NonFinite, RepeatedNonFiniteLossesStopTheRun) {
   auto metrics = testing::read_metrics(run + "/metrics.jsonl");
   ASSERT_FALSE(metrics.empty());
   EXPECT_GE(metrics.back()["nonfinite_steps"].get<int>(), 3);
-  for (const auto& cp : list_checkpoints(run + "/checkpoints")) EXPECT_NO_THROW(verify_checkpoint(cp));
+  for (const auto& cp : list_checkpoints(run + "/checkpoints"))
+    EXPECT_NO_THROW(verify_checkpoint(cp));
 }
 
 TEST(TrainConfig, ValidationFileThatIsAlsoTrainingIsRefused) {
@@ -140,7 +144,8 @@ TEST(TrainConfig, ValidationFileThatIsAlsoTrainingIsRefused) {
 }
 
 TEST(TrainConfig, UnknownKeyIsNamed) {
-  auto r = run_tandem("train " + base_args(testing::temp_dir("unknown"), 2) + " trainer.max_stpes=3");
+  auto r =
+      run_tandem("train " + base_args(testing::temp_dir("unknown"), 2) + " trainer.max_stpes=3");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("trainer.max_stpes"), std::string::npos) << r.output;
 }
