@@ -68,6 +68,14 @@ Trainer::Trainer(RunConfig config, Communicator& comm)
   for (const auto& set : config_.eval.sets)
     heldout_.push_back(
         open_heldout_set(set.name, set.files, config_.data, config_.eval.max_instances));
+  if (config_.eval.downstream && !config_.eval.downstream.IsNull()) {
+    eval::DownstreamConfig d = eval::parse_downstream_config(
+        ConfigSection(config_.eval.downstream, "evaluation.downstream", config_.source));
+    Tokenizer tokenizer =
+        Tokenizer::from_file(d.tokenizer.empty() ? eval::default_tokenizer_path() : d.tokenizer);
+    downstream_ = std::make_unique<eval::DownstreamSuite>(tokenizer, d.tasks, d.options);
+    downstream_interval_ = d.interval;
+  }
   peak_gflops_ = config_.trainer.peak_gflops.value_or(0.0);
   if (peak_gflops_ <= 0)
     peak_gflops_ = kernels::cpu::measure_fp32_gemm_gflops(1024, 1024, 1024, 0.3);
@@ -205,6 +213,14 @@ nlohmann::json Trainer::evaluate() {
   return out;
 }
 
+nlohmann::json Trainer::evaluate_downstream_tasks() {
+  auto t0 = std::chrono::steady_clock::now();
+  nlohmann::json out = eval::downstream_metrics_json(downstream_->evaluate(*model_));
+  log(fmt::format("downstream evaluation: {} requests in {:.1f}s", downstream_->total_requests(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  return out;
+}
+
 int Trainer::run() {
   const bool resumed = resume_from_own_checkpoint();
   if (!resumed) {
@@ -270,6 +286,10 @@ int Trainer::run() {
     }
     const bool eval_now = config_.eval.interval > 0 && step_ % config_.eval.interval == 0;
     if (eval_now || (step_ == max_steps && !heldout_.empty())) rec.update(evaluate());
+    // Downstream tasks every N steps and at the end of the stage.
+    if (downstream_ &&
+        ((downstream_interval_ > 0 && step_ % downstream_interval_ == 0) || step_ == max_steps))
+      rec.update(evaluate_downstream_tasks());
     if (comm_.rank() == 0) metrics_->write(rec);
     if (config_.trainer.progress &&
         (step_ % config_.trainer.log_interval == 0 || step_ == max_steps)) {

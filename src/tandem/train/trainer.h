@@ -13,6 +13,7 @@
 
 #include "tandem/data/loader.h"
 #include "tandem/dist/communicator.h"
+#include "tandem/eval/downstream.h"
 #include "tandem/eval/heldout.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/optim/adamw.h"
@@ -52,6 +53,7 @@ class Trainer {
   void load_stage_start();
   StepResult train_step();
   nlohmann::json evaluate();
+  nlohmann::json evaluate_downstream_tasks();
   void save(bool final_save);
   nlohmann::json state_json() const;
   void log(const std::string& line) const;
@@ -64,6 +66,8 @@ class Trainer {
   optim::SkipStepRule skip_rule_;
   std::unique_ptr<data::Loader> loader_;
   std::vector<HeldoutSet> heldout_;
+  std::unique_ptr<eval::DownstreamSuite> downstream_;
+  std::int64_t downstream_interval_ = 0;
   std::unique_ptr<MetricsLog> metrics_;
   std::int64_t step_ = 0;
   std::int64_t tokens_ = 0;
