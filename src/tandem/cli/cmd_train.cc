@@ -17,8 +17,14 @@ void add_train_command(CLI::App& app, int& exit_code) {
     RunConfig run = load_run_config(*config, *overrides);
     auto comm = make_communicator();
     install_stop_signal_handlers();
-    Trainer trainer(std::move(run), *comm);
-    exit_code = trainer.run();
+    try {
+      Trainer trainer(std::move(run), *comm);
+      exit_code = trainer.run();
+    } catch (const std::exception& e) {
+      // Under MPI the other ranks would wait for this one forever: end the whole job.
+      if (comm->world_size() > 1) comm->abort(fmt::format("error: {}", e.what()), 1);
+      throw;
+    }
   });
 }
 

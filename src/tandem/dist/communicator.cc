@@ -1,5 +1,7 @@
 #include "tandem/dist/communicator.h"
 
+#include "tandem/dist/mpi_communicator.h"
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -12,6 +14,7 @@ void SingleProcessCommunicator::abort(const std::string& message, int code) {
 }
 
 std::unique_ptr<Communicator> make_communicator() {
+  if (launched_under_mpi()) return std::make_unique<MpiCommunicator>();
   return std::make_unique<SingleProcessCommunicator>();
 }
 

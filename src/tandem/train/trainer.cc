@@ -236,7 +236,10 @@ int Trainer::run() {
     }
     if (config_.trainer.save_initial) save(false);
   }
-  metrics_ = std::make_unique<MetricsLog>((fs::path(run_dir_) / "metrics.jsonl").string(), step_);
+  // Only rank 0 owns the metrics log (the others would race on its rewrite).
+  if (comm_.rank() == 0)
+    metrics_ = std::make_unique<MetricsLog>((fs::path(run_dir_) / "metrics.jsonl").string(), step_);
+  comm_.barrier();
   const std::int64_t max_steps = config_.trainer.max_steps;
   const double flops_per_token = config_.model.flops_per_token(config_.data.sequence_length);
   log(fmt::format(
@@ -247,11 +250,17 @@ int Trainer::run() {
   std::int64_t steps_this_run = 0;
   int exit_code = 0;
   while (step_ < max_steps) {
-    if (g_stop_signal.load() != 0) {
-      log(fmt::format("signal {} received: saving a checkpoint and stopping",
-                      g_stop_signal.load()));
+    int stop_signal = g_stop_signal.load();
+    if (comm_.world_size() > 1) {
+      // Ranks see a signal at different moments: stop together at the same step boundary.
+      double seen = stop_signal;
+      comm_.all_reduce_sum(&seen, 1);
+      if (seen != 0 && stop_signal == 0) stop_signal = SIGTERM;
+    }
+    if (stop_signal != 0) {
+      log(fmt::format("signal {} received: saving a checkpoint and stopping", stop_signal));
       save(false);
-      return 128 + g_stop_signal.load();
+      return 128 + stop_signal;
     }
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = train_step();

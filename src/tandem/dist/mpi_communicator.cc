@@ -1,0 +1,151 @@
+#include "tandem/dist/mpi_communicator.h"
+
+// The C API only (OpenMPI would also pull in its deprecated C++ bindings).
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <exception>
+#include <vector>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+namespace {
+
+// Elements per collective call: bounds rank 0's gather buffer (W x chunk) and keeps counts in int.
+constexpr std::size_t kChunkElements = std::size_t{1} << 20;
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail("MPI {} failed: {}", what, std::string(text, static_cast<std::size_t>(len)));
+}
+
+template <typename T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+
+}  // namespace
+
+bool launched_under_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+MpiCommunicator::MpiCommunicator() {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) check_mpi(MPI_Init(nullptr, nullptr), "MPI_Init");
+  // Errors come back as codes (then tandem::Error) instead of MPI's default silent abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (finalised) return;
+  // Unwinding from an error on this rank: the others may wait in a collective forever, so end
+  // the whole job rather than finalise.
+  if (std::uncaught_exceptions() > 0) {
+    fmt::print(stderr, "tandem: rank {} of {} failed; aborting the job\n", rank_, world_);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+}
+
+template <typename T>
+void MpiCommunicator::ordered_all_reduce(T* data, std::size_t n) {
+  std::vector<T> gathered;
+  for (std::size_t begin = 0; begin < n; begin += kChunkElements) {
+    const std::size_t count = std::min(kChunkElements, n - begin);
+    T* chunk = data + begin;
+    if (rank_ == 0) gathered.resize(count * static_cast<std::size_t>(world_));
+    check_mpi(MPI_Gather(chunk, static_cast<int>(count), mpi_type<T>(), gathered.data(),
+                         static_cast<int>(count), mpi_type<T>(), 0, MPI_COMM_WORLD),
+              "MPI_Gather");
+    if (rank_ == 0) {
+      // Fixed order: ((r0 + r1) + r2) + ...
+      for (std::size_t i = 0; i < count; ++i) {
+        T sum = gathered[i];
+        for (int r = 1; r < world_; ++r) sum += gathered[static_cast<std::size_t>(r) * count + i];
+        chunk[i] = sum;
+      }
+    }
+    check_mpi(MPI_Bcast(chunk, static_cast<int>(count), mpi_type<T>(), 0, MPI_COMM_WORLD),
+              "MPI_Bcast");
+  }
+}
+
+void MpiCommunicator::all_reduce_sum(float* data, std::size_t n) { ordered_all_reduce(data, n); }
+void MpiCommunicator::all_reduce_sum(double* data, std::size_t n) { ordered_all_reduce(data, n); }
+
+void MpiCommunicator::reduce_scatter_sum(float* data, const std::size_t* offsets) {
+  // Each range is reduced in the same rank order as all_reduce_sum (so a sharded optimiser sees
+  // exactly the gradients a replicated one would); rank r keeps range r.
+  std::vector<float> gathered;
+  for (int owner = 0; owner < world_; ++owner) {
+    for (std::size_t begin = offsets[owner]; begin < offsets[owner + 1]; begin += kChunkElements) {
+      const std::size_t count = std::min(kChunkElements, offsets[owner + 1] - begin);
+      float* chunk = data + begin;
+      if (rank_ == owner) gathered.resize(count * static_cast<std::size_t>(world_));
+      check_mpi(MPI_Gather(chunk, static_cast<int>(count), MPI_FLOAT, gathered.data(),
+                           static_cast<int>(count), MPI_FLOAT, owner, MPI_COMM_WORLD),
+                "MPI_Gather");
+      if (rank_ != owner) continue;
+      for (std::size_t i = 0; i < count; ++i) {
+        float sum = gathered[i];
+        for (int r = 1; r < world_; ++r) sum += gathered[static_cast<std::size_t>(r) * count + i];
+        chunk[i] = sum;
+      }
+    }
+  }
+}
+
+void MpiCommunicator::all_gather(float* data, const std::size_t* offsets) {
+  // One broadcast per owner's range, chunked so counts fit in an int.
+  for (int owner = 0; owner < world_; ++owner)
+    for (std::size_t begin = offsets[owner]; begin < offsets[owner + 1]; begin += kChunkElements) {
+      const std::size_t count = std::min(kChunkElements, offsets[owner + 1] - begin);
+      check_mpi(MPI_Bcast(data + begin, static_cast<int>(count), MPI_FLOAT, owner, MPI_COMM_WORLD),
+                "MPI_Bcast");
+    }
+}
+
+void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  auto* p = static_cast<char*>(data);
+  for (std::size_t begin = 0; begin < bytes; begin += INT_MAX / 2) {
+    const std::size_t count = std::min<std::size_t>(INT_MAX / 2, bytes - begin);
+    check_mpi(MPI_Bcast(p + begin, static_cast<int>(count), MPI_BYTE, root, MPI_COMM_WORLD),
+              "MPI_Bcast");
+  }
+}
+
+void MpiCommunicator::barrier() { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+void MpiCommunicator::abort(const std::string& message, int code) {
+  fmt::print(stderr, "tandem: rank {} of {}: {}\n", rank_, world_, message);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+}
+
+}  // namespace tandem

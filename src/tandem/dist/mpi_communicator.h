@@ -1,0 +1,45 @@
+// Data-parallel collectives over MPI (OpenMPI) between CPU processes launched by mpirun.
+// Reductions are deterministic: every rank's contribution is gathered to rank 0, summed in rank
+// order (0, 1, ..., W-1) and broadcast, so the result never depends on timing or on the MPI
+// library's reduction algorithm. This costs bandwidth, which is fine at CPU model sizes.
+#pragma once
+
+#include <string>
+
+#include "tandem/dist/communicator.h"
+
+namespace tandem {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Initialises MPI (once per process). Finalised by the destructor on a clean exit.
+  MpiCommunicator();
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string name() const override { return "mpi"; }
+
+  void all_reduce_sum(float* data, std::size_t n) override;
+  void all_reduce_sum(double* data, std::size_t n) override;
+  void reduce_scatter_sum(float* data, const std::size_t* offsets) override;
+  void all_gather(float* data, const std::size_t* offsets) override;
+  void broadcast(void* data, std::size_t bytes, int root) override;
+  void barrier() override;
+  [[noreturn]] void abort(const std::string& message, int code) override;
+
+ private:
+  template <typename T>
+  void ordered_all_reduce(T* data, std::size_t n);
+
+  int rank_ = 0;
+  int world_ = 1;
+};
+
+// True when this process was started by an MPI launcher (OpenMPI's mpirun, or a PMI/PMIx one
+// such as Slurm's srun).
+bool launched_under_mpi();
+
+}  // namespace tandem
