@@ -17,14 +17,15 @@
 // the model's logits span them). Metrics: downstream_metrics.h.
 //
 // YAML (`evaluation.downstream:`, strict keys):
-//   tasks: [arc_easy:rc, hellaswag:rc, piqa:bpb]   # or "default" (10 OLMES tasks x rc/mc/bpb)
-//   limit: 200          # documents per task (0 = all)
-//   interval: 1000      # evaluate every N steps (0 = only at the end of a stage)
-//   tokenizer: ...     # tokenizer.json; default
-//   ${TANDEM_DATA_DIR:-.cache/data}/tokenizers/allenai_dolma2.json tasks_dir: ...      # default:
-//   $TANDEM_EVAL_TASKS or ${TANDEM_DATA_DIR:-.cache/data}/eval/oe_eval_tasks max_length: 0       #
-//   query length cap; 0 = the model's max_sequence_length batch_tokens: 4096  # padded tokens per
-//   forward pass (memory: batch_tokens * vocab floats)
+//   tasks: [arc_easy:rc, hellaswag:rc, piqa:bpb]  # or "default" (10 OLMES tasks x rc/mc/bpb)
+//   limit: 200         # documents per task (0 = all)
+//   interval: 1000     # evaluate every N steps (0 = only at the end of a stage)
+//   tokenizer: ...     # tokenizer.json; default ${TANDEM_DATA_DIR:-.cache/data}/tokenizers/
+//                      # allenai_dolma2.json
+//   tasks_dir: ...     # default $TANDEM_EVAL_TASKS or ${TANDEM_DATA_DIR:-.cache/data}/eval/
+//                      # oe_eval_tasks
+//   max_length: 0      # query length cap; 0 = the model's max_sequence_length
+//   batch_tokens: 4096 # padded tokens per forward pass (memory: batch_tokens * vocab floats)
 #pragma once
 
 #include <cstdint>
