@@ -26,6 +26,8 @@ class Communicator {
   virtual void all_gather(float* data, const std::size_t* offsets) = 0;
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Wall seconds this process has spent inside collectives (for the communication share).
+  virtual double seconds_in_collectives() const { return 0.0; }
   // Ends the whole job (all ranks) with a message, e.g. when one rank fails.
   [[noreturn]] virtual void abort(const std::string& message, int code) = 0;
 };

@@ -64,7 +64,10 @@ MpiCommunicator::InCollective::InCollective(MpiCommunicator& comm, const char* w
   comm_.collective_since_ns_.store(now_ns());
 }
 
-MpiCommunicator::InCollective::~InCollective() { comm_.collective_since_ns_.store(0); }
+MpiCommunicator::InCollective::~InCollective() {
+  comm_.collective_ns_ += now_ns() - comm_.collective_since_ns_.load();
+  comm_.collective_since_ns_.store(0);
+}
 
 void MpiCommunicator::watch() {
   std::unique_lock<std::mutex> lock(watch_mutex_);

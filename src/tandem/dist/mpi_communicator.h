@@ -34,6 +34,7 @@ class MpiCommunicator final : public Communicator {
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
   [[noreturn]] void abort(const std::string& message, int code) override;
+  double seconds_in_collectives() const override { return collective_ns_ * 1e-9; }
 
  private:
   template <typename T>
@@ -55,6 +56,7 @@ class MpiCommunicator final : public Communicator {
   double timeout_s_ = 600.0;
   std::atomic<std::int64_t> collective_since_ns_{0};  // 0: not in a collective
   std::atomic<const char*> collective_name_{""};
+  std::int64_t collective_ns_ = 0;  // total time inside collectives
   std::mutex watch_mutex_;
   std::condition_variable watch_cv_;
   bool stop_watch_ = false;

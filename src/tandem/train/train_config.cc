@@ -74,6 +74,7 @@ TrainerConfig parse_trainer(ConfigSection s, const std::string& base_dir) {
   else
     s.mark_used("peak_gflops");
   t.save_initial = s.get_bool("save_initial", false);
+  t.zero1 = s.get_bool("zero1", false);
   t.progress = s.get_bool("progress", true);
   s.finish();
   return t;

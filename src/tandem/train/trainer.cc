@@ -63,7 +63,15 @@ Trainer::Trainer(RunConfig config, Communicator& comm)
   checkpoints_dir_ = (fs::path(run_dir_) / "checkpoints").string();
   fs::create_directories(run_dir_);
   model_ = std::make_unique<Olmo3Model>(config_.model);
-  optimizer_ = std::make_unique<optim::AdamW>(parameter_buffers(*model_), config_.optim.adamw);
+  if (config_.trainer.zero1 && comm_.world_size() > 1) {
+    zero1_ = std::make_unique<Zero1Optimizer>(parameter_buffers(*model_), model_->params().data(),
+                                              model_->grads().data(), model_->params().size(),
+                                              config_.optim.adamw, comm_);
+    log(fmt::format("ZeRO-1: Adam moments {} bytes per rank (replicated: {} bytes)",
+                    zero1_->moment_bytes(), zero1_->full_moment_bytes()));
+  } else {
+    optimizer_ = std::make_unique<optim::AdamW>(parameter_buffers(*model_), config_.optim.adamw);
+  }
   loader_ = std::make_unique<data::Loader>(config_.data);
   for (const auto& set : config_.eval.sets)
     heldout_.push_back(
@@ -107,7 +115,7 @@ bool Trainer::resume_from_own_checkpoint() {
   auto latest = latest_valid_checkpoint(checkpoints_dir_, &warnings);
   for (const auto& w : warnings) log("warning: " + w);
   if (!latest) return false;
-  nlohmann::json st = load_checkpoint(*latest, *model_, optimizer_.get());
+  nlohmann::json st = load_into_model_and_optimizer(*latest, true);
   step_ = st.at("step").get<std::int64_t>();
   tokens_ = st.at("tokens").get<std::int64_t>();
   skipped_steps_ = st.value("skipped_steps", 0);
@@ -120,11 +128,21 @@ bool Trainer::resume_from_own_checkpoint() {
   return true;
 }
 
+nlohmann::json Trainer::load_into_model_and_optimizer(const std::string& dir, bool with_optimizer) {
+  if (!zero1_ || !with_optimizer)
+    return load_checkpoint(dir, *model_, with_optimizer ? optimizer_.get() : nullptr);
+  // ZeRO-1: the checkpoint holds full moments; keep this rank's range.
+  optim::AdamW full(parameter_buffers(*model_), config_.optim.adamw);
+  nlohmann::json st = load_checkpoint(dir, *model_, &full);
+  zero1_->load_from_full(full);
+  return st;
+}
+
 // Stage start (AI2's mid-training): weights and Adam moments from another run's checkpoint, fresh
 // trainer state, this config's data, seed and schedule.
 void Trainer::load_stage_start() {
   std::string dir = resolve_checkpoint(config_.trainer.load_path);
-  load_checkpoint(dir, *model_, config_.trainer.load_optimizer_state ? optimizer_.get() : nullptr);
+  load_into_model_and_optimizer(dir, config_.trainer.load_optimizer_state);
   log(fmt::format("stage start from {} (weights{})", dir,
                   config_.trainer.load_optimizer_state ? " and Adam moments" : ""));
 }
@@ -145,8 +163,11 @@ nlohmann::json Trainer::state_json() const {
 
 void Trainer::save(bool final_save) {
   if (step_ == last_saved_step_) return;
+  // ZeRO-1: every rank takes part in assembling the full moments rank 0 saves.
+  std::unique_ptr<optim::AdamW> gathered = zero1_ ? zero1_->gather_full() : nullptr;
   if (comm_.rank() == 0) {
-    save_checkpoint(checkpoints_dir_, step_, *model_, optimizer_.get(), state_json());
+    save_checkpoint(checkpoints_dir_, step_, *model_, zero1_ ? gathered.get() : optimizer_.get(),
+                    state_json());
     prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last);
   }
   comm_.barrier();
@@ -175,7 +196,11 @@ StepResult Trainer::train_step() {
     sums[1] += s.z_sum;
   }
   StepResult r;
-  if (comm_.world_size() > 1) {
+  if (zero1_) {
+    // ZeRO-1: each rank holds the averaged gradients of its range only.
+    zero1_->reduce_gradients();
+    comm_.all_reduce_sum(sums, 3);
+  } else if (comm_.world_size() > 1) {
     // DP: average the per-rank normalised gradients; losses as global means.
     comm_.all_reduce_sum(model_->grads().data(), model_->grads().size());
     const float inv = 1.0f / static_cast<float>(comm_.world_size());
@@ -185,10 +210,14 @@ StepResult Trainer::train_step() {
   r.tokens = static_cast<std::int64_t>(batch.num_instances()) * T * comm_.world_size();
   r.ce_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
   r.z_loss = sums[2] > 0 ? config_.optim.z_loss_multiplier * sums[1] / sums[2] : 0.0;
-  auto grads = gradient_buffers(*model_);
-  r.grad_norm = config_.optim.max_grad_norm > 0
-                    ? optim::clip_grad_norm(grads, config_.optim.max_grad_norm)
-                    : optim::global_grad_norm(grads);
+  if (zero1_) {
+    r.grad_norm = zero1_->clip(config_.optim.max_grad_norm);
+  } else {
+    auto grads = gradient_buffers(*model_);
+    r.grad_norm = config_.optim.max_grad_norm > 0
+                      ? optim::clip_grad_norm(grads, config_.optim.max_grad_norm)
+                      : optim::global_grad_norm(grads);
+  }
   r.lr = config_.schedule->lr(config_.optim.lr, step_ + 1, config_.trainer.max_steps);
   r.nonfinite =
       !std::isfinite(r.ce_loss) || !std::isfinite(r.z_loss) || !std::isfinite(r.grad_norm);
@@ -199,7 +228,12 @@ StepResult Trainer::train_step() {
                                                   ? std::optional<double>(r.grad_norm)
                                                   : std::nullopt);
   }
-  if (!r.skipped) optimizer_->step(r.lr);
+  if (!r.skipped) {
+    if (zero1_)
+      zero1_->step(r.lr);
+    else
+      optimizer_->step(r.lr);
+  }
   return r;
 }
 
@@ -248,6 +282,7 @@ int Trainer::run() {
       config_.data.instances_per_batch(), config_.data.sequence_length, comm_.world_size()));
   auto started = std::chrono::steady_clock::now();
   std::int64_t steps_this_run = 0;
+  double step_seconds = 0.0, step_comm_seconds = 0.0;
   int exit_code = 0;
   while (step_ < max_steps) {
     int stop_signal = g_stop_signal.load();
@@ -263,8 +298,11 @@ int Trainer::run() {
       return 128 + stop_signal;
     }
     auto t0 = std::chrono::steady_clock::now();
+    const double comm_before = comm_.seconds_in_collectives();
     StepResult r = train_step();
+    step_comm_seconds += comm_.seconds_in_collectives() - comm_before;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    step_seconds += dt;
     ++step_;
     ++steps_this_run;
     tokens_ += r.tokens;
@@ -322,6 +360,12 @@ int Trainer::run() {
       save(false);
   }
   save(true);
+  if (comm_.world_size() > 1 && steps_this_run > 0) {
+    // Step time and the share spent in collectives (bench/dist_step.sh reads this line).
+    log(fmt::format("data-parallel: {} steps, {:.2f} ms/step, {:.1f}% in collectives (rank 0)",
+                    steps_this_run, 1e3 * step_seconds / static_cast<double>(steps_this_run),
+                    step_seconds > 0 ? 100.0 * step_comm_seconds / step_seconds : 0.0));
+  }
   return exit_code;
 }
 

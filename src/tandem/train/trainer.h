@@ -13,6 +13,7 @@
 
 #include "tandem/data/loader.h"
 #include "tandem/dist/communicator.h"
+#include "tandem/dist/zero1.h"
 #include "tandem/eval/downstream.h"
 #include "tandem/eval/heldout.h"
 #include "tandem/model/olmo3_model.h"
@@ -55,6 +56,8 @@ class Trainer {
   nlohmann::json evaluate();
   nlohmann::json evaluate_downstream_tasks();
   void save(bool final_save);
+  // Loads a checkpoint's weights and (when `with_optimizer`) moments into either optimiser.
+  nlohmann::json load_into_model_and_optimizer(const std::string& dir, bool with_optimizer);
   nlohmann::json state_json() const;
   void log(const std::string& line) const;
 
@@ -62,7 +65,8 @@ class Trainer {
   Communicator& comm_;
   std::string run_dir_, checkpoints_dir_;
   std::unique_ptr<Olmo3Model> model_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::AdamW> optimizer_;  // null under ZeRO-1
+  std::unique_ptr<Zero1Optimizer> zero1_;    // trainer.zero1 with more than one rank
   optim::SkipStepRule skip_rule_;
   std::unique_ptr<data::Loader> loader_;
   std::vector<HeldoutSet> heldout_;

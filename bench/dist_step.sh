@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Data-parallel step time and communication share at W = 1, 2, 4 CPU processes (mpirun,
+# oversubscribed when W exceeds the cores). Model: the curve-parity fixture widened to
+# d_model 256 (about 3.4M parameters), random init, fp32, 16 instances of 64 tokens per step.
+# Usage: bench/dist_step.sh [BUILD_DIR] [STEPS]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$root/build}"
+steps="${2:-20}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+args=("$root/tests/fixtures/train/parity.yaml" model.d_model=256 model.n_heads=8
+  model.n_kv_heads=4 model.hidden_size=688 data.global_batch_size=1024 data.micro_batch_size=1
+  trainer.max_steps="$steps" trainer.progress=false evaluation.interval=0 trainer.peak_gflops=1)
+printf '%-3s %-10s %-14s %s\n' W threads ms/step "collectives (% of step)"
+for w in 1 2 4; do
+  threads=$(( $(nproc) / w )); (( threads < 1 )) && threads=1
+  out="$tmp/w$w"
+  if (( w == 1 )); then
+    # Single process: the MPI communicator at W=1 would skip every collective anyway.
+    OMP_NUM_THREADS=$threads "$build/tandem" train "${args[@]}" trainer.save_folder="$out" \
+      > "$out.log" 2>&1
+    ms=$(python3 -c "import json,sys;m=[json.loads(l) for l in open('$out/metrics.jsonl')];\
+t=[1024/x['tokens_per_s'] for x in m[2:]];print(f'{1e3*sum(t)/len(t):.2f}')")
+    printf '%-3s %-10s %-14s %s\n' 1 "$threads" "$ms" "0 (no collectives)"
+  else
+    OMP_NUM_THREADS=$threads mpirun --oversubscribe --allow-run-as-root -np $w "$build/tandem" \
+      train "${args[@]}" trainer.save_folder="$out" > "$out.log" 2>&1
+    line=$(grep "data-parallel:" "$out.log")
+    ms=$(sed -E 's/.* ([0-9.]+) ms\/step.*/\1/' <<< "$line")
+    share=$(sed -E 's/.*, ([0-9.]+)% in collectives.*/\1/' <<< "$line")
+    printf '%-3s %-10s %-14s %s\n' "$w" "$threads" "$ms" "$share"
+  fi
+done
