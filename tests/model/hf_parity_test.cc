@@ -8,7 +8,7 @@
 #include "tandem/io/npy.h"
 #include "tandem/model/model_io.h"
 #include "tandem/model/parity.h"
-#include "test_util.h"
+#include "../common/cli_test_util.h"
 
 namespace tandem {
 namespace {

@@ -5,7 +5,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/model/model_config.h"
-#include "test_util.h"
+#include "../common/cli_test_util.h"
 
 namespace tandem {
 namespace {

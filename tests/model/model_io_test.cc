@@ -8,7 +8,7 @@
 #include "tandem/core/error.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/model/model_io.h"
-#include "test_util.h"
+#include "../common/cli_test_util.h"
 
 namespace fs = std::filesystem;
 

@@ -11,7 +11,7 @@
 
 #include "tandem/io/safetensors.h"
 #include "tandem/model/model_io.h"
-#include "train_test_util.h"
+#include "../common/cli_test_util.h"
 
 namespace tandem {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/train/checkpoint.h"
-#include "train_test_util.h"
+#include "../common/cli_test_util.h"
 
 namespace fs = std::filesystem;
 

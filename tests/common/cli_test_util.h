@@ -1,5 +1,9 @@
-// Helpers for trainer tests: fixtures, temp dirs, running the CLI, reading metrics.jsonl.
+// Helpers shared by test folders: fixture paths, fresh temp dirs, running the built `tandem`
+// binary (or a shell line), reading metrics.jsonl. Header-only: each test folder is its own
+// executable and includes it as "../common/cli_test_util.h".
 #pragma once
+
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -15,8 +19,9 @@ inline std::string fixture(const std::string& rel) {
   return std::string(TANDEM_FIXTURES_DIR) + "/" + rel;
 }
 
+// A fresh empty directory under the system temp dir, unique per name.
 inline std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("tandem_train_test_" + name);
+  auto dir = std::filesystem::temp_directory_path() / ("tandem_test_" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
@@ -24,7 +29,7 @@ inline std::string temp_dir(const std::string& name) {
 
 struct CommandResult {
   int exit_code = -1;
-  std::string output;
+  std::string output;  // stdout and stderr together
 };
 
 inline CommandResult run_shell(const std::string& cmd) {
