@@ -2,7 +2,8 @@
 # Data-parallel step time and communication share at W = 1, 2, 4 CPU processes (mpirun,
 # oversubscribed when W exceeds the cores). Model: the curve-parity fixture widened to
 # d_model 256 (about 3.4M parameters), random init, fp32, 16 instances of 64 tokens per step.
-# Usage: bench/dist_step.sh [BUILD_DIR] [STEPS]
+# Usage: bench/dist_step.sh [BUILD_DIR] [STEPS]; THREADS=n sets OpenMP threads per rank (default 1:
+# OpenMP teams slow down badly when ranks x threads exceed the free cores).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -14,7 +15,7 @@ args=("$root/tests/fixtures/train/parity.yaml" model.d_model=256 model.n_heads=8
   trainer.max_steps="$steps" trainer.progress=false evaluation.interval=0 trainer.peak_gflops=1)
 printf '%-3s %-10s %-14s %s\n' W threads ms/step "collectives (% of step)"
 for w in 1 2 4; do
-  threads=$(( $(nproc) / w )); (( threads < 1 )) && threads=1
+  threads=${THREADS:-1}
   out="$tmp/w$w"
   if (( w == 1 )); then
     # Single process: the MPI communicator at W=1 would skip every collective anyway.
