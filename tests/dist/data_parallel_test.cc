@@ -1,6 +1,7 @@
 // Data-parallel `tandem train` under mpirun on the curve-parity fixture: W=1, 2, 4 give the same
-// global batches and per-step losses within 1e-5 relative; a W=4 checkpoint (written with 2
-// threads) resumes at W=1 and W=2 (1 thread) and continues like the uninterrupted W=4 run.
+// global batches and per-step losses within 1e-5 relative; a W=4 checkpoint resumes at W=1 and
+// W=2 and continues like the uninterrupted W=4 run; a checkpoint written with 2 OpenMP threads
+// resumes with 1.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,7 +38,7 @@ TEST(DataParallel, WorldSizes124GiveTheSameLosses) {
   const int steps = 20;
   std::vector<std::vector<nlohmann::json>> runs;
   for (int world : {1, 2, 4}) {
-    const std::string run = temp_dir("w" + std::to_string(world));
+    const std::string run = temp_dir("dist_w" + std::to_string(world));
     auto r = run_shell(tandem_command(world, "train " + train_args(run, steps)));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find(std::to_string(world) + " rank(s)"), std::string::npos) << r.output;
@@ -50,11 +51,9 @@ TEST(DataParallel, WorldSizes124GiveTheSameLosses) {
 
 TEST(DataParallel, ElasticResumeFromW4AtW1AndW2) {
   const int steps = 20, at = 10;
-  const std::string straight = temp_dir("elastic_w4");
-  // The checkpoint is written by 4 ranks with 2 threads each; resumes run with 1 thread.
+  const std::string straight = temp_dir("dist_elastic_w4");
   auto r = run_shell(tandem_command(
-      4, "train " + train_args(straight, steps) + " trainer.save_interval=10 trainer.keep_last=5",
-      2));
+      4, "train " + train_args(straight, steps) + " trainer.save_interval=10 trainer.keep_last=5"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto reference = read_metrics(straight);
   const std::string ckpt = "checkpoints/step-0000" + std::to_string(at);
@@ -62,7 +61,7 @@ TEST(DataParallel, ElasticResumeFromW4AtW1AndW2) {
   EXPECT_EQ(read_json(straight + "/" + ckpt + "/state.json")["world_size"], 4);
 
   for (int world : {1, 2}) {
-    const std::string run = temp_dir("elastic_resume_w" + std::to_string(world));
+    const std::string run = temp_dir("dist_elastic_resume_w" + std::to_string(world));
     fs::create_directories(run + "/checkpoints");
     fs::copy(straight + "/" + ckpt, run + "/" + ckpt, fs::copy_options::recursive);
     fs::copy_file(straight + "/metrics.jsonl", run + "/metrics.jsonl");  // trimmed on resume
@@ -85,6 +84,25 @@ TEST(DataParallel, ElasticResumeFromW4AtW1AndW2) {
   EXPECT_EQ(audit.exit_code, 0) << audit.output;
   EXPECT_NE(audit.output.find("resume at step 10 from world size 4 to 1"), std::string::npos)
       << audit.output;
+}
+
+TEST(DataParallel, CheckpointFromTwoThreadsResumesOnOneThread) {
+  const int steps = 20, at = 10;
+  const std::string straight = temp_dir("dist_threads2");
+  auto r = run_shell(tandem_command(
+      1, "train " + train_args(straight, steps) + " trainer.save_interval=10 trainer.keep_last=5",
+      2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string run = temp_dir("dist_threads1_w2");
+  const std::string ckpt = "checkpoints/step-0000" + std::to_string(at);
+  fs::create_directories(run + "/checkpoints");
+  fs::copy(straight + "/" + ckpt, run + "/" + ckpt, fs::copy_options::recursive);
+  fs::copy_file(straight + "/metrics.jsonl", run + "/metrics.jsonl");
+  auto rr = run_shell(tandem_command(2, "train " + train_args(run, steps), 1));
+  ASSERT_EQ(rr.exit_code, 0) << rr.output;
+  EXPECT_NE(rr.output.find("resumed from"), std::string::npos) << rr.output;
+  expect_close_losses(read_metrics(straight), read_metrics(run), at,
+                      "2 threads W=1 -> 1 thread W=2");
 }
 
 }  // namespace

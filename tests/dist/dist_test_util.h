@@ -1,45 +1,20 @@
-// Helpers for the data-parallel tests: run `tandem train` on the curve-parity fixture under
-// mpirun (oversubscribed: this machine has fewer cores than ranks), read metrics.jsonl.
+// Helpers for the data-parallel tests: `tandem train` on the curve-parity fixture under mpirun
+// (oversubscribed: this machine has fewer cores than ranks), on top of the shared CLI helpers.
 #pragma once
 
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "../common/cli_test_util.h"
+
 namespace tandem::dist_testing {
 
-inline std::string fixture(const std::string& rel) {
-  return std::string(TANDEM_FIXTURES_DIR) + "/" + rel;
-}
-
-inline std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("tandem_dist_test_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-inline CommandResult run_shell(const std::string& cmd) {
-  CommandResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using testing::fixture;
+using testing::run_shell;
+using testing::temp_dir;
 
 // The parity fixture with micro-batches of 2 instances, so that 4 ranks (2 instances each) run
 // the same micro-batch shape as 1 rank (gradient accumulation over 4 micro-batches).
@@ -57,13 +32,9 @@ inline std::string tandem_command(int world, const std::string& args, int thread
          TANDEM_BINARY + " " + args;
 }
 
+// The run directory's metrics.jsonl records.
 inline std::vector<nlohmann::json> read_metrics(const std::string& run) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
+  return testing::read_metrics(run + "/metrics.jsonl");
 }
 
 inline nlohmann::json read_json(const std::string& path) {

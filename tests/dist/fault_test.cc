@@ -86,7 +86,7 @@ double wait_for_exit(pid_t job, int* status, std::chrono::seconds limit) {
 }
 
 TEST(Faults, HungRankEndsTheJobWithinTheTimeout) {
-  const std::string run = temp_dir("hang");
+  const std::string run = temp_dir("dist_hang");
   const std::string log = run + "/job.log";
   pid_t job = start_job(
       "TANDEM_DIST_TIMEOUT_S=5 " + tandem_command(2, "train " + train_args(run, 400)), log);
@@ -107,7 +107,7 @@ TEST(Faults, HungRankEndsTheJobWithinTheTimeout) {
 
 TEST(Faults, KilledRankEndsTheJobThenFewerRanksResume) {
   const int steps = 40, world = 4, victim = 2;
-  const std::string run = temp_dir("fault");
+  const std::string run = temp_dir("dist_fault");
   // 12 instances per global batch so that both 4 and 3 ranks get an equal share.
   const std::string args = "train " + train_args(run, steps) +
                            " data.global_batch_size=768 data.micro_batch_size=1"

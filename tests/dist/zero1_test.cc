@@ -29,11 +29,11 @@ void expect_close(const std::vector<nlohmann::json>& a, const std::vector<nlohma
 
 TEST(Zero1, ShardedMomentsMatchReplicatedAndCheckpointsReshard) {
   const int steps = 20;
-  const std::string plain = temp_dir("zero1_plain");
+  const std::string plain = temp_dir("dist_zero1_plain");
   auto r = run_shell(tandem_command(4, "train " + train_args(plain, steps)));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
-  const std::string sharded = temp_dir("zero1_w4");
+  const std::string sharded = temp_dir("dist_zero1_w4");
   r = run_shell(tandem_command(4, "train " + train_args(sharded, steps) +
                                       " trainer.zero1=true trainer.save_interval=10"
                                       " trainer.keep_last=5"));
@@ -51,7 +51,7 @@ TEST(Zero1, ShardedMomentsMatchReplicatedAndCheckpointsReshard) {
 
   // The step-10 checkpoint holds full moments: resume at W=2 (ZeRO-1) and W=1 (replicated).
   for (int world : {2, 1}) {
-    const std::string run = temp_dir("zero1_resume_w" + std::to_string(world));
+    const std::string run = temp_dir("dist_zero1_resume_w" + std::to_string(world));
     fs::create_directories(run + "/checkpoints");
     fs::copy(sharded + "/checkpoints/step-000010", run + "/checkpoints/step-000010",
              fs::copy_options::recursive);
