@@ -2,10 +2,10 @@
 // errors for unknown keys, wrong types and impossible sizes.
 #include <gtest/gtest.h>
 
+#include "../common/cli_test_util.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/model/model_config.h"
-#include "../common/cli_test_util.h"
 
 namespace tandem {
 namespace {
@@ -15,7 +15,11 @@ std::string recipe(const std::string& name) {
 }
 
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
-  std::string path = testing::temp_dir("model_config") + "/c.yaml";
+  // One directory per test: CTest runs the tests of this file in parallel processes.
+  std::string path =
+      testing::temp_dir(std::string("model_config_") +
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+      "/c.yaml";
   write_file_atomic(path, yaml);
   try {
     load_model_config(path, overrides);

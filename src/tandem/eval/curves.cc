@@ -66,7 +66,7 @@ std::vector<std::string> split_csv_line(const std::string& line) {
 
 bool is_known_metric(const std::string& name) {
   static const std::regex pattern(
-      R"(train/(loss|z_loss|grad_norm)|lr|tokens_per_s|mfu|skipped_steps|)"
+      R"(train/(loss|z_loss|grad_norm)|lr|tokens_per_s|mfu|skipped_steps|nonfinite_steps|)"
       R"(eval/[^/]+/(loss|ppl)|downstream/[^/]+/[A-Za-z0-9_]+)");
   return std::regex_match(name, pattern);
 }

@@ -44,7 +44,8 @@ AlarmResult check_repeated_data(const Curves& run, const Curves* reference,
       for (const Point& p : heldout) {
         double run_train = 0, ref_train_v = 0, ref_heldout_v = 0;
         if (!smoothed_at(train, p.tokens, options.smooth, run_train)) continue;
-        if (!interpolate(ref_train, p.tokens, ref_train_v)) continue;
+        // Both training curves smoothed the same way: noise must not read as a gap.
+        if (!smoothed_at(ref_train, p.tokens, options.smooth, ref_train_v)) continue;
         if (!interpolate(ref_heldout, p.tokens, ref_heldout_v)) continue;
         double train_gap = ref_train_v - run_train;
         double heldout_gap = ref_heldout_v - p.value;
