@@ -51,6 +51,7 @@ TEST(ModelConfig, OtherRecipesLoad) {
   ModelConfig tiny = load_model_config(recipe("olmo3-tiny"), {});
   EXPECT_EQ(tiny.layer_windows, (std::vector<std::int64_t>{32, 32, 32, 0, 0}));
   load_model_config(recipe("olmo3-50m"), {});
+  EXPECT_NEAR(load_model_config(recipe("olmo3-100m"), {}).total_params() / 1e6, 116, 2);
 }
 
 TEST(ModelConfig, OverridesApply) {
