@@ -1,18 +1,16 @@
 #include "tandem/data/data_config.h"
 
-#include <glob.h>
 
 #include <algorithm>
 #include <filesystem>
 
 #include "tandem/core/error.h"
+#include "tandem/core/glob.h"
 
 namespace tandem::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool has_wildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
 std::string resolve(const std::string& path, const std::string& base_dir) {
   if (base_dir.empty() || fs::path(path).is_absolute()) return path;
@@ -28,14 +26,8 @@ std::vector<std::string> expand(const std::string& pattern, const std::string& w
                  pattern);
     return {pattern};
   }
-  glob_t g{};
-  int rc = ::glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g);
-  std::vector<std::string> out;
-  if (rc == 0)
-    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  ::globfree(&g);
+  std::vector<std::string> out = expand_glob(pattern);  // sorted, like Python's sorted()
   TANDEM_CHECK(!out.empty(), "{}: pattern '{}' did not match any files", where, pattern);
-  std::sort(out.begin(), out.end());  // byte order, like Python's sorted()
   return out;
 }
 
