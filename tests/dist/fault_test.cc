@@ -1,8 +1,10 @@
 // Faults under mpirun: one rank SIGKILLed mid-run makes the whole job exit non-zero within 60 s
 // with a message naming that rank; the last checkpoint stays valid and a restart with one rank
-// fewer resumes from it and finishes.
+// fewer resumes from it and finishes. A save that fails on one rank only (its optimizer shard
+// hits a file-size limit, as a full disk would) fails the job and leaves the previous checkpoint.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <thread>
 
 #include "dist_test_util.h"
+#include "tandem/train/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -136,6 +139,38 @@ TEST(Faults, KilledRankEndsTheJobThenFewerRanksResume) {
   ASSERT_EQ(metrics.size(), static_cast<std::size_t>(steps));
   for (std::size_t i = 0; i < metrics.size(); ++i) EXPECT_EQ(metrics[i]["step"], i + 1);
   EXPECT_TRUE(fs::exists(run + "/checkpoints/step-0000" + std::to_string(steps)));
+}
+
+TEST(Faults, SaveFailingOnOneRankKeepsThePreviousCheckpoint) {
+  const std::string run = temp_dir("dist_fault_save");
+  ASSERT_EQ(
+      run_shell(tandem_command(2, "train " + train_args(run, 3) + " trainer.zero1=true")).exit_code,
+      0);
+  // Resume to step 40, saving at step 15; once training runs, rank 1 alone gets a 100 KB
+  // file-size limit, so its ~290 KB optimizer shard cannot be written at the step-15 save.
+  const std::string log = run + "/job.log";
+  pid_t job = start_job(tandem_command(2, "train " + train_args(run, 40) +
+                                              " trainer.zero1=true trainer.save_interval=15"),
+                        log);
+  ASSERT_GT(job, 0);
+  ASSERT_TRUE(wait_for_steps(job, run, 5)) << slurp(log);
+  pid_t rank1 = find_rank_pid(job, 1);
+  ASSERT_GT(rank1, 0);
+  const rlimit limit{100 * 1024, 100 * 1024};
+  ASSERT_EQ(prlimit(rank1, RLIMIT_FSIZE, &limit, nullptr), 0);
+  int status = 0;
+  ASSERT_GE(wait_for_exit(job, &status, std::chrono::seconds(60)), 0.0) << slurp(log);
+  const std::string output = slurp(log);
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  EXPECT_NE(output.find("saving checkpoint"), std::string::npos) << output;
+  EXPECT_NE(output.find("File too large"), std::string::npos) << output;
+  EXPECT_LT(read_metrics(run).size(), 40u);
+  auto cps = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(cps.size(), 1u) << output;
+  EXPECT_EQ(fs::path(cps[0]).filename(), "step-000003");
+  EXPECT_NO_THROW(verify_checkpoint(cps[0]));
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
+    EXPECT_EQ(e.path().filename().string().find("partial"), std::string::npos) << e.path();
 }
 
 }  // namespace

@@ -1,14 +1,17 @@
 // ZeRO-1 (trainer.zero1=true): sharded Adam moments give the same run as the replicated
-// optimiser (within 1e-5 relative), a quarter of the moment memory per rank at W=4, and
-// checkpoints with full tensors: a W=4 ZeRO-1 checkpoint resumes at W=2 with ZeRO-1 and at W=1
-// without it, and continues like the uninterrupted run.
+// optimiser (within 1e-5 relative), a quarter of the moment memory per rank at W=4, and sharded
+// checkpoints (one optimizer shard per rank plus an index): a W=4 ZeRO-1 checkpoint resumes at
+// W=2 and W=8 with ZeRO-1 and at W=1 without it, and continues like the uninterrupted run.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <regex>
 
+#include <fmt/format.h>
+
 #include "dist_test_util.h"
+#include "tandem/io/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -49,15 +52,27 @@ TEST(Zero1, ShardedMomentsMatchReplicatedAndCheckpointsReshard) {
   EXPECT_LE(per_rank, full / 4 * 1.01) << r.output;
   EXPECT_GE(per_rank, full / 4 * 0.9) << r.output;
 
-  // The step-10 checkpoint holds full moments: resume at W=2 (ZeRO-1) and W=1 (replicated).
-  for (int world : {2, 1}) {
+  // Each rank wrote its own optimizer shard; the index describes the full tensors.
+  const std::string optim = sharded + "/checkpoints/step-000010/optim/";
+  for (int s = 0; s < 4; ++s)
+    EXPECT_TRUE(fs::exists(optim + fmt::format("shard-{:05d}-of-00004.safetensors", s))) << s;
+  const nlohmann::json index = read_json(optim + "index.json");
+  EXPECT_EQ(index["num_shards"], 4);
+  // Every parameter of the model has its moments indexed.
+  const SafetensorsFile weights(sharded + "/checkpoints/step-000010/model/model.safetensors");
+  EXPECT_EQ(index["tensors"].size(), weights.names().size());
+
+  // Resharding on load: W=2 and W=8 (ZeRO-1), W=1 (replicated optimiser).
+  for (int world : {2, 1, 8}) {
     const std::string run = temp_dir("dist_zero1_resume_w" + std::to_string(world));
     fs::create_directories(run + "/checkpoints");
     fs::copy(sharded + "/checkpoints/step-000010", run + "/checkpoints/step-000010",
              fs::copy_options::recursive);
     fs::copy_file(sharded + "/metrics.jsonl", run + "/metrics.jsonl");
-    auto rr =
-        run_shell(tandem_command(world, "train " + train_args(run, steps) + " trainer.zero1=true"));
+    // 8 ranks hold one instance each: micro-batches of 1 (the global batch is unchanged).
+    const std::string micro = world == 8 ? " data.micro_batch_size=1" : "";
+    auto rr = run_shell(
+        tandem_command(world, "train " + train_args(run, steps) + " trainer.zero1=true" + micro));
     ASSERT_EQ(rr.exit_code, 0) << rr.output;
     EXPECT_NE(rr.output.find("resumed from"), std::string::npos) << rr.output;
     expect_close(read_metrics(sharded), read_metrics(run), 10,

@@ -57,42 +57,15 @@ void Zero1Optimizer::step(double lr) {
   comm_.all_gather(params_, offsets_.data());
 }
 
-std::unique_ptr<optim::AdamW> Zero1Optimizer::gather_full() {
-  // Each rank writes its moments at their buffer positions, then all ranges are gathered.
-  std::vector<float> avg(buffer_size_, 0.0f), avg_sq(buffer_size_, 0.0f);
+std::vector<Zero1Optimizer::MomentRange> Zero1Optimizer::moment_ranges() {
+  std::vector<MomentRange> out;
   std::size_t flat = 0;
   for (const Piece& piece : pieces_) {
-    const auto at = static_cast<std::size_t>(full_[piece.param_index].param - params_);
-    std::copy_n(shard_->exp_avg().data() + flat, piece.length, avg.data() + at + piece.start);
-    std::copy_n(shard_->exp_avg_sq().data() + flat, piece.length, avg_sq.data() + at + piece.start);
+    out.push_back({piece.param_index, piece.start, shard_->exp_avg().subspan(flat, piece.length),
+                   shard_->exp_avg_sq().subspan(flat, piece.length)});
     flat += piece.length;
   }
-  comm_.all_gather(avg.data(), offsets_.data());
-  comm_.all_gather(avg_sq.data(), offsets_.data());
-  auto out = std::make_unique<optim::AdamW>(full_, hyper_);
-  for (std::size_t i = 0; i < full_.size(); ++i) {
-    const auto at = static_cast<std::size_t>(full_[i].param - params_);
-    std::copy_n(avg.data() + at, full_[i].size, out->exp_avg(i).data());
-    std::copy_n(avg_sq.data() + at, full_[i].size, out->exp_avg_sq(i).data());
-  }
-  out->set_step_count(shard_->step_count());
   return out;
-}
-
-void Zero1Optimizer::load_from_full(optim::AdamW& full) {
-  TANDEM_CHECK(full.num_params() == full_.size(),
-               "ZeRO-1: the checkpoint's optimiser has {} "
-               "parameters, the model {}",
-               full.num_params(), full_.size());
-  std::size_t flat = 0;
-  for (const Piece& piece : pieces_) {
-    std::copy_n(full.exp_avg(piece.param_index).data() + piece.start, piece.length,
-                shard_->exp_avg().data() + flat);
-    std::copy_n(full.exp_avg_sq(piece.param_index).data() + piece.start, piece.length,
-                shard_->exp_avg_sq().data() + flat);
-    flat += piece.length;
-  }
-  shard_->set_step_count(full.step_count());
 }
 
 }  // namespace tandem

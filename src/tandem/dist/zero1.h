@@ -5,12 +5,13 @@
 // parameters all-gathered. AdamW updates every element independently, so the result equals the
 // replicated optimiser's up to the order of the norm's partial sums.
 //
-// Checkpoints still hold full moments: gather_full() assembles them on every rank for a save,
-// load_from_full() takes this rank's range from a full optimiser, so any W' loads any checkpoint.
+// Checkpoints: each rank writes the moments of its range as its own shard (moment_ranges()), and
+// reads its range at any W' from whichever shards hold it (train/optimizer_shards.h).
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "tandem/dist/communicator.h"
@@ -36,10 +37,15 @@ class Zero1Optimizer {
   // A skipped step still has to leave the parameters identical on every rank: nothing to do,
   // since no rank changed them.
 
-  // A full optimiser (moments of every parameter, same step count), the same on every rank.
-  std::unique_ptr<optim::AdamW> gather_full();
-  // Takes this rank's range of the moments and the step count from a full optimiser.
-  void load_from_full(optim::AdamW& full);
+  // This rank's moments, one run per parameter its range touches (read/write access).
+  struct MomentRange {
+    std::size_t param_index;  // in the `full` list given to the constructor
+    std::size_t start;        // element offset inside that parameter
+    std::span<float> exp_avg, exp_avg_sq;
+  };
+  std::vector<MomentRange> moment_ranges();
+  std::int64_t step_count() const { return shard_->step_count(); }
+  void set_step_count(std::int64_t step) { shard_->set_step_count(step); }
 
   std::size_t moment_bytes() const { return 2 * sizeof(float) * shard_->total_size(); }
   std::size_t full_moment_bytes() const { return 2 * sizeof(float) * full_size_; }

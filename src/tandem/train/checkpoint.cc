@@ -1,7 +1,5 @@
 #include "tandem/train/checkpoint.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <regex>
@@ -19,7 +17,7 @@ namespace fs = std::filesystem;
 namespace tandem {
 namespace {
 
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;  // 2: sharded optimizer state (optim/)
 const std::regex kStepDir(R"(step-(\d{6,}))");
 
 std::vector<std::string> files_under(const fs::path& root) {
@@ -34,48 +32,78 @@ std::vector<std::string> files_under(const fs::path& root) {
 
 std::string checkpoint_dir_name(std::int64_t step) { return fmt::format("step-{:06d}", step); }
 
+namespace {
+
+// Rank 0 (after every rank wrote its files): the optimizer index, state.json, the manifest, and
+// the rename that makes the checkpoint visible.
+void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int64_t step,
+                       const OptimizerShard* optimizer, const nlohmann::json& state) {
+  if (optimizer) write_optimizer_index((tmp / "optim").string(), optimizer->num_shards);
+  nlohmann::json st = state;
+  st["step"] = step;
+  st["format_version"] = kFormatVersion;
+  write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
+  nlohmann::json manifest;
+  manifest["format_version"] = kFormatVersion;
+  manifest["step"] = step;
+  for (const auto& rel : files_under(tmp)) {
+    std::string p = (tmp / rel).string();
+    manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", xxh64_file_hex(p)}};
+  }
+  write_file_atomic((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // same step re-saved (e.g. on a signal)
+  fs::rename(tmp, final_dir);
+}
+
+// True on every rank when any rank reports a failure.
+bool any_rank_failed(bool failed, Communicator& comm) {
+  double count = failed ? 1.0 : 0.0;
+  comm.all_reduce_sum(&count, 1);
+  return count > 0;
+}
+
+}  // namespace
+
 void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo3Model& model,
-                     const optim::AdamW* optimizer, const nlohmann::json& state) {
-  fs::create_directories(checkpoints_dir);
+                     const OptimizerShard* optimizer, const nlohmann::json& state,
+                     Communicator& comm) {
   const fs::path final_dir = fs::path(checkpoints_dir) / checkpoint_dir_name(step);
-  const fs::path tmp = fs::path(checkpoints_dir) /
-                       fmt::format(".{}.partial-{}", checkpoint_dir_name(step), ::getpid());
-  fs::remove_all(tmp);
-  try {
-    fs::create_directories(tmp);
-    save_tandem_model((tmp / "model").string(), model);
-    if (optimizer) {
-      std::vector<TensorToWrite> moments;
-      for (std::size_t i = 0; i < optimizer->num_params(); ++i) {
-        const auto& p = optimizer->param(i);
-        const auto& entry = model.layout().entry(p.name);
-        auto* opt = const_cast<optim::AdamW*>(optimizer);
-        moments.push_back({"exp_avg." + p.name, DType::kF32, entry.shape, opt->exp_avg(i).data()});
-        moments.push_back(
-            {"exp_avg_sq." + p.name, DType::kF32, entry.shape, opt->exp_avg_sq(i).data()});
-      }
-      write_safetensors((tmp / "optim.safetensors").string(), moments,
-                        {{"adam_step", std::to_string(optimizer->step_count())}});
+  // One name for all ranks (the directory is shared); a stale one is from a killed save.
+  const fs::path tmp =
+      fs::path(checkpoints_dir) / fmt::format(".{}.partial", checkpoint_dir_name(step));
+  const bool leader = comm.rank() == 0;
+  std::string error;
+  auto attempt = [&](auto&& body) {
+    if (!error.empty()) return;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    nlohmann::json st = state;
-    st["step"] = step;
-    st["format_version"] = kFormatVersion;
-    write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
-    nlohmann::json manifest;
-    manifest["format_version"] = kFormatVersion;
-    manifest["step"] = step;
-    for (const auto& rel : files_under(tmp)) {
-      std::string p = (tmp / rel).string();
-      manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", xxh64_file_hex(p)}};
-    }
-    write_file_atomic((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // same step re-saved (e.g. on a signal)
-    fs::rename(tmp, final_dir);
-  } catch (const std::exception& e) {
+  };
+  if (leader)
+    attempt([&] {
+      fs::remove_all(tmp);
+      fs::create_directories(optimizer ? tmp / "optim" : tmp);
+    });
+  bool failed = any_rank_failed(!error.empty(), comm);
+  if (!failed) {
+    attempt([&] {
+      if (leader) save_tandem_model((tmp / "model").string(), model);
+      if (optimizer && optimizer->shard < optimizer->num_shards)
+        write_optimizer_shard((tmp / "optim").string(), optimizer->shard, optimizer->num_shards,
+                              optimizer->slices, optimizer->adam_step);
+    });
+    failed = any_rank_failed(!error.empty(), comm);
+    if (!failed && leader)
+      attempt([&] { finish_checkpoint(tmp, final_dir, step, optimizer, state); });
+    failed = any_rank_failed(!error.empty(), comm);
+  }
+  if (failed) {
     std::error_code ec;
-    fs::remove_all(tmp, ec);
+    if (leader) fs::remove_all(tmp, ec);
     fail("saving checkpoint {} failed: {} (earlier checkpoints are untouched)", final_dir.string(),
-         e.what());
+         error.empty() ? "on another rank" : error);
   }
 }
 
@@ -131,7 +159,8 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
   return std::nullopt;
 }
 
-nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model, optim::AdamW* optimizer) {
+nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
+                               std::vector<MomentSlice>* moments, std::int64_t* adam_step) {
   verify_checkpoint(dir);
   auto loaded = load_model((fs::path(dir) / "model").string());
   const auto& a = loaded->config();
@@ -143,24 +172,9 @@ nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model, optim:
   TANDEM_CHECK(loaded->params().size() == model.params().size(),
                "checkpoint {}: parameter layout differs", dir);
   model.params() = loaded->params();
-  if (optimizer) {
-    const std::string path = (fs::path(dir) / "optim.safetensors").string();
-    TANDEM_CHECK(fs::exists(path), "checkpoint {} has no optimizer state", dir);
-    SafetensorsFile f(path);
-    for (std::size_t i = 0; i < optimizer->num_params(); ++i) {
-      const std::string& name = optimizer->param(i).name;
-      for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
-        std::vector<float> v = f.read_f32(kind + name);
-        auto dst =
-            std::string(kind) == "exp_avg." ? optimizer->exp_avg(i) : optimizer->exp_avg_sq(i);
-        TANDEM_CHECK(v.size() == dst.size(), "{}: '{}{}' has {} values, expected {}", path, kind,
-                     name, v.size(), dst.size());
-        std::copy(v.begin(), v.end(), dst.begin());
-      }
-    }
-    auto it = f.metadata().find("adam_step");
-    TANDEM_CHECK(it != f.metadata().end(), "{}: no adam_step in its metadata", path);
-    optimizer->set_step_count(std::stoll(it->second));
+  if (moments) {
+    const std::int64_t step = read_optimizer_state((fs::path(dir) / "optim").string(), *moments);
+    if (adam_step) *adam_step = step;
   }
   return nlohmann::json::parse(read_file((fs::path(dir) / "state.json").string()));
 }

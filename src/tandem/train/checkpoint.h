@@ -1,10 +1,11 @@
 // Trainer checkpoints: <run>/checkpoints/step-NNNNNN/ holding
-//   model/            a tandem model directory (model.yaml + model.safetensors, fp32)
-//   optim.safetensors Adam moments per parameter (exp_avg.<name>, exp_avg_sq.<name>)
-//   state.json        step, tokens, Adam step count, skip-step state, data-loader state, ...
-//   manifest.json     every file's size and XXH64, written last
-// A checkpoint is written into a temporary sibling directory and renamed into place, so it is
-// complete or absent. Loading verifies the manifest; a damaged checkpoint is named and skipped.
+//   model/            a tandem model directory (model.yaml + model.safetensors, fp32), by rank 0
+//   optim/            Adam moments, one shard per writing rank + index.json (optimizer_shards.h)
+//   state.json        step, tokens, skip-step state, data-loader state, ... (rank 0)
+//   manifest.json     every file's size and XXH64, written last (rank 0)
+// Every rank writes into one temporary sibling directory which rank 0 renames into place once
+// all ranks succeeded, so a checkpoint is complete or absent. Loading verifies the manifest; a
+// damaged checkpoint is named and skipped.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -13,8 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "tandem/dist/communicator.h"
 #include "tandem/model/olmo3_model.h"
-#include "tandem/optim/adamw.h"
+#include "tandem/train/optimizer_shards.h"
 
 namespace tandem {
 
@@ -25,9 +27,21 @@ struct CheckpointData {
 
 std::string checkpoint_dir_name(std::int64_t step);  // "step-000042"
 
-// Writes a checkpoint atomically; throws Error (e.g. disk full) after removing the partial one.
+// What this rank holds of the Adam state and which shard of how many it writes. A replicated
+// optimiser is one shard written by rank 0; ZeRO-1 at W ranks is W shards.
+struct OptimizerShard {
+  std::vector<MomentSlice> slices;
+  std::int64_t adam_step = 0;
+  int shard = 0;
+  int num_shards = 1;
+};
+
+// Writes a checkpoint atomically; every rank calls it (collective). `optimizer` may be null (no
+// optimizer state), or this rank's shard; ranks whose shard index is >= num_shards write none.
+// Throws Error on every rank (e.g. disk full on any of them) after removing the partial one.
 void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo3Model& model,
-                     const optim::AdamW* optimizer, const nlohmann::json& state);
+                     const OptimizerShard* optimizer, const nlohmann::json& state,
+                     Communicator& comm);
 
 // Complete checkpoints (by directory name) in ascending step order.
 std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir);
@@ -40,9 +54,11 @@ void verify_checkpoint(const std::string& dir);
 std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoints_dir,
                                                    std::vector<std::string>* warnings);
 
-// Loads weights (and, if optimizer is non-null, moments and step count) into place and returns
-// the state.json contents. The model config must match the checkpoint's shapes.
-nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model, optim::AdamW* optimizer);
+// Loads weights (and, if `moments` is non-null, the moments of those slices, from whichever
+// shards hold them, and the Adam step count) into place and returns the state.json contents.
+// The model config must match the checkpoint's shapes.
+nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
+                               std::vector<MomentSlice>* moments, std::int64_t* adam_step);
 
 // Deletes all but the newest `keep` complete checkpoints.
 void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep);

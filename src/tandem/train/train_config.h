@@ -52,8 +52,8 @@ struct TrainerConfig {
   std::int64_t max_consecutive_nonfinite = 5;
   std::optional<double> peak_gflops;  // MFU denominator; default: measured fp32 GEMM ceiling
   bool zero1 = false;  // shard the Adam moments across data-parallel ranks (docs/distributed.md)
-  bool save_initial = false;          // write step-000000 before training (for references)
-  bool progress = true;               // console progress line
+  bool save_initial = false;  // write step-000000 before training (for references)
+  bool progress = true;       // console progress line
 };
 
 struct RunConfig {

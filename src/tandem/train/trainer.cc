@@ -128,13 +128,40 @@ bool Trainer::resume_from_own_checkpoint() {
   return true;
 }
 
+OptimizerShard Trainer::optimizer_shard() {
+  OptimizerShard out;
+  out.shard = comm_.rank();
+  const auto& entries = model_->layout().entries();
+  if (zero1_) {
+    for (const Zero1Optimizer::MomentRange& r : zero1_->moment_ranges()) {
+      const ParameterEntry& e = entries[r.param_index];
+      out.slices.push_back(
+          {e.name, e.shape, static_cast<std::int64_t>(r.start), r.exp_avg, r.exp_avg_sq});
+    }
+    out.adam_step = zero1_->step_count();
+    out.num_shards = comm_.world_size();
+  } else {
+    for (std::size_t i = 0; i < optimizer_->num_params(); ++i) {
+      const std::string& name = optimizer_->param(i).name;
+      out.slices.push_back({name, model_->layout().entry(name).shape, 0, optimizer_->exp_avg(i),
+                            optimizer_->exp_avg_sq(i)});
+    }
+    out.adam_step = optimizer_->step_count();
+    out.num_shards = 1;  // replicated: rank 0 writes it all
+  }
+  return out;
+}
+
 nlohmann::json Trainer::load_into_model_and_optimizer(const std::string& dir, bool with_optimizer) {
-  if (!zero1_ || !with_optimizer)
-    return load_checkpoint(dir, *model_, with_optimizer ? optimizer_.get() : nullptr);
-  // ZeRO-1: the checkpoint holds full moments; keep this rank's range.
-  optim::AdamW full(parameter_buffers(*model_), config_.optim.adamw);
-  nlohmann::json st = load_checkpoint(dir, *model_, &full);
-  zero1_->load_from_full(full);
+  if (!with_optimizer) return load_checkpoint(dir, *model_, nullptr, nullptr);
+  // Whole tensors, or this rank's ZeRO-1 range, from whatever shards the writer left.
+  OptimizerShard mine = optimizer_shard();
+  std::int64_t adam_step = 0;
+  nlohmann::json st = load_checkpoint(dir, *model_, &mine.slices, &adam_step);
+  if (zero1_)
+    zero1_->set_step_count(adam_step);
+  else
+    optimizer_->set_step_count(adam_step);
   return st;
 }
 
@@ -163,13 +190,10 @@ nlohmann::json Trainer::state_json() const {
 
 void Trainer::save(bool final_save) {
   if (step_ == last_saved_step_) return;
-  // ZeRO-1: every rank takes part in assembling the full moments rank 0 saves.
-  std::unique_ptr<optim::AdamW> gathered = zero1_ ? zero1_->gather_full() : nullptr;
-  if (comm_.rank() == 0) {
-    save_checkpoint(checkpoints_dir_, step_, *model_, zero1_ ? gathered.get() : optimizer_.get(),
-                    state_json());
-    prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last);
-  }
+  // Every rank writes its own optimizer shard (ZeRO-1) or rank 0 all of it (replicated).
+  OptimizerShard mine = optimizer_shard();
+  save_checkpoint(checkpoints_dir_, step_, *model_, &mine, state_json(), comm_);
+  if (comm_.rank() == 0) prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last);
   comm_.barrier();
   last_saved_step_ = step_;
   log(fmt::format("saved checkpoint {}{}", checkpoint_dir_name(step_),

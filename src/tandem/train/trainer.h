@@ -19,6 +19,7 @@
 #include "tandem/model/olmo3_model.h"
 #include "tandem/optim/adamw.h"
 #include "tandem/optim/skip_step.h"
+#include "tandem/train/checkpoint.h"
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/train_config.h"
 
@@ -56,6 +57,8 @@ class Trainer {
   nlohmann::json evaluate();
   nlohmann::json evaluate_downstream_tasks();
   void save(bool final_save);
+  // This rank's Adam state as checkpoint slices: whole tensors, or its ZeRO-1 range.
+  OptimizerShard optimizer_shard();
   // Loads a checkpoint's weights and (when `with_optimizer`) moments into either optimiser.
   nlohmann::json load_into_model_and_optimizer(const std::string& dir, bool with_optimizer);
   nlohmann::json state_json() const;

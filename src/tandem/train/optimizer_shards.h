@@ -1,0 +1,44 @@
+// Sharded Adam state in a checkpoint's optim/ folder, readable at any world size:
+//   optim/shard-RRRRR-of-WWWWW.safetensors  one writer's moments: for each parameter it holds a
+//                                           contiguous run of, 1-D tensors exp_avg.<name> and
+//                                           exp_avg_sq.<name>, with the run's start and the full
+//                                           shape in the file's metadata
+//   optim/index.json                        the full tensors: shape and which shard holds which
+//                                           element range, checked to cover every element once
+// A ZeRO-1 run at W ranks writes W shards (each rank its own range); a replicated optimiser
+// writes one. A reader asks for any ranges (its own ZeRO-1 range at W', or whole tensors) and
+// gets them from whichever shards hold them: resharding happens on load.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+// One contiguous run of one parameter's Adam moments, in this process's memory.
+struct MomentSlice {
+  std::string name;                      // parameter name
+  std::vector<std::int64_t> shape;       // the whole parameter's shape
+  std::int64_t start = 0;                // element offset inside the flattened parameter
+  std::span<float> exp_avg, exp_avg_sq;  // the run's values (equal lengths)
+};
+
+std::string optimizer_shard_file_name(int shard, int num_shards);  // shard-00001-of-00004...
+
+// Writes shard `shard` of `num_shards` into `optim_dir` (which must exist).
+void write_optimizer_shard(const std::string& optim_dir, int shard, int num_shards,
+                           const std::vector<MomentSlice>& slices, std::int64_t adam_step);
+
+// Reads the headers of all `num_shards` shards, checks that they tile every parameter exactly
+// once and agree on shapes and the Adam step count, and writes optim/index.json. Throws Error
+// naming the shard and parameter on any gap, overlap or disagreement.
+void write_optimizer_index(const std::string& optim_dir, int num_shards);
+
+// Fills every slice from the shards that hold its range (any writer world size); returns the
+// Adam step count. Throws Error naming the file on a missing parameter, a shape mismatch or a
+// range not covered.
+std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<MomentSlice>& slices);
+
+}  // namespace tandem
