@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel step time and communication share at W = 1, 2, 4 CPU processes (mpirun,
-# oversubscribed when W exceeds the cores). Model: the curve-parity fixture widened to
+# oversubscribed when W exceeds the cores), then the memory per rank at W = 2, 4 with and without
+# ZeRO-1 (Adam-moment bytes per rank and rank 0's peak RSS). Model: the curve-parity fixture widened to
 # d_model 256 (about 3.4M parameters), random init, fp32, 16 instances of 64 tokens per step.
 # Usage: bench/dist_step.sh [BUILD_DIR] [STEPS]; THREADS=n sets OpenMP threads per rank (default 1:
 # OpenMP teams slow down badly when ranks x threads exceed the free cores).
@@ -32,4 +33,23 @@ t=[1024/x['tokens_per_s'] for x in m[2:]];print(f'{1e3*sum(t)/len(t):.2f}')")
     share=$(sed -E 's/.*, ([0-9.]+)% in collectives.*/\1/' <<< "$line")
     printf '%-3s %-10s %-14s %s\n' "$w" "$threads" "$ms" "$share"
   fi
+done
+
+printf '\n%-3s %-8s %-24s %s\n' W zero1 "Adam moments/rank (B)" "peak RSS rank 0 (MB)"
+for w in 2 4; do
+  for z in false true; do
+    out="$tmp/mem-w$w-$z"
+    OMP_NUM_THREADS=${THREADS:-1} mpirun --oversubscribe --allow-run-as-root -np $w \
+      "$build/tandem" train "${args[@]}" trainer.max_steps=3 trainer.zero1=$z \
+      trainer.save_folder="$out" > "$out.log" 2>&1
+    if [[ $z == true ]]; then
+      moments=$(sed -nE 's/.*Adam moments ([0-9]+) bytes per rank.*/\1/p' "$out.log")
+    else
+      # Replicated: two fp32 moments per parameter on every rank.
+      params=$(sed -nE 's/^training ([0-9]+) parameters.*/\1/p' "$out.log")
+      moments=$((8 * params))
+    fi
+    rss=$(sed -nE 's/.*peak RSS ([0-9.]+) MB.*/\1/p' "$out.log")
+    printf '%-3s %-8s %-24s %s\n' "$w" "$z" "$moments" "$rss"
+  done
 done

@@ -1,5 +1,7 @@
 #include "tandem/train/trainer.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -386,9 +388,14 @@ int Trainer::run() {
   save(true);
   if (comm_.world_size() > 1 && steps_this_run > 0) {
     // Step time and the share spent in collectives (bench/dist_step.sh reads this line).
-    log(fmt::format("data-parallel: {} steps, {:.2f} ms/step, {:.1f}% in collectives (rank 0)",
-                    steps_this_run, 1e3 * step_seconds / static_cast<double>(steps_this_run),
-                    step_seconds > 0 ? 100.0 * step_comm_seconds / step_seconds : 0.0));
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    log(fmt::format(
+        "data-parallel: {} steps, {:.2f} ms/step, {:.1f}% in collectives, peak RSS {:.1f} MB "
+        "(rank 0)",
+        steps_this_run, 1e3 * step_seconds / static_cast<double>(steps_this_run),
+        step_seconds > 0 ? 100.0 * step_comm_seconds / step_seconds : 0.0,
+        static_cast<double>(usage.ru_maxrss) / 1024.0));
   }
   return exit_code;
 }
