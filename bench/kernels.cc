@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "tandem/kernels/cpu/cross_entropy_chunked.h"
 #include "tandem/kernels/cpu/ops.h"
 
 namespace {
@@ -128,6 +129,27 @@ BENCHMARK(BM_CrossEntropyForward)
 BENCHMARK(BM_CrossEntropyForwardBackward)
     ->Arg(512)
     ->Arg(2048)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Forward + backward over 2048 tokens with a given number of rows per chunk (the chunk size
+// trades logits memory, chunk x V floats, against rereading and rewriting dW once per chunk).
+void BM_CrossEntropyChunkRows(benchmark::State& state) {
+  CrossEntropyData data(2048);
+  for (auto _ : state) {
+    auto r = lm_head_cross_entropy_chunked(data.hidden.data(), data.w.data(), data.labels.data(),
+                                           data.N, kModel, kVocab, 1e-5f, 1.0f / data.N,
+                                           data.dhidden.data(), data.dw.data(), state.range(0));
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["FLOPS"] = benchmark::Counter(6.0 * data.N * kVocab * kModel,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CrossEntropyChunkRows)
+    ->Arg(83)
+    ->Arg(256)
+    ->Arg(512)
+    ->Arg(1024)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
