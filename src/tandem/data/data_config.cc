@@ -1,6 +1,5 @@
 #include "tandem/data/data_config.h"
 
-
 #include <algorithm>
 #include <filesystem>
 
@@ -11,11 +10,6 @@ namespace tandem::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string resolve(const std::string& path, const std::string& base_dir) {
-  if (base_dir.empty() || fs::path(path).is_absolute()) return path;
-  return (fs::path(base_dir) / path).lexically_normal().string();
-}
 
 std::vector<std::string> expand(const std::string& pattern, const std::string& where) {
   TANDEM_CHECK(pattern.find("**") == std::string::npos,
@@ -74,7 +68,7 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
     TANDEM_CHECK(!src.patterns.empty(), "{}: source '{}' has no paths", s.where("paths"),
                  src.label);
     for (auto& p : src.patterns) {
-      p = resolve(p, base_dir);
+      p = resolve_config_path(base_dir, p);
       auto files = expand(p, s.where(s.has("paths") ? "paths" : "sources"));
       src.files.insert(src.files.end(), files.begin(), files.end());
     }

@@ -1,5 +1,7 @@
 #include "tandem/io/config.h"
 
+#include <filesystem>
+
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -136,7 +138,8 @@ std::vector<std::int64_t> ConfigSection::get_int_list(const std::string& key) {
   YAML::Node n = require(key);
   TANDEM_CHECK(n.IsSequence(), "{}: expected a list of integers", where(key));
   std::vector<std::int64_t> out;
-  for (const auto& item : n) out.push_back(convert_or_fail<std::int64_t>(item, where(key), "an integer"));
+  for (const auto& item : n)
+    out.push_back(convert_or_fail<std::int64_t>(item, where(key), "an integer"));
   return out;
 }
 std::optional<std::int64_t> ConfigSection::get_optional_int(const std::string& key) {
@@ -158,6 +161,12 @@ void ConfigSection::finish() const {
     if (!used_.count(k)) unknown += (unknown.empty() ? "" : ", ") + where(k);
   }
   TANDEM_CHECK(unknown.empty(), "unknown config key(s): {}", unknown);
+}
+
+std::string resolve_config_path(const std::string& base_dir, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty() || base_dir.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(base_dir) / path).lexically_normal().string();
 }
 
 }  // namespace tandem

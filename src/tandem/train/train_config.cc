@@ -46,14 +46,9 @@ OptimConfig parse_optim(ConfigSection s) {
   return o;
 }
 
-std::string resolve(const std::string& base_dir, const std::string& p) {
-  if (p.empty() || fs::path(p).is_absolute() || base_dir.empty()) return p;
-  return (fs::path(base_dir) / p).lexically_normal().string();
-}
-
 TrainerConfig parse_trainer(ConfigSection s, const std::string& base_dir) {
   TrainerConfig t;
-  t.save_folder = resolve(base_dir, s.get_string("save_folder"));
+  t.save_folder = resolve_config_path(base_dir, s.get_string("save_folder"));
   t.max_steps = s.get_int("max_steps");
   TANDEM_CHECK(t.max_steps > 0, "{} must be positive", s.where("max_steps"));
   t.save_interval = s.get_int("save_interval", 0);
@@ -61,8 +56,8 @@ TrainerConfig parse_trainer(ConfigSection s, const std::string& base_dir) {
   TANDEM_CHECK(t.keep_last >= 1, "{} must be at least 1", s.where("keep_last"));
   t.log_interval = std::max<std::int64_t>(1, s.get_int("log_interval", 1));
   t.init_seed = static_cast<std::uint64_t>(s.get_int("seed", 0));
-  t.init_from = resolve(base_dir, s.get_string("init_from", ""));
-  t.load_path = resolve(base_dir, s.get_string("load_path", ""));
+  t.init_from = resolve_config_path(base_dir, s.get_string("init_from", ""));
+  t.load_path = resolve_config_path(base_dir, s.get_string("load_path", ""));
   TANDEM_CHECK(t.init_from.empty() || t.load_path.empty(),
                "{}: give init_from or load_path, not both", s.where(""));
   t.load_optimizer_state = s.get_bool("load_optimizer_state", true);
@@ -98,7 +93,7 @@ EvalConfig parse_eval(ConfigSection s, const std::string& base_dir,
       HeldoutSetConfig h;
       h.name = set.get_string("name");
       for (const auto& pattern : set.get_string_list("paths")) {
-        std::string p = resolve(base_dir, pattern);
+        std::string p = resolve_config_path(base_dir, pattern);
         std::vector<std::string> matched = expand_glob(p);
         TANDEM_CHECK(!matched.empty(), "{}: '{}' matches no file", set.where("paths"), pattern);
         for (const auto& f : matched) {
