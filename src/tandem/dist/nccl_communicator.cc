@@ -1,0 +1,470 @@
+#include "tandem/dist/nccl_communicator.h"
+
+// The C API only (OpenMPI would also pull in its deprecated C++ bindings).
+#define OMPI_SKIP_MPICXX 1
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* call) {
+  if (rc == cudaSuccess) return;
+  fail("CUDA {} failed: {} ({})", call, cudaGetErrorString(rc), cudaGetErrorName(rc));
+}
+
+// NCCL's last error message names the cause (a duplicate GPU, a closed socket) where the
+// result code alone does not.
+std::string last_nccl_error(ncclComm_t comm) {
+  const char* detail = ncclGetLastError(comm);
+  return detail != nullptr && *detail != '\0' ? std::string(detail) : "no detail";
+}
+
+void check_nccl(ncclResult_t rc, const char* call, ncclComm_t comm) {
+  if (rc == ncclSuccess) return;
+  fail("NCCL {} failed: {}: {}", call, ncclGetErrorString(rc), last_nccl_error(comm));
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double timeout_from_env() {
+  const char* v = std::getenv("TANDEM_DIST_TIMEOUT_S");
+  if (v == nullptr || *v == '\0') return 600.0;
+  char* end = nullptr;
+  double t = std::strtod(v, &end);
+  TANDEM_CHECK(end != v && *end == '\0' && t > 0,
+               "TANDEM_DIST_TIMEOUT_S={}: expected a positive number of seconds", v);
+  return t;
+}
+
+// This rank's index among the ranks on its node, from MPI's shared-memory split rather than a
+// launcher variable: SLURM_LOCALID, for one, is stale (0 on every rank) when mpirun runs inside
+// an sbatch allocation.
+int node_local_rank() {
+  MPI_Comm node = MPI_COMM_NULL;
+  int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  TANDEM_CHECK(rc == MPI_SUCCESS, "MPI MPI_Comm_split_type failed (error {})", rc);
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  return local;
+}
+
+// Ranges [offsets[r], offsets[r + 1]) all of one length: NCCL's equal-block collectives fit.
+bool equal_ranges(const std::size_t* offsets, int world) {
+  const std::size_t chunk = offsets[1] - offsets[0];
+  for (int r = 1; r < world; ++r)
+    if (offsets[r + 1] - offsets[r] != chunk) return false;
+  return true;
+}
+
+// ncclCommAbort should return promptly; if it does not, end the process anyway so that the
+// launcher can end the job.
+void abort_nccl_or_exit(ncclComm_t comm, int code) {
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(code);
+  }).detach();
+  ncclCommAbort(comm);
+}
+
+}  // namespace
+
+struct NcclCommunicator::Cuda {
+  std::atomic<ncclComm_t> comm{nullptr};  // read by the watchdog thread
+  cudaStream_t stream = nullptr;
+  void* staging = nullptr;
+  std::size_t staging_bytes = 0;
+  float* barrier_word = nullptr;
+};
+
+int cuda_device_count(std::string* why_none) {
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();  // clear it: the caller decides what this means
+    if (why_none != nullptr)
+      *why_none =
+          fmt::format("cudaGetDeviceCount: {} ({})", cudaGetErrorString(rc), cudaGetErrorName(rc));
+    return 0;
+  }
+  if (n == 0 && why_none != nullptr) *why_none = "cudaGetDeviceCount reports 0 devices";
+  return n;
+}
+
+NcclCommunicator::InCollective::InCollective(NcclCommunicator& comm, const char* what)
+    : comm_(comm) {
+  comm_.collective_name_.store(what);
+  comm_.collective_since_ns_.store(now_ns());
+}
+
+NcclCommunicator::InCollective::~InCollective() {
+  comm_.collective_ns_ += now_ns() - comm_.collective_since_ns_.load();
+  comm_.collective_since_ns_.store(0);
+}
+
+NcclCommunicator::NcclCommunicator() : cuda_(std::make_unique<Cuda>()) {
+  std::string why;
+  const int devices = cuda_device_count(&why);
+  TANDEM_CHECK(devices > 0, "NCCL communicator: no usable CUDA device ({})", why);
+  mpi_ = std::make_unique<MpiCommunicator>();
+  timeout_s_ = timeout_from_env();
+  // Modulo: a launcher may give each rank its own CUDA_VISIBLE_DEVICES (one device each).
+  device_ = node_local_rank() % devices;
+  watchdog_ = std::thread([this] { watch(); });
+  try {
+    init_nccl();
+  } catch (...) {
+    // The destructor does not run for a half-built object: release what would block exit.
+    stop_watchdog();
+    if (ncclComm_t comm = cuda_->comm.exchange(nullptr)) abort_nccl_or_exit(comm, 1);
+    throw;  // mpi_'s destructor then ends the job (it sees the exception in flight)
+  }
+}
+
+void NcclCommunicator::init_nccl() {
+  InCollective guard(*this, "NCCL initialisation");
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  ncclUniqueId id{};
+  if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+  mpi_->broadcast(&id, sizeof id, 0);
+  ncclComm_t comm = nullptr;
+  const ncclResult_t rc = ncclCommInitRank(&comm, world_size(), id, rank());
+  if (rc != ncclSuccess) {
+    fail(
+        "NCCL ncclCommInitRank failed on rank {} of {} (CUDA device {}): {}: {} (each rank needs a "
+        "GPU of its own: start at most as many ranks per node as it has GPUs)",
+        rank(), world_size(), device_, ncclGetErrorString(rc), last_nccl_error(nullptr));
+  }
+  cuda_->comm.store(comm);
+  // A blocking stream (not cudaStreamNonBlocking): it waits for work on the legacy default
+  // stream, so device buffers written there are ready for the *_device calls.
+  check_cuda(cudaStreamCreate(&cuda_->stream), "cudaStreamCreate");
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&cuda_->barrier_word), sizeof(float)),
+             "cudaMalloc");
+  check_cuda(cudaMemset(cuda_->barrier_word, 0, sizeof(float)), "cudaMemset");
+
+  int version = 0;
+  check_nccl(ncclGetVersion(&version), "ncclGetVersion", comm);
+  cudaDeviceProp props{};
+  check_cuda(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
+  fmt::print(stderr, "tandem: rank {} of {}: NCCL {}.{}.{} on CUDA device {} ({})\n", rank(),
+             world_size(), version / 10000, version / 100 % 100, version % 100, device_,
+             props.name);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (ncclComm_t comm = cuda_->comm.exchange(nullptr)) {
+    if (std::uncaught_exceptions() > 0) {
+      // Failing on this rank: peers may never complete an operation with it, so do not wait.
+      stop_watchdog();
+      abort_nccl_or_exit(comm, 1);
+    } else {
+      ncclResult_t rc = ncclSuccess;
+      {
+        // Finalize waits for the peers: the watchdog still guards it.
+        InCollective guard(*this, "ncclCommFinalize");
+        rc = ncclCommFinalize(comm);
+      }
+      stop_watchdog();
+      if (rc == ncclSuccess)
+        ncclCommDestroy(comm);
+      else
+        abort_nccl_or_exit(comm, 1);
+    }
+  }
+  stop_watchdog();
+  // Nothing can be done about a failure to free at exit; the process is ending.
+  if (cuda_->staging != nullptr) cudaFree(cuda_->staging);
+  if (cuda_->barrier_word != nullptr) cudaFree(cuda_->barrier_word);
+  if (cuda_->stream != nullptr) cudaStreamDestroy(cuda_->stream);
+}
+
+void NcclCommunicator::stop_watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    stop_watch_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void NcclCommunicator::watch() {
+  std::unique_lock<std::mutex> lock(watch_mutex_);
+  while (!watch_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stop_watch_; })) {
+    const std::int64_t since = collective_since_ns_.load();
+    if (since == 0) continue;
+    const double waited = static_cast<double>(now_ns() - since) * 1e-9;
+    const ncclComm_t comm = cuda_->comm.load();
+    ncclResult_t async = ncclSuccess;
+    if (comm != nullptr) ncclCommGetAsyncError(comm, &async);
+    std::string reason;
+    // An asynchronous error is normally turned into tandem::Error by wait_for_stream; it is
+    // acted on here only when the main thread has not done so within the grace period
+    // (blocked inside an NCCL host call, say).
+    constexpr double kAsyncErrorGraceS = 5.0;
+    if (async != ncclSuccess && async != ncclInProgress && waited >= kAsyncErrorGraceS)
+      reason = fmt::format("NCCL reported an error: {}: {}", ncclGetErrorString(async),
+                           last_nccl_error(comm));
+    else if (waited >= timeout_s_)
+      reason = fmt::format(
+          "made no progress for {:.0f} s (TANDEM_DIST_TIMEOUT_S): a peer rank is hung or dead",
+          waited);
+    else
+      continue;
+    // Not MPI_Abort (not safe from this thread while the main one may be inside MPI): a
+    // non-zero exit makes mpirun end every rank.
+    fmt::print(stderr, "tandem: rank {} of {}: {} (CUDA device {}): {}; ending the job\n",
+               mpi_->rank(), mpi_->world_size(), collective_name_.load(), device_, reason);
+    std::fflush(stderr);
+    if (comm != nullptr) abort_nccl_or_exit(comm, 1);
+    std::_Exit(1);
+  }
+}
+
+void NcclCommunicator::use_device() { check_cuda(cudaSetDevice(device_), "cudaSetDevice"); }
+
+void* NcclCommunicator::staging(std::size_t bytes) {
+  if (bytes > cuda_->staging_bytes) {
+    // The stream is idle here (every operation waits for it before returning).
+    if (cuda_->staging != nullptr) check_cuda(cudaFree(cuda_->staging), "cudaFree");
+    cuda_->staging = nullptr;
+    cuda_->staging_bytes = 0;
+    check_cuda(cudaMalloc(&cuda_->staging, bytes), "cudaMalloc");
+    cuda_->staging_bytes = bytes;
+  }
+  return cuda_->staging;
+}
+
+void NcclCommunicator::copy_to_device(void* device, const void* host, std::size_t bytes) {
+  check_cuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, cuda_->stream),
+             "cudaMemcpyAsync (host to device)");
+}
+
+void NcclCommunicator::copy_to_host(void* host, const void* device, std::size_t bytes) {
+  check_cuda(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, cuda_->stream),
+             "cudaMemcpyAsync (device to host)");
+}
+
+void NcclCommunicator::wait_for_stream(const char* what) {
+  // Polls rather than cudaStreamSynchronize so that an asynchronous NCCL error (a peer's
+  // network failure, say) becomes tandem::Error instead of a wait that never ends.
+  const ncclComm_t comm = cuda_->comm.load();
+  for (;;) {
+    const cudaError_t done = cudaStreamQuery(cuda_->stream);
+    if (done == cudaSuccess) return;
+    if (done != cudaErrorNotReady) check_cuda(done, "cudaStreamQuery");
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError", comm);
+    if (async != ncclSuccess && async != ncclInProgress)
+      fail("NCCL {} failed on rank {} of {}: {}: {}", what, rank(), world_size(),
+           ncclGetErrorString(async), last_nccl_error(comm));
+    std::this_thread::yield();
+  }
+}
+
+void NcclCommunicator::enqueue_all_reduce(void* data, std::size_t n, int nccl_type) {
+  const ncclComm_t comm = cuda_->comm.load();
+  check_nccl(ncclAllReduce(data, data, n, static_cast<ncclDataType_t>(nccl_type), ncclSum, comm,
+                           cuda_->stream),
+             "ncclAllReduce", comm);
+}
+
+void NcclCommunicator::enqueue_reduce_scatter(float* data, const std::size_t* offsets) {
+  const ncclComm_t comm = cuda_->comm.load();
+  const int world = world_size();
+  if (equal_ranges(offsets, world)) {
+    const std::size_t chunk = offsets[1] - offsets[0];
+    if (chunk == 0) return;
+    // In place: NCCL's output block for rank r is input + r * chunk, which is data + offsets[r].
+    check_nccl(ncclReduceScatter(data + offsets[0], data + offsets[rank()], chunk, ncclFloat32,
+                                 ncclSum, comm, cuda_->stream),
+               "ncclReduceScatter", comm);
+    return;
+  }
+  // Uneven ranges (offsets are n * r / W): ncclReduceScatter needs equal blocks. Rather than
+  // padding into a second buffer (W x the longest range, two extra device copies), each range is
+  // reduced onto its owner with ncclReduce, in place; the ranges are disjoint, so one group
+  // launches them together. Non-owners' copies of a range are left as they were, which the
+  // interface allows.
+  check_nccl(ncclGroupStart(), "ncclGroupStart", comm);
+  for (int owner = 0; owner < world; ++owner) {
+    const std::size_t count = offsets[owner + 1] - offsets[owner];
+    if (count == 0) continue;
+    float* range = data + offsets[owner];
+    check_nccl(ncclReduce(range, range, count, ncclFloat32, ncclSum, owner, comm, cuda_->stream),
+               "ncclReduce", comm);
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm);
+}
+
+void NcclCommunicator::enqueue_all_gather(float* data, const std::size_t* offsets) {
+  const ncclComm_t comm = cuda_->comm.load();
+  const int world = world_size();
+  if (equal_ranges(offsets, world)) {
+    const std::size_t chunk = offsets[1] - offsets[0];
+    if (chunk == 0) return;
+    // In place: this rank's input sits at output + rank * chunk, which is data + offsets[rank].
+    check_nccl(ncclAllGather(data + offsets[rank()], data + offsets[0], chunk, ncclFloat32, comm,
+                             cuda_->stream),
+               "ncclAllGather", comm);
+    return;
+  }
+  // Uneven ranges: ncclAllGather needs equal blocks, so each owner broadcasts its range (in
+  // place); the ranges are disjoint, so one group launches them together.
+  check_nccl(ncclGroupStart(), "ncclGroupStart", comm);
+  for (int owner = 0; owner < world; ++owner) {
+    const std::size_t count = offsets[owner + 1] - offsets[owner];
+    if (count == 0) continue;
+    float* range = data + offsets[owner];
+    check_nccl(ncclBroadcast(range, range, count, ncclFloat32, owner, comm, cuda_->stream),
+               "ncclBroadcast", comm);
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm);
+}
+
+// --- host pointers: staged through the device buffer ---
+
+void NcclCommunicator::all_reduce_sum(float* data, std::size_t n) {
+  if (n == 0) return;
+  InCollective guard(*this, "all_reduce_sum");
+  use_device();
+  void* d = staging(n * sizeof(float));
+  copy_to_device(d, data, n * sizeof(float));
+  enqueue_all_reduce(d, n, ncclFloat32);
+  copy_to_host(data, d, n * sizeof(float));
+  wait_for_stream("all_reduce_sum");
+}
+
+void NcclCommunicator::all_reduce_sum(double* data, std::size_t n) {
+  if (n == 0) return;
+  InCollective guard(*this, "all_reduce_sum");
+  use_device();
+  void* d = staging(n * sizeof(double));
+  copy_to_device(d, data, n * sizeof(double));
+  enqueue_all_reduce(d, n, ncclFloat64);
+  copy_to_host(data, d, n * sizeof(double));
+  wait_for_stream("all_reduce_sum");
+}
+
+void NcclCommunicator::reduce_scatter_sum(float* data, const std::size_t* offsets) {
+  const int world = world_size(), me = rank();
+  const std::size_t total = offsets[world] - offsets[0];
+  if (total == 0) return;
+  InCollective guard(*this, "reduce_scatter_sum");
+  use_device();
+  // The staged copy starts at offsets[0]: shift the offsets to it.
+  std::vector<std::size_t> local(static_cast<std::size_t>(world) + 1);
+  for (int r = 0; r <= world; ++r) local[r] = offsets[r] - offsets[0];
+  auto* d = static_cast<float*>(staging(total * sizeof(float)));
+  copy_to_device(d, data + offsets[0], total * sizeof(float));
+  enqueue_reduce_scatter(d, local.data());
+  const std::size_t mine = local[me + 1] - local[me];
+  if (mine > 0) copy_to_host(data + offsets[me], d + local[me], mine * sizeof(float));
+  wait_for_stream("reduce_scatter_sum");
+}
+
+void NcclCommunicator::all_gather(float* data, const std::size_t* offsets) {
+  const int world = world_size(), me = rank();
+  const std::size_t total = offsets[world] - offsets[0];
+  if (total == 0) return;
+  InCollective guard(*this, "all_gather");
+  use_device();
+  std::vector<std::size_t> local(static_cast<std::size_t>(world) + 1);
+  for (int r = 0; r <= world; ++r) local[r] = offsets[r] - offsets[0];
+  auto* d = static_cast<float*>(staging(total * sizeof(float)));
+  const std::size_t mine = local[me + 1] - local[me];
+  if (mine > 0) copy_to_device(d + local[me], data + offsets[me], mine * sizeof(float));
+  enqueue_all_gather(d, local.data());
+  copy_to_host(data + offsets[0], d, total * sizeof(float));
+  wait_for_stream("all_gather");
+}
+
+void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  if (bytes == 0) return;
+  InCollective guard(*this, "broadcast");
+  use_device();
+  void* d = staging(bytes);
+  if (rank() == root) copy_to_device(d, data, bytes);
+  const ncclComm_t comm = cuda_->comm.load();
+  check_nccl(ncclBroadcast(d, d, bytes, ncclUint8, root, comm, cuda_->stream), "ncclBroadcast",
+             comm);
+  if (rank() != root) copy_to_host(data, d, bytes);
+  wait_for_stream("broadcast");
+}
+
+void NcclCommunicator::barrier() {
+  // A one-element all-reduce completes on a rank only once every rank has joined it.
+  InCollective guard(*this, "barrier");
+  use_device();
+  enqueue_all_reduce(cuda_->barrier_word, 1, ncclFloat32);
+  wait_for_stream("barrier");
+}
+
+// --- device pointers ---
+
+void NcclCommunicator::all_reduce_sum_device(float* data, std::size_t n) {
+  if (n == 0) return;
+  InCollective guard(*this, "all_reduce_sum");
+  use_device();
+  enqueue_all_reduce(data, n, ncclFloat32);
+  wait_for_stream("all_reduce_sum");
+}
+
+void NcclCommunicator::all_reduce_sum_device(double* data, std::size_t n) {
+  if (n == 0) return;
+  InCollective guard(*this, "all_reduce_sum");
+  use_device();
+  enqueue_all_reduce(data, n, ncclFloat64);
+  wait_for_stream("all_reduce_sum");
+}
+
+void NcclCommunicator::reduce_scatter_sum_device(float* data, const std::size_t* offsets) {
+  InCollective guard(*this, "reduce_scatter_sum");
+  use_device();
+  enqueue_reduce_scatter(data, offsets);
+  wait_for_stream("reduce_scatter_sum");
+}
+
+void NcclCommunicator::all_gather_device(float* data, const std::size_t* offsets) {
+  InCollective guard(*this, "all_gather");
+  use_device();
+  enqueue_all_gather(data, offsets);
+  wait_for_stream("all_gather");
+}
+
+void NcclCommunicator::broadcast_device(void* data, std::size_t bytes, int root) {
+  if (bytes == 0) return;
+  InCollective guard(*this, "broadcast");
+  use_device();
+  const ncclComm_t comm = cuda_->comm.load();
+  check_nccl(ncclBroadcast(data, data, bytes, ncclUint8, root, comm, cuda_->stream),
+             "ncclBroadcast", comm);
+  wait_for_stream("broadcast");
+}
+
+void NcclCommunicator::abort(const std::string& message, int code) {
+  stop_watchdog();
+  if (ncclComm_t comm = cuda_->comm.exchange(nullptr)) abort_nccl_or_exit(comm, code);
+  mpi_->abort(message, code);
+}
+
+}  // namespace tandem

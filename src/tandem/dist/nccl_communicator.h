@@ -1,0 +1,107 @@
+// Data-parallel collectives over NCCL between processes that each drive one GPU, launched by
+// mpirun (or srun) like the MPI communicator. MPI bootstraps it: rank 0 makes the NCCL unique id
+// and broadcasts it through an MpiCommunicator, which this class keeps for the launch facts and
+// for ending the job. Each rank uses CUDA device (local rank on its node) % (visible devices).
+//
+// The Communicator interface takes host pointers (the trainer computes on the CPU today): those
+// calls copy the data into a device staging buffer, run the NCCL collective on this
+// communicator's stream, copy the result back and wait. The *_device calls take device pointers
+// and skip the copies, for a GPU backend.
+//
+// Determinism: for a fixed topology, world size and algorithm (NCCL_ALGO and NCCL_PROTO pin it)
+// NCCL reduces in the same order every time, so a run repeats itself. That order is NCCL's ring
+// or tree order, not the MPI communicator's rank order ((r0 + r1) + r2) + ..., so sums may differ
+// from the CPU path in the last bits.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "tandem/dist/communicator.h"
+#include "tandem/dist/mpi_communicator.h"
+
+namespace tandem {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Initialises MPI (if needed), picks this rank's device and builds the NCCL communicator.
+  // Throws tandem::Error when there is no CUDA device or a CUDA/NCCL call fails.
+  NcclCommunicator();
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return mpi_->rank(); }
+  int world_size() const override { return mpi_->world_size(); }
+  std::string name() const override { return "nccl"; }
+  int device() const { return device_; }
+
+  // Host pointers (staged through device memory).
+  void all_reduce_sum(float* data, std::size_t n) override;
+  void all_reduce_sum(double* data, std::size_t n) override;
+  void reduce_scatter_sum(float* data, const std::size_t* offsets) override;
+  void all_gather(float* data, const std::size_t* offsets) override;
+  void broadcast(void* data, std::size_t bytes, int root) override;
+  void barrier() override;
+  [[noreturn]] void abort(const std::string& message, int code) override;
+  double seconds_in_collectives() const override { return collective_ns_ * 1e-9; }
+
+  // Device pointers on this rank's device, same semantics as the host calls. They return once
+  // the result is in place. Work that wrote the buffer must be complete or have been issued to
+  // the legacy default stream (this communicator's stream is ordered after it).
+  void all_reduce_sum_device(float* data, std::size_t n);
+  void all_reduce_sum_device(double* data, std::size_t n);
+  void reduce_scatter_sum_device(float* data, const std::size_t* offsets);
+  void all_gather_device(float* data, const std::size_t* offsets);
+  void broadcast_device(void* data, std::size_t bytes, int root);
+
+ private:
+  struct Cuda;  // stream, NCCL communicator and staging buffer (CUDA types stay in the .cc)
+
+  // Marks one collective as in progress for the watchdog and the time spent in collectives.
+  class InCollective {
+   public:
+    InCollective(NcclCommunicator& comm, const char* what);
+    ~InCollective();
+
+   private:
+    NcclCommunicator& comm_;
+  };
+
+  void init_nccl();
+  void use_device();
+  void* staging(std::size_t bytes);  // grown on demand, kept between calls
+  void copy_to_device(void* device, const void* host, std::size_t bytes);
+  void copy_to_host(void* host, const void* device, std::size_t bytes);
+  // The enqueue_* calls only queue work on the stream; wait_for_stream waits for it.
+  void enqueue_all_reduce(void* data, std::size_t n, int nccl_type);
+  void enqueue_reduce_scatter(float* data, const std::size_t* offsets);
+  void enqueue_all_gather(float* data, const std::size_t* offsets);
+  void wait_for_stream(const char* what);
+  void watch();
+  void stop_watchdog();
+
+  std::unique_ptr<MpiCommunicator> mpi_;  // declared first: outlives the NCCL communicator
+  std::unique_ptr<Cuda> cuda_;
+  int device_ = -1;
+  double timeout_s_ = 600.0;
+  std::atomic<std::int64_t> collective_since_ns_{0};  // 0: not in a collective
+  std::atomic<const char*> collective_name_{""};
+  std::int64_t collective_ns_ = 0;
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  bool stop_watch_ = false;
+  std::thread watchdog_;
+};
+
+// Number of CUDA devices this process can use; 0 when there are none or no usable driver, with
+// CUDA's reason in *why_none when given.
+int cuda_device_count(std::string* why_none = nullptr);
+
+}  // namespace tandem
