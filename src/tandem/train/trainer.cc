@@ -87,8 +87,10 @@ Trainer::Trainer(RunConfig config, Communicator& comm)
     downstream_interval_ = d.interval;
   }
   peak_gflops_ = config_.trainer.peak_gflops.value_or(0.0);
-  if (peak_gflops_ <= 0)
-    peak_gflops_ = kernels::cpu::measure_fp32_gemm_gflops(1024, 1024, 1024, 0.3);
+  const bool measured = peak_gflops_ <= 0;
+  if (measured) peak_gflops_ = kernels::cpu::measure_fp32_gemm_gflops(1024, 1024, 1024, 0.3);
+  log(fmt::format("MFU peak: {:.1f} GFLOP/s ({})", peak_gflops_,
+                  measured ? "fp32 GEMM measured now" : "trainer.peak_gflops"));
 }
 
 Trainer::~Trainer() = default;
