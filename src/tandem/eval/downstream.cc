@@ -164,32 +164,31 @@ std::vector<double> score_requests(Olmo3Model& model, const std::vector<Tokenize
       std::int64_t q = query_length(r, max_length);
       std::copy(full.end() - q, full.end(), ids.begin() + b * T);
     }
-    logits.resize(static_cast<std::size_t>(B * T * V));
-    model.forward_logits(ids.data(), B, T, logits.data());
-
-    // (row, continuation position) pairs, each a log-softmax over V.
+    // (row, continuation position) pairs, each a log-softmax over V; logits only there.
     std::vector<std::pair<std::int64_t, std::int64_t>> cells;
+    std::vector<std::int64_t> positions;
     for (std::int64_t b = 0; b < B; ++b) {
       const auto& r = requests[order[start + b]];
-      std::int64_t q = query_length(r, max_length);
-      std::int64_t c = static_cast<std::int64_t>(r.continuation.size());
-      for (std::int64_t j = 0; j < c; ++j) cells.emplace_back(b, j);
-      (void)q;
+      const std::int64_t q = query_length(r, max_length);
+      const auto c = static_cast<std::int64_t>(r.continuation.size());
+      for (std::int64_t j = 0; j < c; ++j) {
+        cells.emplace_back(b, j);
+        positions.push_back(b * T + q - c + j);  // the logits here predict continuation token j
+      }
     }
+    logits.resize(positions.size() * static_cast<std::size_t>(V));
+    model.forward_logits_at(ids.data(), B, T, positions, logits.data());
     std::vector<double> cell_logp(cells.size());
 #pragma omp parallel for schedule(static)
     for (std::size_t k = 0; k < cells.size(); ++k) {
-      auto [b, j] = cells[k];
-      const auto& r = requests[order[start + b]];
-      std::int64_t q = query_length(r, max_length);
-      std::int64_t c = static_cast<std::int64_t>(r.continuation.size());
-      std::int64_t pos = q - c + j;  // logits here predict continuation token j
-      const float* row = logits.data() + (b * T + pos) * V;
+      const auto& r = requests[order[start + cells[k].first]];
+      const float* row = logits.data() + k * static_cast<std::size_t>(V);
       float max_v = row[0];
       for (std::int64_t v = 1; v < V; ++v) max_v = std::max(max_v, row[v]);
       double sum = 0.0;
       for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - max_v);
-      cell_logp[k] = static_cast<double>(row[r.continuation[j]]) - max_v - std::log(sum);
+      cell_logp[k] =
+          static_cast<double>(row[r.continuation[cells[k].second]]) - max_v - std::log(sum);
     }
     for (std::size_t k = 0; k < cells.size(); ++k) {
       scores[order[start + cells[k].first]] += cell_logp[k];

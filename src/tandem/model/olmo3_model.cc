@@ -198,6 +198,20 @@ void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::in
                     config_.d_model, config_.embedding_size);
 }
 
+void Olmo3Model::forward_logits_at(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                                   std::span<const std::int64_t> positions, float* logits) {
+  forward_hidden(ids, B, T);
+  const std::int64_t d = config_.d_model, n = static_cast<std::int64_t>(positions.size());
+  std::vector<float> rows(static_cast<std::size_t>(n * d));
+  for (std::int64_t i = 0; i < n; ++i) {
+    TANDEM_CHECK(positions[i] >= 0 && positions[i] < B * T,
+                 "forward_logits_at: position {} outside [0, {})", positions[i], B * T);
+    std::copy_n(final_normed_.data() + positions[i] * d, d, rows.data() + i * d);
+  }
+  k::linear_forward(rows.data(), param("lm_head.w_out.weight"), logits, n, d,
+                    config_.embedding_size);
+}
+
 LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_t* labels,
                                       std::int64_t B, std::int64_t T, float z_weight,
                                       float grad_scale, bool backward) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ class Olmo3Model {
 
   // logits[B*T, embedding_size] for ids[B, T] (no activations kept).
   void forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T, float* logits);
+  // logits[positions.size(), embedding_size] at the given flat positions (b * T + t) only:
+  // scoring needs a few positions per sequence, and at small d_model the lm_head is most of the
+  // work.
+  void forward_logits_at(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                         std::span<const std::int64_t> positions, float* logits);
   // Loss sums over labels[B, T] (-100 = ignored). When `backward`, adds the gradients of
   // grad_scale * (ce_sum + z_weight * z_sum) to grads().
   LossSums forward_backward(const std::int64_t* ids, const std::int64_t* labels, std::int64_t B,
