@@ -51,7 +51,9 @@ TEST(NumpyRandom, ShuffleMatchesNumpyForManySizesAndSeeds) {
     EXPECT_TRUE(std::equal(head.begin(), head.end(), a.begin())) << what;
     auto tail = c["tail"].get<std::vector<std::uint32_t>>();
     EXPECT_TRUE(std::equal(tail.begin(), tail.end(), a.end() - tail.size())) << what;
-    if (c.contains("full")) EXPECT_EQ(a, c["full"].get<std::vector<std::uint32_t>>()) << what;
+    if (c.contains("full")) {
+      EXPECT_EQ(a, c["full"].get<std::vector<std::uint32_t>>()) << what;
+    }
     ++checked;
     if (n >= 1000000) ++millions;
   }

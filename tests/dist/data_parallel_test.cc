@@ -18,21 +18,6 @@ using namespace dist_testing;
 
 // fp32 training where only the order of the gradient sum differs (per-rank partial sums): the
 // losses agree to ~1e-9 in practice; 1e-5 is the bound.
-constexpr double kRelTol = 1e-5;
-
-void expect_close_losses(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
-                         std::size_t from_line, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  ASSERT_GT(a.size(), from_line) << what;
-  for (std::size_t i = from_line; i < a.size(); ++i) {
-    EXPECT_EQ(a[i]["step"], b[i]["step"]) << what;
-    EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]) << what << " line " << i;
-    for (const char* key : {"train/loss", "train/grad_norm"}) {
-      const double x = a[i][key].get<double>(), y = b[i][key].get<double>();
-      EXPECT_LE(std::abs(x - y), kRelTol * std::abs(x)) << what << " " << key << " step " << i + 1;
-    }
-  }
-}
 
 TEST(DataParallel, WorldSizes124GiveTheSameLosses) {
   const int steps = 20;

@@ -2,6 +2,9 @@
 // (oversubscribed: this machine has fewer cores than ranks), on top of the shared CLI helpers.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -40,6 +43,23 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& run) {
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
+}
+
+// Two runs' metrics agree from line `from_line` on: same steps and tokens, per-step loss and grad
+// norm within 1e-5 relative (data-parallel runs differ only in the order of the gradient sums).
+inline void expect_close_losses(const std::vector<nlohmann::json>& a,
+                                const std::vector<nlohmann::json>& b, std::size_t from_line,
+                                const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_GT(a.size(), from_line) << what;
+  for (std::size_t i = from_line; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["step"], b[i]["step"]) << what;
+    EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]) << what << " line " << i;
+    for (const char* key : {"train/loss", "train/grad_norm"}) {
+      const double x = a[i][key].get<double>(), y = b[i][key].get<double>();
+      EXPECT_LE(std::abs(x - y), 1e-5 * std::abs(x)) << what << " " << key << " step " << i + 1;
+    }
+  }
 }
 
 }  // namespace tandem::dist_testing

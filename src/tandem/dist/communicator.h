@@ -1,6 +1,7 @@
 // Collective communication between data-parallel ranks. The trainer only talks to this
-// interface; implementations: a single process (no-op collectives) and MPI (dist/mpi_*.cc).
-// Every reduction runs in a fixed order, so results do not depend on timing.
+// interface; implementations: a single process (no-op collectives), MPI (dist/mpi_*.cc: every
+// reduction in a fixed rank order, so results do not depend on timing) and, when built with
+// CUDA and NCCL, NCCL (dist/nccl_*.cc: NCCL's fixed ring/tree order, see its header).
 #pragma once
 
 #include <cstddef>
@@ -46,7 +47,8 @@ class SingleProcessCommunicator final : public Communicator {
   [[noreturn]] void abort(const std::string& message, int code) override;
 };
 
-// MPI when the process was launched by mpirun (and tandem was built with MPI), else single.
+// TANDEM_COMMUNICATOR=nccl|mpi|single forces one (a clear error if it cannot be had); unset:
+// MPI when the process was launched by mpirun or srun, else single.
 std::unique_ptr<Communicator> make_communicator();
 
 }  // namespace tandem

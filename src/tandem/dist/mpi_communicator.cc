@@ -41,51 +41,7 @@ MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
 }
 
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double timeout_from_env() {
-  const char* v = std::getenv("TANDEM_DIST_TIMEOUT_S");
-  if (v == nullptr || *v == '\0') return 600.0;
-  char* end = nullptr;
-  double t = std::strtod(v, &end);
-  TANDEM_CHECK(end != v && *end == '\0' && t > 0,
-               "TANDEM_DIST_TIMEOUT_S={}: expected a positive number of seconds", v);
-  return t;
-}
-
 }  // namespace
-
-MpiCommunicator::InCollective::InCollective(MpiCommunicator& comm, const char* what) : comm_(comm) {
-  comm_.collective_name_.store(what);
-  comm_.collective_since_ns_.store(now_ns());
-}
-
-MpiCommunicator::InCollective::~InCollective() {
-  comm_.collective_ns_ += now_ns() - comm_.collective_since_ns_.load();
-  comm_.collective_since_ns_.store(0);
-}
-
-void MpiCommunicator::watch() {
-  std::unique_lock<std::mutex> lock(watch_mutex_);
-  while (!watch_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stop_watch_; })) {
-    const std::int64_t since = collective_since_ns_.load();
-    if (since == 0) continue;
-    const double waited = static_cast<double>(now_ns() - since) * 1e-9;
-    if (waited < timeout_s_) continue;
-    // Not MPI_Abort (not safe from this thread while the main one is inside MPI): a non-zero
-    // exit makes mpirun end every rank.
-    fmt::print(stderr,
-               "tandem: rank {} of {}: {} made no progress for {:.0f} s "
-               "(TANDEM_DIST_TIMEOUT_S): a peer rank is hung or dead; ending the job\n",
-               rank_, world_, collective_name_.load(), waited);
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-}
 
 bool launched_under_mpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
@@ -101,17 +57,22 @@ MpiCommunicator::MpiCommunicator() {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
-  timeout_s_ = timeout_from_env();
-  watchdog_ = std::thread([this] { watch(); });
+  timeout_s_ = dist_timeout_from_env();
+  watchdog_ = std::make_unique<CollectiveWatchdog>([this](const char* collective, double waited) {
+    if (waited < timeout_s_) return;
+    // Not MPI_Abort (not safe from this thread while the main one is inside MPI): a non-zero
+    // exit makes mpirun end every rank.
+    fmt::print(stderr,
+               "tandem: rank {} of {}: {} made no progress for {:.0f} s "
+               "(TANDEM_DIST_TIMEOUT_S): a peer rank is hung or dead; ending the job\n",
+               rank_, world_, collective, waited);
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
-    stop_watch_ = true;
-  }
-  watch_cv_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
+  watchdog_->stop();
   int finalised = 0;
   MPI_Finalized(&finalised);
   if (finalised) return;
@@ -127,7 +88,7 @@ MpiCommunicator::~MpiCommunicator() {
 
 template <typename T>
 void MpiCommunicator::ordered_all_reduce(T* data, std::size_t n) {
-  InCollective guard(*this, "all_reduce_sum");
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
   std::vector<T> gathered;
   for (std::size_t begin = 0; begin < n; begin += kChunkElements) {
     const std::size_t count = std::min(kChunkElements, n - begin);
@@ -153,7 +114,7 @@ void MpiCommunicator::all_reduce_sum(float* data, std::size_t n) { ordered_all_r
 void MpiCommunicator::all_reduce_sum(double* data, std::size_t n) { ordered_all_reduce(data, n); }
 
 void MpiCommunicator::reduce_scatter_sum(float* data, const std::size_t* offsets) {
-  InCollective guard(*this, "reduce_scatter_sum");
+  CollectiveWatchdog::Scope guard(*watchdog_, "reduce_scatter_sum");
   // Each range is reduced in the same rank order as all_reduce_sum (so a sharded optimiser sees
   // exactly the gradients a replicated one would); rank r keeps range r.
   std::vector<float> gathered;
@@ -176,7 +137,7 @@ void MpiCommunicator::reduce_scatter_sum(float* data, const std::size_t* offsets
 }
 
 void MpiCommunicator::all_gather(float* data, const std::size_t* offsets) {
-  InCollective guard(*this, "all_gather");
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_gather");
   // One broadcast per owner's range, chunked so counts fit in an int.
   for (int owner = 0; owner < world_; ++owner)
     for (std::size_t begin = offsets[owner]; begin < offsets[owner + 1]; begin += kChunkElements) {
@@ -187,7 +148,7 @@ void MpiCommunicator::all_gather(float* data, const std::size_t* offsets) {
 }
 
 void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
-  InCollective guard(*this, "broadcast");
+  CollectiveWatchdog::Scope guard(*watchdog_, "broadcast");
   auto* p = static_cast<char*>(data);
   for (std::size_t begin = 0; begin < bytes; begin += INT_MAX / 2) {
     const std::size_t count = std::min<std::size_t>(INT_MAX / 2, bytes - begin);
@@ -197,7 +158,7 @@ void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
 }
 
 void MpiCommunicator::barrier() {
-  InCollective guard(*this, "barrier");
+  CollectiveWatchdog::Scope guard(*watchdog_, "barrier");
   check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 

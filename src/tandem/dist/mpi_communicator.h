@@ -4,13 +4,10 @@
 // library's reduction algorithm. This costs bandwidth, which is fine at CPU model sizes.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <cstdint>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 
+#include "tandem/dist/collective_watchdog.h"
 #include "tandem/dist/communicator.h"
 
 namespace tandem {
@@ -34,33 +31,16 @@ class MpiCommunicator final : public Communicator {
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
   [[noreturn]] void abort(const std::string& message, int code) override;
-  double seconds_in_collectives() const override { return collective_ns_ * 1e-9; }
+  double seconds_in_collectives() const override { return watchdog_->seconds_in_collectives(); }
 
  private:
   template <typename T>
   void ordered_all_reduce(T* data, std::size_t n);
-  void watch();
-
-  // Marks one collective as in progress for the watchdog.
-  class InCollective {
-   public:
-    InCollective(MpiCommunicator& comm, const char* what);
-    ~InCollective();
-
-   private:
-    MpiCommunicator& comm_;
-  };
 
   int rank_ = 0;
   int world_ = 1;
   double timeout_s_ = 600.0;
-  std::atomic<std::int64_t> collective_since_ns_{0};  // 0: not in a collective
-  std::atomic<const char*> collective_name_{""};
-  std::int64_t collective_ns_ = 0;  // total time inside collectives
-  std::mutex watch_mutex_;
-  std::condition_variable watch_cv_;
-  bool stop_watch_ = false;
-  std::thread watchdog_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 
 // True when this process was started by an MPI launcher (OpenMPI's mpirun, or a PMI/PMIx one

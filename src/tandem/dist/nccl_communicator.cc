@@ -39,22 +39,6 @@ void check_nccl(ncclResult_t rc, const char* call, ncclComm_t comm) {
   fail("NCCL {} failed: {}: {}", call, ncclGetErrorString(rc), last_nccl_error(comm));
 }
 
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double timeout_from_env() {
-  const char* v = std::getenv("TANDEM_DIST_TIMEOUT_S");
-  if (v == nullptr || *v == '\0') return 600.0;
-  char* end = nullptr;
-  double t = std::strtod(v, &end);
-  TANDEM_CHECK(end != v && *end == '\0' && t > 0,
-               "TANDEM_DIST_TIMEOUT_S={}: expected a positive number of seconds", v);
-  return t;
-}
-
 // This rank's index among the ranks on its node, from MPI's shared-memory split rather than a
 // launcher variable: SLURM_LOCALID, for one, is stale (0 on every rank) when mpirun runs inside
 // an sbatch allocation.
@@ -110,38 +94,28 @@ int cuda_device_count(std::string* why_none) {
   return n;
 }
 
-NcclCommunicator::InCollective::InCollective(NcclCommunicator& comm, const char* what)
-    : comm_(comm) {
-  comm_.collective_name_.store(what);
-  comm_.collective_since_ns_.store(now_ns());
-}
-
-NcclCommunicator::InCollective::~InCollective() {
-  comm_.collective_ns_ += now_ns() - comm_.collective_since_ns_.load();
-  comm_.collective_since_ns_.store(0);
-}
-
 NcclCommunicator::NcclCommunicator() : cuda_(std::make_unique<Cuda>()) {
   std::string why;
   const int devices = cuda_device_count(&why);
   TANDEM_CHECK(devices > 0, "NCCL communicator: no usable CUDA device ({})", why);
   mpi_ = std::make_unique<MpiCommunicator>();
-  timeout_s_ = timeout_from_env();
+  timeout_s_ = dist_timeout_from_env();
   // Modulo: a launcher may give each rank its own CUDA_VISIBLE_DEVICES (one device each).
   device_ = node_local_rank() % devices;
-  watchdog_ = std::thread([this] { watch(); });
+  watchdog_ = std::make_unique<CollectiveWatchdog>(
+      [this](const char* collective, double waited) { check_progress(collective, waited); });
   try {
     init_nccl();
   } catch (...) {
     // The destructor does not run for a half-built object: release what would block exit.
-    stop_watchdog();
+    watchdog_->stop();
     if (ncclComm_t comm = cuda_->comm.exchange(nullptr)) abort_nccl_or_exit(comm, 1);
     throw;  // mpi_'s destructor then ends the job (it sees the exception in flight)
   }
 }
 
 void NcclCommunicator::init_nccl() {
-  InCollective guard(*this, "NCCL initialisation");
+  CollectiveWatchdog::Scope guard(*watchdog_, "NCCL initialisation");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   ncclUniqueId id{};
   if (rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
@@ -175,69 +149,54 @@ NcclCommunicator::~NcclCommunicator() {
   if (ncclComm_t comm = cuda_->comm.exchange(nullptr)) {
     if (std::uncaught_exceptions() > 0) {
       // Failing on this rank: peers may never complete an operation with it, so do not wait.
-      stop_watchdog();
+      watchdog_->stop();
       abort_nccl_or_exit(comm, 1);
     } else {
       ncclResult_t rc = ncclSuccess;
       {
         // Finalize waits for the peers: the watchdog still guards it.
-        InCollective guard(*this, "ncclCommFinalize");
+        CollectiveWatchdog::Scope guard(*watchdog_, "ncclCommFinalize");
         rc = ncclCommFinalize(comm);
       }
-      stop_watchdog();
+      watchdog_->stop();
       if (rc == ncclSuccess)
         ncclCommDestroy(comm);
       else
         abort_nccl_or_exit(comm, 1);
     }
   }
-  stop_watchdog();
+  watchdog_->stop();
   // Nothing can be done about a failure to free at exit; the process is ending.
   if (cuda_->staging != nullptr) cudaFree(cuda_->staging);
   if (cuda_->barrier_word != nullptr) cudaFree(cuda_->barrier_word);
   if (cuda_->stream != nullptr) cudaStreamDestroy(cuda_->stream);
 }
 
-void NcclCommunicator::stop_watchdog() {
-  {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
-    stop_watch_ = true;
-  }
-  watch_cv_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
-}
-
-void NcclCommunicator::watch() {
-  std::unique_lock<std::mutex> lock(watch_mutex_);
-  while (!watch_cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stop_watch_; })) {
-    const std::int64_t since = collective_since_ns_.load();
-    if (since == 0) continue;
-    const double waited = static_cast<double>(now_ns() - since) * 1e-9;
-    const ncclComm_t comm = cuda_->comm.load();
-    ncclResult_t async = ncclSuccess;
-    if (comm != nullptr) ncclCommGetAsyncError(comm, &async);
-    std::string reason;
-    // An asynchronous error is normally turned into tandem::Error by wait_for_stream; it is
-    // acted on here only when the main thread has not done so within the grace period
-    // (blocked inside an NCCL host call, say).
-    constexpr double kAsyncErrorGraceS = 5.0;
-    if (async != ncclSuccess && async != ncclInProgress && waited >= kAsyncErrorGraceS)
-      reason = fmt::format("NCCL reported an error: {}: {}", ncclGetErrorString(async),
-                           last_nccl_error(comm));
-    else if (waited >= timeout_s_)
-      reason = fmt::format(
-          "made no progress for {:.0f} s (TANDEM_DIST_TIMEOUT_S): a peer rank is hung or dead",
-          waited);
-    else
-      continue;
-    // Not MPI_Abort (not safe from this thread while the main one may be inside MPI): a
-    // non-zero exit makes mpirun end every rank.
-    fmt::print(stderr, "tandem: rank {} of {}: {} (CUDA device {}): {}; ending the job\n",
-               mpi_->rank(), mpi_->world_size(), collective_name_.load(), device_, reason);
-    std::fflush(stderr);
-    if (comm != nullptr) abort_nccl_or_exit(comm, 1);
-    std::_Exit(1);
-  }
+void NcclCommunicator::check_progress(const char* collective, double waited) {
+  const ncclComm_t comm = cuda_->comm.load();
+  ncclResult_t async = ncclSuccess;
+  if (comm != nullptr) ncclCommGetAsyncError(comm, &async);
+  std::string reason;
+  // An asynchronous error is normally turned into tandem::Error by wait_for_stream; it is acted
+  // on here only when the main thread has not done so within the grace period (blocked inside
+  // an NCCL host call, say).
+  constexpr double kAsyncErrorGraceS = 5.0;
+  if (async != ncclSuccess && async != ncclInProgress && waited >= kAsyncErrorGraceS)
+    reason = fmt::format("NCCL reported an error: {}: {}", ncclGetErrorString(async),
+                         last_nccl_error(comm));
+  else if (waited >= timeout_s_)
+    reason = fmt::format(
+        "made no progress for {:.0f} s (TANDEM_DIST_TIMEOUT_S): a peer rank is hung or dead",
+        waited);
+  else
+    return;
+  // Not MPI_Abort (not safe from this thread while the main one may be inside MPI): a non-zero
+  // exit makes mpirun end every rank.
+  fmt::print(stderr, "tandem: rank {} of {}: {} (CUDA device {}): {}; ending the job\n",
+             mpi_->rank(), mpi_->world_size(), collective, device_, reason);
+  std::fflush(stderr);
+  if (comm != nullptr) abort_nccl_or_exit(comm, 1);
+  std::_Exit(1);
 }
 
 void NcclCommunicator::use_device() { check_cuda(cudaSetDevice(device_), "cudaSetDevice"); }
@@ -345,7 +304,7 @@ void NcclCommunicator::enqueue_all_gather(float* data, const std::size_t* offset
 
 void NcclCommunicator::all_reduce_sum(float* data, std::size_t n) {
   if (n == 0) return;
-  InCollective guard(*this, "all_reduce_sum");
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
   use_device();
   void* d = staging(n * sizeof(float));
   copy_to_device(d, data, n * sizeof(float));
@@ -356,7 +315,7 @@ void NcclCommunicator::all_reduce_sum(float* data, std::size_t n) {
 
 void NcclCommunicator::all_reduce_sum(double* data, std::size_t n) {
   if (n == 0) return;
-  InCollective guard(*this, "all_reduce_sum");
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
   use_device();
   void* d = staging(n * sizeof(double));
   copy_to_device(d, data, n * sizeof(double));
@@ -369,7 +328,7 @@ void NcclCommunicator::reduce_scatter_sum(float* data, const std::size_t* offset
   const int world = world_size(), me = rank();
   const std::size_t total = offsets[world] - offsets[0];
   if (total == 0) return;
-  InCollective guard(*this, "reduce_scatter_sum");
+  CollectiveWatchdog::Scope guard(*watchdog_, "reduce_scatter_sum");
   use_device();
   // The staged copy starts at offsets[0]: shift the offsets to it.
   std::vector<std::size_t> local(static_cast<std::size_t>(world) + 1);
@@ -386,7 +345,7 @@ void NcclCommunicator::all_gather(float* data, const std::size_t* offsets) {
   const int world = world_size(), me = rank();
   const std::size_t total = offsets[world] - offsets[0];
   if (total == 0) return;
-  InCollective guard(*this, "all_gather");
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_gather");
   use_device();
   std::vector<std::size_t> local(static_cast<std::size_t>(world) + 1);
   for (int r = 0; r <= world; ++r) local[r] = offsets[r] - offsets[0];
@@ -400,7 +359,7 @@ void NcclCommunicator::all_gather(float* data, const std::size_t* offsets) {
 
 void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   if (bytes == 0) return;
-  InCollective guard(*this, "broadcast");
+  CollectiveWatchdog::Scope guard(*watchdog_, "broadcast");
   use_device();
   void* d = staging(bytes);
   if (rank() == root) copy_to_device(d, data, bytes);
@@ -413,7 +372,7 @@ void NcclCommunicator::broadcast(void* data, std::size_t bytes, int root) {
 
 void NcclCommunicator::barrier() {
   // A one-element all-reduce completes on a rank only once every rank has joined it.
-  InCollective guard(*this, "barrier");
+  CollectiveWatchdog::Scope guard(*watchdog_, "barrier");
   use_device();
   enqueue_all_reduce(cuda_->barrier_word, 1, ncclFloat32);
   wait_for_stream("barrier");
@@ -423,7 +382,7 @@ void NcclCommunicator::barrier() {
 
 void NcclCommunicator::all_reduce_sum_device(float* data, std::size_t n) {
   if (n == 0) return;
-  InCollective guard(*this, "all_reduce_sum");
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
   use_device();
   enqueue_all_reduce(data, n, ncclFloat32);
   wait_for_stream("all_reduce_sum");
@@ -431,21 +390,21 @@ void NcclCommunicator::all_reduce_sum_device(float* data, std::size_t n) {
 
 void NcclCommunicator::all_reduce_sum_device(double* data, std::size_t n) {
   if (n == 0) return;
-  InCollective guard(*this, "all_reduce_sum");
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
   use_device();
   enqueue_all_reduce(data, n, ncclFloat64);
   wait_for_stream("all_reduce_sum");
 }
 
 void NcclCommunicator::reduce_scatter_sum_device(float* data, const std::size_t* offsets) {
-  InCollective guard(*this, "reduce_scatter_sum");
+  CollectiveWatchdog::Scope guard(*watchdog_, "reduce_scatter_sum");
   use_device();
   enqueue_reduce_scatter(data, offsets);
   wait_for_stream("reduce_scatter_sum");
 }
 
 void NcclCommunicator::all_gather_device(float* data, const std::size_t* offsets) {
-  InCollective guard(*this, "all_gather");
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_gather");
   use_device();
   enqueue_all_gather(data, offsets);
   wait_for_stream("all_gather");
@@ -453,7 +412,7 @@ void NcclCommunicator::all_gather_device(float* data, const std::size_t* offsets
 
 void NcclCommunicator::broadcast_device(void* data, std::size_t bytes, int root) {
   if (bytes == 0) return;
-  InCollective guard(*this, "broadcast");
+  CollectiveWatchdog::Scope guard(*watchdog_, "broadcast");
   use_device();
   const ncclComm_t comm = cuda_->comm.load();
   check_nccl(ncclBroadcast(data, data, bytes, ncclUint8, root, comm, cuda_->stream),
@@ -462,7 +421,7 @@ void NcclCommunicator::broadcast_device(void* data, std::size_t bytes, int root)
 }
 
 void NcclCommunicator::abort(const std::string& message, int code) {
-  stop_watchdog();
+  watchdog_->stop();
   if (ncclComm_t comm = cuda_->comm.exchange(nullptr)) abort_nccl_or_exit(comm, code);
   mpi_->abort(message, code);
 }

@@ -14,15 +14,12 @@
 // from the CPU path in the last bits.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
+#include "tandem/dist/collective_watchdog.h"
 #include "tandem/dist/communicator.h"
 #include "tandem/dist/mpi_communicator.h"
 
@@ -50,7 +47,7 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
   [[noreturn]] void abort(const std::string& message, int code) override;
-  double seconds_in_collectives() const override { return collective_ns_ * 1e-9; }
+  double seconds_in_collectives() const override { return watchdog_->seconds_in_collectives(); }
 
   // Device pointers on this rank's device, same semantics as the host calls. They return once
   // the result is in place. Work that wrote the buffer must be complete or have been issued to
@@ -64,16 +61,6 @@ class NcclCommunicator final : public Communicator {
  private:
   struct Cuda;  // stream, NCCL communicator and staging buffer (CUDA types stay in the .cc)
 
-  // Marks one collective as in progress for the watchdog and the time spent in collectives.
-  class InCollective {
-   public:
-    InCollective(NcclCommunicator& comm, const char* what);
-    ~InCollective();
-
-   private:
-    NcclCommunicator& comm_;
-  };
-
   void init_nccl();
   void use_device();
   void* staging(std::size_t bytes);  // grown on demand, kept between calls
@@ -84,20 +71,14 @@ class NcclCommunicator final : public Communicator {
   void enqueue_reduce_scatter(float* data, const std::size_t* offsets);
   void enqueue_all_gather(float* data, const std::size_t* offsets);
   void wait_for_stream(const char* what);
-  void watch();
-  void stop_watchdog();
+  // The watchdog's check: ends the job on a timeout or an NCCL error the main thread missed.
+  void check_progress(const char* collective, double waited_s);
 
   std::unique_ptr<MpiCommunicator> mpi_;  // declared first: outlives the NCCL communicator
   std::unique_ptr<Cuda> cuda_;
   int device_ = -1;
   double timeout_s_ = 600.0;
-  std::atomic<std::int64_t> collective_since_ns_{0};  // 0: not in a collective
-  std::atomic<const char*> collective_name_{""};
-  std::int64_t collective_ns_ = 0;
-  std::mutex watch_mutex_;
-  std::condition_variable watch_cv_;
-  bool stop_watch_ = false;
-  std::thread watchdog_;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 
 // Number of CUDA devices this process can use; 0 when there are none or no usable driver, with
