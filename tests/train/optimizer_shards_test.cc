@@ -8,6 +8,7 @@
 
 #include "../common/cli_test_util.h"
 #include "tandem/core/error.h"
+#include "tandem/io/safetensors.h"
 #include "tandem/train/optimizer_shards.h"
 
 namespace fs = std::filesystem;
@@ -106,6 +107,28 @@ TEST(OptimizerShards, WrongShapeOrMissingIndexIsRefused) {
   auto slices = slices_of(m, 0, 22);
   slices[0].shape = {4, 3};
   EXPECT_THROW(read_optimizer_state(dir, slices), Error);
+}
+
+TEST(OptimizerShards, UnshardedFormatOneFileReadsIntoRanges) {
+  // Format 1: whole tensors in one optim.safetensors, the step count in its metadata.
+  FlatMoments m;
+  const std::string path = testing::temp_dir("optim_unsharded") + "/optim.safetensors";
+  std::vector<TensorToWrite> tensors;
+  for (const Param& p : kParams) {
+    tensors.push_back({"exp_avg." + p.name, DType::kF32, p.shape, m.avg.data() + p.offset});
+    tensors.push_back({"exp_avg_sq." + p.name, DType::kF32, p.shape, m.avg_sq.data() + p.offset});
+  }
+  write_safetensors(path, tensors, {{"adam_step", "5"}});
+  FlatMoments got;
+  std::fill(got.avg.begin(), got.avg.end(), -1.0f);
+  std::fill(got.avg_sq.begin(), got.avg_sq.end(), -1.0f);
+  for (const auto& [begin, end] :
+       std::vector<std::pair<std::size_t, std::size_t>>{{0, 7}, {7, 22}}) {
+    auto slices = slices_of(got, begin, end);
+    EXPECT_EQ(read_unsharded_optimizer_state(path, slices), 5);
+  }
+  EXPECT_EQ(got.avg, m.avg);
+  EXPECT_EQ(got.avg_sq, m.avg_sq);
 }
 
 }  // namespace

@@ -173,7 +173,12 @@ nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
                "checkpoint {}: parameter layout differs", dir);
   model.params() = loaded->params();
   if (moments) {
-    const std::int64_t step = read_optimizer_state((fs::path(dir) / "optim").string(), *moments);
+    // Format 1 (before sharding) kept the moments whole in one optim.safetensors.
+    const fs::path unsharded = fs::path(dir) / "optim.safetensors";
+    const std::int64_t step =
+        fs::exists(unsharded) && !fs::exists(fs::path(dir) / "optim")
+            ? read_unsharded_optimizer_state(unsharded.string(), *moments)
+            : read_optimizer_state((fs::path(dir) / "optim").string(), *moments);
     if (adam_step) *adam_step = step;
   }
   return nlohmann::json::parse(read_file((fs::path(dir) / "state.json").string()));

@@ -185,4 +185,24 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
   return index.at("adam_step").get<std::int64_t>();
 }
 
+std::int64_t read_unsharded_optimizer_state(const std::string& path,
+                                            std::vector<MomentSlice>& slices) {
+  SafetensorsFile f(path);
+  for (MomentSlice& s : slices) {
+    for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
+      const std::string tensor = kind + s.name;
+      TANDEM_CHECK(f.has(tensor), "{}: no '{}'", path, tensor);
+      const TensorInfo& info = f.info(tensor);
+      TANDEM_CHECK(info.dtype == DType::kF32 && info.shape == s.shape,
+                   "{}: '{}' is not fp32 of shape {}", path, tensor,
+                   nlohmann::json(s.shape).dump());
+      std::span<float> dst = std::string(kind) == "exp_avg." ? s.exp_avg : s.exp_avg_sq;
+      std::memcpy(dst.data(),
+                  f.raw(tensor).data() + s.start * static_cast<std::int64_t>(sizeof(float)),
+                  dst.size() * sizeof(float));
+    }
+  }
+  return metadata_int(f, "adam_step");
+}
+
 }  // namespace tandem

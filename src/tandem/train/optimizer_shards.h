@@ -41,4 +41,9 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards);
 // range not covered.
 std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<MomentSlice>& slices);
 
+// The same from a format-1 checkpoint's single optim.safetensors (whole tensors exp_avg.<name>
+// and exp_avg_sq.<name>, the Adam step count in its metadata as adam_step).
+std::int64_t read_unsharded_optimizer_state(const std::string& path,
+                                            std::vector<MomentSlice>& slices);
+
 }  // namespace tandem
