@@ -2,7 +2,7 @@
 # Data-parallel step time and communication share at W = 1, 2, 4 CPU processes (mpirun,
 # oversubscribed when W exceeds the cores), then the memory per rank at W = 2, 4 with and without
 # ZeRO-1 (Adam-moment bytes per rank and rank 0's peak RSS). Model: the curve-parity fixture widened to
-# d_model 256 (about 3.4M parameters), random init, fp32, 16 instances of 64 tokens per step.
+# d_model 256 (3.17M parameters), random init, fp32, 16 instances of 64 tokens per step.
 # Usage: bench/dist_step.sh [BUILD_DIR] [STEPS]; THREADS=n sets OpenMP threads per rank (default 1:
 # OpenMP teams slow down badly when ranks x threads exceed the free cores).
 set -euo pipefail

@@ -45,14 +45,16 @@ say "stage 2: mid-training anneal from stage 1 (weights + Adam moments)"
 
 say "reports: each stage against its reference curve (configs/demo/reference/)"
 # The reference curves were recorded from this job; as the reproduction this project follows
-# checked its run against AI2's curves, each stage is held to them (+-0.005 on held-out losses and
-# downstream metrics), and the repeated-data alarm looks for training loss that falls without
-# held-out gains.
+# checked its run against AI2's curves, each stage is held to them (tolerances sized to the
+# spread that float-level differences between builds or machines cause after 120 steps:
+# configs/demo/reference/tolerances.yaml), and the repeated-data alarm looks for training loss
+# that falls without held-out gains.
 compare_rc=0
 for stage in stage1 stage2; do
   ref="configs/demo/reference/$stage.jsonl"
   if [[ -f "$ref" ]]; then
-    "$tandem" compare "$runs/$stage" "$ref" --out "$runs/$stage/report" || compare_rc=$?
+    "$tandem" compare "$runs/$stage" "$ref" --out "$runs/$stage/report" \
+      --tolerances configs/demo/reference/tolerances.yaml || compare_rc=$?
   else
     echo "no reference curve $ref; report skipped"
   fi
