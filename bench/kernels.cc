@@ -97,27 +97,27 @@ struct CrossEntropyData {
   }
 };
 
-void BM_CrossEntropyForward(benchmark::State& state) {
-  CrossEntropyData data(state.range(0));
+// lm_head + cross-entropy over `tokens` positions, `chunk_rows` rows of logits at a time;
+// forward only, or forward + backward (dhidden and dW).
+void run_cross_entropy(benchmark::State& state, i64 tokens, i64 chunk_rows, bool backward) {
+  CrossEntropyData data(tokens);
   for (auto _ : state) {
-    auto r = lm_head_cross_entropy(data.hidden.data(), data.w.data(), data.labels.data(), data.N,
-                                   kModel, kVocab, 1e-5f, 1.0f, nullptr, nullptr);
+    auto r = lm_head_cross_entropy_chunked(
+        data.hidden.data(), data.w.data(), data.labels.data(), data.N, kModel, kVocab, 1e-5f,
+        backward ? 1.0f / data.N : 1.0f, backward ? data.dhidden.data() : nullptr,
+        backward ? data.dw.data() : nullptr, chunk_rows);
     benchmark::DoNotOptimize(r);
   }
-  state.counters["FLOPS"] = benchmark::Counter(2.0 * data.N * kVocab * kModel,
+  state.counters["FLOPS"] = benchmark::Counter((backward ? 6.0 : 2.0) * data.N * kVocab * kModel,
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void BM_CrossEntropyForward(benchmark::State& state) {
+  run_cross_entropy(state, state.range(0), lm_head_chunk_rows(kVocab), false);
+}
+
 void BM_CrossEntropyForwardBackward(benchmark::State& state) {
-  CrossEntropyData data(state.range(0));
-  for (auto _ : state) {
-    auto r =
-        lm_head_cross_entropy(data.hidden.data(), data.w.data(), data.labels.data(), data.N, kModel,
-                              kVocab, 1e-5f, 1.0f / data.N, data.dhidden.data(), data.dw.data());
-    benchmark::DoNotOptimize(r);
-  }
-  state.counters["FLOPS"] = benchmark::Counter(6.0 * data.N * kVocab * kModel,
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  run_cross_entropy(state, state.range(0), lm_head_chunk_rows(kVocab), true);
 }
 
 // Tokens: 512 (one sequence) and 2048 (four).
@@ -135,15 +135,7 @@ BENCHMARK(BM_CrossEntropyForwardBackward)
 // Forward + backward over 2048 tokens with a given number of rows per chunk (the chunk size
 // trades logits memory, chunk x V floats, against rereading and rewriting dW once per chunk).
 void BM_CrossEntropyChunkRows(benchmark::State& state) {
-  CrossEntropyData data(2048);
-  for (auto _ : state) {
-    auto r = lm_head_cross_entropy_chunked(data.hidden.data(), data.w.data(), data.labels.data(),
-                                           data.N, kModel, kVocab, 1e-5f, 1.0f / data.N,
-                                           data.dhidden.data(), data.dw.data(), state.range(0));
-    benchmark::DoNotOptimize(r);
-  }
-  state.counters["FLOPS"] = benchmark::Counter(6.0 * data.N * kVocab * kModel,
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  run_cross_entropy(state, 2048, state.range(0), true);
 }
 BENCHMARK(BM_CrossEntropyChunkRows)
     ->Arg(83)

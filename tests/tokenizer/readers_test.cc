@@ -1,11 +1,10 @@
 // Input readers: compressed streams (multi-member gzip, multi-frame zstd), long lines, UTF-8
 // checks, and input expansion.
 #include <gtest/gtest.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include <filesystem>
 
+#include "compress_test_util.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/io/text_inputs.h"
@@ -14,26 +13,6 @@
 namespace tandem {
 namespace {
 namespace fs = std::filesystem;
-
-std::string gz(const std::string& data) {
-  std::string out(compressBound(data.size()) + 64, '\0');
-  z_stream z{};
-  deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
-
-std::string zst(const std::string& data) {
-  std::string out(ZSTD_compressBound(data.size()), '\0');
-  out.resize(ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 1));
-  return out;
-}
 
 class Readers : public ::testing::Test {
  protected:
@@ -53,7 +32,9 @@ class Readers : public ::testing::Test {
 
 TEST_F(Readers, ConcatenatedGzipMembersAndZstdFramesReadWhole) {
   std::string a = "{\"text\": \"one\"}\n", b = "{\"text\": \"two\"}\n";
-  for (const auto& path : {put("m.jsonl.gz", gz(a) + gz(b)), put("m.jsonl.zst", zst(a) + zst(b))}) {
+  for (const auto& path :
+       {put("m.jsonl.gz", testing::gzip_bytes(a) + testing::gzip_bytes(b)),
+        put("m.jsonl.zst", testing::zstd_bytes(a, 1) + testing::zstd_bytes(b, 1))}) {
     DocumentReader reader(path);
     Document doc;
     std::vector<std::string> texts;
@@ -89,7 +70,7 @@ TEST_F(Readers, NonUtf8TextFileIsAProblemWithItsLine) {
 TEST_F(Readers, ExpandsDirectoriesAndGlobsInOrder) {
   fs::create_directories(dir_ / "d" / "e");
   put("d/b.txt", "b");
-  put("d/a.jsonl.zst", zst("{\"text\": \"a\"}\n"));
+  put("d/a.jsonl.zst", testing::zstd_bytes("{\"text\": \"a\"}\n", 1));
   put("d/e/c.txt", "c");
   auto files = expand_inputs({(dir_ / "d").string(), (dir_ / "d" / "*.txt").string()});
   ASSERT_EQ(files.size(), 4u);

@@ -1,8 +1,6 @@
 // End-to-end tests of `tandem data tokenize` and `tandem data inspect` on small inputs of every
 // kind, including bad ones.
 #include <gtest/gtest.h>
-#include <zlib.h>
-#include <zstd.h>
 
 #include <array>
 #include <cstdio>
@@ -11,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compress_test_util.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/io/token_file.h"
 #include "test_data.h"
@@ -32,26 +31,6 @@ RunResult run(const std::string& args) {
   while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
   int status = pclose(pipe);
   return {WEXITSTATUS(status), out};
-}
-
-std::string gzip_bytes(const std::string& data) {
-  std::string out(compressBound(data.size()) + 64, '\0');
-  z_stream z{};
-  deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
-
-std::string zstd_bytes(const std::string& data) {
-  std::string out(ZSTD_compressBound(data.size()), '\0');
-  out.resize(ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3));
-  return out;
 }
 
 class TokenizeCli : public ::testing::Test {
@@ -90,8 +69,9 @@ class TokenizeCli : public ::testing::Test {
                                            " with some words repeated words words."}}
                    .dump() +
                "\n";
-    write("in/sub/c.jsonl.gz", gzip_bytes(jsonl));
-    write("in/sub/d.jsonl.zst", zstd_bytes(jsonl + "{\"text\": \"zstd tail 日本語 😀\"}\n"));
+    write("in/sub/c.jsonl.gz", testing::gzip_bytes(jsonl));
+    write("in/sub/d.jsonl.zst",
+          testing::zstd_bytes(jsonl + "{\"text\": \"zstd tail 日本語 😀\"}\n"));
   }
 
   std::string tokenize(const std::string& out, const std::string& extra) {
@@ -205,7 +185,7 @@ TEST_F(TokenizeCli, StrictFailsAtTheFirstBadRecord) {
 TEST_F(TokenizeCli, TruncatedCompressedInputsFailWithoutLeavingFiles) {
   std::string jsonl;
   for (int i = 0; i < 200; ++i) jsonl += "{\"text\": \"document " + std::to_string(i) + "\"}\n";
-  std::string gz = gzip_bytes(jsonl), zst = zstd_bytes(jsonl);
+  std::string gz = testing::gzip_bytes(jsonl), zst = testing::zstd_bytes(jsonl);
   write("in/t.jsonl.gz", gz.substr(0, gz.size() / 2));
   RunResult r = run("data tokenize --no-progress --tokenizer " + tokenizer_ + " --out " +
                     path("out") + " " + path("in/t.jsonl.gz"));

@@ -57,38 +57,35 @@ double ConstantWithWarmupSchedule::lr(double initial_lr, std::int64_t current,
   return initial_lr;
 }
 
-double CosWithWarmupSchedule::lr(double initial_lr, std::int64_t current,
-                                 std::int64_t t_max) const {
+double DecayWithWarmupSchedule::lr(double initial_lr, std::int64_t current,
+                                   std::int64_t t_max) const {
   if (t_max_) t_max = *t_max_;
   double eta_min = initial_lr * alpha_f_;
   std::int64_t warmup = warmup_.resolve(t_max);
-  if (current < warmup) return linear_warmup(initial_lr, current, warmup, warmup_.min_lr);
+  if (current < warmup)
+    return linear_warmup(warmup_peak(initial_lr, eta_min), current, warmup, warmup_.min_lr);
   if (current >= t_max) return eta_min;
+  return decay(initial_lr, eta_min, current, warmup, t_max);
+}
+
+double CosWithWarmupSchedule::decay(double initial_lr, double eta_min, std::int64_t current,
+                                    std::int64_t warmup, std::int64_t t_max) const {
   return cosine(eta_min, initial_lr, current - warmup, t_max - warmup);
 }
 
-double HalfCosWithWarmupSchedule::lr(double initial_lr, std::int64_t current,
-                                     std::int64_t t_max) const {
-  if (t_max_) t_max = *t_max_;
-  double eta_min = initial_lr * alpha_f_;
-  std::int64_t warmup = warmup_.resolve(t_max);
-  if (current < warmup) {
-    double max_lr = eta_min + (initial_lr - eta_min) / 2.0;
-    return linear_warmup(max_lr, current, warmup, warmup_.min_lr);
-  }
-  if (current >= t_max) return eta_min;
+double HalfCosWithWarmupSchedule::warmup_peak(double initial_lr, double eta_min) const {
+  return eta_min + (initial_lr - eta_min) / 2.0;  // the cosine's midpoint
+}
+
+double HalfCosWithWarmupSchedule::decay(double initial_lr, double eta_min, std::int64_t current,
+                                        std::int64_t warmup, std::int64_t t_max) const {
   std::int64_t span = t_max - warmup;
   // The second half of a cosine of length 2 * span: position span + (current - warmup).
   return cosine(eta_min, initial_lr, current - warmup + span, span * 2);
 }
 
-double LinearWithWarmupSchedule::lr(double initial_lr, std::int64_t current,
-                                    std::int64_t t_max) const {
-  if (t_max_) t_max = *t_max_;
-  double eta_min = initial_lr * alpha_f_;
-  std::int64_t warmup = warmup_.resolve(t_max);
-  if (current < warmup) return linear_warmup(initial_lr, current, warmup, warmup_.min_lr);
-  if (current >= t_max) return eta_min;
+double LinearWithWarmupSchedule::decay(double initial_lr, double eta_min, std::int64_t current,
+                                       std::int64_t warmup, std::int64_t t_max) const {
   double fraction = static_cast<double>(current - warmup) / static_cast<double>(t_max - warmup);
   return initial_lr - (initial_lr - eta_min) * fraction;
 }

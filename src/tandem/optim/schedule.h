@@ -52,45 +52,58 @@ class ConstantWithWarmupSchedule : public Schedule {
   WarmupSpec warmup_;
 };
 
-// Linear warmup, then cosine from initial_lr down to alpha_f * initial_lr at t_max.
-class CosWithWarmupSchedule : public Schedule {
+// OLMo-core's shape for cosine, half-cosine and linear: linear warmup to warmup_peak() until
+// `warmup`, then decay() down to eta_min = alpha_f * initial_lr at t_max (the schedule's own t_max
+// when it fixes one), eta_min from then on.
+class DecayWithWarmupSchedule : public Schedule {
  public:
-  CosWithWarmupSchedule(WarmupSpec warmup, double alpha_f, std::optional<std::int64_t> t_max)
+  DecayWithWarmupSchedule(WarmupSpec warmup, double alpha_f, std::optional<std::int64_t> t_max)
       : warmup_(warmup), alpha_f_(alpha_f), t_max_(t_max) {}
-  double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
+  double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const final;
+
+ protected:
+  virtual double warmup_peak(double initial_lr, double eta_min) const { return initial_lr; }
+  // warmup <= current < t_max
+  virtual double decay(double initial_lr, double eta_min, std::int64_t current, std::int64_t warmup,
+                       std::int64_t t_max) const = 0;
 
  private:
   WarmupSpec warmup_;
   double alpha_f_;
   std::optional<std::int64_t> t_max_;
+};
+
+// Linear warmup, then cosine from initial_lr down to alpha_f * initial_lr at t_max.
+class CosWithWarmupSchedule : public DecayWithWarmupSchedule {
+ public:
+  using DecayWithWarmupSchedule::DecayWithWarmupSchedule;
+
+ protected:
+  double decay(double initial_lr, double eta_min, std::int64_t current, std::int64_t warmup,
+               std::int64_t t_max) const override;
 };
 
 // The second half of a cosine whose peak is initial_lr: after the "warmup" (which ramps up to the
 // cosine's midpoint value), it falls from the midpoint to alpha_f * initial_lr at t_max. AI2 used
 // it to extend a running cosine: warmup = the step where the old cosine crossed its midpoint.
-class HalfCosWithWarmupSchedule : public Schedule {
+class HalfCosWithWarmupSchedule : public DecayWithWarmupSchedule {
  public:
-  HalfCosWithWarmupSchedule(WarmupSpec warmup, double alpha_f, std::optional<std::int64_t> t_max)
-      : warmup_(warmup), alpha_f_(alpha_f), t_max_(t_max) {}
-  double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
+  using DecayWithWarmupSchedule::DecayWithWarmupSchedule;
 
- private:
-  WarmupSpec warmup_;
-  double alpha_f_;
-  std::optional<std::int64_t> t_max_;
+ protected:
+  double warmup_peak(double initial_lr, double eta_min) const override;
+  double decay(double initial_lr, double eta_min, std::int64_t current, std::int64_t warmup,
+               std::int64_t t_max) const override;
 };
 
 // Linear warmup, then linear from initial_lr to alpha_f * initial_lr at t_max.
-class LinearWithWarmupSchedule : public Schedule {
+class LinearWithWarmupSchedule : public DecayWithWarmupSchedule {
  public:
-  LinearWithWarmupSchedule(WarmupSpec warmup, double alpha_f, std::optional<std::int64_t> t_max)
-      : warmup_(warmup), alpha_f_(alpha_f), t_max_(t_max) {}
-  double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
+  using DecayWithWarmupSchedule::DecayWithWarmupSchedule;
 
- private:
-  WarmupSpec warmup_;
-  double alpha_f_;
-  std::optional<std::int64_t> t_max_;
+ protected:
+  double decay(double initial_lr, double eta_min, std::int64_t current, std::int64_t warmup,
+               std::int64_t t_max) const override;
 };
 
 // Warmup-stable-decay: linear warmup, constant, then linear decay to decay_min_lr over the last

@@ -161,7 +161,6 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
 
 nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step) {
-  verify_checkpoint(dir);
   auto loaded = load_model((fs::path(dir) / "model").string());
   const auto& a = loaded->config();
   const auto& b = model.config();

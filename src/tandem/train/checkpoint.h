@@ -56,7 +56,9 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
 
 // Loads weights (and, if `moments` is non-null, the moments of those slices, from whichever
 // shards hold them, and the Adam step count) into place and returns the state.json contents.
-// The model config must match the checkpoint's shapes.
+// The model config must match the checkpoint's shapes. `dir` must have passed verify_checkpoint
+// (latest_valid_checkpoint does that): hashing every file is the expensive part of a load, so it
+// is done once, where the checkpoint is chosen.
 nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step);
 

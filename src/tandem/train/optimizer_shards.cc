@@ -1,6 +1,7 @@
 #include "tandem/train/optimizer_shards.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -49,6 +50,11 @@ std::vector<std::int64_t> metadata_shape(const SafetensorsFile& f, const std::st
   } catch (const nlohmann::json::exception&) {
     fail("{}: metadata '{}' is '{}', not a shape", f.path(), key, v);
   }
+}
+
+// A slice's two moments with the tensor-name prefix each is stored under.
+std::array<std::pair<const char*, std::span<float>>, 2> moments_of(MomentSlice& s) {
+  return {{{"exp_avg.", s.exp_avg}, {"exp_avg_sq.", s.exp_avg_sq}}};
 }
 
 struct Piece {
@@ -137,68 +143,68 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
   const std::string index_path = (fs::path(optim_dir) / kIndexFile).string();
   TANDEM_CHECK(fs::exists(index_path), "checkpoint has no optimizer state ({} is missing)",
                index_path);
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(read_file(index_path));
-    TANDEM_CHECK(index.at("format_version").get<int>() == kIndexVersion,
-                 "{}: format version {} is not supported (expected {})", index_path,
-                 index.at("format_version").dump(), kIndexVersion);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid index: {}", index_path, e.what());
-  }
   std::map<std::string, std::unique_ptr<SafetensorsFile>> open;
   auto file = [&](const std::string& name) -> const SafetensorsFile& {
     auto& f = open[name];
     if (!f) f = std::make_unique<SafetensorsFile>((fs::path(optim_dir) / name).string());
     return *f;
   };
-  for (MomentSlice& s : slices) {
-    TANDEM_CHECK(index["tensors"].contains(s.name), "{}: no optimizer state for parameter '{}'",
-                 index_path, s.name);
-    const nlohmann::json& t = index["tensors"][s.name];
-    const auto shape = t.at("shape").get<std::vector<std::int64_t>>();
-    TANDEM_CHECK(shape == s.shape, "{}: '{}' has shape {} in the checkpoint, {} in the model",
-                 index_path, s.name, nlohmann::json(shape).dump(), nlohmann::json(s.shape).dump());
-    const std::int64_t begin = s.start, end = s.start + static_cast<std::int64_t>(s.exp_avg.size());
-    std::int64_t filled = 0;
-    for (const auto& p : t.at("pieces")) {
-      const auto p_start = p.at("start").get<std::int64_t>();
-      const auto p_end = p_start + p.at("length").get<std::int64_t>();
-      const std::int64_t lo = std::max(begin, p_start), hi = std::min(end, p_end);
-      if (lo >= hi) continue;
-      const SafetensorsFile& f = file(p.at("file").get<std::string>());
-      for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
-        const std::string tensor = kind + s.name;
-        TANDEM_CHECK(
-            f.info(tensor).dtype == DType::kF32 && f.info(tensor).numel() == p_end - p_start,
-            "{}: '{}' is not {} fp32 values as the index says", f.path(), tensor, p_end - p_start);
-        auto bytes = f.raw(tensor);
-        std::span<float> dst = std::string(kind) == "exp_avg." ? s.exp_avg : s.exp_avg_sq;
-        std::memcpy(dst.data() + (lo - begin), bytes.data() + (lo - p_start) * sizeof(float),
-                    static_cast<std::size_t>(hi - lo) * sizeof(float));
+  try {
+    const nlohmann::json index = nlohmann::json::parse(read_file(index_path));
+    TANDEM_CHECK(index.at("format_version").get<int>() == kIndexVersion,
+                 "{}: format version {} is not supported (expected {})", index_path,
+                 index.at("format_version").dump(), kIndexVersion);
+    const nlohmann::json& tensors = index.at("tensors");
+    for (MomentSlice& s : slices) {
+      TANDEM_CHECK(tensors.contains(s.name), "{}: no optimizer state for parameter '{}'",
+                   index_path, s.name);
+      const nlohmann::json& t = tensors.at(s.name);
+      const auto shape = t.at("shape").get<std::vector<std::int64_t>>();
+      TANDEM_CHECK(shape == s.shape, "{}: '{}' has shape {} in the checkpoint, {} in the model",
+                   index_path, s.name, nlohmann::json(shape).dump(),
+                   nlohmann::json(s.shape).dump());
+      const std::int64_t begin = s.start,
+                         end = s.start + static_cast<std::int64_t>(s.exp_avg.size());
+      std::int64_t filled = 0;
+      for (const auto& p : t.at("pieces")) {
+        const auto p_start = p.at("start").get<std::int64_t>();
+        const auto p_end = p_start + p.at("length").get<std::int64_t>();
+        const std::int64_t lo = std::max(begin, p_start), hi = std::min(end, p_end);
+        if (lo >= hi) continue;
+        const SafetensorsFile& f = file(p.at("file").get<std::string>());
+        for (auto& [prefix, dst] : moments_of(s)) {
+          const std::string tensor = prefix + s.name;
+          TANDEM_CHECK(
+              f.info(tensor).dtype == DType::kF32 && f.info(tensor).numel() == p_end - p_start,
+              "{}: '{}' is not {} fp32 values as the index says", f.path(), tensor,
+              p_end - p_start);
+          std::memcpy(dst.data() + (lo - begin),
+                      f.raw(tensor).data() + (lo - p_start) * sizeof(float),
+                      static_cast<std::size_t>(hi - lo) * sizeof(float));
+        }
+        filled += hi - lo;
       }
-      filled += hi - lo;
+      TANDEM_CHECK(filled == end - begin, "{}: elements [{}, {}) of '{}' are not all stored",
+                   index_path, begin, end, s.name);
     }
-    TANDEM_CHECK(filled == end - begin, "{}: elements [{}, {}) of '{}' are not all stored",
-                 index_path, begin, end, s.name);
+    return index.at("adam_step").get<std::int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid index: {}", index_path, e.what());
   }
-  return index.at("adam_step").get<std::int64_t>();
 }
 
 std::int64_t read_unsharded_optimizer_state(const std::string& path,
                                             std::vector<MomentSlice>& slices) {
   SafetensorsFile f(path);
   for (MomentSlice& s : slices) {
-    for (const char* kind : {"exp_avg.", "exp_avg_sq."}) {
-      const std::string tensor = kind + s.name;
+    for (auto& [prefix, dst] : moments_of(s)) {
+      const std::string tensor = prefix + s.name;
       TANDEM_CHECK(f.has(tensor), "{}: no '{}'", path, tensor);
       const TensorInfo& info = f.info(tensor);
       TANDEM_CHECK(info.dtype == DType::kF32 && info.shape == s.shape,
                    "{}: '{}' is not fp32 of shape {}", path, tensor,
                    nlohmann::json(s.shape).dump());
-      std::span<float> dst = std::string(kind) == "exp_avg." ? s.exp_avg : s.exp_avg_sq;
-      std::memcpy(dst.data(),
-                  f.raw(tensor).data() + s.start * static_cast<std::int64_t>(sizeof(float)),
+      std::memcpy(dst.data(), f.raw(tensor).data() + s.start * sizeof(float),
                   dst.size() * sizeof(float));
     }
   }

@@ -41,9 +41,12 @@ std::vector<optim::GradBuffer> gradient_buffers(Olmo3Model& model) {
   return out;
 }
 
-// A checkpoint directory, or a run directory whose latest valid checkpoint is meant.
+// A checkpoint directory, or a run directory whose latest valid checkpoint is meant; verified.
 std::string resolve_checkpoint(const std::string& path) {
-  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  if (fs::exists(fs::path(path) / "manifest.json")) {
+    verify_checkpoint(path);
+    return path;
+  }
   std::vector<std::string> warnings;
   auto latest = latest_valid_checkpoint((fs::path(path) / "checkpoints").string(), &warnings);
   TANDEM_CHECK(latest.has_value(), "load_path {}: no valid checkpoint found{}", path,
