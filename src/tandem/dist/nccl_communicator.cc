@@ -302,26 +302,24 @@ void NcclCommunicator::enqueue_all_gather(float* data, const std::size_t* offset
 
 // --- host pointers: staged through the device buffer ---
 
-void NcclCommunicator::all_reduce_sum(float* data, std::size_t n) {
+void NcclCommunicator::staged_all_reduce(void* data, std::size_t n, std::size_t element_bytes,
+                                         int nccl_type) {
   if (n == 0) return;
   CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
   use_device();
-  void* d = staging(n * sizeof(float));
-  copy_to_device(d, data, n * sizeof(float));
-  enqueue_all_reduce(d, n, ncclFloat32);
-  copy_to_host(data, d, n * sizeof(float));
+  void* d = staging(n * element_bytes);
+  copy_to_device(d, data, n * element_bytes);
+  enqueue_all_reduce(d, n, nccl_type);
+  copy_to_host(data, d, n * element_bytes);
   wait_for_stream("all_reduce_sum");
 }
 
+void NcclCommunicator::all_reduce_sum(float* data, std::size_t n) {
+  staged_all_reduce(data, n, sizeof(float), ncclFloat32);
+}
+
 void NcclCommunicator::all_reduce_sum(double* data, std::size_t n) {
-  if (n == 0) return;
-  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
-  use_device();
-  void* d = staging(n * sizeof(double));
-  copy_to_device(d, data, n * sizeof(double));
-  enqueue_all_reduce(d, n, ncclFloat64);
-  copy_to_host(data, d, n * sizeof(double));
-  wait_for_stream("all_reduce_sum");
+  staged_all_reduce(data, n, sizeof(double), ncclFloat64);
 }
 
 void NcclCommunicator::reduce_scatter_sum(float* data, const std::size_t* offsets) {

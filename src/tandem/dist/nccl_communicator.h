@@ -67,6 +67,8 @@ class NcclCommunicator final : public Communicator {
   void copy_to_device(void* device, const void* host, std::size_t bytes);
   void copy_to_host(void* host, const void* device, std::size_t bytes);
   // The enqueue_* calls only queue work on the stream; wait_for_stream waits for it.
+  // A host all-reduce through the staging buffer (float and double share it).
+  void staged_all_reduce(void* data, std::size_t n, std::size_t element_bytes, int nccl_type);
   void enqueue_all_reduce(void* data, std::size_t n, int nccl_type);
   void enqueue_reduce_scatter(float* data, const std::size_t* offsets);
   void enqueue_all_gather(float* data, const std::size_t* offsets);

@@ -148,11 +148,10 @@ OptimizerShard Trainer::optimizer_shard() {
     out.adam_step = zero1_->step_count();
     out.num_shards = comm_.world_size();
   } else {
-    for (std::size_t i = 0; i < optimizer_->num_params(); ++i) {
-      const std::string& name = optimizer_->param(i).name;
-      out.slices.push_back({name, model_->layout().entry(name).shape, 0, optimizer_->exp_avg(i),
+    // The optimiser holds the parameters in layout order (parameter_buffers).
+    for (std::size_t i = 0; i < optimizer_->num_params(); ++i)
+      out.slices.push_back({entries[i].name, entries[i].shape, 0, optimizer_->exp_avg(i),
                             optimizer_->exp_avg_sq(i)});
-    }
     out.adam_step = optimizer_->step_count();
     out.num_shards = 1;  // replicated: rank 0 writes it all
   }
