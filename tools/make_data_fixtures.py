@@ -165,9 +165,8 @@ def write_token_set(name, spec):
     return paths
 
 
-def run_olmo_loader(paths, spec, seed, world, epoch, resume=None):
-    from olmo_core.data.collator import DataCollator
-    from olmo_core.data.data_loader import NumpyDataLoaderBase
+def prepared_olmo_dataset(paths, spec):
+    """OLMo-core's NumpyFSLDataset over `paths` as `spec` describes, prepared in a fresh work dir."""
     from olmo_core.data.numpy_dataset import InstanceFilterConfig, NumpyFSLDataset
 
     ds = NumpyFSLDataset(*paths, sequence_length=spec["seq"], pad_token_id=spec["vocab"] - 1,
@@ -177,6 +176,14 @@ def run_olmo_loader(paths, spec, seed, world, epoch, resume=None):
     work = tempfile.mkdtemp()
     ds.work_dir = work
     ds.prepare()
+    return ds, work
+
+
+def run_olmo_loader(paths, spec, seed, world, epoch, resume=None):
+    from olmo_core.data.collator import DataCollator
+    from olmo_core.data.data_loader import NumpyDataLoaderBase
+
+    ds, work = prepared_olmo_dataset(paths, spec)
     per_rank = []
     global_indices = None
     state = None
@@ -239,15 +246,8 @@ def make_loader_sets():
 def run_olmo_loader_partial(paths, spec, seed, world, epoch, batches):
     from olmo_core.data.collator import DataCollator
     from olmo_core.data.data_loader import NumpyDataLoaderBase
-    from olmo_core.data.numpy_dataset import InstanceFilterConfig, NumpyFSLDataset
 
-    ds = NumpyFSLDataset(*paths, sequence_length=spec["seq"], pad_token_id=spec["vocab"] - 1,
-                         eos_token_id=spec["vocab"] - 2, vocab_size=spec["vocab"],
-                         dtype=spec["dtype"], max_target_sequence_length=spec["max_target"],
-                         instance_filter_config=InstanceFilterConfig() if spec["filter"] else None)
-    work = tempfile.mkdtemp()
-    ds.work_dir = work
-    ds.prepare()
+    ds, work = prepared_olmo_dataset(paths, spec)
     dl = NumpyDataLoaderBase.wrap_numpy_dataset(
         ds, global_batch_size=spec["batch"] * spec["seq"],
         collator=DataCollator(pad_token_id=spec["vocab"] - 1), work_dir=work, seed=seed,
