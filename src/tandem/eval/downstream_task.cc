@@ -9,11 +9,13 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 
 namespace tandem::eval {
 namespace {
 
-constexpr std::int64_t kUncondDocIdOffset = 1000000;  // oe-eval's unconditional requests
+constexpr std::int64_t kUncondDocIdOffset = 1000000;         // oe-eval's unconditional requests
+constexpr std::size_t kMaxLineBytes = std::size_t{1} << 28;  // one request, never near this
 
 // Calls fn(line, line_number) for every line of a plain or gzip file (zlib reads both).
 template <typename Fn>
@@ -38,6 +40,9 @@ void for_each_line(const std::string& path, Fn&& fn) {
         line.clear();
       } else {
         line.push_back(buffer[i]);
+        TANDEM_CHECK(line.size() <= kMaxLineBytes,
+                     "{}: line {} is longer than {} bytes (not a requests file?)", path,
+                     line_number + 1, kMaxLineBytes);
       }
     }
   }
@@ -51,7 +56,7 @@ void for_each_line(const std::string& path, Fn&& fn) {
 std::int64_t label_of(const nlohmann::json& value, bool bpb_only, const std::string& where) {
   if (value.is_number_integer()) return value.get<std::int64_t>();
   if (value.is_null() && bpb_only) return 0;  // olmo-eval: a missing label means choice 0
-  fail("{}: \"label\" must be an integer choice index, got {}", where, value.dump());
+  fail("{}: \"label\" must be an integer choice index, got {}", where, json_excerpt(value));
 }
 
 }  // namespace
@@ -126,32 +131,28 @@ std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool 
   for_each_line(path, [&](const std::string& line, std::int64_t line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) return;
     std::string where = fmt::format("{}: line {}", path, line_number);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: malformed JSON ({})", where, e.what());
-    }
+    // Strict: a repeated key or absurd nesting is an error; ids must be integers.
+    const nlohmann::json j = parse_json(line, where);
     try {
       TANDEM_CHECK(j.is_object(), "{}: expected a JSON object", where);
       for (const char* key : {"request", "doc_id", "idx", "label"}) {
         TANDEM_CHECK(j.contains(key), "{}: missing key \"{}\"", where, key);
       }
       if (j.contains("request_type")) {
-        std::string type = j.at("request_type").get<std::string>();
+        std::string type = json_field<std::string>(j, "request_type", where);
         TANDEM_CHECK(type == "loglikelihood" || type == "generate_until_and_loglikelihood",
                      "{}: unsupported request_type \"{}\"", where, type);
       }
       DownstreamRequest r;
-      r.doc_id = j.at("doc_id").get<std::int64_t>();
+      r.doc_id = json_field<std::int64_t>(j, "doc_id", where);
       if (r.doc_id >= kUncondDocIdOffset) return;  // unconditional requests: not scored here
-      r.cont_id = j.at("idx").get<std::int64_t>();
+      r.cont_id = json_field<std::int64_t>(j, "idx", where);
       r.label = label_of(j.at("label"), bpb_only, where);
       const auto& req = j.at("request");
       TANDEM_CHECK(req.is_object() && req.contains("context") && req.contains("continuation"),
                    "{}: \"request\" needs \"context\" and \"continuation\"", where);
-      r.context = req.at("context").get<std::string>();
-      r.continuation = req.at("continuation").get<std::string>();
+      r.context = json_field<std::string>(req, "context", where + ": request");
+      r.continuation = json_field<std::string>(req, "continuation", where + ": request");
       TANDEM_CHECK(!r.continuation.empty(), "{}: empty continuation", where);
       TANDEM_CHECK(r.cont_id >= 0, "{}: negative idx", where);
       if (bpb_only) {
@@ -204,8 +205,10 @@ DownstreamTask load_task(const std::string& tasks_dir, const TaskSpec& spec,
     TANDEM_CHECK(fs::exists(config_path), "task '{}': {} missing", spec.name, config_path);
     nlohmann::json config;
     try {
-      config = nlohmann::json::parse(read_file(config_path));
-      task.oe_primary_metric = config.at("task_config").at("primary_metric").get<std::string>();
+      config = read_json_file(config_path);
+      task.oe_primary_metric =
+          json_field<std::string>(json_field<nlohmann::json>(config, "task_config", config_path),
+                                  "primary_metric", config_path + ": task_config");
     } catch (const nlohmann::json::exception& e) {
       fail("{}: cannot read task_config.primary_metric ({})", config_path, e.what());
     }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 #include "tandem/tokenizer/utf8.h"
 
 namespace tandem {
@@ -130,8 +131,9 @@ bool DocumentReader::next(Document& doc) {
     }
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line_);
-    } catch (const nlohmann::json::parse_error& e) {
+      // Strict: a record with two "text" keys, or nested absurdly deep, is malformed.
+      j = parse_json(line_, "record");
+    } catch (const Error& e) {
       std::string what = e.what();
       bool surrogate = what.find("surrogate") != std::string::npos;
       problem(n, surrogate ? "non_utf8" : "malformed_json",

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 
 namespace tandem {
 namespace {
@@ -54,6 +55,25 @@ void ModelConfig::validate() const {
   TANDEM_CHECK(layer_norm_eps > 0, "model config key 'layer_norm_eps' must be positive");
   TANDEM_CHECK(init_std > 0, "model config key 'init_std' must be positive");
   positive(max_sequence_length, "max_sequence_length");
+  // Sizes multiply into buffer lengths: bound each one and the total so that no product
+  // overflows 64 bits (a typo such as d_model: 40960000 is an error, not a crash).
+  constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
+  for (auto [v, key] : {std::pair{d_model, "d_model"},
+                        {n_layers, "n_layers"},
+                        {n_heads, "n_heads"},
+                        {head_dim, "head_dim"},
+                        {hidden_size, "hidden_size"},
+                        {embedding_size, "embedding_size"},
+                        {max_sequence_length, "max_sequence_length"}})
+    TANDEM_CHECK(v <= kMaxDim, "model config key '{}' is {}, above the limit of {}", key, v,
+                 kMaxDim);
+  const double params = static_cast<double>(embedding_size) * static_cast<double>(d_model) * 2 +
+                        static_cast<double>(n_layers) *
+                            (static_cast<double>(d_model) * static_cast<double>(head_dim) *
+                                 static_cast<double>(2 * n_heads + 2 * n_kv_heads) +
+                             3.0 * static_cast<double>(d_model) * static_cast<double>(hidden_size));
+  TANDEM_CHECK(params < 0x1p40, "model config: about {:.3g} parameters, above the limit of 2^40",
+               params);
 }
 
 std::int64_t ModelConfig::matmul_params() const {
@@ -152,33 +172,42 @@ YAML::Node model_config_to_yaml(const ModelConfig& c) {
 }
 
 ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& source) {
+  TANDEM_CHECK(hf.is_object(), "{}: expected a JSON object", source);
+  // Every read names the key: nlohmann's value()/get() would report a type error without one.
   auto get_int = [&](const char* key) -> std::int64_t {
     TANDEM_CHECK(hf.contains(key) && hf[key].is_number_integer(), "{}: missing or non-integer '{}'",
                  source, key);
-    return hf[key].get<std::int64_t>();
+    const auto v = json_field<std::int64_t>(hf, key, source);
+    TANDEM_CHECK(v > 0, "{}: '{}' must be positive, got {}", source, key, v);
+    return v;
   };
-  std::string type = hf.value("model_type", "");
+  auto present = [&](const char* key) { return hf.contains(key) && !hf[key].is_null(); };
+  auto opt_bool = [&](const char* key, bool fallback) {
+    return present(key) ? json_field<bool>(hf, key, source) : fallback;
+  };
+  auto opt_double = [&](const char* key, double fallback) {
+    return present(key) ? json_field<double>(hf, key, source) : fallback;
+  };
+  std::string type = present("model_type") ? json_field<std::string>(hf, "model_type", source) : "";
   TANDEM_CHECK(type == "olmo3" || type == "olmo2",
                "{}: model_type '{}' is not supported (olmo2 or olmo3)", source, type);
-  TANDEM_CHECK(!hf.value("tie_word_embeddings", false),
+  TANDEM_CHECK(!opt_bool("tie_word_embeddings", false),
                "{}: tied embeddings are not part of the OLMo family", source);
-  TANDEM_CHECK(!hf.value("attention_bias", false), "{}: attention biases are not supported",
+  TANDEM_CHECK(!opt_bool("attention_bias", false), "{}: attention biases are not supported",
                source);
   ModelConfig c;
   c.d_model = get_int("hidden_size");
   c.n_layers = get_int("num_hidden_layers");
   c.n_heads = get_int("num_attention_heads");
-  c.n_kv_heads = hf.contains("num_key_value_heads") && !hf["num_key_value_heads"].is_null()
-                     ? get_int("num_key_value_heads")
-                     : c.n_heads;
-  c.head_dim = hf.contains("head_dim") && !hf["head_dim"].is_null() ? get_int("head_dim")
-                                                                    : c.d_model / c.n_heads;
+  c.n_kv_heads = present("num_key_value_heads") ? get_int("num_key_value_heads") : c.n_heads;
+  c.head_dim = present("head_dim") ? get_int("head_dim") : c.d_model / c.n_heads;
   c.hidden_size = get_int("intermediate_size");
   c.vocab_size = get_int("vocab_size");
   c.embedding_size = c.vocab_size;
-  c.layer_norm_eps = hf.value("rms_norm_eps", 1e-5);
-  c.init_std = hf.value("initializer_range", 0.02);
-  c.max_sequence_length = hf.value("max_position_embeddings", 8192);
+  c.layer_norm_eps = opt_double("rms_norm_eps", 1e-5);
+  c.init_std = opt_double("initializer_range", 0.02);
+  c.max_sequence_length =
+      present("max_position_embeddings") ? get_int("max_position_embeddings") : 8192;
   // transformers 4.x writes rope_theta; 5.x writes rope_parameters (per layer type).
   if (hf.contains("rope_theta") && hf["rope_theta"].is_number()) {
     c.rope_theta = hf["rope_theta"].get<double>();
@@ -191,8 +220,11 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
     if (groups.empty()) groups.push_back(rp);
     bool first = true;
     for (const auto& g : groups) {
-      TANDEM_CHECK(g.value("rope_type", "default") == "default",
-                   "{}: rope_type '{}' is not supported", source, g.value("rope_type", ""));
+      const std::string rope_type = g.contains("rope_type") && !g["rope_type"].is_null()
+                                        ? json_field<std::string>(g, "rope_type", source)
+                                        : "default";
+      TANDEM_CHECK(rope_type == "default", "{}: rope_type '{}' is not supported", source,
+                   rope_type);
       TANDEM_CHECK(g.contains("rope_theta") && g["rope_theta"].is_number(),
                    "{}: rope_parameters without a numeric rope_theta", source);
       double theta = g["rope_theta"].get<double>();
@@ -211,7 +243,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
                  "{}: layer_types has {} entries for {} layers", source, types.size(), c.n_layers);
     std::int64_t window = get_int("sliding_window");
     for (std::size_t i = 0; i < types.size(); ++i) {
-      std::string t = types[i].get<std::string>();
+      std::string t = json_as<std::string>(types[i], source + ": layer_types entry");
       TANDEM_CHECK(t == "sliding_attention" || t == "full_attention", "{}: unknown layer type '{}'",
                    source, t);
       c.layer_windows[i] = t == "sliding_attention" ? window : 0;
