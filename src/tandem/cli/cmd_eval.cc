@@ -3,6 +3,7 @@
 // config's evaluation.downstream) on one checkpoint; a table, or JSON with --json.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,7 @@
 #include "tandem/eval/downstream.h"
 #include "tandem/eval/heldout.h"
 #include "tandem/model/model_io.h"
+#include "tandem/train/checkpoint.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::cli {
@@ -28,6 +30,30 @@ struct EvalArgs {
   std::int64_t batch_tokens = -1;
   bool json = false;
 };
+
+// The model to evaluate: a tandem or HF model directory as given; a trainer checkpoint only when
+// it verifies (manifest sizes and checksums); a run directory's newest checkpoint that verifies.
+std::string resolve_model_dir(const std::string& path) {
+  namespace fs = std::filesystem;
+  TANDEM_CHECK(fs::is_directory(path), "{}: not a directory", path);
+  if (is_tandem_model_dir(path) || is_hf_model_dir(path)) return path;
+  const fs::path model = fs::path(path) / "model";
+  if (fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "state.json")) {
+    verify_checkpoint(path);  // also names a checkpoint whose manifest is missing
+    return model.string();
+  }
+  if (fs::is_directory(fs::path(path) / "checkpoints")) {
+    std::vector<std::string> warnings;
+    auto latest = latest_valid_checkpoint((fs::path(path) / "checkpoints").string(), &warnings);
+    for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);
+    TANDEM_CHECK(latest.has_value(), "{}: no checkpoint in {}/checkpoints verifies", path, path);
+    return (fs::path(*latest) / "model").string();
+  }
+  fail(
+      "{}: neither a model directory (model.yaml or config.json), a checkpoint (manifest.json, "
+      "model/) nor a run directory (checkpoints/step-*)",
+      path);
+}
 
 int run_eval(const EvalArgs& args) {
   TANDEM_CHECK(!args.config.empty() || !args.checkpoint.empty(),
@@ -55,7 +81,7 @@ int run_eval(const EvalArgs& args) {
   if (!args.tokenizer.empty()) downstream.tokenizer = args.tokenizer;
 
   std::string where = !args.checkpoint.empty() ? args.checkpoint : run->trainer.save_folder;
-  std::string model_dir = eval::resolve_model_dir(where);
+  std::string model_dir = resolve_model_dir(where);
   auto model = load_model(model_dir);
 
   nlohmann::json out;

@@ -31,8 +31,16 @@ int run_parity(const ParityArgs& a) {
                  "{}: token id {} at position {} is outside the vocabulary [0, {})", a.tokens,
                  ids[i], i, model->config().vocab_size);
   NpyArray ref_arr = read_npy(a.reference);
+  TANDEM_CHECK(B > 0 && T > 0, "{}: token ids of shape [{}, {}] hold no tokens", a.tokens, B, T);
   TANDEM_CHECK(ref_arr.shape.size() == 3 && ref_arr.shape[0] == B && ref_arr.shape[1] == T,
                "{}: reference logits must be [{}, {}, V]", a.reference, B, T);
+  // V is the model's vocabulary, or its padded embedding size: fewer columns would leave
+  // tokens out of the comparison.
+  const std::int64_t ref_vocab = ref_arr.shape[2];
+  TANDEM_CHECK(
+      ref_vocab == model->config().vocab_size || ref_vocab == model->config().embedding_size,
+      "{}: reference logits have {} columns; the model's vocabulary is {} (padded {})", a.reference,
+      ref_vocab, model->config().vocab_size, model->config().embedding_size);
   const std::int64_t V = model->config().embedding_size;
   std::vector<float> logits(static_cast<std::size_t>(B * T * V));
   model->forward_logits(ids.data(), B, T, logits.data());

@@ -90,32 +90,6 @@ std::string default_tokenizer_path() {
   return base + "/tokenizers/allenai_dolma2.json";
 }
 
-std::string resolve_model_dir(const std::string& path) {
-  namespace fs = std::filesystem;
-  TANDEM_CHECK(fs::is_directory(path), "{}: not a directory", path);
-  if (is_tandem_model_dir(path) || is_hf_model_dir(path)) return path;
-  fs::path model = fs::path(path) / "model";
-  if (fs::is_directory(model) &&
-      (is_tandem_model_dir(model.string()) || is_hf_model_dir(model.string()))) {
-    return model.string();
-  }
-  fs::path checkpoints = fs::path(path) / "checkpoints";
-  if (fs::is_directory(checkpoints)) {
-    std::string newest;
-    for (const auto& e : fs::directory_iterator(checkpoints)) {
-      std::string name = e.path().filename().string();
-      if (name.starts_with("step-") && fs::is_directory(e.path() / "model") && name > newest) {
-        newest = name;
-      }
-    }
-    if (!newest.empty()) return (checkpoints / newest / "model").string();
-  }
-  fail(
-      "{}: neither a model directory (model.yaml or config.json), a checkpoint (model/) nor a "
-      "run directory (checkpoints/step-*/model)",
-      path);
-}
-
 std::vector<double> score_requests(Olmo3Model& model, const std::vector<TokenizedRequest>& requests,
                                    std::int64_t max_length, std::int64_t batch_tokens) {
   const ModelConfig& mc = model.config();

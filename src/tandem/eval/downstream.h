@@ -59,9 +59,6 @@ struct DownstreamConfig {
 DownstreamConfig parse_downstream_config(ConfigSection section);
 // ${TANDEM_DATA_DIR:-.cache/data}/tokenizers/allenai_dolma2.json (scripts/fetch_data.sh).
 std::string default_tokenizer_path();
-// A model directory from a tandem/HF model dir, a checkpoint dir (its model/), or a run dir
-// (its newest checkpoints/step-*/model). Throws Error naming the path.
-std::string resolve_model_dir(const std::string& path);
 
 struct TaskResult {
   std::string name;            // e.g. "arc_easy:rc"

@@ -6,6 +6,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 
 namespace fs = std::filesystem;
 
@@ -84,12 +85,7 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOption
   ModelConfig config;
   if (hf) {
     std::string cfg_path = (fs::path(path) / "config.json").string();
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(cfg_path));
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: invalid JSON: {}", cfg_path, e.what());
-    }
+    const nlohmann::json j = read_json_file(cfg_path);
     config = model_config_from_hf(j, cfg_path);
     TANDEM_CHECK(options.pad_vocab_multiple > 0, "pad_vocab_multiple must be positive");
     config.embedding_size = (config.vocab_size + options.pad_vocab_multiple - 1) /
@@ -125,6 +121,27 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOption
   }
   if (source_dtype) *source_dtype = seen;
   return model;
+}
+
+void check_same_architecture(const ModelConfig& found, const ModelConfig& expected,
+                             const std::string& source) {
+  std::string differences;
+  auto compare = [&](const char* key, std::int64_t a, std::int64_t b) {
+    if (a != b)
+      differences +=
+          fmt::format("{}{} {} (config: {})", differences.empty() ? "" : ", ", key, a, b);
+  };
+  compare("d_model", found.d_model, expected.d_model);
+  compare("n_layers", found.n_layers, expected.n_layers);
+  compare("n_heads", found.n_heads, expected.n_heads);
+  compare("n_kv_heads", found.n_kv_heads, expected.n_kv_heads);
+  compare("head_dim", found.head_dim, expected.head_dim);
+  compare("hidden_size", found.hidden_size, expected.hidden_size);
+  compare("vocab_size", found.vocab_size, expected.vocab_size);
+  compare("embedding_size", found.embedding_size, expected.embedding_size);
+  TANDEM_CHECK(differences.empty(),
+               "{} holds a model of another architecture than the config's model: {}", source,
+               differences);
 }
 
 void save_tandem_model(const std::string& dir, Olmo3Model& model, DType source_dtype) {

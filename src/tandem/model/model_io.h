@@ -30,6 +30,15 @@ struct LoadOptions {
 std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOptions& options = {},
                                        DType* source_dtype = nullptr);
 
+// Weights from `source` may seed a model of `expected` only when every field that decides how the
+// flat parameter buffer is cut into tensors and used matches: d_model, n_layers, n_heads,
+// n_kv_heads, head_dim, hidden_size, vocab_size, embedding_size. An equal parameter count is not
+// enough (n_heads 4 x head_dim 8 and 8 x 4 even give the same tensor shapes). RoPE theta, norm
+// epsilon, windows and max_sequence_length may differ (a later stage may change them). Throws
+// Error naming `source` and each field that differs.
+void check_same_architecture(const ModelConfig& found, const ModelConfig& expected,
+                             const std::string& source);
+
 void save_tandem_model(const std::string& dir, Olmo3Model& model, DType source_dtype = DType::kF32);
 // Writes config.json + model.safetensors in `dtype` (rows past vocab_size dropped).
 void save_hf_model(const std::string& dir, Olmo3Model& model, DType dtype);

@@ -43,11 +43,13 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo
                      const OptimizerShard* optimizer, const nlohmann::json& state,
                      Communicator& comm);
 
-// Complete checkpoints (by directory name) in ascending step order.
+// Directories named step-N (real directories, not symbolic links) in ascending step order;
+// whether each is complete is verify_checkpoint's job.
 std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir);
 
-// Throws Error naming the file when the manifest is missing, or a file is missing, truncated or
-// fails its checksum.
+// Throws Error naming the file when the manifest is missing or invalid (checkpoint_manifest.h),
+// names a file outside the directory, or a file is missing, not a regular file, of another size
+// or fails its checksum.
 void verify_checkpoint(const std::string& dir);
 
 // Latest checkpoint that verifies; damaged ones are reported through `warnings` and skipped.
@@ -62,7 +64,11 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
 nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step);
 
-// Deletes all but the newest `keep` complete checkpoints.
-void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep);
+// Deletes the checkpoints that `keep` newer verified checkpoints supersede. A folder that does
+// not verify is never counted (a stray or damaged step-000099 cannot push good ones out) and is
+// left in place unless it is older than the kept ones; folders past `newest_step` (the step just
+// saved) are left alone. Verification results are cached per manifest for the process.
+void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
+                       std::optional<std::int64_t> newest_step = std::nullopt);
 
 }  // namespace tandem

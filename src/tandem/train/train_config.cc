@@ -19,8 +19,8 @@ OptimConfig parse_optim(ConfigSection s) {
     YAML::Node b = s.raw("betas");
     TANDEM_CHECK(b.IsSequence() && b.size() == 2, "{} must be a list of two numbers",
                  s.where("betas"));
-    o.adamw.beta1 = b[0].as<double>();
-    o.adamw.beta2 = b[1].as<double>();
+    o.adamw.beta1 = yaml_as<double>(b[0], s.where("betas[0]"), "a number");
+    o.adamw.beta2 = yaml_as<double>(b[1], s.where("betas[1]"), "a number");
   } else {
     s.mark_used("betas");
   }
@@ -71,6 +71,7 @@ TrainerConfig parse_trainer(ConfigSection s, const std::string& base_dir) {
   t.save_initial = s.get_bool("save_initial", false);
   t.zero1 = s.get_bool("zero1", false);
   t.progress = s.get_bool("progress", true);
+  t.fresh_start = s.get_bool("fresh_start", false);
   s.finish();
   return t;
 }

@@ -54,6 +54,10 @@ struct TrainerConfig {
   bool zero1 = false;  // shard the Adam moments across data-parallel ranks (docs/distributed.md)
   bool save_initial = false;  // write step-000000 before training (for references)
   bool progress = true;       // console progress line
+  // Start from step 0 instead of resuming: the run directory's checkpoints and metrics.jsonl
+  // move to <save_folder>/previous-N/. Without it, a directory whose checkpoints all fail
+  // verification is an error (never a silent restart).
+  bool fresh_start = false;
 };
 
 struct RunConfig {

@@ -15,6 +15,7 @@
 #include "tandem/model/model_io.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/run_directory.h"
 
 namespace fs = std::filesystem;
 
@@ -59,7 +60,8 @@ std::string resolve_checkpoint(const std::string& path) {
 void install_stop_signal_handlers() {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGXFSZ, SIG_IGN);  // a file-size limit becomes a write error, not a crash
+  std::signal(SIGHUP, on_stop_signal);  // a closed terminal: save like SIGINT/SIGTERM
+  std::signal(SIGXFSZ, SIG_IGN);        // a file-size limit becomes a write error, not a crash
 }
 
 Trainer::Trainer(RunConfig config, Communicator& comm)
@@ -106,10 +108,7 @@ void Trainer::log(const std::string& line) const {
 void Trainer::initialise_weights() {
   if (!config_.trainer.init_from.empty()) {
     auto src = load_model(config_.trainer.init_from);
-    TANDEM_CHECK(src->params().size() == model_->params().size() &&
-                     src->config().embedding_size == config_.model.embedding_size,
-                 "init_from {}: the model's shapes differ from the config's model",
-                 config_.trainer.init_from);
+    check_same_architecture(src->config(), config_.model, "init_from " + config_.trainer.init_from);
     model_->params() = src->params();
     log(fmt::format("initial weights from {}", config_.trainer.init_from));
   } else {
@@ -119,9 +118,18 @@ void Trainer::initialise_weights() {
 
 bool Trainer::resume_from_own_checkpoint() {
   std::vector<std::string> warnings;
-  auto latest = latest_valid_checkpoint(checkpoints_dir_, &warnings);
-  for (const auto& w : warnings) log("warning: " + w);
-  if (!latest) return false;
+  std::optional<std::string> latest;
+  if (!config_.trainer.fresh_start) {
+    latest = latest_valid_checkpoint(checkpoints_dir_, &warnings);
+    for (const auto& w : warnings) log("warning: " + w);
+  }
+  if (!latest) {
+    // Never silently: all-damaged checkpoints are an error unless a fresh start was asked for.
+    std::string moved = prepare_start_from_scratch(run_dir_, config_.trainer.fresh_start, warnings,
+                                                   comm_.rank() == 0);
+    if (!moved.empty()) log(moved);
+    return false;
+  }
   nlohmann::json st = load_into_model_and_optimizer(*latest, true);
   step_ = st.at("step").get<std::int64_t>();
   tokens_ = st.at("tokens").get<std::int64_t>();
@@ -199,7 +207,7 @@ void Trainer::save(bool final_save) {
   // Every rank writes its own optimizer shard (ZeRO-1) or rank 0 all of it (replicated).
   OptimizerShard mine = optimizer_shard();
   save_checkpoint(checkpoints_dir_, step_, *model_, &mine, state_json(), comm_);
-  if (comm_.rank() == 0) prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last);
+  if (comm_.rank() == 0) prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last, step_);
   comm_.barrier();
   last_saved_step_ = step_;
   log(fmt::format("saved checkpoint {}{}", checkpoint_dir_name(step_),

@@ -2,7 +2,8 @@
 // data-parallel ranks). One optimiser step per global batch:
 //   micro-batches -> loss sum / local non-ignored label count (OLMo-core) -> backward
 //   -> gradients averaged over ranks -> global-norm clipping -> skip-step rule -> AdamW
-// with held-out evaluation, checkpoints (periodic, on SIGINT/SIGTERM, at the end) and exact resume.
+// with held-out evaluation, checkpoints (periodic, on SIGINT/SIGTERM/SIGHUP, at the end) and exact
+// resume.
 #pragma once
 
 #include <atomic>
@@ -25,7 +26,8 @@
 
 namespace tandem {
 
-// Set by the SIGINT/SIGTERM handler; the loop checkpoints and stops at the next step boundary.
+// Set by the SIGINT/SIGTERM/SIGHUP handler; the loop checkpoints and stops at the next step
+// boundary.
 extern std::atomic<int> g_stop_signal;
 void install_stop_signal_handlers();
 
