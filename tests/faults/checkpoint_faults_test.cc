@@ -157,21 +157,15 @@ TEST(FaultMatrix, EachDamagedPartIsNamedAndThePreviousCheckpointUsed) {
   EXPECT_EQ(survived, static_cast<int>(std::size(damages)));
 }
 
-// Folders beside the checkpoints that are not this run's: never counted, never deleted, never
-// read through. With keep_last=1, a stray step-000099 used to make each save delete every good
-// checkpoint.
-TEST(FaultMatrix, StrayFoldersNeitherCountNorGetDeleted) {
+// A stray step-000099 (no manifest, someone's notes) must not count as a checkpoint: with
+// keep_last=1 it used to make each save delete every good checkpoint.
+TEST(FaultMatrix, StrayStepFolderCannotPushGoodCheckpointsOut) {
   const int steps = 6;
   const std::string reference = reference_run(steps);
   const std::string run = temp_dir("fault_stray");
   const std::string cps = run + "/checkpoints";
-  fs::create_directories(cps + "/step-000099");  // empty, no manifest
+  fs::create_directories(cps + "/step-000099");
   std::ofstream(cps + "/step-000099/notes.txt") << "not a checkpoint\n";
-  fs::create_directories(cps + "/step-99999999999999999999");  // step does not fit 64 bits
-  fs::create_directories(cps + "/step-000077.partial");        // odd name: left alone
-  const std::string outside = temp_dir("fault_stray_outside");
-  std::ofstream(outside + "/precious.txt") << "keep me\n";
-  fs::create_directory_symlink(outside, cps + "/step-000050");  // a link out: never followed
   auto r = run_tandem("train " + train_args(run, steps) + " trainer.keep_last=1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto latest = latest_valid_checkpoint(cps, nullptr);
@@ -179,23 +173,37 @@ TEST(FaultMatrix, StrayFoldersNeitherCountNorGetDeleted) {
   EXPECT_EQ(fs::path(*latest).filename(), checkpoint_dir_name(steps)) << r.output;
   EXPECT_FALSE(fs::exists(cps + "/" + checkpoint_dir_name(2)));  // superseded: pruned
   EXPECT_TRUE(fs::exists(cps + "/step-000099/notes.txt"));
-  EXPECT_TRUE(fs::exists(cps + "/step-99999999999999999999"));
-  EXPECT_TRUE(fs::exists(cps + "/step-000077.partial"));
-  EXPECT_TRUE(fs::is_symlink(cps + "/step-000050"));
-  EXPECT_TRUE(fs::exists(outside + "/precious.txt"));
-  // And a resume past them continues from the run's own newest checkpoint.
+  // A resume past it continues from the run's own newest checkpoint.
   auto again = run_tandem("train " + train_args(run, steps + 2) + " trainer.keep_last=1");
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("skipping damaged checkpoint"), std::string::npos) << again.output;
   EXPECT_NE(again.output.find("resumed from " + cps + "/" + checkpoint_dir_name(steps)),
             std::string::npos)
       << again.output;
-  EXPECT_TRUE(fs::exists(outside + "/precious.txt"));
-  // The first run's steps equal an uninterrupted run's.
+  EXPECT_TRUE(fs::exists(cps + "/step-000099/notes.txt"));
   auto a = testing::read_metrics(reference + "/metrics.jsonl");
   auto b = testing::read_metrics(run + "/metrics.jsonl");
   ASSERT_GE(b.size(), a.size());
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["train/loss"], b[i]["train/loss"]);
+}
+
+// Other folders beside the checkpoints: a step number past 64 bits (std::stoll used to escape
+// as "unexpected error: stoll"), an odd name, a symbolic link out (never followed or deleted).
+TEST(FaultMatrix, OddFoldersBesideTheCheckpointsAreLeftAlone) {
+  const std::string run = temp_dir("fault_odd_folders");
+  const std::string cps = run + "/checkpoints";
+  fs::create_directories(cps + "/step-99999999999999999999");
+  fs::create_directories(cps + "/step-000077.partial.old");
+  const std::string outside = temp_dir("fault_odd_outside");
+  std::ofstream(outside + "/precious.txt") << "keep me\n";
+  fs::create_directory_symlink(outside, cps + "/step-000050");
+  auto r = run_tandem("train " + train_args(run, 4) + " trainer.keep_last=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(cps + "/" + checkpoint_dir_name(4)));
+  EXPECT_TRUE(fs::exists(cps + "/step-99999999999999999999"));
+  EXPECT_TRUE(fs::exists(cps + "/step-000077.partial.old"));
+  EXPECT_TRUE(fs::is_symlink(cps + "/step-000050"));
+  EXPECT_TRUE(fs::exists(outside + "/precious.txt"));
 }
 
 // Every checkpoint fails: the run stops, says so, and changes nothing; metrics are never

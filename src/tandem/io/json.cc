@@ -54,7 +54,9 @@ void wrong_type(const nlohmann::json& value, const std::string& what, const char
   fail("{} must be {}, got {}", what, expected, json_excerpt(value));
 }
 
-void missing(const std::string& what) { fail("{} is missing", what); }
+void missing(const std::string& where, const char* key) {
+  fail("{}: missing field '{}'", where, key);
+}
 
 }  // namespace json_detail
 

@@ -39,7 +39,7 @@ std::string json_excerpt(const nlohmann::json& value, std::size_t limit = 80);
 namespace json_detail {
 [[noreturn]] void wrong_type(const nlohmann::json& value, const std::string& what,
                              const char* expected);
-[[noreturn]] void missing(const std::string& what);
+[[noreturn]] void missing(const std::string& where, const char* key);
 }  // namespace json_detail
 
 template <typename T>
@@ -80,7 +80,7 @@ T json_field(const nlohmann::json& j, const char* key, const std::string& where)
   const std::string what = where + ": field '" + key + "'";
   if (!j.is_object()) json_detail::wrong_type(j, where, "an object");
   auto it = j.find(key);
-  if (it == j.end()) json_detail::missing(what);
+  if (it == j.end()) json_detail::missing(where, key);
   return json_as<T>(*it, what);
 }
 
