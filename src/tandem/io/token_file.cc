@@ -146,7 +146,7 @@ void read_widened(const TokenFile& f, std::uint64_t start, std::uint64_t count, 
   const std::size_t item = token_dtype_size(f.dtype());
   // Blocks of 64K tokens through a scratch buffer, each id widened from its little-endian bytes.
   constexpr std::uint64_t kBlock = 1 << 16;
-  std::vector<std::uint8_t> scratch;
+  thread_local std::vector<std::uint8_t> scratch;  // reused: no allocation per instance
   for (std::uint64_t done = 0; done < count;) {
     const std::uint64_t n = std::min(kBlock, count - done);
     scratch.resize(static_cast<std::size_t>(n * item));

@@ -32,10 +32,10 @@ bool is_embedding_like(const std::string& name) {
   return name == "embeddings.weight" || name == "lm_head.w_out.weight";
 }
 
-DType dtype_from_name(const std::string& name) {
+DType dtype_from_name(const std::string& name, const std::string& where) {
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16})
     if (dtype_name(d) == name) return d;
-  fail("unknown dtype '{}'", name);
+  fail("{}: unknown dtype '{}' (expected F32, BF16 or F16)", where, name);
 }
 
 void check_finite(const std::vector<float>& values, const std::string& tensor,
@@ -117,7 +117,9 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOption
   if (!hf) {
     const auto& meta = weights.file_of("embeddings.weight").metadata();
     auto it = meta.find(kSourceDtypeKey);
-    if (it != meta.end()) seen = dtype_from_name(it->second);
+    if (it != meta.end())
+      seen = dtype_from_name(it->second, weights.file_of("embeddings.weight").path() +
+                                             ": metadata '" + kSourceDtypeKey + "'");
   }
   if (source_dtype) *source_dtype = seen;
   return model;
