@@ -61,14 +61,21 @@ inline pid_t start_train(const std::string& args, const std::string& log,
   return pid;
 }
 
-// Waits until the run has logged `lines` steps; false if the process ended first.
+// Waits until the run has logged `lines` steps. False if the process ended first or did not get
+// there within two minutes (it is then killed); either way it has been reaped, and its pid must
+// not be signalled again.
 inline bool wait_for_steps(pid_t pid, const std::string& run, std::size_t lines) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (metric_lines(run) < lines && std::chrono::steady_clock::now() < deadline) {
+  while (metric_lines(run) < lines) {
     if (waitpid(pid, nullptr, WNOHANG) == pid) return false;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      return false;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  return metric_lines(run) >= lines;
+  return true;
 }
 
 // The exit status of a finished child as a shell would report it (128 + signal).
