@@ -16,10 +16,10 @@ std::string recipe(const std::string& name) {
 }
 
 TEST(Recipes, Olmo3SevenBStageOneSchedule) {
-  YAML::Node root = load_yaml_config(recipe("olmo3-7b-stage1.yaml"));
-  ModelConfig m = parse_model_config(ConfigSection(root["model"], "model"));
+  YAML::Node root = io::load_yaml_config(recipe("olmo3-7b-stage1.yaml"));
+  model::ModelConfig m = model::parse_model_config(io::ConfigSection(root["model"], "model"));
   EXPECT_EQ(m.embedding_size, 100352);
-  auto s = optim::make_schedule(ConfigSection(root["scheduler"], "scheduler"));
+  auto s = optim::make_schedule(io::ConfigSection(root["scheduler"], "scheduler"));
   const std::int64_t t_max = root["trainer"]["max_steps"].as<std::int64_t>();
   EXPECT_EQ(t_max, 1413814);
   const double lr = root["optim"]["lr"].as<double>();
@@ -35,8 +35,8 @@ TEST(Recipes, Olmo3SevenBStageOneSchedule) {
 }
 
 TEST(Recipes, Olmo3SevenBStageTwoAnneal) {
-  YAML::Node root = load_yaml_config(recipe("olmo3-7b-stage2.yaml"));
-  auto s = optim::make_schedule(ConfigSection(root["scheduler"], "scheduler"));
+  YAML::Node root = io::load_yaml_config(recipe("olmo3-7b-stage2.yaml"));
+  auto s = optim::make_schedule(io::ConfigSection(root["scheduler"], "scheduler"));
   const std::int64_t t_max = root["trainer"]["max_steps"].as<std::int64_t>();
   const double lr = root["optim"]["lr"].as<double>();
   EXPECT_DOUBLE_EQ(lr, 2.0712e-4);

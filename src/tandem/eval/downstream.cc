@@ -22,13 +22,13 @@ std::int64_t query_length(const TokenizedRequest& r, std::int64_t max_length) {
 }
 
 // Tokenizes every request in parallel, one Encoder per thread.
-std::vector<TokenizedRequest> tokenize_requests(const Tokenizer& tokenizer,
+std::vector<TokenizedRequest> tokenize_requests(const tokenizer::Tokenizer& tokenizer,
                                                 const DownstreamTask& task) {
   std::vector<TokenizedRequest> out(task.requests.size());
   std::exception_ptr error;
 #pragma omp parallel
   {
-    Encoder encoder(tokenizer);
+    tokenizer::Encoder encoder(tokenizer);
     std::vector<std::uint32_t> ids;
 #pragma omp for schedule(dynamic, 16)
     for (std::size_t i = 0; i < task.requests.size(); ++i) {
@@ -52,7 +52,7 @@ std::vector<TokenizedRequest> tokenize_requests(const Tokenizer& tokenizer,
 
 }  // namespace
 
-DownstreamConfig parse_downstream_config(ConfigSection section) {
+DownstreamConfig parse_downstream_config(io::ConfigSection section) {
   DownstreamConfig config;
   YAML::Node tasks = section.raw("tasks");
   if (tasks.IsScalar() && tasks.as<std::string>() == "default") {
@@ -65,8 +65,8 @@ DownstreamConfig parse_downstream_config(ConfigSection section) {
       TANDEM_CHECK(item.IsScalar(), "{}: every task must be a string", section.where("tasks"));
       try {
         config.tasks.push_back(parse_task_spec(item.as<std::string>()));
-      } catch (const Error& e) {
-        fail("{}: {}", section.where("tasks"), e.what());
+      } catch (const core::Error& e) {
+        core::fail("{}: {}", section.where("tasks"), e.what());
       }
     }
   }
@@ -90,35 +90,10 @@ std::string default_tokenizer_path() {
   return base + "/tokenizers/allenai_dolma2.json";
 }
 
-std::string resolve_model_dir(const std::string& path) {
-  namespace fs = std::filesystem;
-  TANDEM_CHECK(fs::is_directory(path), "{}: not a directory", path);
-  if (is_tandem_model_dir(path) || is_hf_model_dir(path)) return path;
-  fs::path model = fs::path(path) / "model";
-  if (fs::is_directory(model) &&
-      (is_tandem_model_dir(model.string()) || is_hf_model_dir(model.string()))) {
-    return model.string();
-  }
-  fs::path checkpoints = fs::path(path) / "checkpoints";
-  if (fs::is_directory(checkpoints)) {
-    std::string newest;
-    for (const auto& e : fs::directory_iterator(checkpoints)) {
-      std::string name = e.path().filename().string();
-      if (name.starts_with("step-") && fs::is_directory(e.path() / "model") && name > newest) {
-        newest = name;
-      }
-    }
-    if (!newest.empty()) return (checkpoints / newest / "model").string();
-  }
-  fail(
-      "{}: neither a model directory (model.yaml or config.json), a checkpoint (model/) nor a "
-      "run directory (checkpoints/step-*/model)",
-      path);
-}
-
-std::vector<double> score_requests(Olmo3Model& model, const std::vector<TokenizedRequest>& requests,
+std::vector<double> score_requests(model::Olmo3Model& model,
+                                   const std::vector<TokenizedRequest>& requests,
                                    std::int64_t max_length, std::int64_t batch_tokens) {
-  const ModelConfig& mc = model.config();
+  const model::ModelConfig& mc = model.config();
   if (max_length <= 0) max_length = mc.max_sequence_length;
   TANDEM_CHECK(max_length <= mc.max_sequence_length,
                "max_length {} exceeds the model's max_sequence_length {}", max_length,
@@ -150,7 +125,6 @@ std::vector<double> score_requests(Olmo3Model& model, const std::vector<Tokenize
 
   std::vector<double> scores(requests.size(), 0.0);
   std::vector<std::int64_t> ids;
-  std::vector<float> logits;
   std::size_t start = 0;
   while (start < order.size()) {
     const std::int64_t T = query_length(requests[order[start]], max_length);
@@ -164,41 +138,28 @@ std::vector<double> score_requests(Olmo3Model& model, const std::vector<Tokenize
       std::int64_t q = query_length(r, max_length);
       std::copy(full.end() - q, full.end(), ids.begin() + b * T);
     }
-    // (row, continuation position) pairs, each a log-softmax over V; logits only there.
-    std::vector<std::pair<std::int64_t, std::int64_t>> cells;
-    std::vector<std::int64_t> positions;
+    // One log-probability per continuation token; the lm_head runs at those positions only.
+    std::vector<std::size_t> owner;
+    std::vector<std::int64_t> positions, targets;
     for (std::int64_t b = 0; b < B; ++b) {
       const auto& r = requests[order[start + b]];
       const std::int64_t q = query_length(r, max_length);
       const auto c = static_cast<std::int64_t>(r.continuation.size());
       for (std::int64_t j = 0; j < c; ++j) {
-        cells.emplace_back(b, j);
+        owner.push_back(order[start + b]);
         positions.push_back(b * T + q - c + j);  // the logits here predict continuation token j
+        targets.push_back(r.continuation[static_cast<std::size_t>(j)]);
       }
     }
-    logits.resize(positions.size() * static_cast<std::size_t>(V));
-    model.forward_logits_at(ids.data(), B, T, positions, logits.data());
-    std::vector<double> cell_logp(cells.size());
-#pragma omp parallel for schedule(static)
-    for (std::size_t k = 0; k < cells.size(); ++k) {
-      const auto& r = requests[order[start + cells[k].first]];
-      const float* row = logits.data() + k * static_cast<std::size_t>(V);
-      float max_v = row[0];
-      for (std::int64_t v = 1; v < V; ++v) max_v = std::max(max_v, row[v]);
-      double sum = 0.0;
-      for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - max_v);
-      cell_logp[k] =
-          static_cast<double>(row[r.continuation[cells[k].second]]) - max_v - std::log(sum);
-    }
-    for (std::size_t k = 0; k < cells.size(); ++k) {
-      scores[order[start + cells[k].first]] += cell_logp[k];
-    }
+    const std::vector<double> logp = model.token_log_probs(ids.data(), B, T, positions, targets);
+    for (std::size_t k = 0; k < logp.size(); ++k) scores[owner[k]] += logp[k];
     start += static_cast<std::size_t>(B);
   }
   return scores;
 }
 
-DownstreamSuite::DownstreamSuite(const Tokenizer& tokenizer, const std::vector<TaskSpec>& specs,
+DownstreamSuite::DownstreamSuite(const tokenizer::Tokenizer& tokenizer,
+                                 const std::vector<TaskSpec>& specs,
                                  const DownstreamOptions& options)
     : options_(options) {
   TANDEM_CHECK(!specs.empty(), "no downstream tasks given");
@@ -217,15 +178,15 @@ std::int64_t DownstreamSuite::total_requests() const {
   return n;
 }
 
-std::vector<TaskResult> DownstreamSuite::evaluate(Olmo3Model& model) const {
+std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model) const {
   std::vector<TaskResult> results;
   for (const auto& p : tasks_) {
     auto begin = std::chrono::steady_clock::now();
     std::vector<double> logp;
     try {
       logp = score_requests(model, p.tokens, options_.max_length, options_.batch_tokens);
-    } catch (const Error& e) {
-      fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
+    } catch (const core::Error& e) {
+      core::fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
     }
     std::vector<ScoredRequest> scored(p.tokens.size());
     for (std::size_t i = 0; i < scored.size(); ++i) {
@@ -251,7 +212,8 @@ std::vector<TaskResult> DownstreamSuite::evaluate(Olmo3Model& model) const {
   return results;
 }
 
-std::vector<TaskResult> evaluate_downstream(Olmo3Model& model, const Tokenizer& tokenizer,
+std::vector<TaskResult> evaluate_downstream(model::Olmo3Model& model,
+                                            const tokenizer::Tokenizer& tokenizer,
                                             const std::vector<TaskSpec>& specs,
                                             const DownstreamOptions& options) {
   return DownstreamSuite(tokenizer, specs, options).evaluate(model);

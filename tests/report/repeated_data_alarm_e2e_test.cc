@@ -7,7 +7,7 @@
 #include <fstream>
 #include <vector>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 
 namespace tandem {
@@ -25,12 +25,12 @@ std::string train_args(const std::string& run, const std::string& extra) {
 
 // 21,100 tokens made of the first 8 instances (8 x 64 tokens) of train_a.npy, over and over.
 std::string write_repeated_data(const std::string& dir) {
-  std::string raw = read_file(fixture("train/train_a.npy"));
+  std::string raw = core::read_file(fixture("train/train_a.npy"));
   const std::size_t unit = 8 * 64 * sizeof(std::uint16_t);
   std::string out;
   while (out.size() < 21100 * sizeof(std::uint16_t)) out += raw.substr(0, unit);
   const std::string path = dir + "/repeated.npy";
-  write_file_atomic(path, out);
+  core::write_file_atomic(path, out);
   return path;
 }
 
@@ -51,13 +51,13 @@ TEST(RepeatedDataAlarm, RepeatedRunAlarmsCleanRunDoesNot) {
   auto bad = run_tandem("compare " + root + "/repeated " + root + "/reference --out " + root +
                         "/report-repeated --no-plots");
   EXPECT_NE(bad.exit_code, 0) << bad.output;
-  std::string bad_summary = read_file(root + "/report-repeated/summary.md");
+  std::string bad_summary = core::read_file(root + "/report-repeated/summary.md");
   EXPECT_NE(bad_summary.find("**ALARM**"), std::string::npos) << bad_summary;
   EXPECT_NE(bad_summary.find("duplicate"), std::string::npos) << bad_summary;
 
   auto good = run_tandem("compare " + root + "/clean " + root + "/reference --out " + root +
                          "/report-clean --no-plots");
-  std::string good_summary = read_file(root + "/report-clean/summary.md");
+  std::string good_summary = core::read_file(root + "/report-clean/summary.md");
   EXPECT_EQ(good_summary.find("**ALARM**"), std::string::npos) << good_summary;
   EXPECT_EQ(good.exit_code, 0) << good.output << good_summary;
 }

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "tandem/eval/curves.h"
+#include "tandem/report/curves.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 
 struct AlarmOptions {
   double threshold = 0.1;         // nats
@@ -48,4 +48,4 @@ AlarmResult check_repeated_data(const Curves& run, const Curves* reference,
 // Reads duplicate_groups / duplicate_instances from <run>/audit.json when present.
 void attach_audit_counts(const std::string& run_dir, AlarmResult& result);
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

@@ -1,4 +1,4 @@
-#include "tandem/eval/report.h"
+#include "tandem/report/report.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 namespace fs = std::filesystem;
 namespace {
 
@@ -81,8 +81,8 @@ std::string find_plot_script(const std::string& hint) {
   for (const auto& c : candidates) {
     if (fs::exists(c)) return c;
   }
-  fail("plot script tools/plot_report.py not found (tried {}); set TANDEM_PLOT_SCRIPT",
-       fmt::join(candidates, ", "));
+  core::fail("plot script tools/plot_report.py not found (tried {}); set TANDEM_PLOT_SCRIPT",
+             fmt::join(candidates, ", "));
 }
 
 std::string find_python_with_matplotlib() {
@@ -94,7 +94,7 @@ std::string find_python_with_matplotlib() {
     std::string cmd = shell_quote(py) + " -c 'import matplotlib' >/dev/null 2>&1";
     if (std::system(cmd.c_str()) == 0) return py;
   }
-  fail(
+  core::fail(
       "no Python interpreter with matplotlib (tried $TANDEM_PYTHON, /usr/bin/python3, python3); "
       "install python3-matplotlib (scripts/setup.sh) or pass --no-plots");
 }
@@ -133,7 +133,7 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
   }
   if (alarm.duplicate_groups) cj["audit"]["duplicate_groups"] = *alarm.duplicate_groups;
   if (alarm.duplicate_instances) cj["audit"]["duplicate_instances"] = *alarm.duplicate_instances;
-  write_file_atomic(out_dir + "/comparison.json", cj.dump(1) + "\n");
+  core::write_file_atomic(out_dir + "/comparison.json", cj.dump(1) + "\n");
 
   // Plots.
   std::set<std::string> names;
@@ -159,7 +159,7 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
     plot["figures"].push_back(fig);
     pngs.push_back(out_dir + "/" + file_name_for(m));
   }
-  write_file_atomic(out_dir + "/plot_data.json", plot.dump() + "\n");
+  core::write_file_atomic(out_dir + "/plot_data.json", plot.dump() + "\n");
   if (options.plots && !pngs.empty()) {
     std::string script = find_plot_script(options.plot_script);
     std::string python = find_python_with_matplotlib();
@@ -221,8 +221,8 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
       md += fmt::format("![{}]({})\n", f, f);
     }
   }
-  write_file_atomic(out_dir + "/summary.md", md);
+  core::write_file_atomic(out_dir + "/summary.md", md);
   return pngs;
 }
 
-}  // namespace tandem::eval
+}  // namespace tandem::report
