@@ -38,7 +38,6 @@ from safetensors.torch import save_file
 
 FORMAT_VERSION = 2  # tandem's checkpoint format (src/tandem/train/checkpoint.cc)
 INDEX_VERSION = 1   # optim/index.json (src/tandem/train/optimizer_shards.cc)
-SHARD = "shard-00000-of-00001.safetensors"
 
 
 def die(msg):
@@ -64,40 +63,65 @@ def step_dir_name(step):
 
 # ----------------------------------------------------------------------------------------------
 # import
-def read_olmo_checkpoint(olmo_dir):
-    """OLMo-core's weights, moments, Adam steps and trainer state, unsharded by OLMo-core."""
-    from olmo_core.distributed.checkpoint import get_checkpoint_metadata, load_keys
+class OlmoCheckpoint:
+    """An OLMo-core checkpoint directory, read tensor group by tensor group (OLMo-core's
+    load_keys unshards each), so that a 7B import never holds weights and moments at once."""
 
-    mo = os.path.join(olmo_dir, "model_and_optim")
-    if not os.path.isdir(mo):
-        if not os.path.exists(os.path.join(olmo_dir, ".metadata")):
-            die(f"{olmo_dir}: neither model_and_optim/ nor a DCP .metadata: not an OLMo-core "
-                f"checkpoint")
-        mo = olmo_dir  # model (and maybe optimizer) only, no trainer state
-    keys = sorted(get_checkpoint_metadata(mo).state_dict_metadata)
-    names = [k[len("model."):] for k in keys if k.startswith("model.")]
-    if not names:
-        die(f"{mo}: no model.* tensors in the checkpoint")
-    want = [f"model.{n}" for n in names]
-    have_optim = all(f"optim.state.{n}.exp_avg" in keys for n in names)
-    if have_optim:
-        for n in names:
-            want += [f"optim.state.{n}.exp_avg", f"optim.state.{n}.exp_avg_sq",
-                     f"optim.state.{n}.step"]
-    values = dict(zip(want, load_keys(mo, want)))
-    weights = {n: values[f"model.{n}"] for n in names}
-    moments, steps = {}, set()
-    if have_optim:
-        for n in names:
-            moments[n] = (values[f"optim.state.{n}.exp_avg"], values[f"optim.state.{n}.exp_avg_sq"])
-            steps.add(float(values[f"optim.state.{n}.step"]))
+    def __init__(self, olmo_dir):
+        from olmo_core.distributed.checkpoint import get_checkpoint_metadata
+
+        self.dir = olmo_dir
+        self.mo = os.path.join(olmo_dir, "model_and_optim")
+        if not os.path.isdir(self.mo):
+            if not os.path.exists(os.path.join(olmo_dir, ".metadata")):
+                die(f"{olmo_dir}: neither model_and_optim/ nor a DCP .metadata: not an OLMo-core "
+                    f"checkpoint")
+            self.mo = olmo_dir  # model (and maybe optimizer) only, no trainer state
+        self.meta = get_checkpoint_metadata(self.mo).state_dict_metadata
+        self.names = [k[len("model."):] for k in sorted(self.meta) if k.startswith("model.")]
+        if not self.names:
+            die(f"{self.mo}: no model.* tensors in the checkpoint")
+        self.has_optim = all(f"optim.state.{n}.exp_avg" in self.meta for n in self.names)
+        rank0 = os.path.join(olmo_dir, "train", "rank0.pt")
+        self.train_state = torch.load(rank0, weights_only=False) if os.path.exists(rank0) else None
+
+    def load(self, keys):
+        from olmo_core.distributed.checkpoint import load_keys
+
+        return dict(zip(keys, load_keys(self.mo, keys)))
+
+    def numel(self, name):
+        return int(np.prod(list(self.meta[f"model.{name}"].size)))
+
+    def weights(self):
+        values = self.load([f"model.{n}" for n in self.names])
+        return {n: values[f"model.{n}"] for n in self.names}
+
+    def adam_step(self):
+        values = self.load([f"optim.state.{n}.step" for n in self.names])
+        steps = sorted({float(v) for v in values.values()})
         if len(steps) != 1:
-            die(f"{mo}: parameters have different Adam steps {sorted(steps)}; tandem keeps one")
-    train_state = None
-    rank0 = os.path.join(olmo_dir, "train", "rank0.pt")
-    if os.path.exists(rank0):
-        train_state = torch.load(rank0, weights_only=False)
-    return weights, moments, (int(steps.pop()) if steps else None), train_state
+            die(f"{self.mo}: parameters have different Adam steps {steps}; tandem keeps one")
+        return int(steps[0])
+
+    def moment_groups(self, max_bytes):
+        """Parameter names in groups whose two fp32 moments take at most max_bytes (or one
+        parameter, if it alone is larger)."""
+        groups, size = [[]], 0
+        for n in self.names:
+            b = 8 * self.numel(n)
+            if groups[-1] and size + b > max_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(n)
+            size += b
+        return groups
+
+    def moments(self, names):
+        keys = [f"optim.state.{n}.{m}" for n in names for m in ("exp_avg", "exp_avg_sq")]
+        values = self.load(keys)
+        return {n: (values[f"optim.state.{n}.exp_avg"], values[f"optim.state.{n}.exp_avg_sq"])
+                for n in names}
 
 
 def loader_state(olmo_loader):
@@ -125,11 +149,41 @@ def write_manifest(folder, step):
         f.write("\n")
 
 
-def import_checkpoint(olmo_dir, config_path, run_dir):
+def write_moment_shards(ckpt, optim_dir, shapes, max_bytes):
+    """The Adam moments as tandem's optimizer shards (whole tensors, a bounded size per shard) and
+    their index.json; returns the Adam step."""
+    adam_step = ckpt.adam_step()
+    groups = ckpt.moment_groups(max_bytes)
+    index = {}
+    for i, names in enumerate(groups):
+        file = f"shard-{i:05d}-of-{len(groups):05d}.safetensors"
+        tensors, meta = {}, {"adam_step": str(adam_step), "shard": str(i),
+                             "num_shards": str(len(groups))}
+        for n, (m1, m2) in ckpt.moments(names).items():
+            shape = shapes[n]
+            if list(m1.shape) != shape or list(m2.shape) != shape:
+                die(f"{ckpt.mo}: the moments of {n} are not of its shape {shape}")
+            tensors[f"exp_avg.{n}"] = m1.float().reshape(-1).contiguous()
+            tensors[f"exp_avg_sq.{n}"] = m2.float().reshape(-1).contiguous()
+            meta[f"start.{n}"] = "0"
+            meta[f"shape.{n}"] = json.dumps(shape, separators=(",", ":"))
+            index[n] = {"shape": shape, "pieces": [{"file": file, "start": 0,
+                                                    "length": int(np.prod(shape))}]}
+        save_file(tensors, os.path.join(optim_dir, file), metadata=meta)
+        del tensors
+    with open(os.path.join(optim_dir, "index.json"), "w") as f:
+        json.dump({"format_version": INDEX_VERSION, "num_shards": len(groups),
+                   "adam_step": adam_step, "tensors": dict(sorted(index.items()))}, f, indent=1)
+        f.write("\n")
+    return adam_step
+
+
+def import_checkpoint(olmo_dir, config_path, run_dir, shard_bytes=4 << 30):
     cfg = load_yaml(config_path)
     if "model" not in cfg:
         die(f"{config_path}: no model section")
-    weights, moments, adam_step, train_state = read_olmo_checkpoint(olmo_dir)
+    ckpt = OlmoCheckpoint(olmo_dir)
+    train_state = ckpt.train_state
     step = int(train_state["global_step"]) if train_state else 0
     final = os.path.join(run_dir, "checkpoints", step_dir_name(step))
     tmp = os.path.join(run_dir, "checkpoints", f".{step_dir_name(step)}.partial")
@@ -138,33 +192,20 @@ def import_checkpoint(olmo_dir, config_path, run_dir):
 
     with open(os.path.join(tmp, "model", "model.yaml"), "w") as f:
         yaml.safe_dump({"model": cfg["model"]}, f, sort_keys=False, default_flow_style=None)
+    weights = ckpt.weights()
     for n, w in weights.items():
         if w.dtype != torch.float32:
             die(f"{olmo_dir}: model.{n} is {w.dtype}; an OLMo-core training checkpoint keeps "
                 f"fp32 weights")
+    shapes = {n: list(w.shape) for n, w in weights.items()}
     save_file({n: w.contiguous() for n, w in weights.items()},
               os.path.join(tmp, "model", "model.safetensors"),
               metadata={"tandem.source_dtype": "F32", "format": "pt"})
+    del weights
 
-    if moments:
+    if ckpt.has_optim:
         os.makedirs(os.path.join(tmp, "optim"))
-        tensors, meta, index = {}, {"adam_step": str(adam_step), "shard": "0",
-                                    "num_shards": "1"}, {}
-        for n, (m1, m2) in moments.items():
-            shape = list(weights[n].shape)
-            if list(m1.shape) != shape or list(m2.shape) != shape:
-                die(f"{olmo_dir}: the moments of {n} are not of its shape {shape}")
-            tensors[f"exp_avg.{n}"] = m1.float().reshape(-1).contiguous()
-            tensors[f"exp_avg_sq.{n}"] = m2.float().reshape(-1).contiguous()
-            meta[f"start.{n}"] = "0"
-            meta[f"shape.{n}"] = json.dumps(shape, separators=(",", ":"))
-            index[n] = {"shape": shape, "pieces": [{"file": SHARD, "start": 0,
-                                                    "length": int(np.prod(shape))}]}
-        save_file(tensors, os.path.join(tmp, "optim", SHARD), metadata=meta)
-        with open(os.path.join(tmp, "optim", "index.json"), "w") as f:
-            json.dump({"format_version": INDEX_VERSION, "num_shards": 1, "adam_step": adam_step,
-                       "tensors": dict(sorted(index.items()))}, f, indent=1)
-            f.write("\n")
+        write_moment_shards(ckpt, os.path.join(tmp, "optim"), shapes, shard_bytes)
 
     skip = (cfg.get("optim") or {}).get("skip_step") or {}
     state = {
@@ -351,13 +392,17 @@ def main():
     imp.add_argument("--config", required=True, help="tandem config of the continuing run")
     imp.add_argument("--run-dir", required=True,
                      help="tandem run directory; the checkpoint goes to checkpoints/step-NNNNNN")
+    imp.add_argument("--shard-gib", type=float, default=4.0,
+                     help="at most this many GiB of Adam moments per optimizer shard file "
+                          "(bounds the memory the import needs beyond the weights)")
     exp = sub.add_parser("export", help="tandem checkpoint -> OLMo-core checkpoint")
     exp.add_argument("tandem_checkpoint")
     exp.add_argument("--out", required=True)
     exp.add_argument("--config", default=None, help="tandem run config (optimiser settings)")
     a = ap.parse_args()
     if a.cmd == "import":
-        print(import_checkpoint(a.olmo_checkpoint, a.config, a.run_dir))
+        print(import_checkpoint(a.olmo_checkpoint, a.config, a.run_dir,
+                                int(a.shard_gib * (1 << 30))))
     else:
         print(export_checkpoint(a.tandem_checkpoint, a.out, a.config))
 
