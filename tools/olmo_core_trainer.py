@@ -2,10 +2,11 @@
 """OLMo-core's own training stack as tandem's curve reference, and its checkpoints as a source.
 
 Runs ai2-olmo-core's real trainer on the CPU: its OLMo 3 model config at a tiny size
-(TransformerConfig.olmo3_1M with a short sliding window), SkipStepAdamW with the OLMo 3 weight-decay
-groups, its CosWithWarmup scheduler, z-loss and clipping through TransformerTrainModule (micro-batches
-of 2 instances, its loss normalisation, the repetition filter on), its NumpyFSLDataset and
-NumpyDataLoader over token files, and its Trainer loop, in a single-process gloo process group.
+(TransformerConfig.olmo3_1M, SwiGLU width 32, a 16-token sliding window), SkipStepAdamW with the
+OLMo 3 weight-decay groups, its CosWithWarmup scheduler, z-loss and clipping through
+TransformerTrainModule (micro-batches of 2 instances, its loss normalisation, the repetition filter
+on), its NumpyFSLDataset and NumpyDataLoader over token files, and its Trainer loop, in a
+single-process gloo process group.
 
   curve       tests/fixtures/olmo_core/: the token files, the step-0 weights (OLMo-core's init, as a
               tandem model directory), the tandem config of the same recipe, and OLMo-core's
@@ -14,16 +15,20 @@ NumpyDataLoader over token files, and its Trainer loop, in a single-process gloo
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
 
-Nothing was substituted: every piece named above is OLMo-core's own class. The one environmental
-choice is the process group: OLMo-core's scripts initialise NCCL; here
-prepare_training_environment(backend="gloo") makes a one-rank CPU group (OLMo-core bootstraps the
-single-process rendezvous itself). The attention backend is OLMo-core's "torch" (SDPA with its own
-sliding-window mask) because flash-attn needs a GPU. Run it on an otherwise idle machine (torch's CPU
-kernels split work by the threads they get); it pins torch to one thread.
+Every piece named above is OLMo-core's own class; what differs from AI2's GPU runs:
+- the process group: OLMo-core's scripts initialise NCCL; prepare_training_environment(
+  backend="gloo") makes a one-rank CPU group (OLMo-core bootstraps the single-process rendezvous);
+- attention: OLMo 3's config names flash_2; on a CPU OLMo-core itself falls back ("Backend is set
+  to flash_2, but GPUs are not available. Defaulting to torch.") to its torch backend (SDPA with its
+  own sliding-window mask), which this script names directly;
+- the curve run turns OLMo-core's step-0 checkpoint off (see build_trainer).
+Run it on an otherwise idle machine; it pins torch to one thread.
 
 Usage (from the repository root, with ai2-olmo-core installed):
   python tools/olmo_core_trainer.py curve
-  python tools/olmo_core_trainer.py checkpoint --work /tmp/olmo_core_ckpt
+  python tools/olmo_core_trainer.py checkpoint [--tandem build/tandem] [--work DIR]
+(`checkpoint` reads the token files and curve.yaml that `curve` writes; with --tandem it also runs
+tandem's side of the round trip and records the results.)
 """
 import argparse
 import json
