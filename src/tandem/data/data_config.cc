@@ -27,8 +27,8 @@ std::vector<std::string> expand(const std::string& pattern, const std::string& w
 }
 
 // OLMo-core's `mix`: the manifest's files in its order, one source per run of equal labels.
-std::vector<DataSource> mix_sources(ConfigSection& s, const std::string& base_dir) {
-  const std::string manifest = resolve_config_path(base_dir, s.get_string("mix"));
+std::vector<DataSource> mix_sources(ConfigSection& s, const std::string& manifest,
+                                    const std::string& base_dir) {
   TANDEM_CHECK(s.has("mix_base_dir"), "{}: a data mix needs mix_base_dir (OLMo-core's name)",
                s.where("mix"));
   const std::string mix_base = resolve_config_path(base_dir, s.get_string("mix_base_dir"));
@@ -76,7 +76,7 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
                "{}: give exactly one of 'paths', 'sources' or 'mix'", s.where(""));
   if (s.has("mix")) {
     c.mix = resolve_config_path(base_dir, s.get_string("mix"));
-    c.sources = mix_sources(s, base_dir);
+    c.sources = mix_sources(s, c.mix, base_dir);
   } else if (s.has("paths")) {
     DataSource src;
     src.label = "default";
@@ -95,8 +95,9 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
       c.sources.push_back(src);
     }
   }
+  // Globs are expanded for `paths` and `sources`; a mix names files (checked in mix_sources).
   for (auto& src : c.sources) {
-    if (!c.mix.empty()) break;  // a mix names files, never globs: checked above
+    if (!c.mix.empty()) break;
     TANDEM_CHECK(!src.patterns.empty(), "{}: source '{}' has no paths", s.where("paths"),
                  src.label);
     for (auto& p : src.patterns) {
