@@ -402,6 +402,17 @@ def checkpoint(a):
                                                     "differing": bad,
                                                     "step": trainer_state["global_step"]}}
     print(f"import -> export -> OLMo-core load: {compared} tensors, differing: {bad}")
+    # Run C: OLMo-core's trainer resuming the exported checkpoint must train as run B did.
+    prepare_training_environment(seed=INIT_SEED, backend="gloo")
+    trainer, _, recorder, _ = build_trainer(paths, os.path.join(work, "data"),
+                                            os.path.join(work, "c"), total, load_path=exported)
+    trainer.fit()
+    teardown_training_environment()
+    same = [r == s for r, s in zip(recorder.records, continuation)]
+    round_trip["olmo_core_resumes_export"] = {"steps": len(recorder.records),
+                                              "steps_identical_to_resuming_its_own": sum(same)}
+    print(f"OLMo-core resuming the export: {sum(same)} of {len(recorder.records)} steps "
+          f"identical to resuming its own checkpoint")
     if a.tandem:
         with tempfile.TemporaryDirectory() as tmp:
             run, metrics = tandem_continues(a.tandem, imported, total, tmp)
