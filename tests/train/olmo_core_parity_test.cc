@@ -111,6 +111,19 @@ TEST(OlmoCoreCheckpoint, TandemContinuesAsOlmoCoreDoes) {
   ASSERT_EQ(state["step"], 10);
   ASSERT_EQ(read_json(fx + "/imported/checkpoints/step-000010/optim/index.json")["adam_step"], 11);
 
+  // The padded rows (ids 500..511, never in the data) are imported as OLMo-core has them, not as
+  // zeros: the lm_head's trained ones enter the softmax.
+  auto imported = load_model(fx + "/imported/checkpoints/step-000010/model");
+  const auto& cfg = imported->config();
+  ASSERT_GT(cfg.embedding_size, cfg.vocab_size);
+  for (const char* name : {"embeddings.weight", "lm_head.w_out.weight"}) {
+    const ParameterEntry& e = imported->layout().entry(name);
+    double padded = 0;
+    for (std::int64_t i = cfg.vocab_size * cfg.d_model; i < e.numel; ++i)
+      padded += std::fabs(imported->params()[static_cast<std::size_t>(e.offset + i)]);
+    EXPECT_GT(padded, 0.0) << name;
+  }
+
   const std::string run = run_dir_with_imported_checkpoint("olmo_core_continue");
   auto r = testing::run_tandem("train " + fx + "/curve.yaml trainer.max_steps=" +
                                std::to_string(ref["max_steps"].get<int>()) +
