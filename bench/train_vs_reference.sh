@@ -98,9 +98,10 @@ def flops_per_token(cfg):
     sw = mc.get("sliding_window")
     windows = [0] * n
     if sw:
-        p = sw["pattern"]
-        windows = [max(p[i % len(p)], 0) for i in range(n)]
-        if sw.get("force_full_attention_on_first_layer", False):
+        # OLMo-core's SlidingWindowAttentionConfig: a forced-full first layer shifts the pattern.
+        p, first = sw["pattern"], sw.get("force_full_attention_on_first_layer", True)
+        windows = [max(p[(i - 1 if first else i) % len(p)], 0) for i in range(n)]
+        if first:
             windows[0] = 0
         if sw.get("force_full_attention_on_last_layer", True):
             windows[-1] = 0

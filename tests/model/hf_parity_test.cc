@@ -5,10 +5,10 @@
 // bounds leave room for reordering but catch any real difference in the function.
 #include <gtest/gtest.h>
 
+#include "../common/cli_test_util.h"
 #include "tandem/io/npy.h"
 #include "tandem/model/model_io.h"
 #include "tandem/model/parity.h"
-#include "../common/cli_test_util.h"
 
 namespace tandem {
 namespace {
@@ -52,7 +52,8 @@ TEST(HfParity, ConfigReadFromHfMatchesTheFixture) {
   const ModelConfig& c = model->config();
   EXPECT_EQ(c.head_dim, 10);
   EXPECT_EQ(c.n_kv_heads, 2);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 1000.0);
+  EXPECT_DOUBLE_EQ(c.full_attention_rope.theta, 1000.0);
+  EXPECT_DOUBLE_EQ(c.sliding_attention_rope.theta, 1000.0);
   // OLMo 3 pattern: full iff i % 4 == 3, and the last layer is always full.
   EXPECT_EQ(c.layer_windows, (std::vector<std::int64_t>{5, 5, 5, 0, 5, 0}));
 }

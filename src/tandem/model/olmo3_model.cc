@@ -17,14 +17,34 @@ std::vector<std::int64_t> shifted_labels(const std::int64_t* ids, std::int64_t B
   return labels;
 }
 
+k::RopeFrequencies rope_frequencies(const RopeConfig& r, std::int64_t head_dim) {
+  if (r.type == "linear") return k::rope_linear_frequencies(head_dim, r.theta, r.factor);
+  if (r.type != "yarn") return k::rope_default_frequencies(head_dim, r.theta);
+  k::YarnParameters p;
+  p.factor = r.factor;
+  p.original_max_positions = r.original_max_position_embeddings;
+  p.beta_fast = r.beta_fast;
+  p.beta_slow = r.beta_slow;
+  p.attention_factor = r.attention_factor;
+  p.truncate = r.truncate;
+  p.formula = r.olmo_core_formula ? k::YarnFormula::kOlmoCore : k::YarnFormula::kTransformers;
+  return k::rope_yarn_frequencies(head_dim, r.theta, p);
+}
+
 Olmo3Model::Olmo3Model(ModelConfig config)
     : config_(std::move(config)),
       layout_(config_),
       params_(static_cast<std::size_t>(layout_.total()), 0.0f),
       grads_(static_cast<std::size_t>(layout_.total()), 0.0f),
-      rope_(k::make_rope_table(config_.max_sequence_length, config_.head_dim, config_.rope_theta)),
       acts_(static_cast<std::size_t>(config_.n_layers)) {
   config_.validate();
+}
+
+void Olmo3Model::ensure_rope_tables(std::int64_t T) {
+  if (rope_full_.max_positions >= T && rope_sliding_.max_positions >= T) return;
+  const std::int64_t D = config_.head_dim;
+  rope_full_ = k::make_rope_table(T, D, rope_frequencies(config_.full_attention_rope, D));
+  rope_sliding_ = k::make_rope_table(T, D, rope_frequencies(config_.sliding_attention_rope, D));
 }
 
 void Olmo3Model::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
@@ -34,9 +54,10 @@ void Olmo3Model::init_weights(std::uint64_t seed) {
 }
 
 void Olmo3Model::resize(std::int64_t B, std::int64_t T) {
-  TANDEM_CHECK(T <= config_.max_sequence_length,
+  TANDEM_CHECK(config_.accepts_sequence_length(T),
                "sequence length {} exceeds the model's max_sequence_length {}", T,
                config_.max_sequence_length);
+  ensure_rope_tables(T);
   const std::int64_t N = B * T;
   if (N == cached_tokens_) return;
   const auto n = static_cast<std::size_t>(N);
@@ -94,11 +115,12 @@ void Olmo3Model::forward_layer(std::int64_t l, const float* x, float* out, std::
                      a.q_rstd.data(), N, qw, eps);
   k::rmsnorm_forward(a.k_pre.data(), param(block_param(l, "attention.k_norm.weight")), a.k.data(),
                      a.k_rstd.data(), N, kw, eps);
-  k::rope_forward(a.q.data(), B, T, c.n_heads, c.head_dim, rope_);
-  k::rope_forward(a.k.data(), B, T, c.n_kv_heads, c.head_dim, rope_);
+  const std::int64_t* pos = doc_start_ ? positions_.data() : nullptr;
+  k::rope_forward(a.q.data(), B, T, c.n_heads, c.head_dim, rope_of_layer(l), pos);
+  k::rope_forward(a.k.data(), B, T, c.n_kv_heads, c.head_dim, rope_of_layer(l), pos);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   k::attention_forward(a.q.data(), a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), B, T,
-                       c.n_heads, c.n_kv_heads, c.head_dim, c.layer_windows[l], scale);
+                       c.n_heads, c.n_kv_heads, c.head_dim, c.layer_windows[l], scale, doc_start_);
   k::linear_forward(a.attn.data(), param(block_param(l, "attention.w_out.weight")), a.o.data(), N,
                     qw, d);
   k::rmsnorm_forward(a.o.data(), param(block_param(l, "attention_norm.weight")), scratch_d_.data(),
@@ -155,9 +177,10 @@ void Olmo3Model::backward_layer(std::int64_t l, float* dx, std::int64_t B, std::
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   k::attention_backward(a.q.data(), a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), dattn, dq,
                         dk, dv, B, T, c.n_heads, c.n_kv_heads, c.head_dim, c.layer_windows[l],
-                        scale);
-  k::rope_backward(dq, B, T, c.n_heads, c.head_dim, rope_);
-  k::rope_backward(dk, B, T, c.n_kv_heads, c.head_dim, rope_);
+                        scale, doc_start_);
+  const std::int64_t* pos = doc_start_ ? positions_.data() : nullptr;
+  k::rope_backward(dq, B, T, c.n_heads, c.head_dim, rope_of_layer(l), pos);
+  k::rope_backward(dk, B, T, c.n_kv_heads, c.head_dim, rope_of_layer(l), pos);
   float* dq_pre = scratch_q_.data();
   k::rmsnorm_backward(a.q_pre.data(), param(block_param(l, "attention.q_norm.weight")),
                       a.q_rstd.data(), dq, dq_pre, grad(block_param(l, "attention.q_norm.weight")),
@@ -174,9 +197,16 @@ void Olmo3Model::backward_layer(std::int64_t l, float* dx, std::int64_t B, std::
                      grad(block_param(l, "attention.w_v.weight")), N, d, kw, true);
 }
 
-void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T) {
+void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                                const std::int64_t* doc_start) {
   resize(B, T);
   const std::int64_t N = B * T, d = config_.d_model;
+  doc_start_ = doc_start;
+  if (doc_start) {
+    // OLMo-core's intra-document RoPE: a token's position counts from its document's start.
+    positions_.resize(static_cast<std::size_t>(N));
+    for (std::int64_t i = 0; i < N; ++i) positions_[i] = i % T - doc_start[i];
+  }
   // Activations flow through two scratch buffers; each layer also keeps its own input copy.
   float* cur = grad_d2_.data();
   float* next = grad_d_.data();
@@ -192,15 +222,16 @@ void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::in
 }
 
 void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T,
-                                float* logits) {
-  forward_hidden(ids, B, T);
+                                float* logits, const std::int64_t* doc_start) {
+  forward_hidden(ids, B, T, doc_start);
   k::linear_forward(final_normed_.data(), param("lm_head.w_out.weight"), logits, B * T,
                     config_.d_model, config_.embedding_size);
 }
 
 void Olmo3Model::forward_logits_at(const std::int64_t* ids, std::int64_t B, std::int64_t T,
-                                   std::span<const std::int64_t> positions, float* logits) {
-  forward_hidden(ids, B, T);
+                                   std::span<const std::int64_t> positions, float* logits,
+                                   const std::int64_t* doc_start) {
+  forward_hidden(ids, B, T, doc_start);
   const std::int64_t d = config_.d_model, n = static_cast<std::int64_t>(positions.size());
   std::vector<float> rows(static_cast<std::size_t>(n * d));
   for (std::int64_t i = 0; i < n; ++i) {
@@ -214,8 +245,9 @@ void Olmo3Model::forward_logits_at(const std::int64_t* ids, std::int64_t B, std:
 
 LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_t* labels,
                                       std::int64_t B, std::int64_t T, float z_weight,
-                                      float grad_scale, bool backward) {
-  forward_hidden(ids, B, T);
+                                      float grad_scale, bool backward,
+                                      const std::int64_t* doc_start) {
+  forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T, d = config_.d_model;
   float* dx = backward ? grad_d_.data() : nullptr;
   k::CrossEntropyResult r = k::lm_head_cross_entropy(
@@ -229,6 +261,7 @@ LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_
                       dfinal, grad("lm_head.norm.weight"), N, d);
   for (std::int64_t l = config_.n_layers - 1; l >= 0; --l) backward_layer(l, dfinal, B, T);
   k::embedding_backward(ids, dfinal, grad("embeddings.weight"), N, d);
+  doc_start_ = nullptr;
   return sums;
 }
 

@@ -62,14 +62,15 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
 }
 
 GradParity compare_gradients(Olmo3Model& model, const std::vector<std::int64_t>& ids,
-                             std::int64_t B, std::int64_t T, const std::string& ref_grads_path) {
+                             std::int64_t B, std::int64_t T, const std::string& ref_grads_path,
+                             const std::int64_t* doc_start) {
   std::vector<std::int64_t> labels = shifted_labels(ids.data(), B, T);
   std::int64_t count = 0;
   for (auto l : labels) count += l != kernels::cpu::kIgnoreIndex;
   TANDEM_CHECK(count > 0, "parity: no labels (sequence length must be at least 2)");
   model.zero_grads();
   model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f / static_cast<float>(count),
-                         true);
+                         true, doc_start);
   SafetensorsCheckpoint ref(ref_grads_path);
   GradParity g;
   for (const ParameterEntry& e : model.layout().entries()) {
