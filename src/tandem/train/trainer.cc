@@ -12,6 +12,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/kernels/cpu/gemm_ceiling.h"
+#include "tandem/model/documents.h"
 #include "tandem/model/model_io.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/train/checkpoint.h"
@@ -219,9 +220,15 @@ StepResult Trainer::train_step() {
   for (const data::MicroBatch& mb :
        batch.micro_batches(static_cast<std::size_t>(config_.data.micro_batch_size))) {
     const auto n = static_cast<std::int64_t>(mb.instance_ids.size());
+    // OLMo-core's generate_doc_lengths: attention inside each packed document only.
+    std::vector<std::int64_t> doc_start;
+    if (config_.data.generate_doc_lengths)
+      doc_start = document_starts(mb.input_ids.data(), n, T, config_.data.eos_token_id,
+                                  config_.data.bos_token_id);
     LossSums s =
         model_->forward_backward(mb.input_ids.data(), mb.labels.data(), n, T,
-                                 static_cast<float>(config_.optim.z_loss_multiplier), scale, true);
+                                 static_cast<float>(config_.optim.z_loss_multiplier), scale, true,
+                                 config_.data.generate_doc_lengths ? doc_start.data() : nullptr);
     sums[0] += s.ce_sum;
     sums[1] += s.z_sum;
   }
