@@ -15,6 +15,10 @@ with small random fp32 weights. For each, HF transformers (eager attention) writ
                         (tools/check_hf_roundtrip.py); the test guards that tandem still writes it
   meta.json             versions, seed, shapes, the round-trip verdict
 
+It also writes, under tests/fixtures/model/released/, the config.json of the released OLMo 3 7B
+and 32B (reconstructed: docs/formats.md says from what) and, for each, how transformers reads it
+(the RoPE of both layer types at head_dim 128; no weights needed).
+
 Usage: python3 tools/make_hf_config_fixtures.py --tandem build/tandem [OUT_DIR]
        (default OUT_DIR: tests/fixtures/model/hf_configs)
 """
@@ -29,7 +33,8 @@ import numpy as np
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, Olmo3Config
+from transformers.models.olmo3.modeling_olmo3 import Olmo3RotaryEmbedding
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_hf_roundtrip import resolved, roundtrip  # noqa: E402
@@ -117,6 +122,41 @@ CASES = {
 }
 
 
+def released_config(hidden, layers, heads, kv_heads, intermediate):
+    """config.json of allenai/Olmo-3-1025-7B / Olmo-3-1125-32B as released (transformers 4.57)."""
+    return {
+        "architectures": ["Olmo3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": None, "eos_token_id": 100257, "hidden_act": "silu", "hidden_size": hidden,
+        "initializer_range": 0.02, "intermediate_size": intermediate,
+        "layer_types": olmo3_types(layers, {i for i in range(layers) if (i + 1) % 4 == 0}),
+        "max_position_embeddings": 65536, "model_type": "olmo3", "num_attention_heads": heads,
+        "num_hidden_layers": layers, "num_key_value_heads": kv_heads, "pad_token_id": 100277,
+        "rms_norm_eps": 1e-06, "rope_scaling": RELEASED_ROPE_SCALING, "rope_theta": 500000,
+        "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "use_cache": False, "vocab_size": 100278,
+    }
+
+
+def make_released(out_root):
+    for name, sizes in {"olmo3-7b": (4096, 32, 32, 32, 11008),
+                        "olmo3-32b": (5120, 64, 40, 8, 27648)}.items():
+        config = released_config(*sizes)
+        with open(os.path.join(out_root, f"{name}-config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+        hf = Olmo3Config.from_dict(config)
+        rotary = Olmo3RotaryEmbedding(hf)
+        reading = {"layer_types": hf.layer_types, "sliding_window": hf.sliding_window,
+                   "max_position_embeddings": hf.max_position_embeddings, "rope": {
+                       t: {"rope_type": rotary.rope_type[t],
+                           "inv_freq": getattr(rotary, f"{t}_inv_freq").tolist(),
+                           "attention_scaling": float(getattr(rotary, f"{t}_attention_scaling"))}
+                       for t in sorted(set(hf.layer_types))},
+                   "transformers": transformers.__version__}
+        with open(os.path.join(out_root, f"{name}-resolved.json"), "w") as f:
+            json.dump(reading, f, indent=1)
+        print(f"released {name}: {reading['rope']['full_attention']['rope_type']} on full layers")
+
+
 def make(name, case, out_root, tandem, seed):
     out = os.path.join(out_root, name)
     shutil.rmtree(out, ignore_errors=True)
@@ -173,6 +213,9 @@ def main():
     transformers.logging.set_verbosity_error()
     for i, (name, case) in enumerate(CASES.items()):
         make(name, case, args.out, args.tandem, seed=2000 + 10 * i)
+    released = os.path.join(os.path.dirname(os.path.abspath(args.out)), "released")
+    os.makedirs(released, exist_ok=True)
+    make_released(released)
 
 
 if __name__ == "__main__":

@@ -131,40 +131,6 @@ TEST(HfConfig, LegacyConfigKeepsTransformersPatternAndTheta) {
   EXPECT_EQ(c.sliding_attention_rope.theta, 500000.0);
 }
 
-// The released OLMo 3 7B config.json fields (reconstructed; docs/formats.md): YaRN on the
-// full-attention layers only, 65536 positions.
-TEST(HfConfig, ReleasedOlmo3SevenB) {
-  json hf = {{"architectures", {"Olmo3ForCausalLM"}},
-             {"model_type", "olmo3"},
-             {"hidden_size", 4096},
-             {"intermediate_size", 11008},
-             {"num_hidden_layers", 32},
-             {"num_attention_heads", 32},
-             {"num_key_value_heads", 32},
-             {"max_position_embeddings", 65536},
-             {"rms_norm_eps", 1e-6},
-             {"rope_theta", 500000},
-             {"sliding_window", 4096},
-             {"vocab_size", 100278},
-             {"tie_word_embeddings", false},
-             {"rope_scaling",
-              {{"attention_factor", 1.2079441541679836},
-               {"beta_fast", 32.0},
-               {"beta_slow", 1.0},
-               {"factor", 8.0},
-               {"original_max_position_embeddings", 8192},
-               {"rope_type", "yarn"}}}};
-  const ModelConfig c = model_config_from_hf(hf, "released");
-  for (std::int64_t i = 0; i < 32; ++i) EXPECT_EQ(c.is_full_attention(i), i % 4 == 3) << i;
-  EXPECT_EQ(c.full_attention_rope.type, "yarn");
-  EXPECT_EQ(c.full_attention_rope.factor, 8.0);
-  EXPECT_EQ(c.full_attention_rope.original_max_position_embeddings, 8192);
-  EXPECT_EQ(c.full_attention_rope.attention_factor, 1.2079441541679836);
-  EXPECT_EQ(c.sliding_attention_rope.type, "default");
-  EXPECT_EQ(c.sliding_attention_rope.theta, 500000.0);
-  EXPECT_EQ(c.max_sequence_length, 65536);
-}
-
 std::string error_of(const json& hf) {
   try {
     model_config_from_hf(hf, "x/config.json");
