@@ -166,6 +166,9 @@ TEST(HfConfig, WhatTransformersRefusesOrTandemCannotRunIsNamed) {
   no_full["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
   EXPECT_NE(error_of(no_full).find("full_attention"), std::string::npos);
   EXPECT_NE(with("model_type", "llama").find("llama"), std::string::npos);
+  // A value of the wrong JSON type names the file.
+  EXPECT_NE(with("hidden_act", 3).find("x/config.json"), std::string::npos);
+  EXPECT_NE(with("hidden_size", "16").find("hidden_size"), std::string::npos);
 }
 
 // OLMo-core's export writes max_position_embeddings -1: no limit, and it survives a round trip.
