@@ -201,20 +201,6 @@ void check_exportable(const RopeConfig& r, std::int64_t head_dim) {
                  ours.inv_freq[i], theirs.inv_freq[i]);
 }
 
-ModelConfig read_hf_config(const json& hf, const std::string& src);
-
-}  // namespace
-
-ModelConfig model_config_from_hf(const json& hf, const std::string& src) {
-  try {
-    return read_hf_config(hf, src);
-  } catch (const json::exception& e) {  // a value of the wrong JSON type
-    fail("{}: {}", src, e.what());
-  }
-}
-
-namespace {
-
 ModelConfig read_hf_config(const json& hf, const std::string& src) {
   TANDEM_CHECK(hf.is_object(), "{}: not a JSON object", src);
   const std::string type = hf.value("model_type", std::string());
@@ -287,6 +273,14 @@ ModelConfig read_hf_config(const json& hf, const std::string& src) {
 }
 
 }  // namespace
+
+ModelConfig model_config_from_hf(const json& hf, const std::string& src) {
+  try {
+    return read_hf_config(hf, src);
+  } catch (const json::exception& e) {  // a value of the wrong JSON type
+    fail("{}: {}", src, e.what());
+  }
+}
 
 json model_config_to_hf(const ModelConfig& c, const std::string& dtype) {
   const bool olmo3 = c.has_sliding_window();

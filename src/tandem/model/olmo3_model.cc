@@ -261,7 +261,6 @@ LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_
                       dfinal, grad("lm_head.norm.weight"), N, d);
   for (std::int64_t l = config_.n_layers - 1; l >= 0; --l) backward_layer(l, dfinal, B, T);
   k::embedding_backward(ids, dfinal, grad("embeddings.weight"), N, d);
-  doc_start_ = nullptr;
   return sums;
 }
 

@@ -83,7 +83,8 @@ class Olmo3Model {
   std::vector<float> params_;
   std::vector<float> grads_;
   kernels::cpu::RopeTable rope_full_, rope_sliding_;
-  // The current forward's documents: doc_start (caller's, null = none) and RoPE positions.
+  // Set by each forward for its backward: the caller's doc_start (null = none) and the RoPE
+  // positions derived from it.
   const std::int64_t* doc_start_ = nullptr;
   std::vector<std::int64_t> positions_;
   std::vector<LayerActivations> acts_;
