@@ -81,6 +81,10 @@ Trainer::Trainer(RunConfig config, Communicator& comm)
   for (const auto& set : config_.eval.sets)
     heldout_.push_back(
         open_heldout_set(set.name, set.files, config_.data, config_.eval.max_instances));
+  if (config_.eval.padded) {
+    padded_ = std::make_unique<eval::PaddedHeldout>(
+        *config_.eval.padded, eval::padded_dataset_options(*config_.eval.padded, config_.data));
+  }
   if (config_.eval.downstream && !config_.eval.downstream.IsNull()) {
     eval::DownstreamConfig d = eval::parse_downstream_config(
         ConfigSection(config_.eval.downstream, "evaluation.downstream", config_.source));
@@ -274,6 +278,12 @@ nlohmann::json Trainer::evaluate() {
     out["eval/" + h.name + "/loss"] = h.loss;
     out["eval/" + h.name + "/ppl"] = h.perplexity;
   }
+  if (padded_) {
+    for (const auto& r : padded_->evaluate(*model_)) {
+      out["eval/" + r.label + "/loss"] = r.loss;
+      out["eval/" + r.label + "/ppl"] = r.perplexity;
+    }
+  }
   return out;
 }
 
@@ -362,7 +372,7 @@ int Trainer::run() {
       rec["train/grad_norm"] = nullptr;
     }
     const bool eval_now = config_.eval.interval > 0 && step_ % config_.eval.interval == 0;
-    if (eval_now || (step_ == max_steps && !heldout_.empty())) rec.update(evaluate());
+    if (eval_now || (step_ == max_steps && (!heldout_.empty() || padded_))) rec.update(evaluate());
     // Downstream tasks every N steps and at the end of the stage.
     if (downstream_ &&
         ((downstream_interval_ > 0 && step_ % downstream_interval_ == 0) || step_ == max_steps))

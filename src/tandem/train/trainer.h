@@ -16,6 +16,7 @@
 #include "tandem/dist/zero1.h"
 #include "tandem/eval/downstream.h"
 #include "tandem/eval/heldout.h"
+#include "tandem/eval/padded_heldout.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/optim/adamw.h"
 #include "tandem/optim/skip_step.h"
@@ -73,6 +74,7 @@ class Trainer {
   optim::SkipStepRule skip_rule_;
   std::unique_ptr<data::Loader> loader_;
   std::vector<HeldoutSet> heldout_;
+  std::unique_ptr<eval::PaddedHeldout> padded_;  // evaluation.padded
   std::unique_ptr<eval::DownstreamSuite> downstream_;
   std::int64_t downstream_interval_ = 0;
   std::unique_ptr<MetricsLog> metrics_;
