@@ -4,6 +4,7 @@
 // or JSON with --json; --predictions writes every scored request (eval/predictions.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -124,17 +125,23 @@ int run_eval(const EvalArgs& args) {
     }
   }
   if (!results.empty()) {
-    std::cout << fmt::format("\n{:<24} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}  {}\n", "task", "docs",
-                             "acc", "acc/char", "acc/tok", "bpb", "s", "primary");
-    auto get = [](const eval::TaskResult& r, const char* m) {
-      auto it = r.metrics.find(m);
-      return it == r.metrics.end() ? std::string("-") : fmt::format("{:.4f}", it->second);
+    std::size_t width = 24;
+    for (const auto& r : results) width = std::max(width, r.name.size());
+    std::cout << fmt::format("\n{:<{}} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}  {}\n", "task", width,
+                             "docs", "acc", "acc/char", "acc/tok", "bpb", "s", "primary");
+    // In-loop labels report olmo-eval's keys (acc_v2 / len_norm_v2, bpb_v2).
+    auto get = [](const eval::TaskResult& r, std::initializer_list<const char*> names) {
+      for (const char* m : names) {
+        auto it = r.metrics.find(m);
+        if (it != r.metrics.end()) return fmt::format("{:.4f}", it->second);
+      }
+      return std::string("-");
     };
     for (const auto& r : results) {
-      std::cout << fmt::format("{:<24} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8.1f}  {}={:.4f}\n", r.name,
-                               r.documents, get(r, "acc"), get(r, "acc_per_char"),
-                               get(r, "acc_per_token"), get(r, "bpb"), r.seconds, r.primary_metric,
-                               r.primary());
+      std::cout << fmt::format("{:<{}} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8.1f}  {}={:.4f}\n", r.name,
+                               width, r.documents, get(r, {"acc", "acc_v2"}),
+                               get(r, {"acc_per_char", "len_norm_v2"}), get(r, {"acc_per_token"}),
+                               get(r, {"bpb", "bpb_v2"}), r.seconds, r.primary_metric, r.primary());
     }
   }
   return 0;
