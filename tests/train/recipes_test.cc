@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "tandem/eval/downstream.h"
+#include "tandem/eval/inloop_tasks.h"
 #include "tandem/io/config.h"
 #include "tandem/model/model_config.h"
 #include "tandem/optim/schedule.h"
@@ -44,6 +46,19 @@ TEST(Recipes, Olmo3SevenBStageTwoAnneal) {
   EXPECT_NEAR(s->lr(lr, t_max / 2, t_max), lr / 2, 1e-3 * lr);
   EXPECT_NEAR(s->lr(lr, t_max, t_max), 0.0, 1e-12);
   EXPECT_TRUE(root["trainer"]["load_optimizer_state"].as<bool>());
+}
+
+TEST(Recipes, Olmo3SevenBListsAi2sInLoopSuite) {
+  for (const char* name : {"olmo3-7b-stage1.yaml", "olmo3-7b-stage2.yaml"}) {
+    YAML::Node root = load_yaml_config(recipe(name));
+    auto d = eval::parse_downstream_config(
+        ConfigSection(root["evaluation"]["downstream"], "evaluation.downstream"));
+    std::vector<std::string> labels;
+    for (const auto& t : d.tasks) labels.push_back(t.name);
+    EXPECT_EQ(labels, eval::olmo3_7b_inloop_suite()) << name;
+    EXPECT_EQ(d.options.max_length, 8192) << name;
+    EXPECT_EQ(root["evaluation"]["padded"]["sequence_length"].as<std::int64_t>(), 8192) << name;
+  }
 }
 
 }  // namespace
