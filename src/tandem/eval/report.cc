@@ -123,13 +123,30 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
                                {"reference", m.reference},
                                {"diff", m.diff}};
   }
-  cj["repeated_data_alarm"] = {{"triggered", alarm.triggered}, {"notes", alarm.notes}};
+  cj["repeated_data_alarm"] = {{"triggered", alarm.triggered},
+                               {"z", alarm.z},
+                               {"points_tested", alarm.tests},
+                               {"notes", alarm.notes}};
   for (const auto& f : alarm.findings) {
     cj["repeated_data_alarm"]["findings"].push_back({{"heldout", f.heldout},
                                                      {"basis", f.basis},
                                                      {"tokens", f.tokens},
                                                      {"train_gap", f.train_gap},
-                                                     {"heldout_gap", f.heldout_gap}});
+                                                     {"heldout_gap", f.heldout_gap},
+                                                     {"allowance", f.allowance}});
+  }
+  for (const auto& c : alarm.checks) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const auto& q : c.points) {
+      points.push_back({{"tokens", q.tokens},
+                        {"train_gap", q.train_gap},
+                        {"heldout_gap", q.heldout_gap},
+                        {"excess", q.excess},
+                        {"allowance", q.allowance},
+                        {"alarm", q.alarm}});
+    }
+    cj["repeated_data_alarm"]["checks"].push_back(
+        {{"heldout", c.heldout}, {"basis", c.basis}, {"sigma", c.sigma}, {"points", points}});
   }
   if (alarm.duplicate_groups) cj["audit"]["duplicate_groups"] = *alarm.duplicate_groups;
   if (alarm.duplicate_instances) cj["audit"]["duplicate_instances"] = *alarm.duplicate_instances;
