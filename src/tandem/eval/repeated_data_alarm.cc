@@ -89,6 +89,8 @@ std::optional<LocalFit> local_linear_fit(const std::vector<Point>& c, double tok
 AlarmResult check_repeated_data(const Curves& run, const Curves* reference,
                                 const AlarmOptions& options) {
   AlarmResult result;
+  result.threshold = options.threshold;
+  result.alpha = options.alpha;
   if (!run.has("train/loss")) {
     result.notes.push_back("the run has no train/loss: nothing to check");
     return result;

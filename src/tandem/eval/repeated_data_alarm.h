@@ -68,6 +68,7 @@ struct AlarmFinding {
 
 struct AlarmResult {
   bool triggered = false;
+  double threshold = 0.0, alpha = 0.0;  // the options used
   double z = 0.0;          // the Bonferroni quantile used
   std::int64_t tests = 0;  // points tested
   std::vector<AlarmCheck> checks;
