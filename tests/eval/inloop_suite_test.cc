@@ -222,6 +222,11 @@ TEST(InLoopSuite, ArcBpbReadsTheTestSplit) {
   }
 }
 
+TEST(InLoopSuite, HfDatasetsBesideTheTasksFolder) {
+  EXPECT_EQ(hf_datasets_dir_for("/data/eval/oe_eval_tasks"), "/data/eval/hf_datasets");
+  EXPECT_EQ(hf_datasets_dir_for("/data/eval/oe_eval_tasks/"), "/data/eval/hf_datasets");
+}
+
 TEST(InLoopSuite, SuiteGroupAndUnknownLabel) {
   auto specs = task_group_specs("olmo3-7b-in-loop");
   EXPECT_EQ(specs.size(), 26u);

@@ -1,11 +1,13 @@
 // AI2's held-out evaluation against OLMo-core's own (fixture: tools/make_heldout_fixtures.py ran
 // NumpyPaddedFSLDataset, LMEvaluator and EvaluatorCallback.perform_eval on a tiny OLMo-core model
 // over sets laid out like AI2's v3 small perplexity validation sets).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "../common/cli_test_util.h"
 #include "eval_test_util.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
@@ -126,6 +128,44 @@ TEST(PaddedHeldout, FileWithoutEosIsNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(tmp + "/x.npy"), std::string::npos) << e.what();
   }
+}
+
+TEST(PaddedHeldout, TandemEvalWithAConfig) {
+  // `tandem eval CONFIG --checkpoint MODEL`: evaluation.padded from the config, OLMo-core's
+  // numbers.
+  const std::string tmp = test::scratch_dir("padded_cli");
+  const std::string sets = dir() + "/" + expected().at("sets_dir").get<std::string>();
+  std::string train(640 * sizeof(std::uint32_t), '\0');  // a training file (ids 0)
+  write_file_atomic(tmp + "/train.npy", train);
+  auto config = [&](const std::string& train_path) {
+    return fmt::format(R"(model: {{d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2,
+  hidden_size: 128, vocab_size: 512, max_sequence_length: 64, sliding_window: {{pattern: [16, -1]}}}}
+data: {{paths: [{}], sequence_length: 64, global_batch_size: 64, seed: 1, vocab_size: 512,
+  dtype: uint32, eos_token_id: 500, pad_token_id: 511}}
+optim: {{lr: 1.0e-3}}
+scheduler: {{name: constant}}
+trainer: {{save_folder: {}/run, max_steps: 1}}
+evaluation: {{padded: {{root: {}}}}}
+)",
+                       train_path, tmp, sets);
+  };
+  test::write_text(tmp + "/run.yaml", config(tmp + "/train.npy"));
+  auto r = tandem::testing::run_tandem("eval " + tmp + "/run.yaml --checkpoint " + dir() +
+                                       "/model --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  const auto& want = expected().at("runs")[0].at("metrics");
+  for (const auto& label : expected().at("labels")) {
+    const double loss = j["heldout"][label.get<std::string>()]["loss"];
+    const double ref = want.at(label.get<std::string>() + "/CE loss");
+    EXPECT_NEAR(loss, ref, 1e-6 * ref) << label;
+  }
+  // A held-out file that is also a training file is refused, naming it.
+  const std::string pile = sets + "/pile/val/part-0-00000.npy";
+  test::write_text(tmp + "/bad.yaml", config(pile));
+  r = tandem::testing::run_tandem("eval " + tmp + "/bad.yaml --checkpoint " + dir() + "/model");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("is also a training file"), std::string::npos) << r.output;
 }
 
 }  // namespace

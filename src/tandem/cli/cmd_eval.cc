@@ -117,11 +117,13 @@ int run_eval(const EvalArgs& args) {
   }
   std::cout << fmt::format("model: {}\n", model_dir);
   if (!heldout.empty()) {
-    std::cout << fmt::format("\n{:<28} {:>10} {:>12} {:>10}\n", "held-out set", "loss", "ppl",
-                             "tokens");
+    std::size_t width = 28;
+    for (const auto& h : heldout) width = std::max(width, h.name.size());
+    std::cout << fmt::format("\n{:<{}} {:>10} {:>12} {:>10}\n", "held-out set", width, "loss",
+                             "ppl", "tokens");
     for (const auto& h : heldout) {
-      std::cout << fmt::format("{:<28} {:>10.4f} {:>12.3f} {:>10}\n", h.name, h.loss, h.perplexity,
-                               h.tokens);
+      std::cout << fmt::format("{:<{}} {:>10.4f} {:>12.3f} {:>10}\n", h.name, width, h.loss,
+                               h.perplexity, h.tokens);
     }
   }
   if (!results.empty()) {

@@ -62,7 +62,8 @@ DownstreamConfig parse_downstream_config(ConfigSection section) {
     config.tasks = task_group_specs(tasks.as<std::string>());
   } else {
     TANDEM_CHECK(tasks.IsSequence() && tasks.size() > 0,
-                 "{}: expected a non-empty list of TASK:VARIANT or \"default\"",
+                 "{}: expected a non-empty list of TASK:VARIANT or olmo-eval labels, or a group "
+                 "(\"default\", \"olmo3-7b-in-loop\")",
                  section.where("tasks"));
     for (const auto& item : tasks) {
       TANDEM_CHECK(item.IsScalar(), "{}: every task must be a string", section.where("tasks"));

@@ -154,7 +154,9 @@ std::string default_tasks_dir() {
 }
 
 std::string hf_datasets_dir_for(const std::string& tasks_dir) {
-  return (std::filesystem::path(tasks_dir).parent_path() / "hf_datasets").string();
+  std::filesystem::path p = std::filesystem::path(tasks_dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "…/oe_eval_tasks/"
+  return (p.parent_path() / "hf_datasets").string();
 }
 
 std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool bpb_only) {

@@ -69,8 +69,8 @@ struct AlarmFinding {
 struct AlarmResult {
   bool triggered = false;
   double threshold = 0.0, alpha = 0.0;  // the options used
-  double z = 0.0;          // the Bonferroni quantile used
-  std::int64_t tests = 0;  // points tested
+  double z = 0.0;                       // the Bonferroni quantile used
+  std::int64_t tests = 0;               // points tested
   std::vector<AlarmCheck> checks;
   std::vector<AlarmFinding> findings;  // the points that alarmed
   std::vector<std::string> notes;      // what could not be checked and why

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "tandem/core/atomic_file.h"
@@ -105,18 +106,20 @@ std::string fmt_tokens(double t) {
 struct Verdict {
   std::string word;  // pass, FAIL, shown, run only, reference only, no overlap
   std::string detail;
+  std::optional<double> tolerance;
 };
 
 Verdict verdict_of(const std::string& metric, const Comparison& comparison, const Curves& run,
                    const Curves& reference) {
   for (const auto& m : comparison.metrics) {
     if (m.metric != metric) continue;
-    if (m.tokens.empty()) return {"no overlap", ""};
+    if (m.tokens.empty()) return {"no overlap", "", std::nullopt};
     std::string diff = fmt::format("max |diff| {:.4g}", m.max_abs_diff);
-    if (!m.checked()) return {"shown", diff};
-    return {m.pass() ? "pass" : "FAIL", fmt::format("{} vs ±{:g}", diff, *m.tolerance)};
+    if (!m.checked()) return {"shown", diff, std::nullopt};
+    return {m.pass() ? "pass" : "FAIL", fmt::format("{} vs ±{:g}", diff, *m.tolerance),
+            m.tolerance};
   }
-  return {run.has(metric) ? "run only" : "reference only", ""};
+  return {run.has(metric) ? "run only" : "reference only", "", std::nullopt};
 }
 
 std::string result_word(const MetricComparison& m) {
@@ -462,6 +465,7 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
                            {"ylabel", y_label(m)},
                            {"verdict", v.word},
                            {"detail", v.detail},
+                           {"tolerance", v.tolerance ? nlohmann::json(*v.tolerance) : nullptr},
                            {"series", nlohmann::json::array()}};
       if (run.has(m)) panel["series"].push_back(series(options.run_label, run.metrics.at(m)));
       if (reference.has(m)) {
