@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/data/data_config.h"
 #include "tandem/io/config.h"
@@ -20,20 +21,16 @@ inline std::string fixture(const std::string& name) {
 }
 
 inline nlohmann::json read_json_fixture(const std::string& name) {
-  return nlohmann::json::parse(read_file(fixture(name)));
+  return nlohmann::json::parse(core::read_file(fixture(name)));
 }
 
 // A fresh, empty directory under the system temp dir.
 inline std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("tandem_data_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return tandem::testing::temp_dir("data_" + name);
 }
 
 inline void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
+  tandem::testing::write_text(path, text);
 }
 
 template <typename T>
@@ -45,7 +42,7 @@ void write_tokens(const std::string& path, const std::vector<T>& tokens) {
 
 inline DataConfig parse_yaml(const std::string& yaml, const std::string& base_dir = "") {
   YAML::Node root = YAML::Load(yaml);
-  return parse_data_config(ConfigSection(root["data"], "data", "test.yaml"), base_dir);
+  return parse_data_config(io::ConfigSection(root["data"], "data", "test.yaml"), base_dir);
 }
 
 // The data config matching one of the OLMo-core loader fixtures (loader_a.json, loader_b.json).

@@ -13,7 +13,7 @@ namespace tandem::data {
 namespace {
 
 std::string tokens_sha256(const Batch& b) {
-  return sha256_hex(std::span<const std::uint8_t>(
+  return core::sha256_hex(std::span<const std::uint8_t>(
       reinterpret_cast<const std::uint8_t*>(b.input_ids.data()), b.input_ids.size() * 8));
 }
 

@@ -24,17 +24,18 @@ std::string dir() { return test::fixtures() + "/inloop"; }
 
 struct Fixture {
   nlohmann::json expected;
-  std::unique_ptr<Olmo3Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<model::Olmo3Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::int64_t max_length = 0;
 };
 
 Fixture& fixture() {
   static Fixture f = [] {
     Fixture f;
-    f.expected = nlohmann::json::parse(read_file(dir() + "/expected.json"));
-    f.model = load_model(dir() + "/model");
-    f.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(dir() + "/tokenizer.json"));
+    f.expected = nlohmann::json::parse(core::read_file(dir() + "/expected.json"));
+    f.model = model::load_model(dir() + "/model", tandem::testing::cpu_backend());
+    f.tokenizer = std::make_unique<tokenizer::Tokenizer>(
+        tokenizer::Tokenizer::from_file(dir() + "/tokenizer.json"));
     f.max_length = f.expected.at("model_ctx_len");
     return f;
   }();
@@ -46,7 +47,7 @@ DownstreamTask load(const std::string& label) {
 }
 
 std::vector<std::int64_t> encode(const std::string& text) {
-  Encoder encoder(*fixture().tokenizer);
+  tokenizer::Encoder encoder(*fixture().tokenizer);
   std::vector<std::int64_t> out;
   for (auto id : encoder.encode(text)) out.push_back(id);
   return out;
@@ -203,7 +204,7 @@ TEST_P(InLoopParity, EqualsOlmoCoreDownstreamEvaluator) {
 std::vector<std::string> fixture_labels() {
   std::vector<std::string> labels;
   try {
-    auto j = nlohmann::json::parse(read_file(dir() + "/expected.json"));
+    auto j = nlohmann::json::parse(core::read_file(dir() + "/expected.json"));
     for (const auto& [label, _] : j.at("tasks").items()) labels.push_back(label);
   } catch (const std::exception&) {
   }
@@ -233,7 +234,7 @@ TEST(InLoopSuite, SuiteGroupAndUnknownLabel) {
   try {
     parse_task_spec("arc_easy_test_bpb_6shot");
     FAIL() << "expected an error";
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("arc_easy_test_bpb_6shot"), std::string::npos);
   }
 }

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "eval_test_util.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
@@ -20,7 +20,7 @@ namespace {
 std::string dir() { return test::fixtures() + "/padded_heldout"; }
 
 const nlohmann::json& expected() {
-  static nlohmann::json j = nlohmann::json::parse(read_file(dir() + "/expected.json"));
+  static nlohmann::json j = nlohmann::json::parse(core::read_file(dir() + "/expected.json"));
   return j;
 }
 
@@ -31,7 +31,7 @@ data::PaddedDatasetOptions options() {
   o.eos_token_id = e.at("eos_token_id");
   o.pad_token_id = e.at("pad_token_id");
   o.vocab_size = 512;
-  o.dtype = token_dtype_from_name(e.at("dtype"));
+  o.dtype = io::token_dtype_from_name(e.at("dtype"));
   return o;
 }
 
@@ -78,7 +78,7 @@ TEST(PaddedHeldout, InstancesEqualNumpyPaddedFslDataset) {
 }
 
 TEST(PaddedHeldout, LossPerSetEqualsOlmoCoreEvaluator) {
-  auto model = load_model(dir() + "/model");
+  auto model = model::load_model(dir() + "/model", tandem::testing::cpu_backend());
   for (const auto& run : expected().at("runs")) {
     const std::int64_t per_batch = run.at("batch_instances");
     PaddedHeldout h(config(per_batch), options());
@@ -105,27 +105,30 @@ TEST(PaddedHeldout, TailDropFollowsTheEvalBatch) {
 TEST(PaddedHeldout, ConfigFromYaml) {
   const std::string root = dir() + "/" + expected().at("sets_dir").get<std::string>();
   YAML::Node node = YAML::Load("{root: " + root + ", batch_size: 320, seed: 3}");
-  PaddedHeldoutConfig c = parse_padded_heldout_config(ConfigSection(node, "evaluation.padded"), "");
+  PaddedHeldoutConfig c =
+      parse_padded_heldout_config(io::ConfigSection(node, "evaluation.padded"), "");
   EXPECT_EQ(c.sets.size(), 11u);
   EXPECT_EQ(c.batch_size, 320);
   EXPECT_EQ(c.seed, 3);
   YAML::Node bad = YAML::Load("{root: " + root + ", batch_sise: 320}");
-  EXPECT_THROW(parse_padded_heldout_config(ConfigSection(bad, "evaluation.padded"), ""), Error);
+  EXPECT_THROW(parse_padded_heldout_config(io::ConfigSection(bad, "evaluation.padded"), ""),
+               core::Error);
   YAML::Node none = YAML::Load("{seed: 1}");
-  EXPECT_THROW(parse_padded_heldout_config(ConfigSection(none, "evaluation.padded"), ""), Error);
+  EXPECT_THROW(parse_padded_heldout_config(io::ConfigSection(none, "evaluation.padded"), ""),
+               core::Error);
 }
 
 TEST(PaddedHeldout, FileWithoutEosIsNamed) {
   const std::string tmp = test::scratch_dir("padded_no_eos");
   std::vector<std::uint32_t> tokens{1, 2, 3, 4};
-  write_file_atomic(tmp + "/x.npy", std::string(reinterpret_cast<const char*>(tokens.data()),
-                                                tokens.size() * sizeof(std::uint32_t)));
+  core::write_file_atomic(tmp + "/x.npy", std::string(reinterpret_cast<const char*>(tokens.data()),
+                                                      tokens.size() * sizeof(std::uint32_t)));
   PaddedHeldoutConfig c;
   c.sets = {{"x-validation", {tmp + "/x.npy"}}};
   try {
     PaddedHeldout h(c, options());
     FAIL() << "expected an error";
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find(tmp + "/x.npy"), std::string::npos) << e.what();
   }
 }
@@ -136,7 +139,7 @@ TEST(PaddedHeldout, TandemEvalWithAConfig) {
   const std::string tmp = test::scratch_dir("padded_cli");
   const std::string sets = dir() + "/" + expected().at("sets_dir").get<std::string>();
   std::string train(640 * sizeof(std::uint32_t), '\0');  // a training file (ids 0)
-  write_file_atomic(tmp + "/train.npy", train);
+  core::write_file_atomic(tmp + "/train.npy", train);
   auto config = [&](const std::string& train_path) {
     return fmt::format(R"(model: {{d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2,
   hidden_size: 128, vocab_size: 512, max_sequence_length: 64, sliding_window: {{pattern: [16, -1]}}}}

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "eval_test_util.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/eval/icl_metric.h"
@@ -31,7 +31,7 @@ TEST(EvalPredictions, RecomputeEveryMetricFromTheFile) {
       " --predictions " + pred + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto report = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-  auto expected = nlohmann::json::parse(read_file(f + "/expected.json"));
+  auto expected = nlohmann::json::parse(core::read_file(f + "/expected.json"));
 
   // Group the file's lines by task.
   std::map<std::string, std::vector<nlohmann::json>> docs;

@@ -9,7 +9,7 @@
 #include "tandem/core/error.h"
 #include "tandem/io/arrow_stream.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace {
 
 std::string mmlu() {
@@ -44,25 +44,25 @@ TEST(ArrowStream, LongStrings) {
 TEST(ArrowStream, ErrorsNameTheFileOrColumn) {
   const std::string file = mmlu() + "/anatomy/dev/data-00000-of-00001.arrow";
   ArrowTable t = read_arrow_stream(file);
-  EXPECT_THROW(t.column("answer", ArrowColumn::Kind::kString), Error);
-  EXPECT_THROW(t.column("no_such_column", ArrowColumn::Kind::kString), Error);
+  EXPECT_THROW(t.column("answer", ArrowColumn::Kind::kString), core::Error);
+  EXPECT_THROW(t.column("no_such_column", ArrowColumn::Kind::kString), core::Error);
 
   const auto tmp = std::filesystem::temp_directory_path() / "tandem_arrow_truncated.arrow";
-  std::string bytes = read_file(file);
+  std::string bytes = core::read_file(file);
   for (std::size_t keep : {std::size_t{6}, std::size_t{100}, bytes.size() - 40}) {
-    write_file_atomic(tmp.string(), bytes.substr(0, keep));
+    core::write_file_atomic(tmp.string(), bytes.substr(0, keep));
     try {
       read_arrow_stream(tmp.string());
       ADD_FAILURE() << "a stream cut at " << keep << " bytes was accepted";
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       EXPECT_NE(std::string(e.what()).find(tmp.string()), std::string::npos) << e.what();
     }
   }
   std::string garbage(256, '\x11');
-  write_file_atomic(tmp.string(), garbage);
-  EXPECT_THROW(read_arrow_stream(tmp.string()), Error);
+  core::write_file_atomic(tmp.string(), garbage);
+  EXPECT_THROW(read_arrow_stream(tmp.string()), core::Error);
   std::filesystem::remove(tmp);
 }
 
 }  // namespace
-}  // namespace tandem
+}  // namespace tandem::io

@@ -143,7 +143,7 @@ TEST(Attention, BadHeadCountsAreErrors) {
   std::vector<float> x(64), lse(16);
   EXPECT_THROW(
       attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 2, 3, 2, 2, 0, 1.0f),
-      tandem::Error);
+      tandem::core::Error);
 }
 
 // Sliding window at long T: cost and memory follow T x window, so T = 4096 with window 64 is

@@ -4,12 +4,16 @@
 
 #include "kernel_test_util.h"
 #include "tandem/core/error.h"
+#include "tandem/kernels/cpu/cpu_backend.h"
 #include "tandem/kernels/cpu/ops.h"
+#include "tandem/kernels/rope_table.h"
 
 namespace tandem::kernels::cpu {
 namespace {
 
 using namespace testing;
+using kernels::make_rope_table;
+using kernels::RopeTable;
 
 TEST(Rope, TableFollowsTheFp32Recipe) {
   const i64 P = 300, D = 14;
@@ -35,11 +39,17 @@ TEST(Rope, TableFollowsTheFp32Recipe) {
 }
 
 TEST(Rope, BadArgumentsAreErrors) {
-  EXPECT_THROW(make_rope_table(8, 7, 10000.0), tandem::Error);
+  EXPECT_THROW(make_rope_table(8, 7, 10000.0), tandem::core::Error);
+  // The backend checks the tables against the tensor.
   auto table = make_rope_table(4, 8, 10000.0);
+  CpuBackend backend;
+  Tensor cos(table.cos.data(), DType::f32, Shape{4, 4}),
+      sin(table.sin.data(), DType::f32, Shape{4, 4});
   std::vector<float> x(1 * 5 * 1 * 8);
-  EXPECT_THROW(rope_forward(x.data(), 1, 5, 1, 8, table), tandem::Error);  // T > positions
-  EXPECT_THROW(rope_forward(x.data(), 1, 4, 1, 6, table), tandem::Error);  // head_dim mismatch
+  EXPECT_THROW(backend.rope_forward(Tensor(x.data(), DType::f32, Shape{1, 5, 1, 8}), cos, sin),
+               tandem::core::Error);  // T > positions
+  EXPECT_THROW(backend.rope_forward(Tensor(x.data(), DType::f32, Shape{1, 4, 1, 6}), cos, sin),
+               tandem::core::Error);  // head_dim mismatch
 }
 
 // NeoX layout reference in double, driven by the (fp32) table values.
@@ -65,7 +75,7 @@ TEST(Rope, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
   auto table = make_rope_table(9, D, 10000.0);
   auto x = random_floats(B * T * H * D, 1);
   auto y = x;
-  rope_forward(y.data(), B, T, H, D, table);
+  rope_forward(y.data(), B, T, H, D, table.cos.data(), table.sin.data());
   EXPECT_LT(max_scaled_error(y, rope_ref(to_double(x), B, T, H, D, table)), kForwardTolerance);
 
   auto dy = random_floats(x.size(), 2);
@@ -73,11 +83,11 @@ TEST(Rope, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
       [&](const auto& xv) { return dot(rope_ref(xv, B, T, H, D, table), to_double(dy)); },
       to_double(x));
   auto dx = dy;
-  rope_backward(dx.data(), B, T, H, D, table);
+  rope_backward(dx.data(), B, T, H, D, table.cos.data(), table.sin.data());
   EXPECT_LT(max_scaled_gradient_error(dx, numeric), kGradTolerance);
 
   // backward is the inverse rotation: it undoes forward.
-  rope_backward(y.data(), B, T, H, D, table);
+  rope_backward(y.data(), B, T, H, D, table.cos.data(), table.sin.data());
   EXPECT_LT(max_scaled_error(y, to_double(x)), 1e-6);
 }
 

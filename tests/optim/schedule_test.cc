@@ -11,7 +11,7 @@ namespace tandem::optim {
 namespace {
 
 std::unique_ptr<Schedule> from_yaml(const std::string& text) {
-  return make_schedule(ConfigSection(YAML::Load(text), "scheduler", "test.yaml"));
+  return make_schedule(io::ConfigSection(YAML::Load(text), "scheduler", "test.yaml"));
 }
 
 // OLMo-core's classes evaluated at many steps (boundaries included) by the real package.
@@ -125,7 +125,7 @@ void expect_config_error(const std::string& yaml, const std::string& fragment) {
   try {
     from_yaml(yaml);
     ADD_FAILURE() << "no error for " << yaml;
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
         << "message '" << e.what() << "' lacks '" << fragment << "'";
     EXPECT_NE(std::string(e.what()).find("test.yaml"), std::string::npos) << e.what();
@@ -155,7 +155,7 @@ TEST(ScheduleConfig, ErrorsNameTheKey) {
 
 TEST(ScheduleConfig, WarmupMinLrAbovePeakIsAnError) {
   auto s = from_yaml("{name: cos_with_warmup, warmup: 10, warmup_min_lr: 0.5}");
-  EXPECT_THROW(s->lr(0.1, 1, 100), Error);
+  EXPECT_THROW(s->lr(0.1, 1, 100), core::Error);
 }
 
 }  // namespace

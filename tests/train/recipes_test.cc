@@ -18,10 +18,10 @@ std::string recipe(const std::string& name) {
 }
 
 TEST(Recipes, Olmo3SevenBStageOneSchedule) {
-  YAML::Node root = load_yaml_config(recipe("olmo3-7b-stage1.yaml"));
-  ModelConfig m = parse_model_config(ConfigSection(root["model"], "model"));
+  YAML::Node root = io::load_yaml_config(recipe("olmo3-7b-stage1.yaml"));
+  model::ModelConfig m = model::parse_model_config(io::ConfigSection(root["model"], "model"));
   EXPECT_EQ(m.embedding_size, 100352);
-  auto s = optim::make_schedule(ConfigSection(root["scheduler"], "scheduler"));
+  auto s = optim::make_schedule(io::ConfigSection(root["scheduler"], "scheduler"));
   const std::int64_t t_max = root["trainer"]["max_steps"].as<std::int64_t>();
   EXPECT_EQ(t_max, 1413814);
   const double lr = root["optim"]["lr"].as<double>();
@@ -37,8 +37,8 @@ TEST(Recipes, Olmo3SevenBStageOneSchedule) {
 }
 
 TEST(Recipes, Olmo3SevenBStageTwoAnneal) {
-  YAML::Node root = load_yaml_config(recipe("olmo3-7b-stage2.yaml"));
-  auto s = optim::make_schedule(ConfigSection(root["scheduler"], "scheduler"));
+  YAML::Node root = io::load_yaml_config(recipe("olmo3-7b-stage2.yaml"));
+  auto s = optim::make_schedule(io::ConfigSection(root["scheduler"], "scheduler"));
   const std::int64_t t_max = root["trainer"]["max_steps"].as<std::int64_t>();
   const double lr = root["optim"]["lr"].as<double>();
   EXPECT_DOUBLE_EQ(lr, 2.0712e-4);
@@ -50,9 +50,9 @@ TEST(Recipes, Olmo3SevenBStageTwoAnneal) {
 
 TEST(Recipes, Olmo3SevenBListsAi2sInLoopSuite) {
   for (const char* name : {"olmo3-7b-stage1.yaml", "olmo3-7b-stage2.yaml"}) {
-    YAML::Node root = load_yaml_config(recipe(name));
+    YAML::Node root = io::load_yaml_config(recipe(name));
     auto d = eval::parse_downstream_config(
-        ConfigSection(root["evaluation"]["downstream"], "evaluation.downstream"));
+        io::ConfigSection(root["evaluation"]["downstream"], "evaluation.downstream"));
     std::vector<std::string> labels;
     for (const auto& t : d.tasks) labels.push_back(t.name);
     EXPECT_EQ(labels, eval::olmo3_7b_inloop_suite()) << name;

@@ -9,10 +9,10 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
-#include "tandem/eval/compare.h"
-#include "tandem/eval/curves.h"
-#include "tandem/eval/repeated_data_alarm.h"
-#include "tandem/eval/report.h"
+#include "tandem/report/compare.h"
+#include "tandem/report/curves.h"
+#include "tandem/report/repeated_data_alarm.h"
+#include "tandem/report/report.h"
 
 namespace tandem::cli {
 namespace {
@@ -30,18 +30,18 @@ struct CompareArgs {
 int run_compare(const CompareArgs& args) {
   namespace fs = std::filesystem;
   TANDEM_CHECK(fs::is_directory(args.run), "{}: not a run directory", args.run);
-  eval::Curves run = eval::load_curves(args.run);
-  eval::Curves reference = eval::load_curves(args.reference);
-  eval::Tolerances tol = args.tolerances.empty() ? eval::Tolerances::defaults()
-                                                 : eval::Tolerances::from_file(args.tolerances);
-  eval::Comparison comparison = eval::compare_curves(run, reference, tol);
-  eval::AlarmOptions alarm_options;
+  report::Curves run = report::load_curves(args.run);
+  report::Curves reference = report::load_curves(args.reference);
+  report::Tolerances tol = args.tolerances.empty() ? report::Tolerances::defaults()
+                                                   : report::Tolerances::from_file(args.tolerances);
+  report::Comparison comparison = report::compare_curves(run, reference, tol);
+  report::AlarmOptions alarm_options;
   alarm_options.threshold = args.alarm_threshold;
   alarm_options.alpha = args.alarm_alpha;
-  eval::AlarmResult alarm = eval::check_repeated_data(run, &reference, alarm_options);
-  eval::attach_audit_counts(args.run, alarm);
+  report::AlarmResult alarm = report::check_repeated_data(run, &reference, alarm_options);
+  report::attach_audit_counts(args.run, alarm);
 
-  eval::ReportOptions options;
+  report::ReportOptions options;
   options.run_label = fs::path(args.run).filename().string();
   options.reference_label = fs::path(args.reference).filename().string();
   if (options.run_label.empty()) options.run_label = "run";
@@ -49,7 +49,7 @@ int run_compare(const CompareArgs& args) {
     options.reference_label = "reference";
   }
   options.plots = !args.no_plots;
-  auto figures = eval::write_report(args.out, run, reference, comparison, alarm, options);
+  auto figures = report::write_report(args.out, run, reference, comparison, alarm, options);
 
   for (const auto& m : comparison.metrics) {
     if (!m.checked()) continue;

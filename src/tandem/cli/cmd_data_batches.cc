@@ -74,7 +74,7 @@ void run_batches(const BatchesArgs& a) {
         auto bytes =
             std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(b.input_ids.data()),
                                           b.input_ids.size() * sizeof(std::int64_t));
-        line["tokens_xxh64"] = to_hex64(xxh64(bytes));
+        line["tokens_xxh64"] = core::to_hex64(core::xxh64(bytes));
       }
       fmt::print("{}\n", line.dump());
     }

@@ -28,25 +28,25 @@ struct InspectArgs {
 
 nlohmann::json inspect(const InspectArgs& a) {
   TANDEM_CHECK(std::filesystem::exists(a.file), "token file {} does not exist", a.file);
-  std::optional<Tokenizer> tok;
-  if (!a.tokenizer.empty()) tok.emplace(Tokenizer::from_file(a.tokenizer));
+  std::optional<tokenizer::Tokenizer> tok;
+  if (!a.tokenizer.empty()) tok.emplace(tokenizer::Tokenizer::from_file(a.tokenizer));
   nlohmann::json sidecar;
-  std::string sidecar_path = sidecar_path_for(a.file);
+  std::string sidecar_path = io::sidecar_path_for(a.file);
   if (std::filesystem::exists(sidecar_path)) {
     try {
-      sidecar = nlohmann::json::parse(read_file(sidecar_path));
+      sidecar = nlohmann::json::parse(core::read_file(sidecar_path));
     } catch (const nlohmann::json::exception& e) {
-      fail("{}: invalid sidecar JSON: {}", sidecar_path, e.what());
+      core::fail("{}: invalid sidecar JSON: {}", sidecar_path, e.what());
     }
   }
   // dtype: flag, else sidecar, else the tokenizer's vocabulary.
   std::string dtype_name = a.dtype;
   if (dtype_name.empty() && sidecar.is_object()) dtype_name = sidecar.value("dtype", "");
   if (dtype_name.empty() && tok)
-    dtype_name = token_dtype_name(token_dtype_for_vocab(tok->vocab_size()));
+    dtype_name = io::token_dtype_name(io::token_dtype_for_vocab(tok->vocab_size()));
   TANDEM_CHECK(!dtype_name.empty(),
                "cannot tell the dtype of {} (no sidecar): pass --dtype or --tokenizer", a.file);
-  TokenFile file(a.file, token_dtype_from_name(dtype_name));
+  io::TokenFile file(a.file, io::token_dtype_from_name(dtype_name));
   std::int64_t eos = a.eos_id;
   if (eos < 0 && sidecar.is_object() && sidecar.contains("eos_id"))
     eos = sidecar["eos_id"].get<std::int64_t>();
@@ -70,9 +70,9 @@ nlohmann::json inspect(const InspectArgs& a) {
                             file.token(file.num_tokens() - 1) == static_cast<std::uint64_t>(eos)}};
   if (sidecar.is_object()) {
     out["sidecar"] = sidecar_path;
-    bool ok =
-        sidecar.value("tokens", std::uint64_t{0}) == file.num_tokens() &&
-        (file.num_tokens() == 0 || sidecar.value("checksum", "") == token_file_checksum(a.file));
+    bool ok = sidecar.value("tokens", std::uint64_t{0}) == file.num_tokens() &&
+              (file.num_tokens() == 0 ||
+               sidecar.value("checksum", "") == io::token_file_checksum(a.file));
     out["sidecar_matches"] = ok;
   }
   std::vector<std::uint32_t> sample(std::min<std::uint64_t>(a.sample_tokens, file.num_tokens()));

@@ -13,7 +13,10 @@
 #include "tandem/eval/downstream.h"
 #include "tandem/eval/heldout.h"
 #include "tandem/eval/padded_heldout.h"
+#include "tandem/eval/predictions.h"
+#include "tandem/kernels/backend.h"
 #include "tandem/model/model_io.h"
+#include "tandem/train/checkpoint.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::cli {
@@ -37,14 +40,13 @@ struct EvalArgs {
 int run_eval(const EvalArgs& args) {
   TANDEM_CHECK(!args.config.empty() || !args.checkpoint.empty(),
                "eval: give CONFIG.yaml or --checkpoint DIR");
-  std::optional<RunConfig> run;
+  std::optional<train::RunConfig> run;
   eval::DownstreamConfig downstream;
   bool have_downstream = false;
   if (!args.config.empty()) {
-    run = load_run_config(args.config, args.overrides);
-    if (run->eval.downstream && !run->eval.downstream.IsNull()) {
-      downstream = eval::parse_downstream_config(
-          ConfigSection(run->eval.downstream, "evaluation.downstream", args.config));
+    run = train::load_run_config(args.config, args.overrides);
+    if (run->eval.downstream) {
+      downstream = *run->eval.downstream;
       have_downstream = true;
     }
   }
@@ -63,17 +65,18 @@ int run_eval(const EvalArgs& args) {
   if (!args.tokenizer.empty()) downstream.tokenizer = args.tokenizer;
 
   std::string where = !args.checkpoint.empty() ? args.checkpoint : run->trainer.save_folder;
-  std::string model_dir = eval::resolve_model_dir(where);
-  auto model = load_model(model_dir);
+  std::string model_dir = train::resolve_model_dir(where);
+  std::unique_ptr<kernels::Backend> backend = kernels::make_backend(run ? run->backend : "cpu");
+  auto model = model::load_model(model_dir, *backend);
 
   nlohmann::json out;
   out["model"] = model_dir;
-  std::vector<HeldoutResult> heldout;
+  std::vector<eval::HeldoutResult> heldout;
   if (run) {
     for (const auto& set_config : run->eval.sets) {
-      HeldoutSet set =
-          open_heldout_set(set_config.name, set_config.files, run->data, run->eval.max_instances);
-      heldout.push_back(evaluate_heldout(*model, set, run->eval.batch_instances));
+      eval::HeldoutSet set = eval::open_heldout_set(set_config.name, set_config.files, run->data,
+                                                    run->eval.max_instances);
+      heldout.push_back(eval::evaluate_heldout(*model, set, run->eval.batch_instances));
       const auto& h = heldout.back();
       out["heldout"][h.name] = {{"loss", h.loss}, {"ppl", h.perplexity}, {"tokens", h.tokens}};
     }
@@ -94,7 +97,7 @@ int run_eval(const EvalArgs& args) {
   if (have_downstream) {
     std::string tok_path =
         downstream.tokenizer.empty() ? eval::default_tokenizer_path() : downstream.tokenizer;
-    Tokenizer tokenizer = Tokenizer::from_file(tok_path);
+    tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(tok_path);
     std::vector<eval::TaskPredictions> predictions;
     results = eval::evaluate_downstream(*model, tokenizer, downstream.tasks, downstream.options,
                                         args.predictions.empty() ? nullptr : &predictions);

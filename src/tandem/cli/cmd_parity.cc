@@ -6,9 +6,10 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/eval/parity.h"
 #include "tandem/io/npy.h"
+#include "tandem/kernels/backend.h"
 #include "tandem/model/model_io.h"
-#include "tandem/model/parity.h"
 
 namespace tandem::cli {
 namespace {
@@ -20,8 +21,9 @@ struct ParityArgs {
 };
 
 int run_parity(const ParityArgs& a) {
-  auto model = load_model(a.model);
-  NpyArray ids_arr = read_npy(a.tokens);
+  std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
+  auto model = model::load_model(a.model, *backend);
+  io::NpyArray ids_arr = io::read_npy(a.tokens);
   TANDEM_CHECK(ids_arr.shape.size() == 2, "{}: token ids must be [B, T], got {} dims", a.tokens,
                ids_arr.shape.size());
   const std::int64_t B = ids_arr.shape[0], T = ids_arr.shape[1];
@@ -30,17 +32,17 @@ int run_parity(const ParityArgs& a) {
     TANDEM_CHECK(ids[i] >= 0 && ids[i] < model->config().vocab_size,
                  "{}: token id {} at position {} is outside the vocabulary [0, {})", a.tokens,
                  ids[i], i, model->config().vocab_size);
-  NpyArray ref_arr = read_npy(a.reference);
+  io::NpyArray ref_arr = io::read_npy(a.reference);
   TANDEM_CHECK(ref_arr.shape.size() == 3 && ref_arr.shape[0] == B && ref_arr.shape[1] == T,
                "{}: reference logits must be [{}, {}, V]", a.reference, B, T);
   const std::int64_t V = model->config().embedding_size;
   std::vector<float> logits(static_cast<std::size_t>(B * T * V));
   model->forward_logits(ids.data(), B, T, logits.data());
-  LogitParity p = compare_logits(logits, V, ref_arr.as_f32(), ref_arr.shape[2]);
-  std::optional<GradParity> g;
-  if (!a.grads.empty()) g = compare_gradients(*model, ids, B, T, a.grads);
+  eval::LogitParity p = eval::compare_logits(logits, V, ref_arr.as_f32(), ref_arr.shape[2]);
+  std::optional<eval::GradParity> g;
+  if (!a.grads.empty()) g = eval::compare_gradients(*model, ids, B, T, a.grads);
 
-  nlohmann::json j = parity_to_json(p, g);
+  nlohmann::json j = eval::parity_to_json(p, g);
   std::vector<std::string> breaches;
   auto check = [&](const std::optional<double>& limit, double value, const char* what, bool max) {
     if (limit && (max ? value > *limit : value < *limit))

@@ -12,7 +12,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::core {
 
 AtomicFileWriter::AtomicFileWriter(std::string final_path)
     : final_path_(std::move(final_path)),
@@ -75,4 +75,4 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace tandem
+}  // namespace tandem::core

@@ -7,12 +7,12 @@
 #include <string>
 #include <string_view>
 
-namespace tandem {
+namespace tandem::core {
 
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(std::string final_path);  // opens "<final>.tmp.<pid>"
-  ~AtomicFileWriter();                                 // removes the temporary unless committed
+  ~AtomicFileWriter();                                // removes the temporary unless committed
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
@@ -33,4 +33,4 @@ class AtomicFileWriter {
 void write_file_atomic(const std::string& path, std::string_view contents);
 std::string read_file(const std::string& path);  // whole file; throws Error naming the path
 
-}  // namespace tandem
+}  // namespace tandem::core

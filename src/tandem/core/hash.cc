@@ -11,7 +11,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::core {
 namespace {
 
 struct DigestContext {
@@ -81,4 +81,4 @@ std::string xxh64_file_hex(const std::string& path) {
   return to_hex64(h);
 }
 
-}  // namespace tandem
+}  // namespace tandem::core

@@ -14,13 +14,13 @@ namespace fs = std::filesystem;
 std::vector<std::string> expand(const std::string& pattern, const std::string& where) {
   TANDEM_CHECK(pattern.find("**") == std::string::npos,
                "{}: '**' patterns are not supported ('{}'); list the directories", where, pattern);
-  if (!has_wildcard(pattern)) {
+  if (!core::has_wildcard(pattern)) {
     std::error_code ec;
     TANDEM_CHECK(fs::is_regular_file(pattern, ec), "{}: token file {} does not exist", where,
                  pattern);
     return {pattern};
   }
-  std::vector<std::string> out = expand_glob(pattern);  // sorted, like Python's sorted()
+  std::vector<std::string> out = core::expand_glob(pattern);  // sorted, like Python's sorted()
   TANDEM_CHECK(!out.empty(), "{}: pattern '{}' did not match any files", where, pattern);
   return out;
 }
@@ -41,7 +41,7 @@ std::int64_t DataConfig::chunk_size() const {
   return max_target_sequence_length ? *max_target_sequence_length / sequence_length : 1;
 }
 
-DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
+DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
   DataConfig c;
   // Sources: either `paths` (one unlabelled source) or `sources: [{label, paths}]`.
   TANDEM_CHECK(s.has("paths") != s.has("sources"), "{}: give exactly one of 'paths' or 'sources'",
@@ -56,7 +56,7 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
     TANDEM_CHECK(list.IsSequence() && list.size() > 0,
                  "{}: expected a non-empty list of {{label, paths}}", s.where("sources"));
     for (std::size_t i = 0; i < list.size(); ++i) {
-      ConfigSection item(list[i], s.path() + ".sources[" + std::to_string(i) + "]");
+      io::ConfigSection item(list[i], s.path() + ".sources[" + std::to_string(i) + "]");
       DataSource src;
       src.label = item.get_string("label", "source" + std::to_string(i));
       src.patterns = item.get_string_list("paths");
@@ -68,7 +68,7 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
     TANDEM_CHECK(!src.patterns.empty(), "{}: source '{}' has no paths", s.where("paths"),
                  src.label);
     for (auto& p : src.patterns) {
-      p = resolve_config_path(base_dir, p);
+      p = io::resolve_config_path(base_dir, p);
       auto files = expand(p, s.where(s.has("paths") ? "paths" : "sources"));
       src.files.insert(src.files.end(), files.begin(), files.end());
     }
@@ -92,15 +92,15 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
   TANDEM_CHECK(c.seed >= 0, "{} must be non-negative", s.where("seed"));
   c.vocab_size = s.get_int("vocab_size");
   check_positive(c.vocab_size, s.where("vocab_size"));
-  c.dtype = s.has("dtype") ? token_dtype_from_name(s.get_string("dtype"))
-                           : token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size));
+  c.dtype = s.has("dtype") ? io::token_dtype_from_name(s.get_string("dtype"))
+                           : io::token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size));
   s.mark_used("dtype");
   c.eos_token_id = s.get_int("eos_token_id");
   c.pad_token_id = s.get_int("pad_token_id");
   c.bos_token_id = s.get_optional_int("bos_token_id");
   c.shuffle = s.get_bool("shuffle", true);
   if (s.has("instance_filter_config")) {
-    ConfigSection f = s.section("instance_filter_config");
+    io::ConfigSection f = s.section("instance_filter_config");
     RepetitionFilterConfig rf;
     rf.max_period = f.get_int("repetition_max_period", rf.max_period);
     rf.min_period = f.get_int("repetition_min_period", rf.min_period);
@@ -123,11 +123,11 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
 }
 
 DataConfig load_data_config(const std::string& path, const std::vector<std::string>& overrides) {
-  YAML::Node root = load_yaml_config(path, overrides);
+  YAML::Node root = io::load_yaml_config(path, overrides);
   TANDEM_CHECK(root["data"] && root["data"].IsMap(), "{}: expected a top-level 'data:' mapping",
                path);
   std::string base = fs::path(path).parent_path().string();
-  return parse_data_config(ConfigSection(root["data"], "data", path), base);
+  return parse_data_config(io::ConfigSection(root["data"], "data", path), base);
 }
 
 }  // namespace tandem::data

@@ -28,7 +28,7 @@ struct DataConfig {
   std::int64_t global_batch_size = 0;  // tokens, as in OLMo-core
   std::int64_t seed = 0;
   std::int64_t vocab_size = 0;
-  TokenDtype dtype = TokenDtype::kU32;
+  io::TokenDtype dtype = io::TokenDtype::kU32;
   std::int64_t eos_token_id = 0;
   std::int64_t pad_token_id = 0;
   std::optional<std::int64_t> bos_token_id;
@@ -48,7 +48,7 @@ struct DataConfig {
 // Reads and checks a `data:` mapping. Relative paths and globs are resolved against base_dir
 // (the directory of the config file). Unknown keys, missing files and empty globs are errors
 // naming the key.
-DataConfig parse_data_config(ConfigSection section, const std::string& base_dir = "");
+DataConfig parse_data_config(io::ConfigSection section, const std::string& base_dir = "");
 
 // Convenience for the CLI and tests: loads `path` (with key=value overrides) and parses its
 // top-level `data:` mapping; other top-level keys are left to their owners.

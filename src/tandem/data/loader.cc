@@ -17,7 +17,6 @@ std::vector<MicroBatch> Batch::micro_batches(std::size_t instances) const {
     mb.instance_ids = std::span<const std::uint64_t>(instance_ids).subspan(start, instances);
     if (!input_ids.empty()) {
       mb.input_ids = std::span<const std::int64_t>(input_ids).subspan(start * seq, instances * seq);
-      mb.labels = std::span<const std::int64_t>(labels).subspan(start * seq, instances * seq);
       mb.instance_mask = std::span<const std::uint8_t>(instance_mask).subspan(start, instances);
     }
     out.push_back(mb);
@@ -75,20 +74,12 @@ Batch Loader::build_batch(std::uint64_t epoch, std::uint64_t step, std::uint64_t
   const std::size_t seq = static_cast<std::size_t>(config_.sequence_length);
   const std::size_t n = b.instance_ids.size();
   b.input_ids.resize(n * seq);
-  b.labels.resize(n * seq);
   b.instance_mask.assign(n, 1);
   for (std::size_t i = 0; i < n; ++i) {
     std::span<std::int64_t> ids(b.input_ids.data() + i * seq, seq);
     dataset_->read_instance(b.instance_ids[i], ids);
     if (config_.instance_filter && is_rejected_by_repetition(ids, *config_.instance_filter))
       b.instance_mask[i] = 0;
-    std::int64_t* labels = b.labels.data() + i * seq;
-    if (b.instance_mask[i]) {
-      for (std::size_t t = 0; t + 1 < seq; ++t) labels[t] = ids[t + 1];
-      labels[seq - 1] = kIgnoreLabel;
-    } else {
-      std::fill(labels, labels + seq, kIgnoreLabel);
-    }
   }
   return b;
 }

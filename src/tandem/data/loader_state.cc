@@ -16,7 +16,7 @@ T field(const nlohmann::json& j, const char* key, const std::string& where) {
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
-    fail("{}: field '{}' has the wrong type ({})", where, key, j.at(key).dump());
+    core::fail("{}: field '{}' has the wrong type ({})", where, key, j.at(key).dump());
   }
 }
 
@@ -91,18 +91,18 @@ LoaderState LoaderState::from_json(const nlohmann::json& j, const std::string& w
 }
 
 LoaderState LoaderState::read(const std::string& path) {
-  std::string text = read_file(path);
+  std::string text = core::read_file(path);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", path, e.what());
+    core::fail("{}: invalid JSON: {}", path, e.what());
   }
   return from_json(j, path);
 }
 
 void LoaderState::write(const std::string& path) const {
-  write_file_atomic(path, to_json().dump(2) + "\n");
+  core::write_file_atomic(path, to_json().dump(2) + "\n");
 }
 
 LoaderState initial_state(const DataConfig& config, const TokenDataset& dataset) {
@@ -139,8 +139,8 @@ LoaderState check_resume(const LoaderState& saved, const LoaderState& current,
   if (!allow_mismatch) {
     if (saved.fingerprint_version == current.fingerprint_version &&
         saved.fingerprint != current.fingerprint) {
-      fail("the data changed since the loader state was saved: {}; {}",
-           describe_file_changes(saved.files, current.files), hint);
+      core::fail("the data changed since the loader state was saved: {}; {}",
+                 describe_file_changes(saved.files, current.files), hint);
     }
     TANDEM_CHECK(saved.seed == current.seed,
                  "loader state was saved with seed {} but the config has seed {}; {}", saved.seed,

@@ -18,9 +18,9 @@ PaddedDataset::PaddedDataset(const std::vector<PaddedFile>& files,
   for (const auto& f : files) {
     TANDEM_CHECK(std::filesystem::exists(f.path), "{} (held-out set '{}'): no such file", f.path,
                  f.label);
-    files_.push_back(std::make_unique<TokenFile>(f.path, options.dtype));
+    files_.push_back(std::make_unique<io::TokenFile>(f.path, options.dtype));
     file_labels_.push_back(f.label);
-    const TokenFile& tf = *files_.back();
+    const io::TokenFile& tf = *files_.back();
     const auto file_index = static_cast<std::uint32_t>(files_.size() - 1);
     const std::uint64_t n = tf.num_tokens();
     std::uint64_t doc_start = 0;

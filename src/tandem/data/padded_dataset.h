@@ -27,7 +27,7 @@ struct PaddedDatasetOptions {
   std::int64_t eos_token_id = 0;
   std::int64_t pad_token_id = 0;
   std::int64_t vocab_size = 0;  // every token id must lie below it
-  TokenDtype dtype = TokenDtype::kU32;
+  io::TokenDtype dtype = io::TokenDtype::kU32;
 };
 
 class PaddedDataset {
@@ -54,7 +54,7 @@ class PaddedDataset {
     std::uint32_t length;
   };
   PaddedDatasetOptions options_;
-  std::vector<std::unique_ptr<TokenFile>> files_;
+  std::vector<std::unique_ptr<io::TokenFile>> files_;
   std::vector<std::string> file_labels_;
   std::vector<Instance> instances_;
 };

@@ -15,7 +15,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::dist {
 
 namespace {
 
@@ -27,7 +27,7 @@ void check_mpi(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  fail("MPI {} failed: {}", what, std::string(text, static_cast<std::size_t>(len)));
+  core::fail("MPI {} failed: {}", what, std::string(text, static_cast<std::size_t>(len)));
 }
 
 template <typename T>
@@ -53,7 +53,7 @@ MpiCommunicator::MpiCommunicator() {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) check_mpi(MPI_Init(nullptr, nullptr), "MPI_Init");
-  // Errors come back as codes (then tandem::Error) instead of MPI's default silent abort.
+  // Errors come back as codes (then tandem::core::Error) instead of MPI's default silent abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
@@ -169,4 +169,4 @@ void MpiCommunicator::abort(const std::string& message, int code) {
   std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
-}  // namespace tandem
+}  // namespace tandem::dist

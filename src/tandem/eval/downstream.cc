@@ -25,13 +25,13 @@ std::int64_t query_length(const TokenizedRequest& r, std::int64_t max_length) {
 }
 
 // Tokenizes every request in parallel, one Encoder per thread.
-std::vector<TokenizedRequest> tokenize_requests(const Tokenizer& tokenizer,
+std::vector<TokenizedRequest> tokenize_requests(const tokenizer::Tokenizer& tokenizer,
                                                 const DownstreamTask& task) {
   std::vector<TokenizedRequest> out(task.requests.size());
   std::exception_ptr error;
 #pragma omp parallel
   {
-    Encoder encoder(tokenizer);
+    tokenizer::Encoder encoder(tokenizer);
     std::vector<std::uint32_t> ids;
 #pragma omp for schedule(dynamic, 16)
     for (std::size_t i = 0; i < task.requests.size(); ++i) {
@@ -55,7 +55,7 @@ std::vector<TokenizedRequest> tokenize_requests(const Tokenizer& tokenizer,
 
 }  // namespace
 
-DownstreamConfig parse_downstream_config(ConfigSection section) {
+DownstreamConfig parse_downstream_config(io::ConfigSection section) {
   DownstreamConfig config;
   YAML::Node tasks = section.raw("tasks");
   if (tasks.IsScalar() && is_task_group(tasks.as<std::string>())) {
@@ -69,8 +69,8 @@ DownstreamConfig parse_downstream_config(ConfigSection section) {
       TANDEM_CHECK(item.IsScalar(), "{}: every task must be a string", section.where("tasks"));
       try {
         config.tasks.push_back(parse_task_spec(item.as<std::string>()));
-      } catch (const Error& e) {
-        fail("{}: {}", section.where("tasks"), e.what());
+      } catch (const core::Error& e) {
+        core::fail("{}: {}", section.where("tasks"), e.what());
       }
     }
   }
@@ -95,35 +95,10 @@ std::string default_tokenizer_path() {
   return base + "/tokenizers/allenai_dolma2.json";
 }
 
-std::string resolve_model_dir(const std::string& path) {
-  namespace fs = std::filesystem;
-  TANDEM_CHECK(fs::is_directory(path), "{}: not a directory", path);
-  if (is_tandem_model_dir(path) || is_hf_model_dir(path)) return path;
-  fs::path model = fs::path(path) / "model";
-  if (fs::is_directory(model) &&
-      (is_tandem_model_dir(model.string()) || is_hf_model_dir(model.string()))) {
-    return model.string();
-  }
-  fs::path checkpoints = fs::path(path) / "checkpoints";
-  if (fs::is_directory(checkpoints)) {
-    std::string newest;
-    for (const auto& e : fs::directory_iterator(checkpoints)) {
-      std::string name = e.path().filename().string();
-      if (name.starts_with("step-") && fs::is_directory(e.path() / "model") && name > newest) {
-        newest = name;
-      }
-    }
-    if (!newest.empty()) return (checkpoints / newest / "model").string();
-  }
-  fail(
-      "{}: neither a model directory (model.yaml or config.json), a checkpoint (model/) nor a "
-      "run directory (checkpoints/step-*/model)",
-      path);
-}
-
-std::vector<double> score_requests(Olmo3Model& model, const std::vector<TokenizedRequest>& requests,
+std::vector<double> score_requests(model::Olmo3Model& model,
+                                   const std::vector<TokenizedRequest>& requests,
                                    std::int64_t max_length, std::int64_t batch_tokens) {
-  const ModelConfig& mc = model.config();
+  const model::ModelConfig& mc = model.config();
   if (max_length <= 0) max_length = mc.max_sequence_length;
   TANDEM_CHECK(max_length <= mc.max_sequence_length,
                "max_length {} exceeds the model's max_sequence_length {}", max_length,
@@ -149,8 +124,8 @@ std::vector<double> score_requests(Olmo3Model& model, const std::vector<Tokenize
   std::vector<std::vector<double>> per_token;
   try {
     per_token = score_queries(model, queries, batch_tokens);
-  } catch (const Error& e) {
-    fail("{} (query = the last max_length tokens of context + continuation[:-1])", e.what());
+  } catch (const core::Error& e) {
+    core::fail("{} (query = the last max_length tokens of context + continuation[:-1])", e.what());
   }
   std::vector<double> scores(requests.size(), 0.0);
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -159,7 +134,8 @@ std::vector<double> score_requests(Olmo3Model& model, const std::vector<Tokenize
   return scores;
 }
 
-DownstreamSuite::DownstreamSuite(const Tokenizer& tokenizer, const std::vector<TaskSpec>& specs,
+DownstreamSuite::DownstreamSuite(const tokenizer::Tokenizer& tokenizer,
+                                 const std::vector<TaskSpec>& specs,
                                  const DownstreamOptions& options)
     : options_(options) {
   TANDEM_CHECK(!specs.empty(), "no downstream tasks given");
@@ -183,7 +159,7 @@ namespace {
 // Per-request log-likelihoods of a "fast" MC task (olmo-eval's fast_mc): one query per document,
 // the first choice's (context + continuation[:-1], i.e. the context), and each choice's single
 // token scored at its last position.
-std::vector<double> score_fast_mc(Olmo3Model& model, const DownstreamTask& task,
+std::vector<double> score_fast_mc(model::Olmo3Model& model, const DownstreamTask& task,
                                   const std::vector<TokenizedRequest>& tokens,
                                   std::int64_t max_length, std::int64_t batch_tokens) {
   if (max_length <= 0) max_length = model.config().max_sequence_length;
@@ -270,7 +246,7 @@ std::vector<IclScore> icl_scores(const DownstreamTask& task, const std::vector<d
 
 }  // namespace
 
-std::vector<TaskResult> DownstreamSuite::evaluate(Olmo3Model& model,
+std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model,
                                                   std::vector<TaskPredictions>* predictions) const {
   std::vector<TaskResult> results;
   for (const auto& p : tasks_) {
@@ -281,8 +257,8 @@ std::vector<TaskResult> DownstreamSuite::evaluate(Olmo3Model& model,
           p.task.fast_mc
               ? score_fast_mc(model, p.task, p.tokens, options_.max_length, options_.batch_tokens)
               : score_requests(model, p.tokens, options_.max_length, options_.batch_tokens);
-    } catch (const Error& e) {
-      fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
+    } catch (const core::Error& e) {
+      core::fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
     }
     TaskResult result;
     result.name = p.task.spec.name;
@@ -317,7 +293,8 @@ std::vector<TaskResult> DownstreamSuite::evaluate(Olmo3Model& model,
   return results;
 }
 
-std::vector<TaskResult> evaluate_downstream(Olmo3Model& model, const Tokenizer& tokenizer,
+std::vector<TaskResult> evaluate_downstream(model::Olmo3Model& model,
+                                            const tokenizer::Tokenizer& tokenizer,
                                             const std::vector<TaskSpec>& specs,
                                             const DownstreamOptions& options,
                                             std::vector<TaskPredictions>* predictions) {

@@ -61,12 +61,9 @@ struct DownstreamConfig {
   DownstreamOptions options;
 };
 
-DownstreamConfig parse_downstream_config(ConfigSection section);
+DownstreamConfig parse_downstream_config(io::ConfigSection section);
 // ${TANDEM_DATA_DIR:-.cache/data}/tokenizers/allenai_dolma2.json (scripts/fetch_data.sh).
 std::string default_tokenizer_path();
-// A model directory from a tandem/HF model dir, a checkpoint dir (its model/), or a run dir
-// (its newest checkpoints/step-*/model). Throws Error naming the path.
-std::string resolve_model_dir(const std::string& path);
 
 struct TaskResult {
   std::string name;            // e.g. "arc_easy:rc"
@@ -88,15 +85,16 @@ struct TokenizedRequest {
 // batches of at most `batch_tokens` padded tokens (right padding does not change a causal
 // model's earlier positions). Throws Error for an empty continuation, a token outside the
 // vocabulary or a continuation longer than max_length.
-std::vector<double> score_requests(Olmo3Model& model, const std::vector<TokenizedRequest>& requests,
+std::vector<double> score_requests(model::Olmo3Model& model,
+                                   const std::vector<TokenizedRequest>& requests,
                                    std::int64_t max_length, std::int64_t batch_tokens);
 
 class DownstreamSuite {
  public:
-  DownstreamSuite(const Tokenizer& tokenizer, const std::vector<TaskSpec>& specs,
+  DownstreamSuite(const tokenizer::Tokenizer& tokenizer, const std::vector<TaskSpec>& specs,
                   const DownstreamOptions& options);
   // With `predictions`, also appends every task's per-request predictions.
-  std::vector<TaskResult> evaluate(Olmo3Model& model,
+  std::vector<TaskResult> evaluate(model::Olmo3Model& model,
                                    std::vector<TaskPredictions>* predictions = nullptr) const;
   std::int64_t total_requests() const;
 
@@ -109,7 +107,8 @@ class DownstreamSuite {
   DownstreamOptions options_;
 };
 
-std::vector<TaskResult> evaluate_downstream(Olmo3Model& model, const Tokenizer& tokenizer,
+std::vector<TaskResult> evaluate_downstream(model::Olmo3Model& model,
+                                            const tokenizer::Tokenizer& tokenizer,
                                             const std::vector<TaskSpec>& specs,
                                             const DownstreamOptions& options,
                                             std::vector<TaskPredictions>* predictions = nullptr);

@@ -57,7 +57,7 @@ std::optional<std::int64_t> label_of(const nlohmann::json& value, bool bpb_only,
   if (value.is_number_integer()) return value.get<std::int64_t>();
   if (bpb_only && value.is_null()) return 0;  // olmo-eval: a missing label means choice 0
   if (bpb_only && (value.is_string() || value.is_array())) return std::nullopt;
-  fail("{}: \"label\" must be an integer choice index, got {}", where, value.dump());
+  core::fail("{}: \"label\" must be an integer choice index, got {}", where, value.dump());
 }
 
 }  // namespace
@@ -168,7 +168,7 @@ std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool 
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      fail("{}: malformed JSON ({})", where, e.what());
+      core::fail("{}: malformed JSON ({})", where, e.what());
     }
     try {
       TANDEM_CHECK(j.is_object(), "{}: expected a JSON object", where);
@@ -200,7 +200,7 @@ std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool 
       }
       requests.push_back(std::move(r));
     } catch (const nlohmann::json::exception& e) {
-      fail("{}: wrong type ({})", where, e.what());
+      core::fail("{}: wrong type ({})", where, e.what());
     }
   });
   return requests;
@@ -211,7 +211,7 @@ std::string metric_name_from_oe(const std::string& oe_metric, const std::string&
   if (oe_metric == "acc_per_char") return "acc_per_char";
   if (oe_metric == "acc_per_token") return "acc_per_token";
   if (oe_metric == "logits_per_byte") return "bpb";
-  fail(
+  core::fail(
       "{}: primary metric \"{}\" is not supported (acc_raw, acc_per_char, acc_per_token, "
       "logits_per_byte)",
       where, oe_metric);
@@ -286,10 +286,10 @@ DownstreamTask load_task(const std::string& tasks_dir, const TaskSpec& spec,
     TANDEM_CHECK(fs::exists(config_path), "task '{}': {} missing", spec.name, config_path);
     nlohmann::json config;
     try {
-      config = nlohmann::json::parse(read_file(config_path));
+      config = nlohmann::json::parse(core::read_file(config_path));
       task.oe_primary_metric = config.at("task_config").at("primary_metric").get<std::string>();
     } catch (const nlohmann::json::exception& e) {
-      fail("{}: cannot read task_config.primary_metric ({})", config_path, e.what());
+      core::fail("{}: cannot read task_config.primary_metric ({})", config_path, e.what());
     }
     task.primary_metric = metric_name_from_oe(task.oe_primary_metric, config_path);
   }

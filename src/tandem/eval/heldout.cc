@@ -1,11 +1,13 @@
 #include "tandem/eval/heldout.h"
 
+#include "tandem/optim/loss_normalization.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::eval {
 
 HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
                             const data::DataConfig& train_data, std::int64_t max_instances) {
@@ -23,7 +25,8 @@ HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::stri
   return s;
 }
 
-HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::int64_t batch) {
+HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set,
+                               std::int64_t batch) {
   const std::int64_t T = set.dataset->sequence_length();
   HeldoutResult r;
   r.name = set.name;
@@ -36,8 +39,8 @@ HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::in
       set.dataset->read_instance(
           static_cast<std::uint64_t>(first + b),
           std::span<std::int64_t>(ids.data() + b * T, static_cast<std::size_t>(T)));
-    std::vector<std::int64_t> labels = shifted_labels(ids.data(), B, T);
-    LossSums s = model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f, false);
+    std::vector<std::int64_t> labels = optim::make_labels(ids.data(), B, T, nullptr);
+    model::LossSums s = model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f, false);
     ce += s.ce_sum;
     r.tokens += s.count;
   }
@@ -46,4 +49,4 @@ HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::in
   return r;
 }
 
-}  // namespace tandem
+}  // namespace tandem::eval

@@ -11,7 +11,7 @@
 #include "tandem/data/token_dataset.h"
 #include "tandem/model/olmo3_model.h"
 
-namespace tandem {
+namespace tandem::eval {
 
 struct HeldoutSet {
   std::string name;
@@ -30,6 +30,6 @@ struct HeldoutResult {
 HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
                             const data::DataConfig& train_data, std::int64_t max_instances);
 
-HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::int64_t batch);
+HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, std::int64_t batch);
 
-}  // namespace tandem
+}  // namespace tandem::eval

@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "tandem/core/error.h"
-#include "tandem/tokenizer/utf8.h"
+#include "tandem/core/utf8.h"
 
 namespace tandem::eval {
 namespace {
@@ -81,7 +81,7 @@ void set_continuation_lengths(const std::string& continuation, IclScore& score) 
       continuation.empty()
           ? 0
           : std::min(continuation.size(),
-                     utf8::sequence_length(static_cast<unsigned char>(continuation[0])));
+                     core::utf8::sequence_length(static_cast<unsigned char>(continuation[0])));
   score.bytes_no_space = static_cast<std::int64_t>(continuation.size() - first);
 }
 

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "tandem/core/error.h"
+#include "tandem/core/utf8.h"
 #include "tandem/io/arrow_stream.h"
-#include "tandem/tokenizer/utf8.h"
 
 namespace tandem::eval {
 namespace {
@@ -91,11 +91,11 @@ struct Question {
 };
 
 std::vector<Question> read_split(const std::string& dir) {
-  ArrowTable t = read_hf_dataset_dir(dir);
-  const auto& q = t.column("question", ArrowColumn::Kind::kString).strings;
-  const auto& s = t.column("subject", ArrowColumn::Kind::kString).strings;
-  const auto& c = t.column("choices", ArrowColumn::Kind::kStringList).lists;
-  const auto& a = t.column("answer", ArrowColumn::Kind::kInt).ints;
+  io::ArrowTable t = io::read_hf_dataset_dir(dir);
+  const auto& q = t.column("question", io::ArrowColumn::Kind::kString).strings;
+  const auto& s = t.column("subject", io::ArrowColumn::Kind::kString).strings;
+  const auto& c = t.column("choices", io::ArrowColumn::Kind::kStringList).lists;
+  const auto& a = t.column("answer", io::ArrowColumn::Kind::kInt).ints;
   std::vector<Question> out;
   for (std::int64_t i = 0; i < t.num_rows; ++i) {
     const auto k = static_cast<std::size_t>(i);
@@ -120,7 +120,7 @@ std::string format_example(const Question& q, bool mc_labels) {
 // The code point at text[i] (valid UTF-8: Arrow strings are); advances i past it.
 char32_t next_code_point(const std::string& text, std::size_t& i) {
   const auto lead = static_cast<unsigned char>(text[i]);
-  const std::size_t n = std::min(utf8::sequence_length(lead), text.size() - i);
+  const std::size_t n = std::min(core::utf8::sequence_length(lead), text.size() - i);
   char32_t cp = n == 1 ? lead : (lead & (0x7F >> n));
   for (std::size_t k = 1; k < n; ++k) {
     cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
@@ -166,7 +166,7 @@ std::vector<std::string> mmlu_subjects(const std::string& category) {
     }
     return subjects;
   }
-  fail("MMLU category '{}' unknown (stem, humanities, social_sciences, other)", category);
+  core::fail("MMLU category '{}' unknown (stem, humanities, social_sciences, other)", category);
 }
 
 std::vector<DownstreamRequest> build_mmlu_requests(const std::string& hf_datasets_dir,

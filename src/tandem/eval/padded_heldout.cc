@@ -7,8 +7,8 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/glob.h"
+#include "tandem/core/ignore_index.h"
 #include "tandem/data/numpy_random.h"
-#include "tandem/optim/loss_normalization.h"
 
 namespace tandem::eval {
 namespace fs = std::filesystem;
@@ -37,10 +37,10 @@ std::vector<PaddedSetConfig> discover_padded_sets(const std::string& root) {
   return sets;
 }
 
-PaddedHeldoutConfig parse_padded_heldout_config(ConfigSection s, const std::string& base_dir) {
+PaddedHeldoutConfig parse_padded_heldout_config(io::ConfigSection s, const std::string& base_dir) {
   PaddedHeldoutConfig c;
   if (s.has("root")) {
-    c.sets = discover_padded_sets(resolve_config_path(base_dir, s.get_string("root")));
+    c.sets = discover_padded_sets(io::resolve_config_path(base_dir, s.get_string("root")));
   } else {
     s.mark_used("root");
   }
@@ -48,11 +48,11 @@ PaddedHeldoutConfig parse_padded_heldout_config(ConfigSection s, const std::stri
     YAML::Node sets = s.raw("sets");
     TANDEM_CHECK(sets.IsSequence(), "{} must be a list of {{label, paths}}", s.where("sets"));
     for (std::size_t i = 0; i < sets.size(); ++i) {
-      ConfigSection set(sets[i], s.path() + ".sets[" + std::to_string(i) + "]");
+      io::ConfigSection set(sets[i], s.path() + ".sets[" + std::to_string(i) + "]");
       PaddedSetConfig p;
       p.label = set.get_string("label");
       for (const auto& pattern : set.get_string_list("paths")) {
-        auto matched = expand_glob(resolve_config_path(base_dir, pattern));
+        auto matched = core::expand_glob(io::resolve_config_path(base_dir, pattern));
         TANDEM_CHECK(!matched.empty(), "{}: '{}' matches no file", set.where("paths"), pattern);
         p.files.insert(p.files.end(), matched.begin(), matched.end());
       }
@@ -114,7 +114,7 @@ PaddedHeldout::PaddedHeldout(const PaddedHeldoutConfig& config,
   order_.resize(per_batch * (n / per_batch));
 }
 
-std::vector<PaddedSetResult> PaddedHeldout::evaluate(Olmo3Model& model) const {
+std::vector<PaddedSetResult> PaddedHeldout::evaluate(model::Olmo3Model& model) const {
   const std::int64_t T = dataset_->sequence_length();
   const std::vector<std::string> labels = dataset_->labels();
   std::map<std::string, std::vector<std::uint32_t>> by_label;
@@ -133,7 +133,7 @@ std::vector<PaddedSetResult> PaddedHeldout::evaluate(Olmo3Model& model) const {
       const auto B = static_cast<std::int64_t>(
           std::min<std::size_t>(config_.batch_instances, instances.size() - first));
       ids.assign(static_cast<std::size_t>(B * T), 0);
-      targets.assign(static_cast<std::size_t>(B * T), optim::kLabelIgnoreIndex);
+      targets.assign(static_cast<std::size_t>(B * T), core::kIgnoreIndex);
       for (std::int64_t b = 0; b < B; ++b) {
         const std::uint32_t inst = instances[first + static_cast<std::size_t>(b)];
         std::span<std::int64_t> row(ids.data() + b * T, static_cast<std::size_t>(T));
@@ -145,7 +145,8 @@ std::vector<PaddedSetResult> PaddedHeldout::evaluate(Olmo3Model& model) const {
         }
         r.tokens += dataset_->length(inst);
       }
-      LossSums s = model.forward_backward(ids.data(), targets.data(), B, T, 0.0f, 1.0f, false);
+      model::LossSums s =
+          model.forward_backward(ids.data(), targets.data(), B, T, 0.0f, 1.0f, false);
       ce += s.ce_sum;
     }
     r.instances = static_cast<std::int64_t>(instances.size());

@@ -52,7 +52,8 @@ struct PaddedHeldoutConfig {
 };
 
 // Parses `evaluation.padded`; relative paths resolve against base_dir. Errors name the key.
-PaddedHeldoutConfig parse_padded_heldout_config(ConfigSection section, const std::string& base_dir);
+PaddedHeldoutConfig parse_padded_heldout_config(io::ConfigSection section,
+                                                const std::string& base_dir);
 
 // The dataset settings: the training data's EOS, pad, vocabulary and dtype (the held-out files
 // are tokenized as the training data is), the sequence length from the config or the data.
@@ -74,7 +75,7 @@ class PaddedHeldout {
  public:
   // Opens every set (sequence_length resolved by the caller); throws Error naming the file.
   PaddedHeldout(const PaddedHeldoutConfig& config, const data::PaddedDatasetOptions& options);
-  std::vector<PaddedSetResult> evaluate(Olmo3Model& model) const;
+  std::vector<PaddedSetResult> evaluate(model::Olmo3Model& model) const;
   // The global instance indices the evaluator reads, in order (after the tail drop).
   const std::vector<std::uint32_t>& order() const { return order_; }
   const data::PaddedDataset& dataset() const { return *dataset_; }

@@ -38,7 +38,7 @@ void write_predictions_jsonl(const std::string& path, const std::vector<TaskPred
     }
     for (std::int64_t d : order) out += docs.at(d).dump() + "\n";
   }
-  write_file_atomic(path, out);
+  core::write_file_atomic(path, out);
 }
 
 }  // namespace tandem::eval

@@ -1,19 +1,16 @@
 #include "tandem/eval/scoring.h"
 
 #include <algorithm>
-#include <cmath>
-#include <map>
 #include <numeric>
 
 #include "tandem/core/error.h"
 
 namespace tandem::eval {
 
-std::vector<std::vector<double>> score_queries(Olmo3Model& model,
+std::vector<std::vector<double>> score_queries(model::Olmo3Model& model,
                                                const std::vector<ScoringQuery>& queries,
                                                std::int64_t batch_tokens) {
-  const ModelConfig& mc = model.config();
-  const std::int64_t V = mc.embedding_size;
+  const model::ModelConfig& mc = model.config();
   for (std::size_t i = 0; i < queries.size(); ++i) {
     const auto& q = queries[i];
     const auto T = static_cast<std::int64_t>(q.tokens.size());
@@ -42,50 +39,28 @@ std::vector<std::vector<double>> score_queries(Olmo3Model& model,
   std::vector<std::vector<double>> scores(queries.size());
   for (std::size_t i = 0; i < queries.size(); ++i) scores[i].resize(queries[i].targets.size());
   std::vector<std::int64_t> ids;
-  std::vector<float> logits;
   std::size_t start = 0;
   while (start < order.size()) {
     const auto T = static_cast<std::int64_t>(queries[order[start]].tokens.size());
     std::int64_t B = std::max<std::int64_t>(1, batch_tokens / T);
     B = std::min<std::int64_t>(B, static_cast<std::int64_t>(order.size() - start));
     ids.assign(static_cast<std::size_t>(B * T), 0);
-    // Distinct (row, position) cells get one logits row each; targets point into them.
-    std::vector<std::int64_t> positions;
-    struct Target {
-      std::size_t query, index, cell;
-    };
-    std::vector<Target> targets;
+    // One log-probability per target; the lm_head and its log-softmax run at those positions
+    // only (model::Olmo3Model::token_log_probs).
+    std::vector<std::int64_t> positions, tokens;
+    std::vector<std::pair<std::size_t, std::size_t>> owner;  // (query, target index)
     for (std::int64_t b = 0; b < B; ++b) {
       const std::size_t qi = order[start + static_cast<std::size_t>(b)];
       const auto& q = queries[qi];
       std::copy(q.tokens.begin(), q.tokens.end(), ids.begin() + b * T);
-      std::map<std::int64_t, std::size_t> cell_of;
       for (std::size_t k = 0; k < q.targets.size(); ++k) {
-        const std::int64_t pos = q.targets[k].first;
-        auto [it, inserted] = cell_of.try_emplace(pos, positions.size());
-        if (inserted) positions.push_back(b * T + pos);
-        targets.push_back({qi, k, it->second});
+        positions.push_back(b * T + q.targets[k].first);
+        tokens.push_back(q.targets[k].second);
+        owner.emplace_back(qi, k);
       }
     }
-    logits.resize(positions.size() * static_cast<std::size_t>(V));
-    model.forward_logits_at(ids.data(), B, T, positions, logits.data());
-    // log-sum-exp of each cell, in double.
-    std::vector<double> max_of(positions.size()), lse(positions.size());
-#pragma omp parallel for schedule(static)
-    for (std::size_t c = 0; c < positions.size(); ++c) {
-      const float* row = logits.data() + c * static_cast<std::size_t>(V);
-      float max_v = row[0];
-      for (std::int64_t v = 1; v < V; ++v) max_v = std::max(max_v, row[v]);
-      double sum = 0.0;
-      for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - max_v);
-      max_of[c] = max_v;
-      lse[c] = std::log(sum);
-    }
-    for (const auto& t : targets) {
-      const float* row = logits.data() + t.cell * static_cast<std::size_t>(V);
-      const std::int64_t token = queries[t.query].targets[t.index].second;
-      scores[t.query][t.index] = static_cast<double>(row[token]) - max_of[t.cell] - lse[t.cell];
-    }
+    const std::vector<double> logp = model.token_log_probs(ids.data(), B, T, positions, tokens);
+    for (std::size_t k = 0; k < logp.size(); ++k) scores[owner[k].first][owner[k].second] = logp[k];
     start += static_cast<std::size_t>(B);
   }
   return scores;

@@ -21,7 +21,7 @@ struct ScoringQuery {
 
 // One log-probability per target, per query. Throws Error for an empty query, a position
 // outside its query or a token outside the vocabulary.
-std::vector<std::vector<double>> score_queries(Olmo3Model& model,
+std::vector<std::vector<double>> score_queries(model::Olmo3Model& model,
                                                const std::vector<ScoringQuery>& queries,
                                                std::int64_t batch_tokens);
 

@@ -10,7 +10,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/mapped_file.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace {
 
 // Field ids of Arrow's Message.fbs / Schema.fbs tables (vtable slot = 4 + 2 * id; a union takes
@@ -84,9 +84,10 @@ class StreamReader {
         TANDEM_CHECK(have_schema, "{}: record batch before the schema", path_);
         read_batch(header, body, static_cast<std::size_t>(body_length), table);
       } else if (header_type == kHeaderDictionaryBatch) {
-        fail("{}: dictionary-encoded columns are not supported", path_);
+        core::fail("{}: dictionary-encoded columns are not supported", path_);
       } else {
-        fail("{}: unsupported message type {} at byte {}", path_, header_type, message_start_);
+        core::fail("{}: unsupported message type {} at byte {}", path_, header_type,
+                   message_start_);
       }
     }
     TANDEM_CHECK(have_schema, "{}: no schema message (not an Arrow IPC stream?)", path_);
@@ -225,8 +226,8 @@ class StreamReader {
       c.child_type = item.type;
       return c;
     }
-    fail("{}: column '{}' has Arrow type {} (supported: utf8, large_utf8, int, list<utf8>)", path_,
-         c.name, c.type);
+    core::fail("{}: column '{}' has Arrow type {} (supported: utf8, large_utf8, int, list<utf8>)",
+               path_, c.name, c.type);
   }
 
   void read_schema(const flatbuffers::Table* schema, ArrowTable& table) {
@@ -393,7 +394,7 @@ class StreamReader {
     table.num_rows += rows;
   }
 
-  MappedFile file_;
+  core::MappedFile file_;
   std::string path_;
   std::size_t pos_ = 0;
   std::size_t message_start_ = 0;
@@ -430,7 +431,7 @@ const ArrowColumn& ArrowTable::column(const std::string& name, ArrowColumn::Kind
     TANDEM_CHECK(c.kind == kind, "{}: column '{}' is not of the expected type", source, name);
     return c;
   }
-  fail("{}: no column '{}'", source, name);
+  core::fail("{}: no column '{}'", source, name);
 }
 
 ArrowTable read_arrow_stream(const std::string& path) { return StreamReader(path).read(); }
@@ -442,12 +443,12 @@ ArrowTable read_hf_dataset_dir(const std::string& dir) {
                dir);
   std::vector<std::string> files;
   try {
-    auto state = nlohmann::json::parse(read_file(state_path));
+    auto state = nlohmann::json::parse(core::read_file(state_path));
     for (const auto& f : state.at("_data_files")) {
       files.push_back((fs::path(dir) / f.at("filename").get<std::string>()).string());
     }
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: cannot read _data_files ({})", state_path, e.what());
+    core::fail("{}: cannot read _data_files ({})", state_path, e.what());
   }
   TANDEM_CHECK(!files.empty(), "{}: _data_files is empty", state_path);
   ArrowTable table;
@@ -456,4 +457,4 @@ ArrowTable read_hf_dataset_dir(const std::string& dir) {
   return table;
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

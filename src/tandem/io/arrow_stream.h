@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace tandem {
+namespace tandem::io {
 
 struct ArrowColumn {
   enum class Kind { kString, kInt, kStringList };
@@ -35,4 +35,4 @@ ArrowTable read_arrow_stream(const std::string& path);
 // A `datasets` save_to_disk folder: the files of state.json's "_data_files", in order.
 ArrowTable read_hf_dataset_dir(const std::string& dir);
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -4,7 +4,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace {
 
 template <typename T>
@@ -12,7 +12,7 @@ T convert_or_fail(const YAML::Node& node, const std::string& where, const char* 
   try {
     return node.as<T>();
   } catch (const YAML::Exception&) {
-    fail("{}: expected {}, got '{}'", where, type_name, YAML::Dump(node));
+    core::fail("{}: expected {}, got '{}'", where, type_name, YAML::Dump(node));
   }
 }
 
@@ -23,9 +23,9 @@ YAML::Node load_yaml_config(const std::string& path, const std::vector<std::stri
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
-    fail("cannot read config {}", path);
+    core::fail("cannot read config {}", path);
   } catch (const YAML::Exception& e) {
-    fail("{}: invalid YAML: {}", path, e.what());
+    core::fail("{}: invalid YAML: {}", path, e.what());
   }
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   TANDEM_CHECK(root.IsMap(), "{}: the top level must be a mapping", path);
@@ -42,7 +42,7 @@ void apply_override(YAML::Node& root, const std::string& text) {
   try {
     value = YAML::Load(text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
-    fail("override '{}': value is not valid YAML: {}", text, e.what());
+    core::fail("override '{}': value is not valid YAML: {}", text, e.what());
   }
   // Walk a.b.c, creating mappings as needed. yaml-cpp nodes are handles, so reassigning
   // `node` must go through a fresh copy rather than operator= (which would overwrite).
@@ -169,4 +169,4 @@ std::string resolve_config_path(const std::string& base_dir, const std::string& 
   return (fs::path(base_dir) / path).lexically_normal().string();
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

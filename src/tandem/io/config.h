@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace tandem {
+namespace tandem::io {
 
 // Loads `path` and applies overrides of the form "a.b.c=value" (value parsed as YAML, so
 // "x=3", "x=[1,2]" and "x=abc" all work). Throws Error naming the file or the override.
@@ -54,4 +54,4 @@ class ConfigSection {
   std::set<std::string> used_;
 };
 
-}  // namespace tandem
+}  // namespace tandem::io

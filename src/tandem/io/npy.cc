@@ -6,7 +6,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace {
 
 struct DtypeInfo {
@@ -24,7 +24,7 @@ constexpr DtypeInfo kDtypes[] = {
 const DtypeInfo& info(NpyDtype d) {
   for (const auto& i : kDtypes)
     if (i.dtype == d) return i;
-  fail("unknown npy dtype");
+  core::fail("unknown npy dtype");
 }
 
 }  // namespace
@@ -45,7 +45,7 @@ std::vector<float> NpyArray::as_f32() const {
     const double* p = reinterpret_cast<const double*>(bytes.data());
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(p[i]);
   } else {
-    fail("{}: expected a float array, found dtype {}", source, info(dtype).descr);
+    core::fail("{}: expected a float array, found dtype {}", source, info(dtype).descr);
   }
   return out;
 }
@@ -55,26 +55,37 @@ std::vector<std::int64_t> NpyArray::as_i64() const {
   for (std::size_t i = 0; i < out.size(); ++i) {
     const std::uint8_t* p = bytes.data() + i * item_size();
     switch (dtype) {
-      case NpyDtype::kI32: out[i] = *reinterpret_cast<const std::int32_t*>(p); break;
-      case NpyDtype::kI64: out[i] = *reinterpret_cast<const std::int64_t*>(p); break;
-      case NpyDtype::kU16: out[i] = *reinterpret_cast<const std::uint16_t*>(p); break;
-      case NpyDtype::kU32: out[i] = *reinterpret_cast<const std::uint32_t*>(p); break;
-      case NpyDtype::kU8: out[i] = *p; break;
+      case NpyDtype::kI32:
+        out[i] = *reinterpret_cast<const std::int32_t*>(p);
+        break;
+      case NpyDtype::kI64:
+        out[i] = *reinterpret_cast<const std::int64_t*>(p);
+        break;
+      case NpyDtype::kU16:
+        out[i] = *reinterpret_cast<const std::uint16_t*>(p);
+        break;
+      case NpyDtype::kU32:
+        out[i] = *reinterpret_cast<const std::uint32_t*>(p);
+        break;
+      case NpyDtype::kU8:
+        out[i] = *p;
+        break;
       case NpyDtype::kU64: {
         std::uint64_t v = *reinterpret_cast<const std::uint64_t*>(p);
-        TANDEM_CHECK(v <= static_cast<std::uint64_t>(INT64_MAX), "{}: value {} too large",
-                     source, v);
+        TANDEM_CHECK(v <= static_cast<std::uint64_t>(INT64_MAX), "{}: value {} too large", source,
+                     v);
         out[i] = static_cast<std::int64_t>(v);
         break;
       }
-      default: fail("{}: expected an integer array, found dtype {}", source, info(dtype).descr);
+      default:
+        core::fail("{}: expected an integer array, found dtype {}", source, info(dtype).descr);
     }
   }
   return out;
 }
 
 NpyArray read_npy(const std::string& path) {
-  std::string raw = read_file(path);
+  std::string raw = core::read_file(path);
   TANDEM_CHECK(raw.size() >= 10 && std::memcmp(raw.data(), "\x93NUMPY", 6) == 0,
                "{}: not a .npy file (bad magic)", path);
   const int major = static_cast<unsigned char>(raw[6]);
@@ -89,7 +100,7 @@ NpyArray read_npy(const std::string& path) {
     header_len = h;
     offset = 12;
   } else {
-    fail("{}: unsupported .npy version {}", path, major);
+    core::fail("{}: unsupported .npy version {}", path, major);
   }
   TANDEM_CHECK(offset + header_len <= raw.size(), "{}: truncated .npy header", path);
   std::string header = raw.substr(offset, header_len);
@@ -149,7 +160,7 @@ void write_npy(const std::string& path, NpyDtype dtype, const std::vector<std::i
   out += static_cast<char>(header.size() >> 8);
   out += header;
   out.append(static_cast<const char*>(data), static_cast<std::size_t>(n) * info(dtype).size);
-  write_file_atomic(path, out);
+  core::write_file_atomic(path, out);
 }
 
 void write_npy_f32(const std::string& path, const std::vector<std::int64_t>& shape,
@@ -162,4 +173,4 @@ void write_npy_i64(const std::string& path, const std::vector<std::int64_t>& sha
   write_npy(path, NpyDtype::kI64, shape, data);
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -8,7 +8,7 @@
 #include "tandem/io/safetensors.h"
 #include "tandem/io/safetensors_detail.h"
 
-namespace tandem {
+namespace tandem::io {
 
 namespace fs = std::filesystem;
 
@@ -35,7 +35,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
 }
 
 void SafetensorsCheckpoint::open_index(const std::string& dir, const std::string& index_path) {
-  nlohmann::json index = safetensors_detail::parse_json_strict(read_file(index_path), index_path);
+  nlohmann::json index =
+      io::safetensors_detail::parse_json_strict(core::read_file(index_path), index_path);
   TANDEM_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
                "{}: expected an object with a 'weight_map' object (tensor name -> shard file)",
                index_path);
@@ -71,8 +72,8 @@ void SafetensorsCheckpoint::open_index(const std::string& dir, const std::string
           break;
         }
       }
-      fail("{}: shard {} (holding tensor '{}') is missing from {}", index_path, shard, example,
-           dir);
+      core::fail("{}: shard {} (holding tensor '{}') is missing from {}", index_path, shard,
+                 example, dir);
     }
     position = files_.size();
     files_.push_back(std::make_unique<SafetensorsFile>(shard_path.string()));
@@ -106,7 +107,7 @@ bool SafetensorsCheckpoint::has(const std::string& name) const { return owner_.c
 
 const SafetensorsFile& SafetensorsCheckpoint::file_of(const std::string& name) const {
   auto it = owner_.find(name);
-  if (it == owner_.end()) fail("checkpoint {}: no tensor named '{}'", path_, name);
+  if (it == owner_.end()) core::fail("checkpoint {}: no tensor named '{}'", path_, name);
   return *files_[it->second];
 }
 
@@ -132,4 +133,4 @@ std::span<const std::uint8_t> SafetensorsCheckpoint::raw(const std::string& name
   return file_of(name).raw(name);
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -4,7 +4,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::io {
 
 TokenDtype token_dtype_for_vocab(std::uint64_t vocab_size) {
   TANDEM_CHECK(vocab_size > 0, "vocab size must be positive");
@@ -17,20 +17,28 @@ TokenDtype token_dtype_for_vocab(std::uint64_t vocab_size) {
 
 std::size_t token_dtype_size(TokenDtype dtype) {
   switch (dtype) {
-    case TokenDtype::kU8: return 1;
-    case TokenDtype::kU16: return 2;
-    case TokenDtype::kU32: return 4;
-    case TokenDtype::kU64: return 8;
+    case TokenDtype::kU8:
+      return 1;
+    case TokenDtype::kU16:
+      return 2;
+    case TokenDtype::kU32:
+      return 4;
+    case TokenDtype::kU64:
+      return 8;
   }
   return 0;
 }
 
 std::string token_dtype_name(TokenDtype dtype) {
   switch (dtype) {
-    case TokenDtype::kU8: return "uint8";
-    case TokenDtype::kU16: return "uint16";
-    case TokenDtype::kU32: return "uint32";
-    case TokenDtype::kU64: return "uint64";
+    case TokenDtype::kU8:
+      return "uint8";
+    case TokenDtype::kU16:
+      return "uint16";
+    case TokenDtype::kU32:
+      return "uint32";
+    case TokenDtype::kU64:
+      return "uint64";
   }
   return "?";
 }
@@ -38,7 +46,7 @@ std::string token_dtype_name(TokenDtype dtype) {
 TokenDtype token_dtype_from_name(const std::string& name) {
   for (TokenDtype d : {TokenDtype::kU8, TokenDtype::kU16, TokenDtype::kU32, TokenDtype::kU64})
     if (token_dtype_name(d) == name) return d;
-  fail("unknown token dtype '{}' (expected uint8, uint16, uint32 or uint64)", name);
+  core::fail("unknown token dtype '{}' (expected uint8, uint16, uint32 or uint64)", name);
 }
 
 TokenFile::TokenFile(const std::string& path, TokenDtype dtype) : file_(path), dtype_(dtype) {
@@ -54,10 +62,23 @@ std::uint64_t TokenFile::token(std::uint64_t i) const {
                num_tokens_);
   const std::uint8_t* p = file_.data() + i * token_dtype_size(dtype_);
   switch (dtype_) {
-    case TokenDtype::kU8: return *p;
-    case TokenDtype::kU16: { std::uint16_t v; std::memcpy(&v, p, 2); return v; }
-    case TokenDtype::kU32: { std::uint32_t v; std::memcpy(&v, p, 4); return v; }
-    case TokenDtype::kU64: { std::uint64_t v; std::memcpy(&v, p, 8); return v; }
+    case TokenDtype::kU8:
+      return *p;
+    case TokenDtype::kU16: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case TokenDtype::kU32: {
+      std::uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case TokenDtype::kU64: {
+      std::uint64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
   }
   return 0;
 }
@@ -98,4 +119,4 @@ void TokenFile::read(std::uint64_t start, std::uint64_t count, std::int64_t* out
   read_widened(*this, start, count, out);
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

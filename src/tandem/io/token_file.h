@@ -7,13 +7,13 @@
 
 #include "tandem/core/mapped_file.h"
 
-namespace tandem {
+namespace tandem::io {
 
 enum class TokenDtype { kU8, kU16, kU32, kU64 };
 
 TokenDtype token_dtype_for_vocab(std::uint64_t vocab_size);  // as OLMo-core chooses it
 std::size_t token_dtype_size(TokenDtype dtype);
-std::string token_dtype_name(TokenDtype dtype);        // "uint8" ... "uint64" (numpy names)
+std::string token_dtype_name(TokenDtype dtype);             // "uint8" ... "uint64" (numpy names)
 TokenDtype token_dtype_from_name(const std::string& name);  // throws Error on an unknown name
 
 // Read-only, memory-mapped view of one token file.
@@ -27,12 +27,12 @@ class TokenFile {
   // Copies tokens [start, start + count) into out (widened to uint32/int64 as asked).
   void read(std::uint64_t start, std::uint64_t count, std::uint32_t* out) const;
   void read(std::uint64_t start, std::uint64_t count, std::int64_t* out) const;
-  const MappedFile& mapped() const { return file_; }
+  const core::MappedFile& mapped() const { return file_; }
 
  private:
-  MappedFile file_;
+  core::MappedFile file_;
   TokenDtype dtype_;
   std::uint64_t num_tokens_ = 0;
 };
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -8,7 +8,7 @@
 #include "tandem/core/hash.h"
 #include "tandem/core/mapped_file.h"
 
-namespace tandem {
+namespace tandem::io {
 
 namespace {
 constexpr std::size_t kFlushBytes = 1 << 22;
@@ -22,7 +22,7 @@ TokenFileWriter::TokenFileWriter(std::string path, TokenDtype dtype, std::uint64
     : path_(std::move(path)),
       dtype_(dtype),
       eos_id_(eos_id),
-      out_(std::make_unique<AtomicFileWriter>(path_)),
+      out_(std::make_unique<core::AtomicFileWriter>(path_)),
       hash_(XXH64_createState()) {
   XXH64_reset(hash_, 0);
   buffer_.reserve(kFlushBytes + 64);
@@ -62,16 +62,16 @@ nlohmann::json TokenFileWriter::commit(nlohmann::json extra) {
       {"documents", documents_},
       {"eos_id", eos_id_},
       {"bytes", tokens_ * token_dtype_size(dtype_)},
-      {"checksum", "xxh64:" + to_hex64(XXH64_digest(hash_))},
+      {"checksum", "xxh64:" + core::to_hex64(XXH64_digest(hash_))},
   };
   for (auto& [k, v] : extra.items()) sidecar[k] = v;
-  write_file_atomic(sidecar_path_for(path_), sidecar.dump(1) + "\n");
+  core::write_file_atomic(sidecar_path_for(path_), sidecar.dump(1) + "\n");
   return sidecar;
 }
 
 std::string token_file_checksum(const std::string& path) {
-  MappedFile file(path);
-  return "xxh64:" + to_hex64(xxh64(file.bytes()));
+  core::MappedFile file(path);
+  return "xxh64:" + core::to_hex64(core::xxh64(file.bytes()));
 }
 
 nlohmann::json verified_sidecar(const std::string& token_file_path) {
@@ -81,7 +81,7 @@ nlohmann::json verified_sidecar(const std::string& token_file_path) {
     return nullptr;
   nlohmann::json sidecar;
   try {
-    sidecar = nlohmann::json::parse(read_file(sidecar_path));
+    sidecar = nlohmann::json::parse(core::read_file(sidecar_path));
     auto size = std::filesystem::file_size(token_file_path);
     if (size != sidecar.at("bytes").get<std::uint64_t>()) return nullptr;
     if (size > 0 &&
@@ -93,4 +93,4 @@ nlohmann::json verified_sidecar(const std::string& token_file_path) {
   return sidecar;
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -4,7 +4,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::model {
 namespace {
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
@@ -76,7 +76,7 @@ double ModelConfig::flops_per_token(std::int64_t seq_len) const {
   return 6.0 * static_cast<double>(matmul_params()) + 12.0 * attn;
 }
 
-ModelConfig parse_model_config(ConfigSection s) {
+ModelConfig parse_model_config(io::ConfigSection s) {
   ModelConfig c;
   c.d_model = s.get_int("d_model");
   c.n_layers = s.get_int("n_layers");
@@ -100,7 +100,7 @@ ModelConfig parse_model_config(ConfigSection s) {
   c.init_std = s.get_double("init_std", 0.02);
   c.max_sequence_length = s.get_int("max_sequence_length", 8192);
   if (s.has("sliding_window")) {
-    ConfigSection sw = s.section("sliding_window");
+    io::ConfigSection sw = s.section("sliding_window");
     std::vector<std::int64_t> pattern = sw.get_int_list("pattern");
     TANDEM_CHECK(!pattern.empty(), "{} must not be empty", sw.where("pattern"));
     for (auto w : pattern)
@@ -120,9 +120,9 @@ ModelConfig parse_model_config(ConfigSection s) {
 }
 
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
-  YAML::Node root = load_yaml_config(path, overrides);
+  YAML::Node root = io::load_yaml_config(path, overrides);
   TANDEM_CHECK(root["model"] && root["model"].IsMap(), "{}: no `model:` mapping", path);
-  return parse_model_config(ConfigSection(root["model"], "model", path));
+  return parse_model_config(io::ConfigSection(root["model"], "model", path));
 }
 
 YAML::Node model_config_to_yaml(const ModelConfig& c) {
@@ -203,7 +203,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& so
     }
   }
   if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
-    fail("{}: rope_scaling (YaRN) is not supported yet", source);
+    core::fail("{}: rope_scaling (YaRN) is not supported yet", source);
   c.layer_windows.assign(static_cast<std::size_t>(c.n_layers), 0);
   if (type == "olmo3" && hf.contains("layer_types") && hf["layer_types"].is_array()) {
     const auto& types = hf["layer_types"];
@@ -265,4 +265,4 @@ nlohmann::json model_config_to_hf(const ModelConfig& c) {
   return hf;
 }
 
-}  // namespace tandem
+}  // namespace tandem::model

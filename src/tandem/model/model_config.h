@@ -10,7 +10,7 @@
 
 #include "tandem/io/config.h"
 
-namespace tandem {
+namespace tandem::model {
 
 struct ModelConfig {
   std::int64_t d_model = 0;
@@ -45,7 +45,7 @@ struct ModelConfig {
 // vocab_size, embedding_size | pad_vocab_to_multiple_of, rope_theta, layer_norm_eps, init_std,
 // max_sequence_length, sliding_window {pattern: [...], force_full_attention_on_first_layer,
 // force_full_attention_on_last_layer} (absent or null = full attention everywhere).
-ModelConfig parse_model_config(ConfigSection section);
+ModelConfig parse_model_config(io::ConfigSection section);
 // Reads a model config from a YAML file: its `model:` mapping (other top-level keys are ignored),
 // with key=value overrides (e.g. model.n_layers=4).
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides);
@@ -55,4 +55,4 @@ YAML::Node model_config_to_yaml(const ModelConfig& config);
 ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& source);
 nlohmann::json model_config_to_hf(const ModelConfig& config);
 
-}  // namespace tandem
+}  // namespace tandem::model

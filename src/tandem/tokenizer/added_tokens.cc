@@ -6,7 +6,7 @@
 #include "tandem/core/error.h"
 #include "tandem/tokenizer/pcre_regex.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 namespace {
 
 // Rust's char::is_whitespace (Unicode White_Space), on the code point that ends/starts at `i`.
@@ -170,4 +170,4 @@ void AddedVocabulary::split(std::string_view text, std::vector<TextPiece>& out) 
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

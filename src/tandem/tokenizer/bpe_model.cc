@@ -6,7 +6,7 @@
 #include "tandem/core/error.h"
 #include "tandem/tokenizer/byte_level.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 void MergeTable::build(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& entries) {
   std::size_t capacity = 16;
@@ -57,7 +57,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   vocab_.reserve(model["vocab"].size() * 2);
   for (const auto& [key, value] : model["vocab"].items()) {
     auto id = value.get<std::uint32_t>();
-    auto raw = byte_level::to_bytes(key);
+    auto raw = tokenizer::byte_level::to_bytes(key);
     TANDEM_CHECK(raw.has_value(),
                  "{}: vocab entry {:?} is not in the byte-level alphabet (only byte-level BPE "
                  "tokenizers are supported)",
@@ -72,7 +72,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   }
   std::string unk = string_field(model, "unk_token");
   if (!unk.empty()) {
-    auto raw = byte_level::to_bytes(unk);
+    auto raw = tokenizer::byte_level::to_bytes(unk);
     auto it = raw ? vocab_.find(*raw) : vocab_.end();
     TANDEM_CHECK(it != vocab_.end(), "{}: unk_token {:?} is not in the vocabulary", source, unk);
     unk_id_ = it->second;
@@ -95,9 +95,10 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
       left = merge[0].get<std::string>();
       right = merge[1].get<std::string>();
     } else {
-      fail("{}: merge #{} is neither \"a b\" nor [\"a\", \"b\"]: {}", source, rank, merge.dump());
+      core::fail("{}: merge #{} is neither \"a b\" nor [\"a\", \"b\"]: {}", source, rank,
+                 merge.dump());
     }
-    auto l = byte_level::to_bytes(left), r = byte_level::to_bytes(right);
+    auto l = tokenizer::byte_level::to_bytes(left), r = tokenizer::byte_level::to_bytes(right);
     TANDEM_CHECK(l && r, "{}: merge #{} uses characters outside the byte-level alphabet", source,
                  rank);
     auto li = vocab_.find(*l), ri = vocab_.find(*r), mi = vocab_.find(*l + *r);
@@ -216,4 +217,4 @@ void BpeModel::encode_word(std::string_view word, std::vector<std::uint32_t>& ou
   out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -14,7 +14,7 @@
 
 namespace fs = std::filesystem;
 
-namespace tandem {
+namespace tandem::train {
 namespace {
 
 constexpr int kFormatVersion = 2;  // 2: sharded optimizer state (optim/)
@@ -42,21 +42,21 @@ void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int6
   nlohmann::json st = state;
   st["step"] = step;
   st["format_version"] = kFormatVersion;
-  write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
+  core::write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
   nlohmann::json manifest;
   manifest["format_version"] = kFormatVersion;
   manifest["step"] = step;
   for (const auto& rel : files_under(tmp)) {
     std::string p = (tmp / rel).string();
-    manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", xxh64_file_hex(p)}};
+    manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", core::xxh64_file_hex(p)}};
   }
-  write_file_atomic((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
+  core::write_file_atomic((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // same step re-saved (e.g. on a signal)
   fs::rename(tmp, final_dir);
 }
 
 // True on every rank when any rank reports a failure.
-bool any_rank_failed(bool failed, Communicator& comm) {
+bool any_rank_failed(bool failed, dist::Communicator& comm) {
   double count = failed ? 1.0 : 0.0;
   comm.all_reduce_sum(&count, 1);
   return count > 0;
@@ -64,9 +64,9 @@ bool any_rank_failed(bool failed, Communicator& comm) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo3Model& model,
-                     const OptimizerShard* optimizer, const nlohmann::json& state,
-                     Communicator& comm) {
+void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
+                     model::Olmo3Model& model, const OptimizerShard* optimizer,
+                     const nlohmann::json& state, dist::Communicator& comm) {
   const fs::path final_dir = fs::path(checkpoints_dir) / checkpoint_dir_name(step);
   // One name for all ranks (the directory is shared); a stale one is from a killed save.
   const fs::path tmp =
@@ -89,7 +89,7 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo
   bool failed = any_rank_failed(!error.empty(), comm);
   if (!failed) {
     attempt([&] {
-      if (leader) save_tandem_model((tmp / "model").string(), model);
+      if (leader) model::save_tandem_model((tmp / "model").string(), model);
       if (optimizer && optimizer->shard < optimizer->num_shards)
         write_optimizer_shard((tmp / "optim").string(), optimizer->shard, optimizer->num_shards,
                               optimizer->slices, optimizer->adam_step);
@@ -102,8 +102,8 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo
   if (failed) {
     std::error_code ec;
     if (leader) fs::remove_all(tmp, ec);
-    fail("saving checkpoint {} failed: {} (earlier checkpoints are untouched)", final_dir.string(),
-         error.empty() ? "on another rank" : error);
+    core::fail("saving checkpoint {} failed: {} (earlier checkpoints are untouched)",
+               final_dir.string(), error.empty() ? "on another rank" : error);
   }
 }
 
@@ -128,9 +128,9 @@ void verify_checkpoint(const std::string& dir) {
   TANDEM_CHECK(fs::exists(manifest_path), "checkpoint {} has no manifest.json (incomplete)", dir);
   nlohmann::json manifest;
   try {
-    manifest = nlohmann::json::parse(read_file(manifest_path));
+    manifest = nlohmann::json::parse(core::read_file(manifest_path));
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", manifest_path, e.what());
+    core::fail("{}: invalid JSON: {}", manifest_path, e.what());
   }
   TANDEM_CHECK(manifest.contains("files") && manifest["files"].is_object(), "{}: no file list",
                manifest_path);
@@ -140,7 +140,7 @@ void verify_checkpoint(const std::string& dir) {
     std::uint64_t bytes = info.at("bytes").get<std::uint64_t>();
     TANDEM_CHECK(fs::file_size(p) == bytes, "checkpoint file {} is {} bytes, manifest says {}", p,
                  fs::file_size(p), bytes);
-    TANDEM_CHECK(xxh64_file_hex(p) == info.at("xxh64").get<std::string>(),
+    TANDEM_CHECK(core::xxh64_file_hex(p) == info.at("xxh64").get<std::string>(),
                  "checkpoint file {} fails its checksum", p);
   }
 }
@@ -152,25 +152,25 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
     try {
       verify_checkpoint(*it);
       return *it;
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       if (warnings) warnings->push_back(fmt::format("skipping damaged checkpoint: {}", e.what()));
     }
   }
   return std::nullopt;
 }
 
-nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
+nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step) {
-  auto loaded = load_model((fs::path(dir) / "model").string());
-  const auto& a = loaded->config();
+  model::ModelWeights loaded = model::read_model_weights((fs::path(dir) / "model").string());
+  const auto& a = loaded.config;
   const auto& b = model.config();
   TANDEM_CHECK(a.d_model == b.d_model && a.n_layers == b.n_layers && a.n_heads == b.n_heads &&
                    a.n_kv_heads == b.n_kv_heads && a.head_dim == b.head_dim &&
                    a.hidden_size == b.hidden_size && a.embedding_size == b.embedding_size,
                "checkpoint {} holds a model of another shape than the config's", dir);
-  TANDEM_CHECK(loaded->params().size() == model.params().size(),
+  TANDEM_CHECK(static_cast<std::int64_t>(loaded.flat.size()) == model.layout().total(),
                "checkpoint {}: parameter layout differs", dir);
-  model.params() = loaded->params();
+  model.params_from_host(loaded.flat);
   if (moments) {
     // Format 1 (before sharding) kept the moments whole in one optim.safetensors.
     const fs::path unsharded = fs::path(dir) / "optim.safetensors";
@@ -180,7 +180,30 @@ nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
             : read_optimizer_state((fs::path(dir) / "optim").string(), *moments);
     if (adam_step) *adam_step = step;
   }
-  return nlohmann::json::parse(read_file((fs::path(dir) / "state.json").string()));
+  return nlohmann::json::parse(core::read_file((fs::path(dir) / "state.json").string()));
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "manifest.json")) {
+    verify_checkpoint(path);
+    return path;
+  }
+  std::vector<std::string> warnings;
+  auto latest = latest_valid_checkpoint((fs::path(path) / "checkpoints").string(), &warnings);
+  TANDEM_CHECK(latest.has_value(), "{}: no valid checkpoint found{}", path,
+               warnings.empty() ? "" : " (" + warnings.back() + ")");
+  return *latest;
+}
+
+std::string resolve_model_dir(const std::string& path) {
+  TANDEM_CHECK(fs::is_directory(path), "{}: not a directory", path);
+  if (model::is_tandem_model_dir(path) || model::is_hf_model_dir(path)) return path;
+  const bool checkpoint = fs::exists(fs::path(path) / "manifest.json");
+  TANDEM_CHECK(checkpoint || fs::is_directory(fs::path(path) / "checkpoints"),
+               "{}: neither a model directory (model.yaml or config.json), a checkpoint "
+               "(manifest.json) nor a run directory (checkpoints/)",
+               path);
+  return (fs::path(resolve_checkpoint(path)) / "model").string();
 }
 
 void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep) {
@@ -189,4 +212,4 @@ void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep) {
     fs::remove_all(all[i]);
 }
 
-}  // namespace tandem
+}  // namespace tandem::train

@@ -11,7 +11,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::train {
 
 MetricsLog::MetricsLog(const std::string& path, std::int64_t keep_upto) : path_(path) {
   if (std::filesystem::exists(path)) {
@@ -24,7 +24,7 @@ MetricsLog::MetricsLog(const std::string& path, std::int64_t keep_upto) : path_(
       if (j.is_discarded() || !j.contains("step")) continue;
       if (j["step"].get<std::int64_t>() <= keep_upto) kept += line + "\n";
     }
-    write_file_atomic(path, kept);
+    core::write_file_atomic(path, kept);
   }
   file_ = std::fopen(path.c_str(), "a");
   TANDEM_CHECK(file_ != nullptr, "cannot open {}: {}", path, std::strerror(errno));
@@ -49,4 +49,4 @@ std::string format_duration(double s) {
   return fmt::format("{}s", total);
 }
 
-}  // namespace tandem
+}  // namespace tandem::train

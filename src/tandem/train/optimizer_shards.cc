@@ -16,7 +16,7 @@
 
 namespace fs = std::filesystem;
 
-namespace tandem {
+namespace tandem::train {
 namespace {
 
 constexpr int kIndexVersion = 1;
@@ -28,27 +28,27 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-const std::string& metadata_value(const SafetensorsFile& f, const std::string& key) {
+const std::string& metadata_value(const io::SafetensorsFile& f, const std::string& key) {
   auto it = f.metadata().find(key);
   TANDEM_CHECK(it != f.metadata().end(), "{}: no '{}' in its metadata", f.path(), key);
   return it->second;
 }
 
-std::int64_t metadata_int(const SafetensorsFile& f, const std::string& key) {
+std::int64_t metadata_int(const io::SafetensorsFile& f, const std::string& key) {
   const std::string& v = metadata_value(f, key);
   try {
     return std::stoll(v);
   } catch (const std::exception&) {
-    fail("{}: metadata '{}' is '{}', not an integer", f.path(), key, v);
+    core::fail("{}: metadata '{}' is '{}', not an integer", f.path(), key, v);
   }
 }
 
-std::vector<std::int64_t> metadata_shape(const SafetensorsFile& f, const std::string& key) {
+std::vector<std::int64_t> metadata_shape(const io::SafetensorsFile& f, const std::string& key) {
   const std::string& v = metadata_value(f, key);
   try {
     return nlohmann::json::parse(v).get<std::vector<std::int64_t>>();
   } catch (const nlohmann::json::exception&) {
-    fail("{}: metadata '{}' is '{}', not a shape", f.path(), key, v);
+    core::fail("{}: metadata '{}' is '{}', not a shape", f.path(), key, v);
   }
 }
 
@@ -75,7 +75,7 @@ std::string optimizer_shard_file_name(int shard, int num_shards) {
 
 void write_optimizer_shard(const std::string& optim_dir, int shard, int num_shards,
                            const std::vector<MomentSlice>& slices, std::int64_t adam_step) {
-  std::vector<TensorToWrite> tensors;
+  std::vector<io::TensorToWrite> tensors;
   std::map<std::string, std::string> metadata = {{"adam_step", std::to_string(adam_step)},
                                                  {"shard", std::to_string(shard)},
                                                  {"num_shards", std::to_string(num_shards)}};
@@ -83,13 +83,14 @@ void write_optimizer_shard(const std::string& optim_dir, int shard, int num_shar
     TANDEM_CHECK(s.exp_avg.size() == s.exp_avg_sq.size(),
                  "optimizer shard: '{}' has moments of different lengths", s.name);
     const auto n = static_cast<std::int64_t>(s.exp_avg.size());
-    tensors.push_back({"exp_avg." + s.name, DType::kF32, {n}, s.exp_avg.data()});
-    tensors.push_back({"exp_avg_sq." + s.name, DType::kF32, {n}, s.exp_avg_sq.data()});
+    tensors.push_back({"exp_avg." + s.name, io::DType::kF32, {n}, s.exp_avg.data()});
+    tensors.push_back({"exp_avg_sq." + s.name, io::DType::kF32, {n}, s.exp_avg_sq.data()});
     metadata["start." + s.name] = std::to_string(s.start);
     metadata["shape." + s.name] = nlohmann::json(s.shape).dump();
   }
-  write_safetensors((fs::path(optim_dir) / optimizer_shard_file_name(shard, num_shards)).string(),
-                    tensors, metadata);
+  io::write_safetensors(
+      (fs::path(optim_dir) / optimizer_shard_file_name(shard, num_shards)).string(), tensors,
+      metadata);
 }
 
 void write_optimizer_index(const std::string& optim_dir, int num_shards) {
@@ -97,7 +98,7 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards) {
   std::int64_t adam_step = -1;
   for (int s = 0; s < num_shards; ++s) {
     const std::string file = optimizer_shard_file_name(s, num_shards);
-    SafetensorsFile f((fs::path(optim_dir) / file).string());
+    io::SafetensorsFile f((fs::path(optim_dir) / file).string());
     const std::int64_t step = metadata_int(f, "adam_step");
     TANDEM_CHECK(adam_step < 0 || step == adam_step,
                  "{}: Adam step {} differs from the other shards' {}", f.path(), step, adam_step);
@@ -136,21 +137,21 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards) {
                  covered, numel_of(t.shape));
     index["tensors"][name] = {{"shape", t.shape}, {"pieces", pieces}};
   }
-  write_file_atomic((fs::path(optim_dir) / kIndexFile).string(), index.dump(1) + "\n");
+  core::write_file_atomic((fs::path(optim_dir) / kIndexFile).string(), index.dump(1) + "\n");
 }
 
 std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<MomentSlice>& slices) {
   const std::string index_path = (fs::path(optim_dir) / kIndexFile).string();
   TANDEM_CHECK(fs::exists(index_path), "checkpoint has no optimizer state ({} is missing)",
                index_path);
-  std::map<std::string, std::unique_ptr<SafetensorsFile>> open;
-  auto file = [&](const std::string& name) -> const SafetensorsFile& {
+  std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;
+  auto file = [&](const std::string& name) -> const io::SafetensorsFile& {
     auto& f = open[name];
-    if (!f) f = std::make_unique<SafetensorsFile>((fs::path(optim_dir) / name).string());
+    if (!f) f = std::make_unique<io::SafetensorsFile>((fs::path(optim_dir) / name).string());
     return *f;
   };
   try {
-    const nlohmann::json index = nlohmann::json::parse(read_file(index_path));
+    const nlohmann::json index = nlohmann::json::parse(core::read_file(index_path));
     TANDEM_CHECK(index.at("format_version").get<int>() == kIndexVersion,
                  "{}: format version {} is not supported (expected {})", index_path,
                  index.at("format_version").dump(), kIndexVersion);
@@ -171,11 +172,11 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
         const auto p_end = p_start + p.at("length").get<std::int64_t>();
         const std::int64_t lo = std::max(begin, p_start), hi = std::min(end, p_end);
         if (lo >= hi) continue;
-        const SafetensorsFile& f = file(p.at("file").get<std::string>());
+        const io::SafetensorsFile& f = file(p.at("file").get<std::string>());
         for (auto& [prefix, dst] : moments_of(s)) {
           const std::string tensor = prefix + s.name;
           TANDEM_CHECK(
-              f.info(tensor).dtype == DType::kF32 && f.info(tensor).numel() == p_end - p_start,
+              f.info(tensor).dtype == io::DType::kF32 && f.info(tensor).numel() == p_end - p_start,
               "{}: '{}' is not {} fp32 values as the index says", f.path(), tensor,
               p_end - p_start);
           std::memcpy(dst.data() + (lo - begin),
@@ -189,19 +190,19 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
     }
     return index.at("adam_step").get<std::int64_t>();
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid index: {}", index_path, e.what());
+    core::fail("{}: invalid index: {}", index_path, e.what());
   }
 }
 
 std::int64_t read_unsharded_optimizer_state(const std::string& path,
                                             std::vector<MomentSlice>& slices) {
-  SafetensorsFile f(path);
+  io::SafetensorsFile f(path);
   for (MomentSlice& s : slices) {
     for (auto& [prefix, dst] : moments_of(s)) {
       const std::string tensor = prefix + s.name;
       TANDEM_CHECK(f.has(tensor), "{}: no '{}'", path, tensor);
-      const TensorInfo& info = f.info(tensor);
-      TANDEM_CHECK(info.dtype == DType::kF32 && info.shape == s.shape,
+      const io::TensorInfo& info = f.info(tensor);
+      TANDEM_CHECK(info.dtype == io::DType::kF32 && info.shape == s.shape,
                    "{}: '{}' is not fp32 of shape {}", path, tensor,
                    nlohmann::json(s.shape).dump());
       std::memcpy(dst.data(), f.raw(tensor).data() + s.start * sizeof(float),
@@ -211,4 +212,4 @@ std::int64_t read_unsharded_optimizer_state(const std::string& path,
   return metadata_int(f, "adam_step");
 }
 
-}  // namespace tandem
+}  // namespace tandem::train

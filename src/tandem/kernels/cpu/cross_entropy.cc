@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/ignore_index.h"
 #include "tandem/kernels/cpu/cross_entropy_chunked.h"
 #include "tandem/kernels/cpu/fast_math.h"
 #include "tandem/kernels/cpu/ops.h"
@@ -50,10 +51,10 @@ CrossEntropyResult lm_head_cross_entropy_chunked(const float* hidden, const floa
   TANDEM_CHECK(chunk_rows > 0, "cross_entropy: chunk_rows {} must be positive", chunk_rows);
   CrossEntropyResult result;
   for (i64 n = 0; n < N; ++n) {
-    TANDEM_CHECK(labels[n] == kIgnoreIndex || (labels[n] >= 0 && labels[n] < V),
+    TANDEM_CHECK(labels[n] == core::kIgnoreIndex || (labels[n] >= 0 && labels[n] < V),
                  "cross_entropy: label {} at position {} is neither in [0, {}) nor {}", labels[n],
-                 n, V, kIgnoreIndex);
-    if (labels[n] != kIgnoreIndex) ++result.count;
+                 n, V, core::kIgnoreIndex);
+    if (labels[n] != core::kIgnoreIndex) ++result.count;
   }
   const bool want_grads = dhidden != nullptr || dw != nullptr;
   const i64 chunk = std::min(std::max<i64>(N, 1), chunk_rows);
@@ -64,7 +65,7 @@ CrossEntropyResult lm_head_cross_entropy_chunked(const float* hidden, const floa
     const i64 nc = std::min(chunk, N - n0);
     const float* hidden_chunk = hidden + n0 * d;
     const bool any_label = std::any_of(labels + n0, labels + n0 + nc,
-                                       [](std::int64_t l) { return l != kIgnoreIndex; });
+                                       [](std::int64_t l) { return l != core::kIgnoreIndex; });
     if (!any_label) {  // nothing to learn here: zero gradient rows, dw untouched
       if (dhidden != nullptr) std::fill_n(dhidden + n0 * d, nc * d, 0.0f);
       continue;
@@ -76,7 +77,7 @@ CrossEntropyResult lm_head_cross_entropy_chunked(const float* hidden, const floa
       const std::int64_t label = labels[n0 + r];
       row_ce[r] = 0.0;
       row_z[r] = 0.0;
-      if (label == kIgnoreIndex) {
+      if (label == core::kIgnoreIndex) {
         if (want_grads) std::fill_n(row, V, 0.0f);
         continue;
       }

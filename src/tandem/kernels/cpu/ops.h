@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 namespace tandem::kernels::cpu {
 
@@ -25,7 +24,7 @@ void linear_forward(const float* x, const float* w, float* y, i64 T, i64 in, i64
 void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw, i64 T,
                      i64 in, i64 out, bool accumulate_dx);
 
-// out[T,d] = table[ids[t], :]. Throws tandem::Error if an id is outside [0, vocab).
+// out[T,d] = table[ids[t], :]. Throws tandem::core::Error if an id is outside [0, vocab).
 void embedding_forward(const std::int64_t* ids, const float* table, float* out, i64 T, i64 d,
                        i64 vocab);
 // dtable[ids[t], :] += dout[t, :] (accumulate; deterministic: rows summed in order of t).
@@ -40,20 +39,11 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, i64 
 void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy, float* dx,
                       float* dw, i64 rows, i64 d);
 
-// RoPE, NeoX "rotate_half" layout: for i < D/2, pair (x[i], x[i + D/2]) rotated by angle
-// pos * inv_freq[i], inv_freq[i] = theta^(-2i/D). cos/sin tables are [T, D/2], computed as HF
-// does (fp32 inv_freq, fp32 product pos * inv_freq, then cos/sin).
-struct RopeTable {
-  i64 max_positions = 0;
-  i64 head_dim = 0;
-  std::vector<float> cos;  // [max_positions, head_dim / 2]
-  std::vector<float> sin;
-};
-RopeTable make_rope_table(i64 max_positions, i64 head_dim, double theta);
-// In place on x[B, T, H, D]; position of token t is t (each sequence starts at 0).
-void rope_forward(float* x, i64 B, i64 T, i64 H, i64 D, const RopeTable& table);
+// RoPE, NeoX "rotate_half" layout (kernels/rope_table.h): in place on x[B, T, H, D]; the position
+// of token t is t (each sequence starts at 0); cos/sin are [>= T, D/2].
+void rope_forward(float* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin);
 // In place on the gradient: applies the inverse rotation (transpose of forward).
-void rope_backward(float* dx, i64 B, i64 T, i64 H, i64 D, const RopeTable& table);
+void rope_backward(float* dx, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin);
 
 // Causal attention with an optional sliding window and GQA.
 // q[B,T,Hq,D], k,v[B,T,Hkv,D], out[B,T,Hq,D]; query head h uses kv head h / (Hq / Hkv).
@@ -73,10 +63,15 @@ void swiglu_backward(const float* g, const float* u, const float* dh, float* dg,
 
 // y = a + b (y may alias a or b).
 void add(const float* a, const float* b, float* y, i64 n);
+// x *= factor.
+void scale(float* x, float factor, i64 n);
+// dst[i, :] = src[index[i], :] for rows of width d (index checked against src_rows).
+void gather_rows(const float* src, i64 src_rows, i64 d, const std::int64_t* index, i64 n,
+                 float* dst);
 
 // Fused lm_head + cross-entropy + z-loss over hidden[N,d] and W[V,d] (logits = hidden * W^T),
-// labels[N] in [0,V) or -100 (ignored). Works through the tokens in chunks so the full [N, V]
-// logits never exist at once. Sums over non-ignored tokens:
+// labels[N] in [0,V) or core::kIgnoreIndex (-100, ignored). Works through the tokens in chunks so
+// the full [N, V] logits never exist at once. Sums over non-ignored tokens:
 //   ce_sum = sum(logsumexp(logits) - logits[label]), z_sum = sum(logsumexp(logits)^2).
 // The loss being differentiated is grad_scale * (ce_sum + z_weight * z_sum); if dhidden/dw are
 // non-null its gradients are written to dhidden[N,d] (overwritten) and added to dw[V,d].
@@ -89,6 +84,21 @@ CrossEntropyResult lm_head_cross_entropy(const float* hidden, const float* w,
                                          const std::int64_t* labels, i64 N, i64 d, i64 V,
                                          float z_weight, float grad_scale, float* dhidden,
                                          float* dw);
-constexpr std::int64_t kIgnoreIndex = -100;
+
+// out[i] = log_softmax(logits[i, :])[targets[i]] in double (downstream scoring).
+void token_log_probs(const float* logits, const std::int64_t* targets, i64 n, i64 V, double* out);
+
+// Sum of squares in double over fixed 16K-element chunks added in index order: the result does not
+// depend on the thread count.
+double sum_of_squares(const float* x, i64 n);
+
+// One AdamW update per element (torch.optim.AdamW's arithmetic, see optim/adamw.h); compiled
+// without FMA contraction so it matches torch bit for bit.
+struct AdamWConstants {
+  float neg_step_size, bias_correction2_sqrt, decay_factor, one_minus_beta1, beta2, one_minus_beta2,
+      eps;
+  bool decay;
+};
+void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const AdamWConstants& c);
 
 }  // namespace tandem::kernels::cpu

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "tandem/eval/curves.h"
+#include "tandem/report/curves.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 
 struct Tolerances {
   std::map<std::string, std::optional<double>> by_pattern;
@@ -47,4 +47,4 @@ struct Comparison {
 
 Comparison compare_curves(const Curves& run, const Curves& reference, const Tolerances& tol);
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

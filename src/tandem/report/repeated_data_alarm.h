@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
-#include "tandem/eval/curves.h"
+#include "tandem/report/curves.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 
 struct AlarmOptions {
   double threshold = 0.1;  // nats beyond the noise allowance
@@ -96,4 +96,4 @@ std::optional<LocalFit> local_linear_fit(const std::vector<Point>& curve, double
 // z with P(Z > z) = p for a standard normal Z.
 double normal_quantile_upper(double p);
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "tandem/eval/compare.h"
-#include "tandem/eval/curves.h"
-#include "tandem/eval/repeated_data_alarm.h"
+#include "tandem/report/compare.h"
+#include "tandem/report/curves.h"
+#include "tandem/report/repeated_data_alarm.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 
 struct ReportOptions {
   std::string run_label = "run";
@@ -50,4 +50,4 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
 std::string find_plot_script(const std::string& hint);
 std::string find_python_with_matplotlib();
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

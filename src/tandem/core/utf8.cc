@@ -1,8 +1,8 @@
-#include "tandem/tokenizer/utf8.h"
+#include "tandem/core/utf8.h"
 
 #include <cstdint>
 
-namespace tandem::utf8 {
+namespace tandem::core::utf8 {
 namespace {
 
 // Length of the valid sequence at text[i], or 0 if invalid. `valid_prefix` receives how many
@@ -77,4 +77,4 @@ std::string decode_lossy(std::string_view bytes) {
   return out;
 }
 
-}  // namespace tandem::utf8
+}  // namespace tandem::core::utf8

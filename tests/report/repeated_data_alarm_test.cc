@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tandem/eval/repeated_data_alarm.h"
+#include "tandem/report/repeated_data_alarm.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 namespace {
 
 // Deterministic standard normals (splitmix64 + Box-Muller), the same on every platform.
@@ -116,4 +116,4 @@ TEST(AlarmStatistics, MoreEvaluationsDoNotMeanMoreFalseAlarms) {
 }
 
 }  // namespace
-}  // namespace tandem::eval
+}  // namespace tandem::report

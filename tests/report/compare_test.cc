@@ -5,14 +5,14 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "eval_test_util.h"
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
-#include "tandem/eval/compare.h"
-#include "tandem/eval/repeated_data_alarm.h"
-#include "tandem/eval/report.h"
+#include "tandem/report/compare.h"
+#include "tandem/report/repeated_data_alarm.h"
+#include "tandem/report/report.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 namespace {
 
 // A synthetic run: train loss decays; held-out follows it (+0.05) unless `repeated`, where the
@@ -36,7 +36,7 @@ std::string write_run(const std::string& dir, bool repeated, double acc_offset =
     }
     text += j.dump() + "\n";
   }
-  test::write_text(dir + "/metrics.jsonl", text);
+  testing::write_text(dir + "/metrics.jsonl", text);
   return dir;
 }
 
@@ -51,7 +51,7 @@ TEST(Curves, InterpolatesByTokens) {
 }
 
 TEST(Compare, IdenticalRunsPassAndShiftedDownstreamFails) {
-  std::string dir = test::scratch_dir("cmp");
+  std::string dir = testing::temp_dir("cmp");
   Curves a = load_curves(write_run(dir + "/a", false));
   Curves b = load_curves(write_run(dir + "/b", false));
   Curves c = load_curves(write_run(dir + "/c", false, 0.006));
@@ -68,8 +68,8 @@ TEST(Compare, IdenticalRunsPassAndShiftedDownstreamFails) {
     }
   }
   // A looser tolerance from a file passes; a glob and an exact name.
-  test::write_text(dir + "/tol.yaml",
-                   "tolerances:\n  \"downstream/*\": 0.01\n  train/loss: 0.001\n  lr: null\n");
+  testing::write_text(dir + "/tol.yaml",
+                      "tolerances:\n  \"downstream/*\": 0.01\n  train/loss: 0.001\n  lr: null\n");
   Tolerances tol = Tolerances::from_file(dir + "/tol.yaml");
   EXPECT_EQ(tol.for_metric("train/loss"), 0.001);
   EXPECT_EQ(tol.for_metric("eval/val/loss"), 0.005);
@@ -79,34 +79,34 @@ TEST(Compare, IdenticalRunsPassAndShiftedDownstreamFails) {
 }
 
 TEST(Compare, ReferenceCsvAndUnknownColumns) {
-  std::string dir = test::scratch_dir("csv");
-  test::write_text(dir + "/ref.csv",
-                   "step,tokens,train/loss,downstream/piqa:rc/acc_per_char\n"
-                   "1,1000,5.0,\n2,2000,4.0,0.6\n");
+  std::string dir = testing::temp_dir("csv");
+  testing::write_text(dir + "/ref.csv",
+                      "step,tokens,train/loss,downstream/piqa:rc/acc_per_char\n"
+                      "1,1000,5.0,\n2,2000,4.0,0.6\n");
   Curves c = load_curves(dir + "/ref.csv");
   EXPECT_EQ(c.metrics.at("train/loss").size(), 2u);
   EXPECT_EQ(c.metrics.at("downstream/piqa:rc/acc_per_char").size(), 1u);
-  test::write_text(dir + "/bad.csv", "step,tokens,train/los\n1,1000,5.0\n");
+  testing::write_text(dir + "/bad.csv", "step,tokens,train/los\n1,1000,5.0\n");
   try {
     load_curves(dir + "/bad.csv");
     FAIL();
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown column \"train/los\""), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("bad.csv"), std::string::npos);
   }
-  test::write_text(dir + "/bad.jsonl", R"({"tokens": 1, "train/loss": 2, "acc": 0.5})"
-                                       "\n");
-  EXPECT_THROW(load_curves(dir + "/bad.jsonl"), Error);
-  test::write_text(dir + "/notokens.csv", "step,train/loss\n1,5.0\n");
-  EXPECT_THROW(load_curves(dir + "/notokens.csv"), Error);
-  test::write_text(dir + "/nan.csv", "tokens,train/loss\n1,abc\n");
-  EXPECT_THROW(load_curves(dir + "/nan.csv"), Error);
-  EXPECT_THROW(load_curves(dir + "/missing.csv"), Error);
+  testing::write_text(dir + "/bad.jsonl", R"({"tokens": 1, "train/loss": 2, "acc": 0.5})"
+                                          "\n");
+  EXPECT_THROW(load_curves(dir + "/bad.jsonl"), core::Error);
+  testing::write_text(dir + "/notokens.csv", "step,train/loss\n1,5.0\n");
+  EXPECT_THROW(load_curves(dir + "/notokens.csv"), core::Error);
+  testing::write_text(dir + "/nan.csv", "tokens,train/loss\n1,abc\n");
+  EXPECT_THROW(load_curves(dir + "/nan.csv"), core::Error);
+  EXPECT_THROW(load_curves(dir + "/missing.csv"), core::Error);
   std::filesystem::remove_all(dir);
 }
 
 TEST(RepeatedDataAlarm, CleanRunIsClearRepeatedRunAlarms) {
-  std::string dir = test::scratch_dir("alarm");
+  std::string dir = testing::temp_dir("alarm");
   Curves clean = load_curves(write_run(dir + "/clean", false));
   Curves clean2 = load_curves(write_run(dir + "/clean2", false));
   Curves repeated = load_curves(write_run(dir + "/repeated", true));
@@ -122,14 +122,14 @@ TEST(RepeatedDataAlarm, CleanRunIsClearRepeatedRunAlarms) {
   EXPECT_TRUE(ref.triggered);
   EXPECT_EQ(ref.findings.front().basis, "reference");
   // Audit counts are attached when audit.json is present.
-  test::write_text(dir + "/repeated/audit.json",
-                   R"({"duplicate_groups": 3, "duplicate_instances": 7, "ok": true})");
+  testing::write_text(dir + "/repeated/audit.json",
+                      R"({"duplicate_groups": 3, "duplicate_instances": 7, "ok": true})");
   attach_audit_counts(dir + "/repeated", ref);
   EXPECT_EQ(ref.duplicate_groups, 3u);
   EXPECT_EQ(ref.duplicate_instances, 7u);
   // The nested form `tandem data audit --json` prints.
-  test::write_text(dir + "/repeated/audit.json",
-                   R"({"duplicates": {"groups": 8, "instances": 321, "examples": []}})");
+  testing::write_text(dir + "/repeated/audit.json",
+                      R"({"duplicates": {"groups": 8, "instances": 321, "examples": []}})");
   attach_audit_counts(dir + "/repeated", ref);
   EXPECT_EQ(ref.duplicate_groups, 8u);
   EXPECT_EQ(ref.duplicate_instances, 321u);
@@ -137,23 +137,23 @@ TEST(RepeatedDataAlarm, CleanRunIsClearRepeatedRunAlarms) {
 }
 
 int run_cli(const std::string& args, std::string* out = nullptr) {
-  std::string log = test::scratch_dir("cli_out") + "/out.txt";
+  std::string log = testing::temp_dir("cli_out") + "/out.txt";
   int rc = std::system((std::string(TANDEM_BINARY) + " " + args + " > " + log + " 2>&1").c_str());
-  if (out) *out = read_file(log);
+  if (out) *out = core::read_file(log);
   return WEXITSTATUS(rc);
 }
 
 TEST(CompareCommand, ReportWithPlotsAndExitCodes) {
-  std::string dir = test::scratch_dir("cmd");
+  std::string dir = testing::temp_dir("cmd");
   write_run(dir + "/clean", false);
   write_run(dir + "/clean2", false);
   write_run(dir + "/repeated", true);
-  test::write_text(dir + "/repeated/audit.json",
-                   R"({"duplicate_groups": 2, "duplicate_instances": 5})");
+  testing::write_text(dir + "/repeated/audit.json",
+                      R"({"duplicate_groups": 2, "duplicate_instances": 5})");
   bool plots = true;
   try {
     find_python_with_matplotlib();
-  } catch (const Error&) {
+  } catch (const core::Error&) {
     plots = false;  // still checks the Markdown/JSON report
   }
   std::string flag = plots ? "" : " --no-plots";
@@ -161,9 +161,9 @@ TEST(CompareCommand, ReportWithPlotsAndExitCodes) {
   EXPECT_EQ(
       run_cli("compare " + dir + "/clean " + dir + "/clean2 --out " + dir + "/r1" + flag, &out), 0)
       << out;
-  std::string md = read_file(dir + "/r1/summary.md");
+  std::string md = core::read_file(dir + "/r1/summary.md");
   EXPECT_NE(md.find("# Run comparison: PASS"), std::string::npos);
-  std::string html = read_file(dir + "/r1/report.html");
+  std::string html = core::read_file(dir + "/r1/report.html");
   EXPECT_NE(html.find("Run comparison: <span class=\"pass\">PASS</span>"), std::string::npos);
   EXPECT_NE(html.find("eval/val/loss"), std::string::npos);
   EXPECT_EQ(html.find("data:image/png;base64,") != std::string::npos, plots);
@@ -174,17 +174,17 @@ TEST(CompareCommand, ReportWithPlotsAndExitCodes) {
          {"figure-training.png", "figure-held-out-loss.png", "figure-downstream-acc.png"}) {
       std::string path = dir + "/r1/" + png;
       ASSERT_TRUE(std::filesystem::exists(path)) << path;
-      EXPECT_EQ(read_file(path).substr(1, 3), "PNG");
+      EXPECT_EQ(core::read_file(path).substr(1, 3), "PNG");
     }
   }
   EXPECT_EQ(
       run_cli("compare " + dir + "/repeated " + dir + "/clean --out " + dir + "/r2" + flag, &out),
       1)
       << out;
-  md = read_file(dir + "/r2/summary.md");
+  md = core::read_file(dir + "/r2/summary.md");
   EXPECT_NE(md.find("**ALARM**"), std::string::npos);
   EXPECT_NE(md.find("2 duplicate groups, 5 duplicate instances"), std::string::npos);
-  test::write_text(dir + "/bad.csv", "tokens,train/loss,mystery\n1,2,3\n");
+  testing::write_text(dir + "/bad.csv", "tokens,train/loss,mystery\n1,2,3\n");
   EXPECT_NE(run_cli("compare " + dir + "/clean " + dir + "/bad.csv --out " + dir + "/r3", &out), 0);
   EXPECT_NE(out.find("unknown column \"mystery\""), std::string::npos) << out;
   std::filesystem::remove_all(dir);
@@ -192,7 +192,7 @@ TEST(CompareCommand, ReportWithPlotsAndExitCodes) {
 
 TEST(EvalCommand, DownstreamOnFixtureModelAsJson) {
   std::string out;
-  std::string f = test::fixtures();
+  std::string f = testing::fixture("eval");
   ASSERT_EQ(run_cli("eval --checkpoint " + f + "/model --tokenizer " + f + "/tokenizer.json " +
                         "--tasks-dir " + f + "/oe_eval_tasks --tasks arc_easy:rc,piqa:bpb " +
                         "--max-length 256 --limit 3 --json",
@@ -211,4 +211,4 @@ TEST(EvalCommand, DownstreamOnFixtureModelAsJson) {
 }
 
 }  // namespace
-}  // namespace tandem::eval
+}  // namespace tandem::report

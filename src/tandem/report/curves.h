@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-namespace tandem::eval {
+namespace tandem::report {
 
 struct Point {
   double tokens = 0.0;
@@ -35,4 +35,4 @@ Curves load_metrics_csv(const std::string& path);
 // Linear interpolation in tokens; nullopt-like: returns false outside [first, last].
 bool interpolate(const std::vector<Point>& curve, double tokens, double& value);
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

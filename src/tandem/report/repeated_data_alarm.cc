@@ -1,4 +1,4 @@
-#include "tandem/eval/repeated_data_alarm.h"
+#include "tandem/report/repeated_data_alarm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 namespace {
 
 double median(std::vector<double> v) {
@@ -190,7 +190,7 @@ void attach_audit_counts(const std::string& run_dir, AlarmResult& result) {
     return;
   }
   try {
-    auto j = nlohmann::json::parse(read_file(path));
+    auto j = nlohmann::json::parse(core::read_file(path));
     // `tandem data audit --json` nests them under "duplicates"; AuditReport fields are flat.
     if (j.contains("duplicates") && j.at("duplicates").is_object()) {
       const auto& d = j.at("duplicates");
@@ -202,8 +202,8 @@ void attach_audit_counts(const std::string& run_dir, AlarmResult& result) {
     if (j.contains("duplicate_groups")) result.duplicate_groups = j.at("duplicate_groups");
     if (j.contains("duplicate_instances")) result.duplicate_instances = j.at("duplicate_instances");
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: cannot read the audit report ({})", path, e.what());
+    core::fail("{}: cannot read the audit report ({})", path, e.what());
   }
 }
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

@@ -1,4 +1,4 @@
-#include "tandem/model/parity.h"
+#include "tandem/eval/parity.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,9 @@
 #include "tandem/core/error.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/model/model_io.h"
+#include "tandem/optim/loss_normalization.h"
 
-namespace tandem {
+namespace tandem::eval {
 namespace {
 
 // log-softmax of the first n entries of row, in double.
@@ -61,22 +62,22 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
   return p;
 }
 
-GradParity compare_gradients(Olmo3Model& model, const std::vector<std::int64_t>& ids,
+GradParity compare_gradients(model::Olmo3Model& model, const std::vector<std::int64_t>& ids,
                              std::int64_t B, std::int64_t T, const std::string& ref_grads_path) {
-  std::vector<std::int64_t> labels = shifted_labels(ids.data(), B, T);
-  std::int64_t count = 0;
-  for (auto l : labels) count += l != kernels::cpu::kIgnoreIndex;
+  std::vector<std::int64_t> labels = optim::make_labels(ids.data(), B, T, nullptr);
+  const std::int64_t count = optim::loss_divisor(labels.data(), B, T, nullptr);
   TANDEM_CHECK(count > 0, "parity: no labels (sequence length must be at least 2)");
   model.zero_grads();
   model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f / static_cast<float>(count),
                          true);
-  SafetensorsCheckpoint ref(ref_grads_path);
+  io::SafetensorsCheckpoint ref(ref_grads_path);
+  const std::vector<float> grads = model.grads_to_host();
   GradParity g;
-  for (const ParameterEntry& e : model.layout().entries()) {
-    const std::string hf = hf_name_of(e.name);
+  for (const model::ParameterEntry& e : model.layout().entries()) {
+    const std::string hf = model::hf_name_of(e.name);
     TANDEM_CHECK(ref.has(hf), "{}: no reference gradient for '{}'", ref_grads_path, hf);
     std::vector<float> r = ref.read_f32(hf);
-    const float* ours = model.grads().data() + e.offset;
+    const float* ours = grads.data() + e.offset;
     TANDEM_CHECK(static_cast<std::int64_t>(r.size()) <= e.numel,
                  "{}: reference gradient '{}' has {} values, ours {}", ref_grads_path, hf, r.size(),
                  e.numel);
@@ -109,4 +110,4 @@ nlohmann::json parity_to_json(const LogitParity& p, const std::optional<GradPari
   return j;
 }
 
-}  // namespace tandem
+}  // namespace tandem::eval

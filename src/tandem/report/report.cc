@@ -1,4 +1,4 @@
-#include "tandem/eval/report.h"
+#include "tandem/report/report.h"
 
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 namespace fs = std::filesystem;
 namespace {
 
@@ -428,8 +428,8 @@ std::string find_plot_script(const std::string& hint) {
   for (const auto& c : candidates) {
     if (fs::exists(c)) return c;
   }
-  fail("plot script tools/plot_report.py not found (tried {}); set TANDEM_PLOT_SCRIPT",
-       fmt::join(candidates, ", "));
+  core::fail("plot script tools/plot_report.py not found (tried {}); set TANDEM_PLOT_SCRIPT",
+             fmt::join(candidates, ", "));
 }
 
 std::string find_python_with_matplotlib() {
@@ -441,7 +441,7 @@ std::string find_python_with_matplotlib() {
     std::string cmd = shell_quote(py) + " -c 'import matplotlib' >/dev/null 2>&1";
     if (std::system(cmd.c_str()) == 0) return py;
   }
-  fail(
+  core::fail(
       "no Python interpreter with matplotlib (tried $TANDEM_PYTHON, /usr/bin/python3, python3); "
       "install python3-matplotlib (scripts/setup.sh) or pass --no-plots");
 }
@@ -450,8 +450,8 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
                                       const Curves& reference, const Comparison& comparison,
                                       const AlarmResult& alarm, const ReportOptions& options) {
   fs::create_directories(out_dir);
-  write_file_atomic(out_dir + "/comparison.json",
-                    comparison_json(run, reference, comparison, alarm).dump(1) + "\n");
+  core::write_file_atomic(out_dir + "/comparison.json",
+                          comparison_json(run, reference, comparison, alarm).dump(1) + "\n");
 
   // The figures: one per group, one panel per metric with its verdict.
   const std::vector<FigureGroup> groups = figure_groups(run, reference);
@@ -476,7 +476,7 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
     plot["groups"].push_back(
         {{"file", g.file}, {"title", g.title}, {"xlabel", "training tokens"}, {"panels", panels}});
   }
-  write_file_atomic(out_dir + "/plot_data.json", plot.dump() + "\n");
+  core::write_file_atomic(out_dir + "/plot_data.json", plot.dump() + "\n");
   std::vector<std::string> figures;
   std::map<std::string, std::string> embedded;  // file -> base64 PNG
   if (options.plots && !groups.empty()) {
@@ -490,14 +490,14 @@ std::vector<std::string> write_report(const std::string& out_dir, const Curves& 
       const std::string path = out_dir + "/" + g.file;
       TANDEM_CHECK(fs::exists(path), "figure {} was not written", path);
       figures.push_back(path);
-      embedded[g.file] = base64(read_file(path));
+      embedded[g.file] = base64(core::read_file(path));
     }
   }
-  write_file_atomic(out_dir + "/report.html",
-                    html_page(run, reference, comparison, alarm, groups, embedded));
-  write_file_atomic(out_dir + "/summary.md",
-                    markdown_page(run, reference, comparison, alarm, groups, !figures.empty()));
+  core::write_file_atomic(out_dir + "/report.html",
+                          html_page(run, reference, comparison, alarm, groups, embedded));
+  core::write_file_atomic(out_dir + "/summary.md", markdown_page(run, reference, comparison, alarm,
+                                                                 groups, !figures.empty()));
   return figures;
 }
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 
 namespace tandem {
@@ -30,12 +30,12 @@ std::string train_args(const std::string& run, const std::string& extra) {
 
 // 21,100 tokens made of the first 8 instances (8 x 64 tokens) of train_a.npy, over and over.
 std::string write_repeated_data(const std::string& dir) {
-  std::string raw = read_file(fixture("train/train_a.npy"));
+  std::string raw = core::read_file(fixture("train/train_a.npy"));
   const std::size_t unit = 8 * 64 * sizeof(std::uint16_t);
   std::string out;
   while (out.size() < 21100 * sizeof(std::uint16_t)) out += raw.substr(0, unit);
   const std::string path = dir + "/repeated.npy";
-  write_file_atomic(path, out);
+  core::write_file_atomic(path, out);
   return path;
 }
 
@@ -48,7 +48,7 @@ std::string write_heldout_only(const std::string& run, const std::string& path) 
           fmt::format("{},{}\n", j["tokens"].get<double>(), j["eval/heldout/loss"].get<double>());
     }
   }
-  write_file_atomic(path, csv);
+  core::write_file_atomic(path, csv);
   return path;
 }
 
@@ -73,9 +73,9 @@ struct Verdict {
 
 Verdict compare(const std::string& run, const std::string& reference, const std::string& out) {
   auto r = run_tandem("compare " + run + " " + reference + " --out " + out + " --no-plots");
-  auto j = nlohmann::json::parse(read_file(out + "/comparison.json"));
+  auto j = nlohmann::json::parse(core::read_file(out + "/comparison.json"));
   return {r.exit_code, j["repeated_data_alarm"]["triggered"].get<bool>(),
-          read_file(out + "/summary.md") + r.output};
+          core::read_file(out + "/summary.md") + r.output};
 }
 
 TEST(RepeatedDataAlarm, QuietOnCleanShortRunsFiresOnRepeatedData) {

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace tandem::utf8 {
+namespace tandem::core::utf8 {
 
 // Byte offset of the first invalid sequence, or text.size() when the whole text is valid UTF-8
 // (no surrogates, no overlongs, nothing above U+10FFFF).
@@ -25,4 +25,4 @@ inline std::size_t sequence_length(unsigned char lead) {
   return 1;
 }
 
-}  // namespace tandem::utf8
+}  // namespace tandem::core::utf8

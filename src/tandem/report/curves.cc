@@ -1,4 +1,4 @@
-#include "tandem/eval/curves.h"
+#include "tandem/report/curves.h"
 
 #include <algorithm>
 #include <charconv>
@@ -10,7 +10,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 namespace {
 
 void add_row(Curves& curves, const std::map<std::string, double>& row, const std::string& where,
@@ -86,7 +86,7 @@ Curves load_metrics_jsonl(const std::string& path, bool strict) {
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      fail("{}: malformed JSON ({})", where, e.what());
+      core::fail("{}: malformed JSON ({})", where, e.what());
     }
     TANDEM_CHECK(j.is_object(), "{}: expected a JSON object", where);
     std::map<std::string, double> row;
@@ -157,7 +157,7 @@ Curves load_curves(const std::string& path) {
   TANDEM_CHECK(fs::exists(path), "{}: no such file or run directory", path);
   if (path.ends_with(".csv")) return load_metrics_csv(path);
   if (path.ends_with(".jsonl")) return load_metrics_jsonl(path, true);
-  fail("{}: a reference must be a run directory, a .csv or a .jsonl file", path);
+  core::fail("{}: a reference must be a run directory, a .csv or a .jsonl file", path);
 }
 
 bool interpolate(const std::vector<Point>& curve, double tokens, double& value) {
@@ -175,4 +175,4 @@ bool interpolate(const std::vector<Point>& curve, double tokens, double& value) 
   return true;
 }
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

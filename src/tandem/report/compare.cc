@@ -1,4 +1,4 @@
-#include "tandem/eval/compare.h"
+#include "tandem/report/compare.h"
 
 #include <fnmatch.h>
 #include <yaml-cpp/yaml.h>
@@ -7,7 +7,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem::eval {
+namespace tandem::report {
 
 Tolerances Tolerances::defaults() {
   Tolerances t;
@@ -22,7 +22,7 @@ Tolerances Tolerances::from_file(const std::string& path) {
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::Exception& e) {
-    fail("{}: cannot read tolerances ({})", path, e.what());
+    core::fail("{}: cannot read tolerances ({})", path, e.what());
   }
   TANDEM_CHECK(root.IsMap(), "{}: expected a mapping with key \"tolerances\"", path);
   for (const auto& kv : root) {
@@ -42,7 +42,7 @@ Tolerances Tolerances::from_file(const std::string& path) {
     try {
       v = kv.second.as<double>();
     } catch (const YAML::Exception&) {
-      fail("{}: tolerances.{}: expected a number or null", path, pattern);
+      core::fail("{}: tolerances.{}: expected a number or null", path, pattern);
     }
     TANDEM_CHECK(v >= 0 && std::isfinite(v), "{}: tolerances.{}: must be >= 0", path, pattern);
     t.by_pattern[pattern] = v;
@@ -101,4 +101,4 @@ Comparison compare_curves(const Curves& run, const Curves& reference, const Tole
   return c;
 }
 
-}  // namespace tandem::eval
+}  // namespace tandem::report

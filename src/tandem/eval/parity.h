@@ -11,7 +11,7 @@
 
 #include "tandem/model/olmo3_model.h"
 
-namespace tandem {
+namespace tandem::eval {
 
 struct LogitParity {
   double max_kl = 0.0;  // max over tokens of KL(ref || ours), natural log
@@ -35,9 +35,9 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
 
 // Runs HF's loss (mean next-token CE over all positions but the last of each row, no z-loss)
 // backward and compares every gradient in `ref_grads_path` (HF names) with ours.
-GradParity compare_gradients(Olmo3Model& model, const std::vector<std::int64_t>& ids,
+GradParity compare_gradients(model::Olmo3Model& model, const std::vector<std::int64_t>& ids,
                              std::int64_t B, std::int64_t T, const std::string& ref_grads_path);
 
 nlohmann::json parity_to_json(const LogitParity& logits, const std::optional<GradParity>& grads);
 
-}  // namespace tandem
+}  // namespace tandem::eval

@@ -1,0 +1,274 @@
+// The backend interface's checks (dtypes and shapes of every op, once for every backend) and the
+// backend factory.
+#include "tandem/kernels/backend.h"
+
+#include <fmt/format.h>
+
+#include "tandem/core/error.h"
+#include "tandem/kernels/cpu/cpu_backend.h"
+
+namespace tandem::kernels {
+namespace {
+
+void expect(const Tensor& t, DType dtype, const Shape& shape, const char* op, const char* arg) {
+  TANDEM_CHECK(t.dtype() == dtype && t.shape() == shape, "{}: {} must be {}{}, got {}", op, arg,
+               dtype_name(dtype), shape.str(), t.str());
+  TANDEM_CHECK(t.data() != nullptr || shape.numel() == 0, "{}: {} has no memory", op, arg);
+}
+
+void expect_rank(const Tensor& t, DType dtype, int rank, const char* op, const char* arg) {
+  TANDEM_CHECK(t.dtype() == dtype && t.rank() == rank, "{}: {} must be a {}-d {} tensor, got {}",
+               op, arg, rank, dtype_name(dtype), t.str());
+  TANDEM_CHECK(t.data() != nullptr || t.numel() == 0, "{}: {} has no memory", op, arg);
+}
+
+void expect_same(const Tensor& t, const Tensor& like, const char* op, const char* arg) {
+  expect(t, like.dtype(), like.shape(), op, arg);
+}
+
+Shape shape2(std::int64_t a, std::int64_t b) { return Shape{a, b}; }
+
+}  // namespace
+
+void Backend::upload(const Tensor& dst, const void* host) {
+  if (dst.numel() == 0) return;
+  TANDEM_CHECK(dst.data() && host, "upload: no memory for {}", dst.str());
+  do_upload(dst, host);
+}
+
+void Backend::download(void* host, const Tensor& src) {
+  if (src.numel() == 0) return;
+  TANDEM_CHECK(src.data() && host, "download: no memory for {}", src.str());
+  do_download(host, src);
+}
+
+void Backend::copy(const Tensor& dst, const Tensor& src) {
+  TANDEM_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
+               "copy: {} into {}: dtype or size differ", src.str(), dst.str());
+  if (dst.numel() == 0 || dst.data() == src.data()) return;
+  do_copy(dst, src);
+}
+
+void Backend::fill(const Tensor& dst, float value) {
+  TANDEM_CHECK(dst.dtype() == DType::f32, "fill: {} is not f32", dst.str());
+  if (dst.numel() > 0) do_fill(dst, value);
+}
+
+void Backend::zero(const Tensor& dst) {
+  if (dst.numel() > 0) do_zero(dst);
+}
+
+void Backend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                   float beta, const Tensor& c) {
+  expect_rank(a, DType::f32, 2, "gemm", "A");
+  expect_rank(b, DType::f32, 2, "gemm", "B");
+  expect_rank(c, DType::f32, 2, "gemm", "C");
+  const std::int64_t m = trans_a ? a.dim(1) : a.dim(0), k = trans_a ? a.dim(0) : a.dim(1);
+  const std::int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
+  TANDEM_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "gemm: {}{} x {}{} does not give {}",
+               a.str(), trans_a ? "^T" : "", b.str(), trans_b ? "^T" : "", c.str());
+  do_gemm(trans_a, trans_b, alpha, a, b, beta, c);
+}
+
+void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) {
+  expect_rank(x, DType::f32, 2, "linear_forward", "x");
+  expect_rank(w, DType::f32, 2, "linear_forward", "w");
+  expect(y, DType::f32, shape2(x.dim(0), w.dim(0)), "linear_forward", "y");
+  TANDEM_CHECK(x.dim(1) == w.dim(1), "linear_forward: x {} and w {} disagree on the input width",
+               x.str(), w.str());
+  do_linear_forward(x, w, y);
+}
+
+void Backend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
+                              const Tensor& dw, bool accumulate_dx) {
+  expect_rank(x, DType::f32, 2, "linear_backward", "x");
+  expect_rank(w, DType::f32, 2, "linear_backward", "w");
+  expect(dy, DType::f32, shape2(x.dim(0), w.dim(0)), "linear_backward", "dy");
+  if (dx) expect_same(dx, x, "linear_backward", "dx");
+  if (dw) expect_same(dw, w, "linear_backward", "dw");
+  do_linear_backward(x, w, dy, dx, dw, accumulate_dx);
+}
+
+void Backend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  expect_rank(ids, DType::i64, 1, "embedding_forward", "ids");
+  expect_rank(table, DType::f32, 2, "embedding_forward", "table");
+  expect(out, DType::f32, shape2(ids.dim(0), table.dim(1)), "embedding_forward", "out");
+  do_embedding_forward(ids, table, out);
+}
+
+void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  expect_rank(ids, DType::i64, 1, "embedding_backward", "ids");
+  expect_rank(dtable, DType::f32, 2, "embedding_backward", "dtable");
+  expect(dout, DType::f32, shape2(ids.dim(0), dtable.dim(1)), "embedding_backward", "dout");
+  do_embedding_backward(ids, dout, dtable);
+}
+
+void Backend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
+                              float eps) {
+  expect_rank(x, DType::f32, 2, "rmsnorm_forward", "x");
+  expect(w, DType::f32, Shape{x.dim(1)}, "rmsnorm_forward", "w");
+  expect_same(y, x, "rmsnorm_forward", "y");
+  expect(rstd, DType::f32, Shape{x.dim(0)}, "rmsnorm_forward", "rstd");
+  do_rmsnorm_forward(x, w, y, rstd, eps);
+}
+
+void Backend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
+                               const Tensor& dy, const Tensor& dx, const Tensor& dw) {
+  expect_rank(x, DType::f32, 2, "rmsnorm_backward", "x");
+  expect(w, DType::f32, Shape{x.dim(1)}, "rmsnorm_backward", "w");
+  expect(rstd, DType::f32, Shape{x.dim(0)}, "rmsnorm_backward", "rstd");
+  expect_same(dy, x, "rmsnorm_backward", "dy");
+  expect_same(dx, x, "rmsnorm_backward", "dx");
+  if (dw) expect_same(dw, w, "rmsnorm_backward", "dw");
+  do_rmsnorm_backward(x, w, rstd, dy, dx, dw);
+}
+
+namespace {
+void check_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const char* op) {
+  expect_rank(x, DType::f32, 4, op, "x");
+  expect_rank(cos, DType::f32, 2, op, "cos");
+  expect_same(sin, cos, op, "sin");
+  TANDEM_CHECK(x.dim(3) % 2 == 0 && cos.dim(1) == x.dim(3) / 2,
+               "{}: tables {} do not fit head_dim {}", op, cos.str(), x.dim(3));
+  TANDEM_CHECK(cos.dim(0) >= x.dim(1), "{}: tables cover {} positions, the sequence has {}", op,
+               cos.dim(0), x.dim(1));
+}
+}  // namespace
+
+void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  check_rope(x, cos, sin, "rope_forward");
+  do_rope_forward(x, cos, sin);
+}
+
+void Backend::rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin) {
+  check_rope(dx, cos, sin, "rope_backward");
+  do_rope_backward(dx, cos, sin);
+}
+
+namespace {
+void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                     const Tensor& lse, const char* op) {
+  expect_rank(q, DType::f32, 4, op, "q");
+  expect_rank(k, DType::f32, 4, op, "k");
+  expect_same(v, k, op, "v");
+  expect_same(out, q, op, "out");
+  const std::int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), D = q.dim(3), Hkv = k.dim(2);
+  TANDEM_CHECK(k.dim(0) == B && k.dim(1) == T && k.dim(3) == D && Hkv > 0 && Hq % Hkv == 0,
+               "{}: q {} and k {} do not fit (GQA needs Hq divisible by Hkv)", op, q.str(),
+               k.str());
+  expect(lse, DType::f32, Shape{B, Hq, T}, op, "lse");
+}
+}  // namespace
+
+void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& out, const Tensor& lse, std::int64_t window,
+                                float scale) {
+  check_attention(q, k, v, out, lse, "attention_forward");
+  do_attention_forward(q, k, v, out, lse, window, scale);
+}
+
+void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                 const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 std::int64_t window, float scale) {
+  check_attention(q, k, v, out, lse, "attention_backward");
+  expect_same(dout, q, "attention_backward", "dout");
+  expect_same(dq, q, "attention_backward", "dq");
+  expect_same(dk, k, "attention_backward", "dk");
+  expect_same(dv, v, "attention_backward", "dv");
+  do_attention_backward(q, k, v, out, lse, dout, dq, dk, dv, window, scale);
+}
+
+void Backend::swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) {
+  TANDEM_CHECK(g.dtype() == DType::f32, "swiglu_forward: g must be f32, got {}", g.str());
+  expect_same(u, g, "swiglu_forward", "u");
+  expect_same(h, g, "swiglu_forward", "h");
+  do_swiglu_forward(g, u, h);
+}
+
+void Backend::swiglu_backward(const Tensor& g, const Tensor& u, const Tensor& dh, const Tensor& dg,
+                              const Tensor& du) {
+  TANDEM_CHECK(g.dtype() == DType::f32, "swiglu_backward: g must be f32, got {}", g.str());
+  expect_same(u, g, "swiglu_backward", "u");
+  expect_same(dh, g, "swiglu_backward", "dh");
+  expect_same(dg, g, "swiglu_backward", "dg");
+  expect_same(du, g, "swiglu_backward", "du");
+  do_swiglu_backward(g, u, dh, dg, du);
+}
+
+void Backend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
+  TANDEM_CHECK(a.dtype() == DType::f32, "add: a must be f32, got {}", a.str());
+  expect_same(b, a, "add", "b");
+  expect_same(y, a, "add", "y");
+  do_add(a, b, y);
+}
+
+void Backend::scale(const Tensor& x, float factor) {
+  TANDEM_CHECK(x.dtype() == DType::f32, "scale: x must be f32, got {}", x.str());
+  if (x.numel() > 0) do_scale(x, factor);
+}
+
+void Backend::gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  expect_rank(src, DType::f32, 2, "gather_rows", "src");
+  expect_rank(index, DType::i64, 1, "gather_rows", "index");
+  expect(dst, DType::f32, shape2(index.dim(0), src.dim(1)), "gather_rows", "dst");
+  do_gather_rows(src, index, dst);
+}
+
+LossSums Backend::lm_head_cross_entropy(const Tensor& hidden, const Tensor& w, const Tensor& labels,
+                                        float z_weight, float grad_scale, const Tensor& dhidden,
+                                        const Tensor& dw) {
+  expect_rank(hidden, DType::f32, 2, "lm_head_cross_entropy", "hidden");
+  expect_rank(w, DType::f32, 2, "lm_head_cross_entropy", "w");
+  TANDEM_CHECK(w.dim(1) == hidden.dim(1), "lm_head_cross_entropy: hidden {} and w {} disagree",
+               hidden.str(), w.str());
+  expect(labels, DType::i64, Shape{hidden.dim(0)}, "lm_head_cross_entropy", "labels");
+  if (dhidden) expect_same(dhidden, hidden, "lm_head_cross_entropy", "dhidden");
+  if (dw) expect_same(dw, w, "lm_head_cross_entropy", "dw");
+  return do_lm_head_cross_entropy(hidden, w, labels, z_weight, grad_scale, dhidden, dw);
+}
+
+std::vector<double> Backend::token_log_probs(const Tensor& logits, const Tensor& targets) {
+  expect_rank(logits, DType::f32, 2, "token_log_probs", "logits");
+  expect(targets, DType::i64, Shape{logits.dim(0)}, "token_log_probs", "targets");
+  TANDEM_CHECK(logits.dim(1) > 0, "token_log_probs: empty vocabulary");
+  return do_token_log_probs(logits, targets);
+}
+
+double Backend::sum_of_squares(const Tensor& x) {
+  TANDEM_CHECK(x.dtype() == DType::f32, "sum_of_squares: x must be f32, got {}", x.str());
+  return x.numel() > 0 ? do_sum_of_squares(x) : 0.0;
+}
+
+void Backend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                           const AdamWScalars& s) {
+  TANDEM_CHECK(p.dtype() == DType::f32, "adamw_update: p must be f32, got {}", p.str());
+  for (const Tensor* t : {&g, &m, &v})
+    TANDEM_CHECK(t->dtype() == DType::f32 && t->numel() == p.numel(),
+                 "adamw_update: {} does not match the parameter {}", t->str(), p.str());
+  if (p.numel() > 0) do_adamw_update(p, g, m, v, s);
+}
+
+std::vector<std::string> available_backends() { return {"cpu"}; }
+
+std::unique_ptr<Backend> make_backend(const std::string& name) {
+  if (name == "cpu") return std::make_unique<CpuBackend>();
+  if (name == "cuda")
+    core::fail("backend 'cuda': this build has no CUDA backend yet (available: cpu)");
+  core::fail("unknown backend '{}' (available: cpu)", name);
+}
+
+std::vector<float> to_host_f32(Backend& backend, const Tensor& t) {
+  TANDEM_CHECK(t.dtype() == DType::f32, "to_host_f32: {} is not f32", t.str());
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  backend.download(out.data(), t);
+  return out;
+}
+
+void from_host_f32(Backend& backend, const Tensor& t, const std::vector<float>& host) {
+  TANDEM_CHECK(t.dtype() == DType::f32 && static_cast<std::int64_t>(host.size()) == t.numel(),
+               "from_host_f32: {} values for {}", host.size(), t.str());
+  backend.upload(t, host.data());
+}
+
+}  // namespace tandem::kernels
