@@ -7,6 +7,7 @@ Writes tests/fixtures/eval/padded_heldout/:
       DataMix.v3_small_ppl_validation, all 11 sets, uint32 as the dolma2 files are), with
       documents of many lengths: EOS-only documents, documents longer than the sequence length
       (truncated to it), and trailing tokens without an EOS (dropped)
+  v3-small-ppl-validation.txt  OLMo-core's own manifest of those sets (olmo_core/data/mixes/)
   model/            the tiny OLMo-core model as a tandem model folder
   expected.json     per eval batch size: the instances OLMo-core's NumpyPaddedFSLDataset built
                     (token ids, label masks), the order its evaluator read them in, and the
@@ -63,8 +64,11 @@ def main():
     os.makedirs(OUT)
     tokenizer = TokenizerConfig(vocab_size=VOCAB, eos_token_id=EOS, pad_token_id=PAD,
                                 identifier=TokenizerName.dolma2)
-    # The mix's own file list, so the folder layout is AI2's.
+    # The mix's own file list, so the folder layout is AI2's; its manifest beside the sets.
     paths, labels = DataMix.v3_small_ppl_validation.build(OUT, TokenizerName.dolma2)
+    from olmo_core.data.mixes import _get_data_mix_path
+    with _get_data_mix_path(DataMix.v3_small_ppl_validation) as manifest:
+        shutil.copy(manifest, os.path.join(OUT, "v3-small-ppl-validation.txt"))
     rng = np.random.default_rng(1234)
     for i, p in enumerate(paths):
         os.makedirs(os.path.dirname(p))

@@ -45,14 +45,22 @@ inline DataConfig parse_yaml(const std::string& yaml, const std::string& base_di
   return parse_data_config(io::ConfigSection(root["data"], "data", "test.yaml"), base_dir);
 }
 
-// The data config matching one of the OLMo-core loader fixtures (loader_a.json, loader_b.json).
+// The data config matching one of the OLMo-core loader fixtures (loader_a.json, loader_b.json,
+// loader_mix.json).
 inline std::string fixture_config_yaml(const nlohmann::json& fx, const std::string& set,
                                        std::int64_t seed) {
-  std::string paths;
-  for (const auto& f : fx["files"])
-    paths += "\"" + fixture("tokens_" + set + "/" + f.get<std::string>()) + "\", ";
   std::string yaml = "data:\n";
-  yaml += "  paths: [" + paths + "]\n";
+  if (fx.contains("manifest")) {
+    // loader_mix.json: the files come from an OLMo-core data-mix manifest.
+    yaml += "  mix: \"" + fixture(fx["manifest"].get<std::string>()) + "\"\n";
+    yaml += "  mix_base_dir: \"" + fixture(fx["mix_base_dir"].get<std::string>()) + "\"\n";
+    yaml += "  mix_tokenizer_id: " + fx["mix_tokenizer_id"].get<std::string>() + "\n";
+  } else {
+    std::string paths;
+    for (const auto& f : fx["files"])
+      paths += "\"" + fixture("tokens_" + set + "/" + f.get<std::string>()) + "\", ";
+    yaml += "  paths: [" + paths + "]\n";
+  }
   yaml += "  sequence_length: " + std::to_string(fx["sequence_length"].get<int>()) + "\n";
   yaml += "  global_batch_size: " + std::to_string(fx["global_batch_size"].get<int>()) + "\n";
   yaml += "  seed: " + std::to_string(seed) + "\n";

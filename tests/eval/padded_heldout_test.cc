@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "../support/test_support.h"
@@ -100,6 +101,23 @@ TEST(PaddedHeldout, TailDropFollowsTheEvalBatch) {
   PaddedHeldout one(config(1), options()), five(config(5), options());
   EXPECT_EQ(one.order().size(), 48u);
   EXPECT_EQ(five.order().size(), 45u);
+}
+
+TEST(PaddedHeldout, SetsFromOlmoCoresManifest) {
+  // evaluation.padded.mix: OLMo-core's v3-small-ppl-validation manifest, read as from_data_mix
+  // reads it, gives the same sets in the same order as the folder layout.
+  YAML::Node node =
+      YAML::Load("{mix: " + dir() + "/v3-small-ppl-validation.txt, mix_base_dir: " + dir() +
+                 ", mix_tokenizer_id: dolma2-tokenizer}");
+  PaddedHeldoutConfig c =
+      parse_padded_heldout_config(io::ConfigSection(node, "evaluation.padded"), "");
+  auto folders = discover_padded_sets(dir() + "/" + expected().at("sets_dir").get<std::string>());
+  ASSERT_EQ(c.sets.size(), folders.size());
+  for (std::size_t i = 0; i < c.sets.size(); ++i) {
+    EXPECT_EQ(c.sets[i].label, folders[i].label);
+    ASSERT_EQ(c.sets[i].files.size(), 1u);
+    EXPECT_TRUE(std::filesystem::equivalent(c.sets[i].files[0], folders[i].files[0]));
+  }
 }
 
 TEST(PaddedHeldout, ConfigFromYaml) {

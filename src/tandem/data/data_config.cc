@@ -5,6 +5,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/glob.h"
+#include "tandem/data/data_mix.h"
 
 namespace tandem::data {
 namespace {
@@ -22,6 +23,33 @@ std::vector<std::string> expand(const std::string& pattern, const std::string& w
   }
   std::vector<std::string> out = core::expand_glob(pattern);  // sorted, like Python's sorted()
   TANDEM_CHECK(!out.empty(), "{}: pattern '{}' did not match any files", where, pattern);
+  return out;
+}
+
+// OLMo-core's `mix`: the manifest's files in its order, one source per run of equal labels.
+std::vector<DataSource> mix_sources(io::ConfigSection& s, const std::string& manifest,
+                                    const std::string& base_dir) {
+  TANDEM_CHECK(s.has("mix_base_dir"), "{}: a data mix needs mix_base_dir (OLMo-core's name)",
+               s.where("mix"));
+  const std::string mix_base = io::resolve_config_path(base_dir, s.get_string("mix_base_dir"));
+  TANDEM_CHECK(mix_base.find("://") == std::string::npos,
+               "{}: '{}' is remote; tandem reads local token files (copy the mix's files and "
+               "point mix_base_dir at the copy)",
+               s.where("mix_base_dir"), mix_base);
+  TANDEM_CHECK(s.has("mix_tokenizer_id"),
+               "{}: a data mix needs mix_tokenizer_id, the text that replaces {{TOKENIZER}} in "
+               "its paths (AI2's OLMo 3 mixes: allenai/dolma3-tokenizer)",
+               s.where("mix"));
+  const std::string tokenizer_id = s.get_string("mix_tokenizer_id");
+  std::vector<DataSource> out;
+  for (const MixEntry& e : read_data_mix(manifest, mix_base, tokenizer_id)) {
+    std::error_code ec;
+    TANDEM_CHECK(fs::is_regular_file(e.path, ec), "{} line {}: token file {} does not exist",
+                 manifest, e.line, e.path);
+    if (out.empty() || out.back().label != e.label) out.push_back({e.label, {}, {}});
+    out.back().patterns.push_back(e.path);
+    out.back().files.push_back(e.path);
+  }
   return out;
 }
 
@@ -43,10 +71,13 @@ std::int64_t DataConfig::chunk_size() const {
 
 DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
   DataConfig c;
-  // Sources: either `paths` (one unlabelled source) or `sources: [{label, paths}]`.
-  TANDEM_CHECK(s.has("paths") != s.has("sources"), "{}: give exactly one of 'paths' or 'sources'",
-               s.where(""));
-  if (s.has("paths")) {
+  // Sources: `paths` (one unlabelled source), `sources: [{label, paths}]` or an OLMo-core `mix`.
+  TANDEM_CHECK(int(s.has("paths")) + int(s.has("sources")) + int(s.has("mix")) == 1,
+               "{}: give exactly one of 'paths', 'sources' or 'mix'", s.where(""));
+  if (s.has("mix")) {
+    c.mix = io::resolve_config_path(base_dir, s.get_string("mix"));
+    c.sources = mix_sources(s, c.mix, base_dir);
+  } else if (s.has("paths")) {
     DataSource src;
     src.label = "default";
     src.patterns = s.get_string_list("paths");
@@ -64,7 +95,9 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
       c.sources.push_back(src);
     }
   }
+  // Globs are expanded for `paths` and `sources`; a mix names files (checked in mix_sources).
   for (auto& src : c.sources) {
+    if (!c.mix.empty()) break;
     TANDEM_CHECK(!src.patterns.empty(), "{}: source '{}' has no paths", s.where("paths"),
                  src.label);
     for (auto& p : src.patterns) {

@@ -23,6 +23,7 @@ struct DataSource {
 
 struct DataConfig {
   std::vector<DataSource> sources;
+  std::string mix;  // the OLMo-core mix manifest the sources came from, if any
   std::int64_t sequence_length = 0;
   std::optional<std::int64_t> max_target_sequence_length;
   std::int64_t global_batch_size = 0;  // tokens, as in OLMo-core

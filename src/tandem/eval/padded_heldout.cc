@@ -8,6 +8,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/glob.h"
 #include "tandem/core/ignore_index.h"
+#include "tandem/data/data_mix.h"
 #include "tandem/data/numpy_random.h"
 
 namespace tandem::eval {
@@ -39,6 +40,23 @@ std::vector<PaddedSetConfig> discover_padded_sets(const std::string& root) {
 
 PaddedHeldoutConfig parse_padded_heldout_config(io::ConfigSection s, const std::string& base_dir) {
   PaddedHeldoutConfig c;
+  if (s.has("mix")) {
+    // OLMo-core's NumpyPaddedFSLDatasetConfig.from_data_mix: the manifest's lines in order, one
+    // set per label.
+    const std::string tokenizer_id = s.get_string("mix_tokenizer_id", "dolma2-tokenizer");
+    const std::string mix_base = io::resolve_config_path(base_dir, s.get_string("mix_base_dir"));
+    for (const auto& e : data::read_data_mix(io::resolve_config_path(base_dir, s.get_string("mix")),
+                                             mix_base, tokenizer_id)) {
+      auto it = std::find_if(c.sets.begin(), c.sets.end(),
+                             [&](const PaddedSetConfig& p) { return p.label == e.label; });
+      if (it == c.sets.end()) it = c.sets.insert(c.sets.end(), PaddedSetConfig{e.label, {}});
+      it->files.push_back(e.path);
+    }
+  } else {
+    s.mark_used("mix");
+    s.mark_used("mix_base_dir");
+    s.mark_used("mix_tokenizer_id");
+  }
   if (s.has("root")) {
     c.sets = discover_padded_sets(io::resolve_config_path(base_dir, s.get_string("root")));
   } else {
@@ -62,7 +80,7 @@ PaddedHeldoutConfig parse_padded_heldout_config(io::ConfigSection s, const std::
   } else {
     s.mark_used("sets");
   }
-  TANDEM_CHECK(!c.sets.empty(), "{}: give root or sets", s.where(""));
+  TANDEM_CHECK(!c.sets.empty(), "{}: give mix, root or sets", s.where(""));
   for (std::size_t i = 0; i < c.sets.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       TANDEM_CHECK(c.sets[i].label != c.sets[j].label, "{}: held-out set '{}' appears twice",

@@ -14,6 +14,9 @@
 //    still inside the label mask). PPL = exp(loss).
 //
 // YAML (`evaluation.padded:`, strict keys):
+//   mix: data/mixes/v3-small-ppl-validation.txt  # OLMo-core's manifest (label,path lines), read
+//   mix_base_dir: data/ai2-llm                   # as from_data_mix reads it (data/data_mix.h)
+//   mix_tokenizer_id: dolma2-tokenizer           # {TOKENIZER} (DataMix.build's id for dolma2)
 //   root: DIR            # one set per folder: DIR/<name>/val/*.npy, labelled "<name>-validation"
 //                        # (folders and files sorted, which is the order of OLMo-core's
 //                        # v3-small-ppl-validation mix)
