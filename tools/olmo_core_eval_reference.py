@@ -65,6 +65,7 @@ def write_tandem_model(model, meta, out_dir):
         "embedding_size": meta["embedding_size"], "rope_theta": 500000.0,
         "layer_norm_eps": 1e-6, "max_sequence_length": meta["max_sequence_length"],
         "sliding_window": {"pattern": meta["pattern"],
+                           "force_full_attention_on_first_layer": False,
                            "force_full_attention_on_last_layer": True}}}
     with open(os.path.join(out_dir, "model.yaml"), "w") as f:
         yaml.safe_dump(cfg, f, sort_keys=False)

@@ -160,7 +160,8 @@ TEST(PaddedHeldout, TandemEvalWithAConfig) {
   core::write_file_atomic(tmp + "/train.npy", train);
   auto config = [&](const std::string& train_path) {
     return fmt::format(R"(model: {{d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2,
-  hidden_size: 128, vocab_size: 512, max_sequence_length: 64, sliding_window: {{pattern: [16, -1]}}}}
+  hidden_size: 128, vocab_size: 512, max_sequence_length: 64, sliding_window: {{pattern: [16, -1],
+  force_full_attention_on_first_layer: false}}}}
 data: {{paths: [{}], sequence_length: 64, global_batch_size: 64, seed: 1, vocab_size: 512,
   dtype: uint32, eos_token_id: 500, pad_token_id: 511}}
 optim: {{lr: 1.0e-3}}

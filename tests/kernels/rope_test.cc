@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernel_test_util.h"
@@ -13,7 +14,11 @@ namespace {
 
 using namespace testing;
 using kernels::make_rope_table;
+using kernels::rope_yarn_frequencies;
+using kernels::RopeFrequencies;
 using kernels::RopeTable;
+using kernels::YarnFormula;
+using kernels::YarnParameters;
 
 TEST(Rope, TableFollowsTheFp32Recipe) {
   const i64 P = 300, D = 14;
@@ -89,6 +94,66 @@ TEST(Rope, ForwardMatchesReferenceAndBackwardMatchesFiniteDifferences) {
   // backward is the inverse rotation: it undoes forward.
   rope_backward(y.data(), B, T, H, D, table.cos.data(), table.sin.data());
   EXPECT_LT(max_scaled_error(y, to_double(x)), 1e-6);
+}
+
+// Explicit positions (documents restarting at 0) rotate like the table rows they name.
+TEST(Rope, ExplicitPositionsSelectTableRows) {
+  const i64 B = 1, T = 6, H = 2, D = 4;
+  auto table = make_rope_table(8, D, 10000.0);
+  auto x = random_floats(B * T * H * D, 3);
+  std::vector<std::int64_t> positions = {0, 1, 2, 0, 1, 0};
+  auto y = x;
+  rope_forward(y.data(), B, T, H, D, table.cos.data(), table.sin.data(), positions.data());
+  // Token 3 (position 0) is unrotated; token 4 is rotated like token 1 of a plain pass.
+  for (i64 i = 0; i < H * D; ++i) EXPECT_EQ(y[3 * H * D + i], x[3 * H * D + i]);
+  std::vector<float> shifted(x.begin() + 4 * H * D, x.begin() + 5 * H * D);
+  rope_forward(shifted.data(), 1, 1, H, D, table.cos.data(), table.sin.data(),
+               positions.data() + 1);
+  for (i64 i = 0; i < H * D; ++i) EXPECT_EQ(y[4 * H * D + i], shifted[i]);
+  rope_backward(y.data(), B, T, H, D, table.cos.data(), table.sin.data(), positions.data());
+  EXPECT_LT(max_scaled_error(y, to_double(x)), 1e-6);
+  // A position outside the tables is an error (the backend checks it before the kernel reads).
+  std::vector<std::int64_t> outside = {0, 1, 2, 8, 1, 0};
+  CpuBackend backend;
+  const Tensor cos(table.cos.data(), DType::f32, Shape{8, D / 2});
+  const Tensor sin(table.sin.data(), DType::f32, Shape{8, D / 2});
+  EXPECT_THROW(backend.rope_forward(Tensor(y.data(), DType::f32, Shape{B, T, H, D}), cos, sin,
+                                    Tensor(outside.data(), DType::i64, Shape{B * T})),
+               tandem::core::Error);
+}
+
+// YaRN (transformers' formula) in double: ramp between interpolated and original frequencies.
+TEST(Rope, YarnFrequenciesFollowTheRamp) {
+  const i64 D = 16;
+  const double theta = 500000.0, factor = 8.0;
+  YarnParameters p;
+  p.factor = factor;
+  p.original_max_positions = 8192;
+  p.attention_factor = 0.1 * std::log(factor) + 1.0;
+  RopeFrequencies f = rope_yarn_frequencies(D, theta, p);
+  EXPECT_DOUBLE_EQ(f.attention_factor, p.attention_factor);
+  // Ramp bounds: floor / ceil of D * ln(L / (2 pi beta)) / (2 ln theta) for beta 32 and 1.
+  const auto bound = [&](double beta) {
+    return D * std::log(8192.0 / (beta * 2 * M_PI)) / (2 * std::log(theta));
+  };
+  const double low = std::floor(bound(32)), high = std::ceil(bound(1));
+  for (i64 i = 0; i < D / 2; ++i) {
+    const double base = std::pow(theta, -2.0 * i / D);
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+    const double expected = base / factor * ramp + base * (1 - ramp);
+    EXPECT_NEAR(f.inv_freq[i], expected, 2e-6 * expected) << i;
+  }
+  // Above the ramp the frequencies are the original ones divided by the factor; below, unchanged.
+  EXPECT_NEAR(f.inv_freq[D / 2 - 1], std::pow(theta, -2.0 * (D / 2 - 1) / D) / factor, 1e-12);
+  EXPECT_NEAR(f.inv_freq[0], 1.0, 0.0);
+  // The table carries the attention factor on cos and sin.
+  RopeTable table = make_rope_table(3, D, f);
+  EXPECT_FLOAT_EQ(table.cos[0], static_cast<float>(p.attention_factor));
+  EXPECT_FLOAT_EQ(table.sin[0], 0.0f);
+  // OLMo-core's formula clamps the ramp at D/2 - 1 instead of D - 1: equal here (high < D/2).
+  p.formula = YarnFormula::kOlmoCore;
+  RopeFrequencies g = rope_yarn_frequencies(D, theta, p);
+  for (i64 i = 0; i < D / 2; ++i) EXPECT_NEAR(g.inv_freq[i], f.inv_freq[i], 1e-7 * f.inv_freq[i]);
 }
 
 }  // namespace

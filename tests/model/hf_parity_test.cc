@@ -46,7 +46,8 @@ TEST(HfParity, ConfigReadFromHfMatchesTheFixture) {
   const model::ModelConfig& c = model->config();
   EXPECT_EQ(c.head_dim, 10);
   EXPECT_EQ(c.n_kv_heads, 2);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 1000.0);
+  EXPECT_DOUBLE_EQ(c.full_attention_rope.theta, 1000.0);
+  EXPECT_DOUBLE_EQ(c.sliding_attention_rope.theta, 1000.0);
   // OLMo 3 pattern: full iff i % 4 == 3, and the last layer is always full.
   EXPECT_EQ(c.layer_windows, (std::vector<std::int64_t>{5, 5, 5, 0, 5, 0}));
 }

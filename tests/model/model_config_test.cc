@@ -5,6 +5,7 @@
 #include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/model/hf_config.h"
 #include "tandem/model/model_config.h"
 
 namespace tandem {
@@ -58,7 +59,8 @@ TEST(ModelConfig, OverridesApply) {
   model::ModelConfig c =
       model::load_model_config(recipe("olmo3-7b"), {"model.n_layers=6", "model.rope_theta=1e4"});
   EXPECT_EQ(c.n_layers, 6);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 1e4);
+  EXPECT_DOUBLE_EQ(c.full_attention_rope.theta, 1e4);
+  EXPECT_DOUBLE_EQ(c.sliding_attention_rope.theta, 1e4);
   EXPECT_EQ(c.layer_windows.size(), 6u);
   EXPECT_EQ(c.layer_windows.back(), 0);
 }
@@ -90,7 +92,8 @@ TEST(ModelConfig, HfJsonRoundTrip) {
   model::ModelConfig back = model::model_config_from_hf(model::model_config_to_hf(c), "test");
   EXPECT_EQ(back.layer_windows, c.layer_windows);
   EXPECT_EQ(back.hidden_size, c.hidden_size);
-  EXPECT_DOUBLE_EQ(back.rope_theta, c.rope_theta);
+  EXPECT_EQ(back.full_attention_rope, c.full_attention_rope);
+  EXPECT_EQ(back.sliding_attention_rope, c.sliding_attention_rope);
   EXPECT_DOUBLE_EQ(back.layer_norm_eps, c.layer_norm_eps);
 }
 

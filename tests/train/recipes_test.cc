@@ -114,5 +114,27 @@ TEST(Recipes, Olmo3SevenBDataComesFromAManifestInOlmoCoreOrder) {
             (*epoch1)["global_indices"].get<std::vector<std::uint32_t>>());
 }
 
+// AI2's long-context extension: 65,536 tokens, YaRN on the full layers (model/released_config_test
+// checks it is the released model), intra-document masking, LinearWithWarmup(200, alpha_f 0).
+TEST(Recipes, Olmo3SevenBLongContext) {
+  YAML::Node root = io::load_yaml_config(recipe("olmo3-7b-long-context.yaml"));
+  model::ModelConfig m = model::parse_model_config(io::ConfigSection(root["model"], "model"));
+  EXPECT_EQ(m.max_sequence_length, 65536);
+  EXPECT_EQ(m.full_attention_rope.type, "yarn");
+  EXPECT_EQ(m.sliding_attention_rope.type, "default");
+  EXPECT_EQ(root["data"]["sequence_length"].as<std::int64_t>(), 65536);
+  EXPECT_EQ(root["data"]["global_batch_size"].as<std::int64_t>(), 65536 * 64);
+  EXPECT_TRUE(root["data"]["generate_doc_lengths"].as<bool>());
+  const double lr = root["optim"]["lr"].as<double>();
+  EXPECT_EQ(lr, 2.0712352850360292e-4);
+  auto s = optim::make_schedule(io::ConfigSection(root["scheduler"], "scheduler"));
+  const std::int64_t t_max = root["trainer"]["max_steps"].as<std::int64_t>();
+  EXPECT_NEAR(t_max * 4194304.0, 50e9, 4194304.0);  // 50B tokens
+  EXPECT_NEAR(s->lr(lr, 100, t_max), lr / 2, 1e-12);
+  EXPECT_NEAR(s->lr(lr, 200, t_max), lr, 1e-12);
+  EXPECT_NEAR(s->lr(lr, t_max, t_max), 0.0, 1e-12);
+  EXPECT_TRUE(root["trainer"]["load_optimizer_state"].as<bool>());
+}
+
 }  // namespace
 }  // namespace tandem

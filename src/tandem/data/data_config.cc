@@ -147,6 +147,7 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
   }
   c.ignore_fingerprint_mismatch = s.get_bool("ignore_fingerprint_mismatch", false);
   c.validate_token_ids = s.get_bool("validate_token_ids", false);
+  c.generate_doc_lengths = s.get_bool("generate_doc_lengths", false);
   c.micro_batch_size = s.get_int("micro_batch_size", 0);
   TANDEM_CHECK(c.micro_batch_size >= 0, "{} must be >= 0", s.where("micro_batch_size"));
   c.prefetch_batches = s.get_int("prefetch_batches", 2);

@@ -36,7 +36,10 @@ struct DataConfig {
   bool shuffle = true;
   std::optional<RepetitionFilterConfig> instance_filter;
   bool ignore_fingerprint_mismatch = false;
-  bool validate_token_ids = false;    // scan every file for ids >= vocab_size when opening
+  bool validate_token_ids = false;  // scan every file for ids >= vocab_size when opening
+  // OLMo-core's intra-document masking: each instance's documents (ending at eos_token_id, or at
+  // EOS followed by bos_token_id when set) attend only within themselves (model/documents.h).
+  bool generate_doc_lengths = false;
   std::int64_t micro_batch_size = 0;  // instances per micro-batch; 0 = the whole rank batch
   std::int64_t prefetch_batches = 2;
 

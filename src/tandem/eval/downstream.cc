@@ -99,8 +99,12 @@ std::vector<double> score_requests(model::Olmo3Model& model,
                                    const std::vector<TokenizedRequest>& requests,
                                    std::int64_t max_length, std::int64_t batch_tokens) {
   const model::ModelConfig& mc = model.config();
-  if (max_length <= 0) max_length = mc.max_sequence_length;
-  TANDEM_CHECK(max_length <= mc.max_sequence_length,
+  if (max_length <= 0) {
+    TANDEM_CHECK(mc.max_sequence_length > 0,
+                 "the model sets no max_sequence_length (-1): give the tasks' max_length");
+    max_length = mc.max_sequence_length;
+  }
+  TANDEM_CHECK(mc.accepts_sequence_length(max_length),
                "max_length {} exceeds the model's max_sequence_length {}", max_length,
                mc.max_sequence_length);
   std::vector<ScoringQuery> queries(requests.size());

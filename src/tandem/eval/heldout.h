@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ struct HeldoutSet {
   std::string name;
   std::shared_ptr<const data::TokenDataset> dataset;
   std::int64_t instances = 0;  // evaluated: min(max_instances, dataset instances)
+  // The training data's intra-document masking (data.generate_doc_lengths), applied here too so
+  // the held-out loss is the trained model function's.
+  bool intra_document = false;
+  std::int64_t eos_token_id = 0;
+  std::optional<std::int64_t> bos_token_id;
 };
 
 struct HeldoutResult {

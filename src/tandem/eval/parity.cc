@@ -63,13 +63,14 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
 }
 
 GradParity compare_gradients(model::Olmo3Model& model, const std::vector<std::int64_t>& ids,
-                             std::int64_t B, std::int64_t T, const std::string& ref_grads_path) {
+                             std::int64_t B, std::int64_t T, const std::string& ref_grads_path,
+                             const std::int64_t* doc_start) {
   std::vector<std::int64_t> labels = optim::make_labels(ids.data(), B, T, nullptr);
   const std::int64_t count = optim::loss_divisor(labels.data(), B, T, nullptr);
   TANDEM_CHECK(count > 0, "parity: no labels (sequence length must be at least 2)");
   model.zero_grads();
   model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f / static_cast<float>(count),
-                         true);
+                         true, doc_start);
   io::SafetensorsCheckpoint ref(ref_grads_path);
   const std::vector<float> grads = model.grads_to_host();
   GradParity g;

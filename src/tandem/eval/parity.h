@@ -35,8 +35,10 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
 
 // Runs HF's loss (mean next-token CE over all positions but the last of each row, no z-loss)
 // backward and compares every gradient in `ref_grads_path` (HF names) with ours.
+// doc_start (optional, [B*T]) applies intra-document masking as in the forward.
 GradParity compare_gradients(model::Olmo3Model& model, const std::vector<std::int64_t>& ids,
-                             std::int64_t B, std::int64_t T, const std::string& ref_grads_path);
+                             std::int64_t B, std::int64_t T, const std::string& ref_grads_path,
+                             const std::int64_t* doc_start = nullptr);
 
 nlohmann::json parity_to_json(const LogitParity& logits, const std::optional<GradParity>& grads);
 

@@ -124,30 +124,37 @@ void Backend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& r
 }
 
 namespace {
-void check_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const char* op) {
+void check_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                const char* op) {
   expect_rank(x, DType::f32, 4, op, "x");
   expect_rank(cos, DType::f32, 2, op, "cos");
   expect_same(sin, cos, op, "sin");
   TANDEM_CHECK(x.dim(3) % 2 == 0 && cos.dim(1) == x.dim(3) / 2,
                "{}: tables {} do not fit head_dim {}", op, cos.str(), x.dim(3));
-  TANDEM_CHECK(cos.dim(0) >= x.dim(1), "{}: tables cover {} positions, the sequence has {}", op,
-               cos.dim(0), x.dim(1));
+  // With explicit positions, each must lie inside the tables (the backend checks the values).
+  if (positions)
+    expect(positions, DType::i64, Shape{x.dim(0) * x.dim(1)}, op, "positions");
+  else
+    TANDEM_CHECK(cos.dim(0) >= x.dim(1), "{}: tables cover {} positions, the sequence has {}", op,
+                 cos.dim(0), x.dim(1));
 }
 }  // namespace
 
-void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  check_rope(x, cos, sin, "rope_forward");
-  do_rope_forward(x, cos, sin);
+void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                           const Tensor& positions) {
+  check_rope(x, cos, sin, positions, "rope_forward");
+  do_rope_forward(x, cos, sin, positions);
 }
 
-void Backend::rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin) {
-  check_rope(dx, cos, sin, "rope_backward");
-  do_rope_backward(dx, cos, sin);
+void Backend::rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
+                            const Tensor& positions) {
+  check_rope(dx, cos, sin, positions, "rope_backward");
+  do_rope_backward(dx, cos, sin, positions);
 }
 
 namespace {
 void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                     const Tensor& lse, const char* op) {
+                     const Tensor& lse, const Tensor& doc_start, const char* op) {
   expect_rank(q, DType::f32, 4, op, "q");
   expect_rank(k, DType::f32, 4, op, "k");
   expect_same(v, k, op, "v");
@@ -157,26 +164,27 @@ void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
                "{}: q {} and k {} do not fit (GQA needs Hq divisible by Hkv)", op, q.str(),
                k.str());
   expect(lse, DType::f32, Shape{B, Hq, T}, op, "lse");
+  if (doc_start) expect(doc_start, DType::i64, Shape{B * T}, op, "doc_start");
 }
 }  // namespace
 
 void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, std::int64_t window,
-                                float scale) {
-  check_attention(q, k, v, out, lse, "attention_forward");
-  do_attention_forward(q, k, v, out, lse, window, scale);
+                                float scale, const Tensor& doc_start) {
+  check_attention(q, k, v, out, lse, doc_start, "attention_forward");
+  do_attention_forward(q, k, v, out, lse, window, scale, doc_start);
 }
 
 void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& lse, const Tensor& dout,
                                  const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                 std::int64_t window, float scale) {
-  check_attention(q, k, v, out, lse, "attention_backward");
+                                 std::int64_t window, float scale, const Tensor& doc_start) {
+  check_attention(q, k, v, out, lse, doc_start, "attention_backward");
   expect_same(dout, q, "attention_backward", "dout");
   expect_same(dq, q, "attention_backward", "dq");
   expect_same(dk, k, "attention_backward", "dk");
   expect_same(dv, v, "attention_backward", "dv");
-  do_attention_backward(q, k, v, out, lse, dout, dq, dk, dv, window, scale);
+  do_attention_backward(q, k, v, out, lse, dout, dq, dk, dv, window, scale, doc_start);
 }
 
 void Backend::swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) {

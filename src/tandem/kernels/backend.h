@@ -92,21 +92,29 @@ class Backend {
                         const Tensor& dx, const Tensor& dw);
 
   // ---- rotary embedding ----
-  // In place on x[B,T,H,D] (NeoX rotate-half layout); cos/sin[P, D/2] with P >= T (kernels/rope.h).
-  void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
+  // In place on x[B,T,H,D] (NeoX rotate-half layout); cos/sin[P, D/2] (kernels/rope_table.h).
+  // Token (b, t) sits at position t, or at positions[b*T + t] (optional i64 [B*T], each in
+  // [0, P); intra-document masking restarts positions at each document).
+  void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                    const Tensor& positions = {});
   // In place on the gradient (the inverse rotation).
-  void rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin);
+  void rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
+                     const Tensor& positions = {});
 
   // ---- attention ----
   // Causal attention, optional sliding window (key j visible to query i iff j <= i and
-  // (window <= 0 or i - window < j)), GQA (query head h reads kv head h / (Hq / Hkv)).
+  // (window <= 0 or i - window < j)), GQA (query head h reads kv head h / (Hq / Hkv)), optional
+  // intra-document masking (doc_start i64 [B*T]: where each token's document begins in its row;
+  // keys before it are invisible, as OLMo-core's doc_lens).
   // q[B,T,Hq,D], k,v[B,T,Hkv,D], out[B,T,Hq,D], lse[B,Hq,T] saved for backward.
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse, std::int64_t window, float scale);
+                         const Tensor& lse, std::int64_t window, float scale,
+                         const Tensor& doc_start = {});
   // dq, dk, dv overwritten.
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk,
-                          const Tensor& dv, std::int64_t window, float scale);
+                          const Tensor& dv, std::int64_t window, float scale,
+                          const Tensor& doc_start = {});
 
   // ---- elementwise ----
   // h = silu(g) * u.
@@ -161,15 +169,17 @@ class Backend {
                                   const Tensor& rstd, float eps) = 0;
   virtual void do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                    const Tensor& dy, const Tensor& dx, const Tensor& dw) = 0;
-  virtual void do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin) = 0;
-  virtual void do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin) = 0;
+  virtual void do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                               const Tensor& positions) = 0;
+  virtual void do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
+                                const Tensor& positions) = 0;
   virtual void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& out, const Tensor& lse, std::int64_t window,
-                                    float scale) = 0;
+                                    float scale, const Tensor& doc_start) = 0;
   virtual void do_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& out, const Tensor& lse, const Tensor& dout,
                                      const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                     std::int64_t window, float scale) = 0;
+                                     std::int64_t window, float scale, const Tensor& doc_start) = 0;
   virtual void do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) = 0;
   virtual void do_swiglu_backward(const Tensor& g, const Tensor& u, const Tensor& dh,
                                   const Tensor& dg, const Tensor& du) = 0;

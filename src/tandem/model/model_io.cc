@@ -6,6 +6,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/model/hf_config.h"
 
 namespace fs = std::filesystem;
 
@@ -186,10 +187,9 @@ void save_hf_model(const std::string& dir, const ModelConfig& c, std::span<const
     tensors.push_back({hf_name_of(e.name), dtype, shape, narrowed.back().data()});
   }
   io::write_safetensors((fs::path(dir) / kWeights).string(), tensors, {{"format", "pt"}});
-  nlohmann::json hf = model_config_to_hf(c);
-  hf["torch_dtype"] = dtype == io::DType::kF32    ? "float32"
-                      : dtype == io::DType::kBF16 ? "bfloat16"
-                                                  : "float16";
+  nlohmann::json hf = model_config_to_hf(c, dtype == io::DType::kF32    ? "float32"
+                                            : dtype == io::DType::kBF16 ? "bfloat16"
+                                                                        : "float16");
   core::write_file_atomic((fs::path(dir) / "config.json").string(), hf.dump(2) + "\n");
 }
 

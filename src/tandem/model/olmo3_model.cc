@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
-#include "tandem/kernels/rope_table.h"
+#include "tandem/model/documents.h"
 
 namespace tandem::model {
 
@@ -11,6 +11,21 @@ using kernels::Buffer;
 using kernels::DType;
 using kernels::Shape;
 using kernels::Tensor;
+
+kernels::RopeFrequencies rope_frequencies(const RopeConfig& r, std::int64_t head_dim) {
+  if (r.type == "linear") return kernels::rope_linear_frequencies(head_dim, r.theta, r.factor);
+  if (r.type != "yarn") return kernels::rope_default_frequencies(head_dim, r.theta);
+  kernels::YarnParameters p;
+  p.factor = r.factor;
+  p.original_max_positions = r.original_max_position_embeddings;
+  p.beta_fast = r.beta_fast;
+  p.beta_slow = r.beta_slow;
+  p.attention_factor = r.attention_factor;
+  p.truncate = r.truncate;
+  p.formula =
+      r.olmo_core_formula ? kernels::YarnFormula::kOlmoCore : kernels::YarnFormula::kTransformers;
+  return kernels::rope_yarn_frequencies(head_dim, r.theta, p);
+}
 
 Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend)
     : config_(std::move(config)), layout_(config_), backend_(backend) {
@@ -22,14 +37,25 @@ Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend)
   backend_.zero(grads_);
   weights_ = model_tensors(layout_, params_);
   weight_grads_ = model_tensors(layout_, grads_);
-  kernels::RopeTable rope =
-      kernels::make_rope_table(config_.max_sequence_length, config_.head_dim, config_.rope_theta);
-  const Shape table{config_.max_sequence_length, config_.head_dim / 2};
-  rope_cos_ = backend_.allocate(DType::f32, table);
-  rope_sin_ = backend_.allocate(DType::f32, table);
-  backend_.upload(rope_cos_, rope.cos.data());
-  backend_.upload(rope_sin_, rope.sin.data());
   blocks_.resize(static_cast<std::size_t>(config_.n_layers));
+}
+
+void Olmo3Model::ensure_rope_tables(std::int64_t T) {
+  if (rope_full_.positions >= T && rope_sliding_.positions >= T) return;
+  // A model without a length limit (max_sequence_length -1) grows its tables with the longest
+  // sequence seen; otherwise they cover the whole context at once.
+  const std::int64_t P = config_.max_sequence_length > 0 ? config_.max_sequence_length : T;
+  const std::int64_t D = config_.head_dim;
+  auto make = [&](const RopeConfig& rope, RopeTables& out) {
+    kernels::RopeTable t = kernels::make_rope_table(P, D, rope_frequencies(rope, D));
+    out.cos = backend_.allocate(DType::f32, Shape{P, D / 2});
+    out.sin = backend_.allocate(DType::f32, Shape{P, D / 2});
+    backend_.upload(out.cos, t.cos.data());
+    backend_.upload(out.sin, t.sin.data());
+    out.positions = P;
+  };
+  make(config_.full_attention_rope, rope_full_);
+  make(config_.sliding_attention_rope, rope_sliding_);
 }
 
 Tensor Olmo3Model::param(const std::string& name) const {
@@ -67,9 +93,10 @@ Tensor Olmo3Model::rows(const Buffer& b, std::int64_t n, std::int64_t width) con
 }
 
 void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
-  TANDEM_CHECK(T <= config_.max_sequence_length,
+  TANDEM_CHECK(config_.accepts_sequence_length(T),
                "sequence length {} exceeds the model's max_sequence_length {}", T,
                config_.max_sequence_length);
+  ensure_rope_tables(T);
   const std::int64_t N = B * T;
   if (N <= capacity_tokens_) return;
   const ModelConfig& c = config_;
@@ -100,6 +127,8 @@ void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
   w = Workspace{};
   w.ids = backend_.allocate(DType::i64, Shape{N});
   w.labels = backend_.allocate(DType::i64, Shape{N});
+  w.doc_start = backend_.allocate(DType::i64, Shape{N});
+  w.positions = backend_.allocate(DType::i64, Shape{N});
   w.normed = f32(N * d);
   w.final_input = f32(N * d);
   w.final_rstd = f32(N);
@@ -124,10 +153,6 @@ std::int64_t Olmo3Model::activation_bytes(std::int64_t tokens) const {
   return static_cast<std::int64_t>(sizeof(float)) * tokens * per_token * c.n_layers;
 }
 
-void Olmo3Model::upload_ids(const std::int64_t* ids, std::int64_t N) {
-  backend_.upload(workspace_.ids.tensor().view(0, Shape{N}), ids);
-}
-
 void Olmo3Model::forward_block(std::int64_t l, const Tensor& out, std::int64_t B, std::int64_t T) {
   kernels::Backend& k = backend_;
   BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
@@ -149,13 +174,18 @@ void Olmo3Model::forward_block(std::int64_t l, const Tensor& out, std::int64_t B
   const Tensor q4 = q.reshape(Shape{B, T, c.n_heads, D});
   const Tensor k4 = kk.reshape(Shape{B, T, c.n_kv_heads, D});
   const Tensor v4 = v.reshape(Shape{B, T, c.n_kv_heads, D});
-  k.rope_forward(q4, rope_cos_, rope_sin_);
-  k.rope_forward(k4, rope_cos_, rope_sin_);
+  const RopeTables& rope = rope_of_layer(l);
+  const Tensor positions =
+      intra_document_ ? workspace_.positions.tensor().view(0, Shape{N}) : Tensor();
+  const Tensor doc_start =
+      intra_document_ ? workspace_.doc_start.tensor().view(0, Shape{N}) : Tensor();
+  k.rope_forward(q4, rope.cos, rope.sin, positions);
+  k.rope_forward(k4, rope.cos, rope.sin, positions);
   const Tensor attn = rows(a.attn, N, qw);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   k.attention_forward(q4, k4, v4, attn.reshape(Shape{B, T, c.n_heads, D}),
                       a.lse.tensor().view(0, Shape{B, c.n_heads, T}),
-                      c.layer_windows[static_cast<std::size_t>(l)], scale);
+                      c.layer_windows[static_cast<std::size_t>(l)], scale, doc_start);
   const Tensor attn_proj = rows(a.attn_proj, N, d), normed = rows(workspace_.normed, N, d);
   k.linear_forward(attn, p.w_out, attn_proj);
   k.rmsnorm_forward(attn_proj, p.attention_norm, normed,
@@ -212,11 +242,15 @@ void Olmo3Model::backward_block(std::int64_t l, std::int64_t B, std::int64_t T) 
   const Tensor d_q4 = w.d_q.tensor().view(0, q_shape), d_k4 = w.d_k.tensor().view(0, kv_shape);
   const Tensor d_v4 = w.d_v.tensor().view(0, kv_shape);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const Tensor positions = intra_document_ ? w.positions.tensor().view(0, Shape{N}) : Tensor();
+  const Tensor doc_start = intra_document_ ? w.doc_start.tensor().view(0, Shape{N}) : Tensor();
   k.attention_backward(q4, k4, v4, attn.reshape(q_shape),
                        a.lse.tensor().view(0, Shape{B, c.n_heads, T}), d_attn.reshape(q_shape),
-                       d_q4, d_k4, d_v4, c.layer_windows[static_cast<std::size_t>(l)], scale);
-  k.rope_backward(d_q4, rope_cos_, rope_sin_);
-  k.rope_backward(d_k4, rope_cos_, rope_sin_);
+                       d_q4, d_k4, d_v4, c.layer_windows[static_cast<std::size_t>(l)], scale,
+                       doc_start);
+  const RopeTables& rope = rope_of_layer(l);
+  k.rope_backward(d_q4, rope.cos, rope.sin, positions);
+  k.rope_backward(d_k4, rope.cos, rope.sin, positions);
   // d_attn and k are dead now: their memory receives the gradients before QK-norm.
   const Tensor d_q_proj = d_attn, d_k_proj = rows(a.k, N, kw);
   k.rmsnorm_backward(rows(a.q_proj, N, qw), p.q_norm, a.q_rstd.tensor().view(0, Shape{N}),
@@ -229,11 +263,19 @@ void Olmo3Model::backward_block(std::int64_t l, std::int64_t B, std::int64_t T) 
   k.linear_backward(x, p.w_v, d_v4.reshape(Shape{N, kw}), d_res, g.w_v, true);
 }
 
-void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T) {
+void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                                const std::int64_t* doc_start) {
   ensure_capacity(B, T);
   const std::int64_t N = B * T, d = config_.d_model;
-  upload_ids(ids, N);
   Workspace& w = workspace_;
+  backend_.upload(w.ids.tensor().view(0, Shape{N}), ids);
+  intra_document_ = doc_start != nullptr;
+  if (doc_start) {
+    // OLMo-core's intra-document RoPE: a token's position counts from its document's start.
+    const std::vector<std::int64_t> positions = document_positions(doc_start, B, T);
+    backend_.upload(w.doc_start.tensor().view(0, Shape{N}), doc_start);
+    backend_.upload(w.positions.tensor().view(0, Shape{N}), positions.data());
+  }
   // Each block writes its output straight into the next block's input buffer.
   const Tensor first =
       blocks_.empty() ? rows(w.final_input, N, d) : rows(blocks_.front().input, N, d);
@@ -250,8 +292,8 @@ void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::in
 }
 
 void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T,
-                                float* logits) {
-  forward_hidden(ids, B, T);
+                                float* logits, const std::int64_t* doc_start) {
+  forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T;
   Buffer out = backend_.allocate(DType::f32, Shape{N, config_.embedding_size});
   backend_.linear_forward(rows(workspace_.final_normed, N, config_.d_model), weights_.lm_head, out);
@@ -261,10 +303,11 @@ void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::in
 std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::int64_t B,
                                                 std::int64_t T,
                                                 std::span<const std::int64_t> positions,
-                                                std::span<const std::int64_t> targets) {
+                                                std::span<const std::int64_t> targets,
+                                                const std::int64_t* doc_start) {
   TANDEM_CHECK(positions.size() == targets.size(), "token_log_probs: {} positions, {} targets",
                positions.size(), targets.size());
-  forward_hidden(ids, B, T);
+  forward_hidden(ids, B, T, doc_start);
   const auto n = static_cast<std::int64_t>(positions.size());
   const std::int64_t d = config_.d_model;
   Buffer index = backend_.allocate(DType::i64, Shape{n});
@@ -280,8 +323,9 @@ std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::in
 
 LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_t* labels,
                                       std::int64_t B, std::int64_t T, float z_weight,
-                                      float grad_scale, bool backward) {
-  forward_hidden(ids, B, T);
+                                      float grad_scale, bool backward,
+                                      const std::int64_t* doc_start) {
+  forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T, d = config_.d_model;
   Workspace& w = workspace_;
   const Tensor label_t = w.labels.tensor().view(0, Shape{N});

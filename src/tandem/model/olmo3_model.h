@@ -13,12 +13,16 @@
 #include <vector>
 
 #include "tandem/kernels/backend.h"
+#include "tandem/kernels/rope_table.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/parameters.h"
 
 namespace tandem::model {
 
 using LossSums = kernels::LossSums;
+
+// The RoPE frequencies (and attention factor) of one attention type's config.
+kernels::RopeFrequencies rope_frequencies(const RopeConfig& rope, std::int64_t head_dim);
 
 class Olmo3Model {
  public:
@@ -46,17 +50,24 @@ class Olmo3Model {
   void zero_grads();
   void init_weights(std::uint64_t seed);
 
+  // Every forward takes an optional doc_start[B*T] (host, model/documents.h): intra-document
+  // masking as OLMo-core's doc_lens, attention kept inside each document and RoPE positions
+  // restarting at each document's start. Null = each row is one document.
+
   // logits[B*T, embedding_size] (host) for ids[B, T] (host); no activations kept for backward.
-  void forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T, float* logits);
+  void forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T, float* logits,
+                      const std::int64_t* doc_start = nullptr);
   // log_softmax(logits at flat position positions[i] = b * T + t)[targets[i]]: downstream scoring
   // needs a few positions per sequence, so the lm_head runs there only.
   std::vector<double> token_log_probs(const std::int64_t* ids, std::int64_t B, std::int64_t T,
                                       std::span<const std::int64_t> positions,
-                                      std::span<const std::int64_t> targets);
+                                      std::span<const std::int64_t> targets,
+                                      const std::int64_t* doc_start = nullptr);
   // Loss sums over labels[B, T] (core::kIgnoreIndex = ignored). When `backward`, adds the
   // gradients of grad_scale * (ce_sum + z_weight * z_sum) to grads().
   LossSums forward_backward(const std::int64_t* ids, const std::int64_t* labels, std::int64_t B,
-                            std::int64_t T, float z_weight, float grad_scale, bool backward);
+                            std::int64_t T, float z_weight, float grad_scale, bool backward,
+                            const std::int64_t* doc_start = nullptr);
 
   // Bytes of activations kept for backward at B*T tokens (for memory accounting).
   std::int64_t activation_bytes(std::int64_t tokens) const;
@@ -81,6 +92,7 @@ class Olmo3Model {
   // Scratch reused by every block.
   struct Workspace {
     kernels::Buffer ids, labels;            // the batch on the device (i64 [N])
+    kernels::Buffer doc_start, positions;   // intra-document masking (i64 [N]), when given
     kernels::Buffer normed;                 // a post-norm's output before its residual add [N, d]
     kernels::Buffer final_input;            // last block's output [N, d]
     kernels::Buffer final_rstd;             // lm_head.norm statistics
@@ -92,9 +104,12 @@ class Olmo3Model {
   };
 
   void ensure_capacity(std::int64_t B, std::int64_t T);
-  void upload_ids(const std::int64_t* ids, std::int64_t N);
+  // RoPE tables of both attention types covering positions [0, T) on the backend.
+  void ensure_rope_tables(std::int64_t T);
   // Runs the blocks and the final norm; leaves the lm_head's input in workspace_.final_normed.
-  void forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T);
+  // Uploads ids (and doc_start with its RoPE positions) for the backward that may follow.
+  void forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                      const std::int64_t* doc_start);
   void forward_block(std::int64_t l, const kernels::Tensor& out, std::int64_t B, std::int64_t T);
   // On entry d_residual holds dL/d(output of block l); on exit dL/d(input of block l).
   void backward_block(std::int64_t l, std::int64_t B, std::int64_t T);
@@ -106,7 +121,15 @@ class Olmo3Model {
   kernels::Backend& backend_;
   kernels::Buffer params_, grads_;
   ModelTensors weights_, weight_grads_;
-  kernels::Buffer rope_cos_, rope_sin_;  // [max_sequence_length, head_dim / 2]
+  struct RopeTables {
+    kernels::Buffer cos, sin;  // [positions, head_dim / 2]
+    std::int64_t positions = 0;
+  };
+  const RopeTables& rope_of_layer(std::int64_t l) const {
+    return config_.is_full_attention(l) ? rope_full_ : rope_sliding_;
+  }
+  RopeTables rope_full_, rope_sliding_;
+  bool intra_document_ = false;  // the current forward's doc_start was given
   std::vector<BlockActivations> blocks_;
   Workspace workspace_;
   std::int64_t capacity_tokens_ = -1;

@@ -110,7 +110,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   TANDEM_CHECK(r.data.vocab_size <= r.model.vocab_size,
                "{}: data.vocab_size ({}) exceeds model.vocab_size ({})", path, r.data.vocab_size,
                r.model.vocab_size);
-  TANDEM_CHECK(r.data.sequence_length <= r.model.max_sequence_length,
+  TANDEM_CHECK(r.model.accepts_sequence_length(r.data.sequence_length),
                "{}: data.sequence_length ({}) exceeds model.max_sequence_length ({})", path,
                r.data.sequence_length, r.model.max_sequence_length);
   r.optim = optim::read_optim_config(top.section("optim"));

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "tandem/core/error.h"
+#include "tandem/model/documents.h"
 #include "tandem/optim/loss_normalization.h"
 
 namespace tandem::train {
@@ -37,9 +38,14 @@ StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
   TANDEM_CHECK(rows % mb == 0, "micro-batch size {} does not divide the rank batch of {} instances",
                mb, rows);
   for (std::int64_t start = 0; start < rows; start += mb) {
-    model::LossSums s =
-        model_.forward_backward(batch.input_ids.data() + start * T, labels.data() + start * T, mb,
-                                T, static_cast<float>(z_multiplier), loss.grad_scale(), true);
+    const std::int64_t* ids = batch.input_ids.data() + start * T;
+    // OLMo-core's generate_doc_lengths: attention inside each packed document only.
+    std::vector<std::int64_t> doc_start;
+    if (options_.intra_document)
+      doc_start = model::document_starts(ids, mb, T, options_.eos_token_id, options_.bos_token_id);
+    model::LossSums s = model_.forward_backward(
+        ids, labels.data() + start * T, mb, T, static_cast<float>(z_multiplier), loss.grad_scale(),
+        true, options_.intra_document ? doc_start.data() : nullptr);
     loss.add_micro_batch(s.ce_sum, s.z_sum);
   }
   optimizer_.reduce_gradients();

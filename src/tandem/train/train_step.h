@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "tandem/data/loader.h"
 #include "tandem/dist/communicator.h"
@@ -37,6 +38,11 @@ struct StepOptions {
   std::int64_t micro_batch_instances = 0;  // 0 = the rank's whole batch at once
   std::int64_t max_steps = 0;              // the schedule's horizon in steps
   std::int64_t global_batch_tokens = 0;    // for schedules in token units
+  // OLMo-core's generate_doc_lengths: attention (and RoPE positions) inside each document of a
+  // packed instance, documents ending at EOS (model/documents.h).
+  bool intra_document = false;
+  std::int64_t eos_token_id = 0;
+  std::optional<std::int64_t> bos_token_id;
 };
 
 class TrainStep {

@@ -67,6 +67,9 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
   options.micro_batch_instances = config_.data.micro_batch_size;
   options.max_steps = config_.trainer.max_steps;
   options.global_batch_tokens = config_.data.global_batch_size;
+  options.intra_document = config_.data.generate_doc_lengths;
+  options.eos_token_id = config_.data.eos_token_id;
+  options.bos_token_id = config_.data.bos_token_id;
   train_step_ = std::make_unique<TrainStep>(*model_, *optimizer_, config_.optim, *config_.schedule,
                                             comm_, options);
   checkpoints_ = std::make_unique<CheckpointCallback>(config_, *model_, *optimizer_, *loader_,

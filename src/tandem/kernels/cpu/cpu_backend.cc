@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "tandem/core/error.h"
 #include "tandem/kernels/cpu/cpu_features.h"
 #include "tandem/kernels/cpu/ops.h"
 
@@ -20,7 +21,17 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 
 float* f32(const Tensor& t) { return t ? t.ptr<float>() : nullptr; }
-const std::int64_t* i64p(const Tensor& t) { return t.ptr<std::int64_t>(); }
+const std::int64_t* i64p(const Tensor& t) { return t ? t.ptr<std::int64_t>() : nullptr; }
+
+// Every position inside the tables (the CPU reads them directly; a bad one would read outside).
+void check_positions(const Tensor& positions, std::int64_t table_rows) {
+  if (!positions) return;
+  const std::int64_t* p = positions.ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < positions.numel(); ++i)
+    TANDEM_CHECK(p[i] >= 0 && p[i] < table_rows,
+                 "rope: position {} of token {} is outside the tables' [0, {})", p[i], i,
+                 table_rows);
+}
 
 }  // namespace
 
@@ -116,27 +127,34 @@ void CpuBackend::do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Ten
   cpu::rmsnorm_backward(f32(x), f32(w), f32(rstd), f32(dy), f32(dx), f32(dw), x.dim(0), x.dim(1));
 }
 
-void CpuBackend::do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin) {
-  cpu::rope_forward(f32(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), f32(cos), f32(sin));
+void CpuBackend::do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                 const Tensor& positions) {
+  check_positions(positions, cos.dim(0));
+  cpu::rope_forward(f32(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), f32(cos), f32(sin),
+                    i64p(positions));
 }
 
-void CpuBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin) {
-  cpu::rope_backward(f32(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), f32(cos), f32(sin));
+void CpuBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
+                                  const Tensor& positions) {
+  check_positions(positions, cos.dim(0));
+  cpu::rope_backward(f32(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), f32(cos), f32(sin),
+                     i64p(positions));
 }
 
 void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& out, const Tensor& lse, std::int64_t window,
-                                      float scale) {
+                                      float scale, const Tensor& doc_start) {
   cpu::attention_forward(f32(q), f32(k), f32(v), f32(out), f32(lse), q.dim(0), q.dim(1), q.dim(2),
-                         k.dim(2), q.dim(3), window, scale);
+                         k.dim(2), q.dim(3), window, scale, i64p(doc_start));
 }
 
 void CpuBackend::do_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Tensor& out, const Tensor& lse, const Tensor& dout,
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                       std::int64_t window, float scale) {
+                                       std::int64_t window, float scale, const Tensor& doc_start) {
   cpu::attention_backward(f32(q), f32(k), f32(v), f32(out), f32(lse), f32(dout), f32(dq), f32(dk),
-                          f32(dv), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), window, scale);
+                          f32(dv), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), window, scale,
+                          i64p(doc_start));
 }
 
 void CpuBackend::do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) {

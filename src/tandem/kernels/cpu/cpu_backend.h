@@ -33,14 +33,17 @@ class CpuBackend final : public Backend {
                           float eps) override;
   void do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                            const Tensor& dx, const Tensor& dw) override;
-  void do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin) override;
-  void do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin) override;
+  void do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                       const Tensor& positions) override;
+  void do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
+                        const Tensor& positions) override;
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                            const Tensor& lse, std::int64_t window, float scale) override;
+                            const Tensor& lse, std::int64_t window, float scale,
+                            const Tensor& doc_start) override;
   void do_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, const Tensor& dout, const Tensor& dq,
-                             const Tensor& dk, const Tensor& dv, std::int64_t window,
-                             float scale) override;
+                             const Tensor& dk, const Tensor& dv, std::int64_t window, float scale,
+                             const Tensor& doc_start) override;
   void do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) override;
   void do_swiglu_backward(const Tensor& g, const Tensor& u, const Tensor& dh, const Tensor& dg,
                           const Tensor& du) override;

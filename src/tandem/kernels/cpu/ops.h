@@ -39,23 +39,31 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, i64 
 void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy, float* dx,
                       float* dw, i64 rows, i64 d);
 
-// RoPE, NeoX "rotate_half" layout (kernels/rope_table.h): in place on x[B, T, H, D]; the position
-// of token t is t (each sequence starts at 0); cos/sin are [>= T, D/2].
-void rope_forward(float* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin);
+// RoPE, NeoX "rotate_half" layout (kernels/rope_table.h), in place on x[B, T, H, D] with cos/sin
+// tables of [P, D/2]. Token (b, t) is at position positions[b * T + t], or at t when positions is
+// null (each sequence starts at 0); positions must lie in [0, P).
+void rope_forward(float* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin,
+                  const std::int64_t* positions = nullptr);
 // In place on the gradient: applies the inverse rotation (transpose of forward).
-void rope_backward(float* dx, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin);
+void rope_backward(float* dx, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin,
+                   const std::int64_t* positions = nullptr);
 
-// Causal attention with an optional sliding window and GQA.
+// Causal attention with an optional sliding window, GQA and optional intra-document masking.
 // q[B,T,Hq,D], k,v[B,T,Hkv,D], out[B,T,Hq,D]; query head h uses kv head h / (Hq / Hkv).
-// Key j is visible to query i iff j <= i and (window <= 0 or i - window < j). Scores are scaled
-// by `scale`. Tiled with an online softmax: memory is O(tile * window), never O(T^2).
+// Key j is visible to query i iff j <= i and (window <= 0 or i - window < j) and, when doc_start is
+// given, j >= doc_start[b * T + i]: doc_start[B*T] holds, for every token, the position in its row
+// where its document begins (non-decreasing along a row, doc_start <= position), so no query sees
+// a key of an earlier document (OLMo-core's doc_lens / cu_doc_lens). Scores are scaled by
+// `scale`. Tiled with an online softmax: memory is O(tile * window), never O(T^2).
 // lse[B,Hq,T] (log-sum-exp of the scaled scores) is saved for backward.
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale);
-// dq, dk, dv overwritten.
+                       i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                       const std::int64_t* doc_start = nullptr);
+// dq, dk, dv overwritten. doc_start as in the forward pass.
 void attention_backward(const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv, i64 B,
-                        i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale);
+                        i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                        const std::int64_t* doc_start = nullptr);
 
 // SwiGLU gate: h = silu(g) * u elementwise over n values.
 void swiglu_forward(const float* g, const float* u, float* h, i64 n);

@@ -1,20 +1,18 @@
-// Rotary position embedding, NeoX "rotate_half" layout, with HF's fp32 table numerics.
-#include <cmath>
-
+// Rotary position embedding, NeoX "rotate_half" layout, over host tables from kernels/rope_table.h.
 #include "tandem/kernels/cpu/ops.h"
 
 namespace tandem::kernels::cpu {
-
 namespace {
 
 // sign = +1: forward rotation; sign = -1: its transpose (the inverse), used by backward.
-void rotate(float* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin, float sign) {
+void rotate(float* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin, float sign,
+            const std::int64_t* positions) {
   const i64 half = D / 2;
 #pragma omp parallel for schedule(static)
   for (i64 bt = 0; bt < B * T; ++bt) {
-    const i64 t = bt % T;
-    const float* c = cos + t * half;
-    const float* s = sin + t * half;
+    const i64 pos = positions ? positions[bt] : bt % T;
+    const float* c = cos + pos * half;
+    const float* s = sin + pos * half;
     for (i64 h = 0; h < H; ++h) {
       float* x1 = x + (bt * H + h) * D;
       float* x2 = x1 + half;
@@ -33,12 +31,14 @@ void rotate(float* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float*
 
 }  // namespace
 
-void rope_forward(float* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin) {
-  rotate(x, B, T, H, D, cos, sin, 1.0f);
+void rope_forward(float* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin,
+                  const std::int64_t* positions) {
+  rotate(x, B, T, H, D, cos, sin, 1.0f, positions);
 }
 
-void rope_backward(float* dx, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin) {
-  rotate(dx, B, T, H, D, cos, sin, -1.0f);
+void rope_backward(float* dx, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin,
+                   const std::int64_t* positions) {
+  rotate(dx, B, T, H, D, cos, sin, -1.0f, positions);
 }
 
 }  // namespace tandem::kernels::cpu
