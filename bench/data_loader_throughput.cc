@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       "100278, eos_token_id: 100257, pad_token_id: 100277, instance_filter_config: {{}}}}",
       list, o.seq, static_cast<long>(o.batch) * o.seq));
   tandem::data::DataConfig config =
-      tandem::data::parse_data_config(tandem::ConfigSection(root, "data"));
+      tandem::data::parse_data_config(tandem::io::ConfigSection(root, "data"));
   tandem::data::Loader loader(config);
   std::uint64_t steps = std::min<std::uint64_t>(o.steps, loader.batches_per_epoch() - 1);
   loader.next_batch(0, 1);  // warm-up: shuffle and first prefetch

@@ -13,7 +13,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 args=("$root/tests/fixtures/train/parity.yaml" model.d_model=256 model.n_heads=8
   model.n_kv_heads=4 model.hidden_size=688 data.global_batch_size=1024 data.micro_batch_size=1
-  trainer.max_steps="$steps" trainer.progress=false evaluation.interval=0 trainer.peak_gflops=1)
+  trainer.max_steps="$steps" trainer.progress=false evaluation.interval=0 trainer.peak_tflops=0.001)
 printf '%-3s %-10s %-14s %s\n' W threads ms/step "collectives (% of step)"
 for w in 1 2 4; do
   threads=${THREADS:-1}
@@ -35,20 +35,14 @@ t=[1024/x['tokens_per_s'] for x in m[2:]];print(f'{1e3*sum(t)/len(t):.2f}')")
   fi
 done
 
-printf '\n%-3s %-8s %-24s %s\n' W zero1 "Adam moments/rank (B)" "peak RSS rank 0 (MB)"
+printf '\n%-3s %-8s %-24s %s\n' W strategy "Adam moments/rank (B)" "peak RSS rank 0 (MB)"
 for w in 2 4; do
-  for z in false true; do
+  for z in ddp zero1; do
     out="$tmp/mem-w$w-$z"
     OMP_NUM_THREADS=${THREADS:-1} mpirun --oversubscribe --allow-run-as-root -np $w \
-      "$build/tandem" train "${args[@]}" trainer.max_steps=3 trainer.zero1=$z \
+      "$build/tandem" train "${args[@]}" trainer.max_steps=3 dist.strategy=$z \
       trainer.save_folder="$out" > "$out.log" 2>&1
-    if [[ $z == true ]]; then
-      moments=$(sed -nE 's/.*Adam moments ([0-9]+) bytes per rank.*/\1/p' "$out.log")
-    else
-      # Replicated: two fp32 moments per parameter on every rank.
-      params=$(sed -nE 's/^training ([0-9]+) parameters.*/\1/p' "$out.log")
-      moments=$((8 * params))
-    fi
+    moments=$(sed -nE 's/.*Adam moments ([0-9]+) B .*/\1/p' "$out.log")
     rss=$(sed -nE 's/.*peak RSS ([0-9.]+) MB.*/\1/p' "$out.log")
     printf '%-3s %-8s %-24s %s\n' "$w" "$z" "$moments" "$rss"
   done

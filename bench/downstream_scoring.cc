@@ -12,6 +12,7 @@
 #include <random>
 
 #include "tandem/eval/downstream.h"
+#include "tandem/kernels/backend.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/olmo3_model.h"
 
@@ -37,9 +38,9 @@ std::vector<eval::TokenizedRequest> real_requests(std::int64_t max_docs) {
   std::string tok_path = eval::default_tokenizer_path();
   std::string tasks = eval::default_tasks_dir();
   if (!std::filesystem::exists(tok_path) || !std::filesystem::is_directory(tasks)) return {};
-  Tokenizer tokenizer = Tokenizer::from_file(tok_path);
+  tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(tok_path);
   std::vector<eval::TokenizedRequest> out;
-  Encoder enc(tokenizer);
+  tokenizer::Encoder enc(tokenizer);
   for (const char* name : {"arc_easy:rc", "hellaswag:rc"}) {
     auto task = eval::load_task(tasks, eval::parse_task_spec(name), max_docs);
     for (const auto& r : task.requests) {
@@ -68,9 +69,10 @@ int main(int argc, char** argv) {
   fmt::print("threads: {}; requests: {}\n", omp_get_max_threads(),
              real.empty() ? "synthetic (no data cache)" : "arc_easy:rc + hellaswag:rc (dolma2)");
   std::fflush(stdout);
+  std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
   for (const auto& path : configs) {
-    ModelConfig mc = load_model_config(path, {});
-    Olmo3Model model(mc);
+    model::ModelConfig mc = model::load_model_config(path, {});
+    model::Olmo3Model model(mc, *backend);
     model.init_weights(1);
     auto requests = real.empty() ? synthetic_requests(200, mc.vocab_size) : real;
     std::int64_t tokens = 0;

@@ -16,7 +16,8 @@
 #include <vector>
 
 #include "tandem/io/safetensors.h"
-#include "tandem/kernels/cpu/gemm_ceiling.h"
+#include "tandem/kernels/backend.h"
+#include "tandem/train/mfu.h"
 
 namespace {
 
@@ -41,8 +42,10 @@ std::optional<double> measure_bf16_matmul_gflops(const Shape& s, double min_seco
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_any, c_md), engine);
     why = pd.impl_info_str();
 
-    std::vector<std::uint16_t> a(static_cast<std::size_t>(s.m * s.k), tandem::f32_to_bf16(0.5f));
-    std::vector<std::uint16_t> b(static_cast<std::size_t>(s.k * s.n), tandem::f32_to_bf16(0.25f));
+    std::vector<std::uint16_t> a(static_cast<std::size_t>(s.m * s.k),
+                                 tandem::io::f32_to_bf16(0.5f));
+    std::vector<std::uint16_t> b(static_cast<std::size_t>(s.k * s.n),
+                                 tandem::io::f32_to_bf16(0.25f));
     memory a_mem(a_md, engine, a.data());
     memory b_user(b_plain, engine, b.data());
     memory b_mem(pd.weights_desc(), engine);
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
   if (!quick) shapes.insert(shapes.begin() + 2, {"square 4096", 4096, 4096, 4096});
   if (quick) shapes.resize(3);
 
+  std::unique_ptr<tandem::kernels::Backend> backend = tandem::kernels::make_backend("cpu");
   nlohmann::json results = nlohmann::json::array();
   double best_fp32 = 0, best_bf16 = 0;
   std::string bf16_impl;
@@ -119,7 +123,7 @@ int main(int argc, char** argv) {
     std::printf("%-34s %6s %7s %6s %12s %12s\n", "shape", "M", "N", "K", "fp32 GF/s", "bf16 GF/s");
   }
   for (const Shape& s : shapes) {
-    double fp32 = tandem::kernels::cpu::measure_fp32_gemm_gflops(s.m, s.n, s.k, min_seconds);
+    double fp32 = tandem::train::measure_gemm_flops(*backend, s.m, s.n, s.k, min_seconds) / 1e9;
     std::optional<double> bf16 = measure_bf16_matmul_gflops(s, min_seconds, bf16_impl);
     best_fp32 = std::max(best_fp32, fp32);
     if (bf16) best_bf16 = std::max(best_bf16, *bf16);

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "tandem/core/ignore_index.h"
 #include "tandem/kernels/cpu/cross_entropy_chunked.h"
 #include "tandem/kernels/cpu/ops.h"
 
@@ -93,7 +94,8 @@ struct CrossEntropyData {
     hidden = random_floats(N * kModel, 5), w = random_floats(kVocab * kModel, 6, 0.02f);
     dhidden.resize(N * kModel), dw.assign(kVocab * kModel, 0.0f);
     std::mt19937_64 gen(7);
-    for (i64 i = 0; i < N; ++i) labels.push_back(i % 512 == 511 ? kIgnoreIndex : gen() % kVocab);
+    for (i64 i = 0; i < N; ++i)
+      labels.push_back(i % 512 == 511 ? tandem::core::kIgnoreIndex : gen() % kVocab);
   }
 };
 

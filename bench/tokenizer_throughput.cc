@@ -61,7 +61,7 @@ for _ in range(2):
 print(json.dumps({"tokens": n, "seconds": times, "version": tokenizers.__version__}))
 )PY";
   std::string script_path = (fs::temp_directory_path() / "tandem_bench_hf.py").string();
-  tandem::write_file_atomic(script_path, script);
+  tandem::core::write_file_atomic(script_path, script);
   std::string out = shell_output("RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false python3 " +
                                  script_path + " " + tokenizer + " " + jsonl + " 2>/dev/null");
   fs::remove(script_path);
@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> docs;
     std::size_t bytes = 0;
     {
-      tandem::DocumentReader reader(corpus);
-      tandem::Document doc;
+      tandem::io::DocumentReader reader(corpus);
+      tandem::io::Document doc;
       while (bytes < mb * 1e6 && reader.next(doc)) {
         bytes += doc.text.size();
         docs.push_back(doc.text);
@@ -116,12 +116,12 @@ int main(int argc, char** argv) {
     {
       std::string text;
       for (const auto& d : docs) text += nlohmann::json{{"text", d}}.dump() + "\n";
-      tandem::write_file_atomic(jsonl, text);
+      tandem::core::write_file_atomic(jsonl, text);
     }
     fmt::print("text: {} documents, {:.1f} MB from {}\n", docs.size(), bytes / 1e6, corpus);
 
-    tandem::Tokenizer tok = tandem::Tokenizer::from_file(tokenizer_path);
-    tandem::Encoder encoder(tok);
+    tandem::tokenizer::Tokenizer tok = tandem::tokenizer::Tokenizer::from_file(tokenizer_path);
+    tandem::tokenizer::Encoder encoder(tok);
     std::vector<double> times;
     std::uint64_t tokens = 0;
     std::vector<std::uint32_t> ids;
@@ -163,20 +163,20 @@ int main(int argc, char** argv) {
     fmt::print("\n{:<44} {:>10} {:>12} {:>10}\n", "data tokenize end to end", "tokens", "Mtokens/s",
                "MB/s");
     for (int threads : {1, 2}) {
-      tandem::TokenizeOptions o;
+      tandem::tokenizer::TokenizeOptions o;
       o.tokenizer_path = tokenizer_path;
       o.out_dir = (work / fmt::format("out{}", threads)).string();
       o.inputs = {jsonl};
       o.threads = threads;
       o.progress = false;
       auto t = Clock::now();
-      tandem::TokenizeSummary s = tandem::run_tokenize(o);
+      tandem::tokenizer::TokenizeSummary s = tandem::tokenizer::run_tokenize(o);
       double secs = seconds_since(t);
       fmt::print("{:<44} {:>10} {:>12.3f} {:>10.2f}\n", fmt::format("{} thread(s)", threads),
                  s.tokens, s.tokens / secs / 1e6, bytes / secs / 1e6);
     }
     fs::remove_all(work);
-  } catch (const tandem::Error& e) {
+  } catch (const tandem::core::Error& e) {
     fmt::print(stderr, "bench: error: {}\n", e.what());
     return 1;
   }

@@ -16,8 +16,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "tandem/kernels/cpu/gemm_ceiling.h"
+#include "tandem/kernels/backend.h"
 #include "tandem/model/olmo3_model.h"
+#include "tandem/optim/loss_normalization.h"
+#include "tandem/train/mfu.h"
 
 namespace {
 
@@ -55,14 +57,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  tandem::ModelConfig config = tandem::load_model_config(config_path, {});
-  tandem::Olmo3Model model(config);
+  tandem::model::ModelConfig config = tandem::model::load_model_config(config_path, {});
+  std::unique_ptr<tandem::kernels::Backend> backend = tandem::kernels::make_backend("cpu");
+  tandem::model::Olmo3Model model(config, *backend);
   model.init_weights(1);
   std::mt19937_64 rng(7);
   std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T));
   for (auto& id : ids)
     id = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
-  std::vector<std::int64_t> labels = tandem::shifted_labels(ids.data(), B, T);
+  std::vector<std::int64_t> labels = tandem::optim::make_labels(ids.data(), B, T, nullptr);
 
   auto step = [&] {
     model.zero_grads();
@@ -76,7 +79,8 @@ int main(int argc, char** argv) {
               static_cast<double>(steps);
   const double tokens_per_s = static_cast<double>(B * T) / dt;
   const double gflops = config.flops_per_token(T) * tokens_per_s / 1e9;
-  const double ceiling = tandem::kernels::cpu::measure_fp32_gemm_gflops(2048, 2048, 2048, 1.0);
+  const double ceiling = tandem::train::measure_gemm_flops(*backend, 2048, 2048, 2048, 1.0) / 1e9;
+  const double peak = backend->peak_flops(tandem::kernels::DType::f32) / 1e9;
 
   nlohmann::json j;
   j["config"] = config_path;
@@ -90,10 +94,15 @@ int main(int argc, char** argv) {
   j["tandem_gflops"] = gflops;
   j["fp32_gemm_ceiling_gflops"] = ceiling;
   j["fraction_of_ceiling"] = gflops / ceiling;
+  j["peak_gflops"] = peak;
+  j["mfu"] = gflops / peak;
   fmt::print(
-      "tandem: {:.0f} tokens/s, {:.3f} s/step, {:.1f} GFLOP/s = {:.1f}% of the measured fp32 "
-      "GEMM ceiling ({:.1f} GFLOP/s), {} threads\n",
-      tokens_per_s, dt, gflops, 100.0 * gflops / ceiling, ceiling, omp_get_max_threads());
+      "tandem: {:.0f} tokens/s, {:.3f} s/step, {:.1f} GFLOP/s = MFU {:.1f}% of the stated peak "
+      "({:.1f} GFLOP/s: {}) and {:.1f}% of the measured fp32 GEMM ceiling ({:.1f} GFLOP/s), {} "
+      "threads\n",
+      tokens_per_s, dt, gflops, 100.0 * gflops / peak, peak,
+      backend->describe_peak(tandem::kernels::DType::f32), 100.0 * gflops / ceiling, ceiling,
+      omp_get_max_threads());
   if (torch) {
     std::string cmd = fmt::format(
         "python3 tools/bench_torch_train_step.py --config {} --batch {} --seq {} --steps {} "

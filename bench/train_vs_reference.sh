@@ -98,9 +98,10 @@ def flops_per_token(cfg):
     sw = mc.get("sliding_window")
     windows = [0] * n
     if sw:
-        p = sw["pattern"]
-        windows = [max(p[i % len(p)], 0) for i in range(n)]
-        if sw.get("force_full_attention_on_first_layer", False):
+        # OLMo-core's SlidingWindowAttentionConfig: a forced-full first layer shifts the pattern.
+        p, first = sw["pattern"], sw.get("force_full_attention_on_first_layer", True)
+        windows = [max(p[(i - 1 if first else i) % len(p)], 0) for i in range(n)]
+        if first:
             windows[0] = 0
         if sw.get("force_full_attention_on_last_layer", True):
             windows[-1] = 0
@@ -135,7 +136,7 @@ if ref:
           f"{100 * ref_mfu:>8.1f}%")
     print(f"{'tandem / reference':<20}{tps / ref['tokens_per_s']:>11.2f}x")
 if peak_gflops:
-    print(f"MFU peak: {peak_gflops:.1f} GFLOP/s (tandem's fp32 GEMM measurement at start-up), "
+    print(f"MFU peak: {peak_gflops:.1f} GFLOP/s (tandem's stated hardware peak, all ranks), "
           f"{fpt / 1e6:.1f} MFLOP/token")
 if ref:
     print(f"reference: torch {ref['torch']}, transformers {ref['transformers']}, "

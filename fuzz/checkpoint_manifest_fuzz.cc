@@ -5,6 +5,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tandem;
+  using namespace tandem::train;
   fuzz::expect_clean(
       [&] { (void)parse_checkpoint_manifest(fuzz::as_text(data, size), "manifest.json"); });
   return 0;

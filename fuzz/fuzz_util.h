@@ -46,7 +46,7 @@ template <typename F>
 void expect_clean(F&& body) {
   try {
     body();
-  } catch (const Error&) {
+  } catch (const core::Error&) {
   }
 }
 

@@ -5,6 +5,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tandem;
+  using namespace tandem::io;
   const std::string path = fuzz::scratch_file("input.npy", fuzz::as_text(data, size));
   fuzz::expect_clean([&] {
     NpyArray a = read_npy(path);

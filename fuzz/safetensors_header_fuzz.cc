@@ -5,6 +5,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tandem;
+  using namespace tandem::io;
   const std::string path = fuzz::scratch_file("input.safetensors", fuzz::as_text(data, size));
   fuzz::expect_clean([&] {
     SafetensorsFile file(path);

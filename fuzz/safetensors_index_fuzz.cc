@@ -7,6 +7,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tandem;
+  using namespace tandem::io;
   namespace fs = std::filesystem;
   static const std::string dir = [] {
     const std::string d = fuzz::scratch_dir() + "/sharded";

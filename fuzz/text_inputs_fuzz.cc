@@ -5,6 +5,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tandem;
+  using namespace tandem::io;
   if (size == 0) return 0;
   static const char* kNames[] = {"input.jsonl", "input.jsonl.gz", "input.jsonl.zst",
                                  "input.txt",   "input.txt.gz",   "input.json.zstd"};

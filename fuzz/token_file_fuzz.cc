@@ -10,6 +10,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tandem;
+  using namespace tandem::io;
   const std::string_view all = fuzz::as_text(data, size);
   const std::size_t split = std::min(all.find('\0'), all.size());
   const std::string_view sidecar_text = all.substr(0, split);

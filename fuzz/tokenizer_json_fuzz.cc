@@ -5,6 +5,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tandem;
+  using namespace tandem::tokenizer;
   fuzz::expect_clean([&] {
     Tokenizer tokenizer = Tokenizer::from_json(std::string(fuzz::as_text(data, size)), "fuzz.json");
     const std::vector<std::uint32_t> ids =

@@ -9,8 +9,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace tandem;
   fuzz::expect_clean([&] {
-    const nlohmann::json state = parse_json(fuzz::as_text(data, size), "state.json");
-    check_trainer_state(state, 6, "state.json");
+    const nlohmann::json state = io::parse_json(fuzz::as_text(data, size), "state.json");
+    train::check_trainer_state(state, 6, "state.json");
     (void)optim::SkipStepRule::from_json(state.at("skip_step"));
     (void)data::LoaderState::from_json(state.at("loader"), "state.json");
   });

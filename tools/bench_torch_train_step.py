@@ -16,11 +16,16 @@ from transformers import Olmo3Config, Olmo3ForCausalLM
 
 
 def hf_config(m):
-    pattern = (m.get("sliding_window") or {}).get("pattern")
+    sw = m.get("sliding_window") or {}
+    pattern = sw.get("pattern")
     n = m["n_layers"]
     if pattern:
-        windows = [pattern[i % len(pattern)] for i in range(n)]
-        if (m.get("sliding_window") or {}).get("force_full_attention_on_last_layer", True):
+        # OLMo-core's SlidingWindowAttentionConfig: a forced-full first layer shifts the pattern.
+        first = sw.get("force_full_attention_on_first_layer", True)
+        windows = [pattern[(i - 1 if first else i) % len(pattern)] for i in range(n)]
+        if first:
+            windows[0] = -1
+        if sw.get("force_full_attention_on_last_layer", True):
             windows[-1] = -1
         window = max(w for w in windows if w > 0) if any(w > 0 for w in windows) else 4096
         types = ["sliding_attention" if w > 0 else "full_attention" for w in windows]
@@ -35,7 +40,7 @@ def hf_config(m):
         num_key_value_heads=m.get("n_kv_heads", m["n_heads"]),
         head_dim=m.get("head_dim", m["d_model"] // m["n_heads"]),
         intermediate_size=m["hidden_size"], vocab_size=vocab, sliding_window=window,
-        layer_types=types, rms_norm_eps=float(m.get("layer_norm_eps", 1e-6)),
+        layer_types=types, rms_norm_eps=float(m.get("layer_norm_eps", 1e-5)),
         rope_parameters={t: {"rope_type": "default", "rope_theta": theta}
                          for t in ("sliding_attention", "full_attention")},
         max_position_embeddings=m.get("max_sequence_length", 8192),

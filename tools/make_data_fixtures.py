@@ -7,6 +7,11 @@
 - loader_<set>.json + tokens_<set>/*.npy: two small token-file sets (generated deterministically
   here and committed), OLMo-core's NumpyFSLDataset/NumpyFSLDataLoader global indices and per-rank
   instance ids for two seeds, world sizes 1/2/4, two epochs and a resume on another world size.
+- mix/sample-mix.txt + mix/base/...: a data-mix manifest in OLMo-core's format (label,path lines
+  with {TOKENIZER}, comments, unsorted paths, the same basename in several folders) and its token
+  files; loader_mix.json: the files OLMo-core's DataMix.build resolves (its own parser, fed this
+  manifest), the dataset OLMo-core's NumpyFSLDatasetConfig(mix=...) builds from them, and its
+  loader's global indices and per-rank ids for world sizes 1/2/4 and a mid-epoch resume.
 
 Run from the repository root:  python3 tools/make_data_fixtures.py
 Needs numpy and ai2-olmo-core (which brings torch). The tests only read the committed output.
@@ -179,11 +184,12 @@ def prepared_olmo_dataset(paths, spec):
     return ds, work
 
 
-def run_olmo_loader(paths, spec, seed, world, epoch, resume=None):
+def run_olmo_loader(paths, spec, seed, world, epoch, resume=None, build=None):
+    """OLMo-core's loader over `paths` (or over the dataset `build()` returns, with its work dir)."""
     from olmo_core.data.collator import DataCollator
     from olmo_core.data.data_loader import NumpyDataLoaderBase
 
-    ds, work = prepared_olmo_dataset(paths, spec)
+    ds, work = build() if build else prepared_olmo_dataset(paths, spec)
     per_rank = []
     global_indices = None
     state = None
@@ -243,11 +249,11 @@ def make_loader_sets():
             "runs": runs, "resumes": resumes})
 
 
-def run_olmo_loader_partial(paths, spec, seed, world, epoch, batches):
+def run_olmo_loader_partial(paths, spec, seed, world, epoch, batches, build=None):
     from olmo_core.data.collator import DataCollator
     from olmo_core.data.data_loader import NumpyDataLoaderBase
 
-    ds, work = prepared_olmo_dataset(paths, spec)
+    ds, work = build() if build else prepared_olmo_dataset(paths, spec)
     dl = NumpyDataLoaderBase.wrap_numpy_dataset(
         ds, global_batch_size=spec["batch"] * spec["seq"],
         collator=DataCollator(pad_token_id=spec["vocab"] - 1), work_dir=work, seed=seed,
@@ -260,12 +266,120 @@ def run_olmo_loader_partial(paths, spec, seed, world, epoch, batches):
     return state
 
 
+# ----------------------------------------------------------------------------------------------
+# A data-mix manifest as AI2 writes them (olmo_core/data/mixes/*.txt): `label,path` lines, paths
+# relative to a base directory with {TOKENIZER} in them. Lines are deliberately not in sorted
+# order, labels come back after others, and part-00.npy / part-01.npy exist in several folders.
+MIX_SPEC = dict(vocab=100278, dtype=np.uint32, seq=32, batch=8, max_target=64, filter=True)
+MIX_LINES = [
+    ("web", "preprocessed/sample-mix/v0.1/{TOKENIZER}/web/part-02.npy", 1500),
+    ("web", "preprocessed/sample-mix/v0.1/{TOKENIZER}/web/part-00.npy", 1100),
+    ("code", "preprocessed/sample-mix/v0.1/{TOKENIZER}/code/part-00.npy", 900),
+    ("math", "preprocessed/sample-mix/v0.1/{TOKENIZER}/math/part-01.npy", 700),
+    ("web", "preprocessed/sample-mix/v0.1/{TOKENIZER}/web/part-01.npy", 1300),
+    ("code", "preprocessed/sample-mix/v0.1/{TOKENIZER}/code/part-01.npy", 650),
+]
+MIX_TOKENIZER_DIR = "allenai/dolma3-tokenizer"  # what DataMix.build puts for dolma2 in OLMo 3 mixes
+
+
+def write_mix_set():
+    """The manifest and its token files (repeated spans in some, so that the filter rejects)."""
+    rng = np.random.default_rng(1000 + ord("m"))
+    folder = os.path.join(OUT, "mix")
+    base = os.path.join(folder, "base")
+    lines = ["# A sample OLMo-core data-mix manifest (tools/make_data_fixtures.py).",
+             "# Order as written: not sorted; part-00/part-01 repeat across folders.", ""]
+    for i, (label, rel, size) in enumerate(MIX_LINES):
+        toks = rng.integers(0, MIX_SPEC["vocab"] - 2, size)
+        if i % 2 == 0:  # a token repeated 100 times: whole 32-token instances the filter rejects
+            toks[100 + 37 * i:200 + 37 * i] = rng.integers(0, 1000)
+        path = os.path.join(base, rel.replace("{TOKENIZER}", MIX_TOKENIZER_DIR))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        toks.astype(MIX_SPEC["dtype"]).tofile(path)
+        lines.append(f"{label},{rel}")
+        if i == 2:
+            lines.append("# a comment between entries")
+    manifest = os.path.join(folder, "sample-mix.txt")
+    with open(manifest, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return manifest, base
+
+
+def olmo_mix_dataset_builder(manifest, base):
+    """OLMo-core's own DataMix.build and NumpyFSLDatasetConfig(mix=...), fed our manifest: the
+    packaged mix file is swapped for it, so OLMo-core's parser reads it."""
+    import contextlib
+    from pathlib import Path
+
+    import olmo_core.data.mixes as mixes
+    from olmo_core.data import NumpyFSLDatasetConfig, TokenizerConfig
+    from olmo_core.data.numpy_dataset import InstanceFilterConfig
+
+    @contextlib.contextmanager
+    def our_manifest(name):
+        yield Path(manifest)
+
+    mixes._get_data_mix_path = our_manifest
+    tokenizer = TokenizerConfig.dolma2()  # vocab 100278, eos 100257, pad 100277
+    mix = mixes.DataMix.OLMo_mix_0625_official
+
+    def build():
+        work = tempfile.mkdtemp()
+        ds = NumpyFSLDatasetConfig.from_data_mix(
+            mix, tokenizer=tokenizer, mix_base_dir=base, sequence_length=MIX_SPEC["seq"],
+            max_target_sequence_length=MIX_SPEC["max_target"],
+            instance_filter_config=InstanceFilterConfig(), work_dir=work).build()
+        ds.prepare()
+        return ds, work
+
+    paths, labels = mix.build(base, tokenizer.identifier)
+    return build, paths, labels
+
+
+def make_mix_set():
+    manifest, base = write_mix_set()
+    build, paths, labels = olmo_mix_dataset_builder(manifest, base)
+    spec = dict(MIX_SPEC)
+    runs = []
+    ds = None
+    for world in (1, 2, 4):
+        for epoch in (1, 2):
+            ds, gi, per_rank, _ = run_olmo_loader(None, spec, 34521, world, epoch, build=build)
+            runs.append({"seed": 34521, "world_size": world, "epoch": epoch,
+                         "global_indices": gi, "ranks": per_rank})
+    resumes = []
+    for after in (4, 1):
+        first = run_olmo_loader_partial(None, spec, 34521, world=2, epoch=1, batches=3,
+                                        build=build)
+        _, _, per_rank, _ = run_olmo_loader(None, spec, 34521, after, 1, resume=first,
+                                            build=build)
+        resumes.append({"seed": 34521, "before_world_size": 2, "batches_before": 3,
+                        "state": first, "after_world_size": after, "ranks": per_rank})
+    tok = TOKENIZER_DOLMA2
+    write_json("loader_mix.json", {
+        "versions": versions(),
+        "manifest": "mix/sample-mix.txt", "mix_base_dir": "mix/base",
+        "mix_tokenizer_id": MIX_TOKENIZER_DIR,
+        "files": [os.path.relpath(p, base) for p in paths], "labels": labels,
+        "vocab_size": tok["vocab"], "dtype": "uint32",
+        "sequence_length": spec["seq"], "global_batch_size": spec["batch"] * spec["seq"],
+        "max_target_sequence_length": spec["max_target"],
+        "pad_token_id": tok["pad"], "eos_token_id": tok["eos"], "instance_filter": True,
+        "num_instances": len(ds), "fingerprint": ds.fingerprint,
+        "fingerprint_version": ds.fingerprint_version, "runs": runs, "resumes": resumes})
+
+
+TOKENIZER_DOLMA2 = dict(vocab=100278, eos=100257, pad=100277)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
-    what = sys.argv[1:] or ["shuffle", "repetition", "loader"]
+    what = sys.argv[1:] or ["shuffle", "repetition", "loader", "mix"]
     if "shuffle" in what:
         make_shuffle()
     if "repetition" in what:
         make_repetition()
     if "loader" in what:
         make_loader_sets()
+    if "mix" in what:
+        make_mix_set()

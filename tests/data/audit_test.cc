@@ -78,9 +78,9 @@ TEST(Audit, ParsesResumePoints) {
   p = parse_resume_point("3:8>2");
   EXPECT_EQ(p.before_world_size, 8u);
   EXPECT_EQ(p.world_size, 2u);
-  EXPECT_THROW(parse_resume_point("12"), Error);
-  EXPECT_THROW(parse_resume_point("x:2"), Error);
-  EXPECT_THROW(parse_resume_point("3:0"), Error);
+  EXPECT_THROW(parse_resume_point("12"), core::Error);
+  EXPECT_THROW(parse_resume_point("x:2"), core::Error);
+  EXPECT_THROW(parse_resume_point("3:0"), core::Error);
 }
 
 }  // namespace

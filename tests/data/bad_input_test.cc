@@ -1,4 +1,4 @@
-// Bad input gives a clear tandem::Error naming the file, key or offset.
+// Bad input gives a clear tandem::core::Error naming the file, key or offset.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -12,7 +12,7 @@ namespace {
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     return e.what();
   }
   return "";

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "data_test_util.h"
+#include "tandem/core/hash.h"
 
 namespace tandem::data {
 namespace {
@@ -29,11 +30,27 @@ Result run(const std::string& args) {
   return r;
 }
 
-std::string write_config(const std::string& dir) {
-  auto fx = testing::read_json_fixture("loader_a.json");
+std::string write_config(const std::string& dir, const std::string& set = "a") {
+  auto fx = testing::read_json_fixture("loader_" + set + ".json");
   std::string path = dir + "/data.yaml";
-  testing::write_text(path, testing::fixture_config_yaml(fx, "a", 34521));
+  testing::write_text(path, testing::fixture_config_yaml(fx, set, 34521));
   return path;
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::size_t start = 0, nl;
+  while ((nl = out.find('\n', start)) != std::string::npos) {
+    lines.push_back(nlohmann::json::parse(out.substr(start, nl - start)));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+const nlohmann::json& fixture_run(const nlohmann::json& fx, int world) {
+  for (const auto& r : fx["runs"])
+    if (r["seed"] == 34521 && r["world_size"] == world && r["epoch"] == 1) return r;
+  throw std::runtime_error("fixture run not found");
 }
 
 TEST(Cli, BatchesPrintsOlmoCoreOrderPerRank) {
@@ -60,6 +77,50 @@ TEST(Cli, BatchesPrintsOlmoCoreOrderPerRank) {
   }
   EXPECT_EQ(lines[0]["step"], 3);
   EXPECT_EQ(lines[1]["rank"], 1);
+}
+
+// --tokens prints the ids themselves: hashed here as OLMo-core's batches were (int64 rows, in
+// instance order), they must give OLMo-core's token hashes, and the masks OLMo-core's masks.
+TEST(Cli, BatchesPrintsTheTokenIdsOlmoCoreHandsOut) {
+  for (std::string set : {"a", "b"}) {
+    std::string dir = testing::temp_dir("cli_tokens_" + set);
+    std::string cfg = write_config(dir, set);
+    auto fx = testing::read_json_fixture("loader_" + set + ".json");
+    const nlohmann::json& run2 = fixture_run(fx, 2);
+    // Steps 8-10 hold instances the repetition filter rejects (set b).
+    Result r = run("data batches " + cfg + " --world-size 2 --from-step 8 --steps 3 --tokens");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto lines = json_lines(r.out);
+    ASSERT_EQ(lines.size(), 6u);
+    const int seq = fx["sequence_length"];
+    int rejected = 0;
+    for (const auto& line : lines) {
+      int step = line["step"], rank = line["rank"];
+      const auto& want = run2["ranks"][rank][step];
+      EXPECT_EQ(line["instances"], want["ids"]);
+      std::vector<std::int64_t> flat;
+      ASSERT_EQ(line["input_ids"].size(), line["instances"].size());
+      for (const auto& row : line["input_ids"]) {
+        ASSERT_EQ(row.size(), static_cast<std::size_t>(seq));
+        for (const auto& id : row) flat.push_back(id.get<std::int64_t>());
+      }
+      EXPECT_EQ(core::sha256_hex(std::span<const std::uint8_t>(
+                    reinterpret_cast<const std::uint8_t*>(flat.data()), flat.size() * 8)),
+                want["tokens_sha256"].get<std::string>())
+          << "set " << set << " step " << step << " rank " << rank;
+      if (fx["instance_filter"].get<bool>()) {
+        auto mask = want["mask"].get<std::vector<bool>>();
+        ASSERT_EQ(line["instance_mask"].size(), mask.size());
+        for (std::size_t k = 0; k < mask.size(); ++k) {
+          EXPECT_EQ(line["instance_mask"][k].get<int>() != 0, mask[k]);
+          rejected += mask[k] ? 0 : 1;
+        }
+      } else {
+        EXPECT_FALSE(line.contains("instance_mask"));
+      }
+    }
+    if (fx["instance_filter"].get<bool>()) EXPECT_GT(rejected, 0);
+  }
 }
 
 TEST(Cli, BatchesResumesFromASavedStateAndRefusesChangedSeed) {

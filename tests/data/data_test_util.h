@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/data/data_config.h"
 #include "tandem/io/config.h"
@@ -20,20 +21,16 @@ inline std::string fixture(const std::string& name) {
 }
 
 inline nlohmann::json read_json_fixture(const std::string& name) {
-  return nlohmann::json::parse(read_file(fixture(name)));
+  return nlohmann::json::parse(core::read_file(fixture(name)));
 }
 
 // A fresh, empty directory under the system temp dir.
 inline std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("tandem_data_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return tandem::testing::temp_dir("data_" + name);
 }
 
 inline void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
+  tandem::testing::write_text(path, text);
 }
 
 template <typename T>
@@ -45,17 +42,25 @@ void write_tokens(const std::string& path, const std::vector<T>& tokens) {
 
 inline DataConfig parse_yaml(const std::string& yaml, const std::string& base_dir = "") {
   YAML::Node root = YAML::Load(yaml);
-  return parse_data_config(ConfigSection(root["data"], "data", "test.yaml"), base_dir);
+  return parse_data_config(io::ConfigSection(root["data"], "data", "test.yaml"), base_dir);
 }
 
-// The data config matching one of the OLMo-core loader fixtures (loader_a.json, loader_b.json).
+// The data config matching one of the OLMo-core loader fixtures (loader_a.json, loader_b.json,
+// loader_mix.json).
 inline std::string fixture_config_yaml(const nlohmann::json& fx, const std::string& set,
                                        std::int64_t seed) {
-  std::string paths;
-  for (const auto& f : fx["files"])
-    paths += "\"" + fixture("tokens_" + set + "/" + f.get<std::string>()) + "\", ";
   std::string yaml = "data:\n";
-  yaml += "  paths: [" + paths + "]\n";
+  if (fx.contains("manifest")) {
+    // loader_mix.json: the files come from an OLMo-core data-mix manifest.
+    yaml += "  mix: \"" + fixture(fx["manifest"].get<std::string>()) + "\"\n";
+    yaml += "  mix_base_dir: \"" + fixture(fx["mix_base_dir"].get<std::string>()) + "\"\n";
+    yaml += "  mix_tokenizer_id: " + fx["mix_tokenizer_id"].get<std::string>() + "\n";
+  } else {
+    std::string paths;
+    for (const auto& f : fx["files"])
+      paths += "\"" + fixture("tokens_" + set + "/" + f.get<std::string>()) + "\", ";
+    yaml += "  paths: [" + paths + "]\n";
+  }
   yaml += "  sequence_length: " + std::to_string(fx["sequence_length"].get<int>()) + "\n";
   yaml += "  global_batch_size: " + std::to_string(fx["global_batch_size"].get<int>()) + "\n";
   yaml += "  seed: " + std::to_string(seed) + "\n";

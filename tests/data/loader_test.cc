@@ -7,6 +7,7 @@
 #include "data_test_util.h"
 #include "tandem/core/error.h"
 #include "tandem/data/loader.h"
+#include "tandem/optim/loss_normalization.h"
 
 namespace tandem::data {
 namespace {
@@ -41,7 +42,9 @@ TEST(Loader, WorkersSplitEachGlobalBatchDisjointlyAndCoverIt) {
   }
 }
 
-TEST(Loader, LabelsAreShiftedAndRejectedInstancesAreMasked) {
+// The loader marks rejected instances; the training step's labels (optim::make_labels, the one
+// home of labels) then ignore every position of them.
+TEST(Loader, RejectedInstancesAreMaskedAndTheirLabelsIgnored) {
   auto fx = testing::read_json_fixture("loader_b.json");
   DataConfig config = testing::parse_yaml(testing::fixture_config_yaml(fx, "b", 34521));
   Loader loader(config);
@@ -51,14 +54,15 @@ TEST(Loader, LabelsAreShiftedAndRejectedInstancesAreMasked) {
     const std::size_t seq = static_cast<std::size_t>(b.sequence_length);
     for (std::size_t i = 0; i < b.num_instances(); ++i) {
       const std::int64_t* ids = b.input_ids.data() + i * seq;
-      const std::int64_t* labels = b.labels.data() + i * seq;
+      const std::vector<std::int64_t> labels =
+          optim::make_labels(ids, 1, b.sequence_length, b.instance_mask.data() + i);
       if (b.instance_mask[i]) {
         ++kept;
         for (std::size_t t = 0; t + 1 < seq; ++t) ASSERT_EQ(labels[t], ids[t + 1]);
-        ASSERT_EQ(labels[seq - 1], kIgnoreLabel);
+        ASSERT_EQ(labels[seq - 1], core::kIgnoreIndex);
       } else {
         ++rejected;
-        for (std::size_t t = 0; t < seq; ++t) ASSERT_EQ(labels[t], kIgnoreLabel);
+        for (std::size_t t = 0; t < seq; ++t) ASSERT_EQ(labels[t], core::kIgnoreIndex);
         // Tokens are kept: a rejected instance is a long repeat, not padding.
         ASSERT_NE(ids[0], config.pad_token_id);
       }
@@ -66,19 +70,6 @@ TEST(Loader, LabelsAreShiftedAndRejectedInstancesAreMasked) {
   }
   EXPECT_GT(rejected, 0u);
   EXPECT_GT(kept, rejected);
-}
-
-TEST(Loader, MicroBatchesPartitionTheRankBatch) {
-  DataConfig config = set_a_config();
-  Loader loader(config);
-  Batch b = loader.next_batch(1, 2);
-  auto micro = b.micro_batches(2);
-  ASSERT_EQ(micro.size(), 2u);
-  EXPECT_EQ(micro[1].instance_ids[0], b.instance_ids[2]);
-  EXPECT_EQ(micro[1].input_ids.size(), 2u * config.sequence_length);
-  EXPECT_EQ(micro[1].input_ids.data(), b.input_ids.data() + 2 * config.sequence_length);
-  EXPECT_EQ(b.micro_batches(0).size(), 1u);
-  EXPECT_THROW(b.micro_batches(3), Error);
 }
 
 TEST(Loader, PrefetchGivesTheSameBatchesAsOnDemand) {
@@ -150,8 +141,8 @@ TEST(Loader, NewEpochHasANewShuffleAndResetsCounters) {
 TEST(Loader, RefusesWorldSizesThatDoNotDivideTheBatch) {
   DataConfig config = set_a_config();  // 8 instances per batch
   Loader loader(config);
-  EXPECT_THROW(loader.next_batch(0, 3), Error);
-  EXPECT_THROW(loader.next_batch(4, 4), Error);
+  EXPECT_THROW(loader.next_batch(0, 3), core::Error);
+  EXPECT_THROW(loader.next_batch(4, 4), core::Error);
 }
 
 }  // namespace
@@ -178,7 +169,7 @@ TEST(DataConfig, LabelledSourcesKeepMixOrderAndSortGlobs) {
   EXPECT_EQ(std::filesystem::path(files[0]).filename(), "code.npy");
   EXPECT_EQ(std::filesystem::path(files[1]).filename(), "a.npy");
   EXPECT_EQ(std::filesystem::path(files[2]).filename(), "b.npy");
-  EXPECT_EQ(c.dtype, TokenDtype::kU16);
+  EXPECT_EQ(c.dtype, io::TokenDtype::kU16);
   TokenDataset ds(c);
   EXPECT_EQ(ds.num_instances(), 15u);  // 5 per file, remainder dropped
   EXPECT_EQ(ds.source_label(0), "code");

@@ -18,7 +18,7 @@ u128 parse_u128(const std::string& s) {
 }
 
 std::string sha256_u32(const std::vector<std::uint32_t>& v) {
-  return sha256_hex(
+  return core::sha256_hex(
       std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(v.data()), v.size() * 4));
 }
 
@@ -82,7 +82,7 @@ TEST(NumpyRandom, EpochsAreOneBasedAndReshuffle) {
   std::iota(direct.begin(), direct.end(), 0u);
   numpy_shuffle(direct, 34522);
   EXPECT_EQ(e1, direct);
-  EXPECT_THROW(global_instance_order(10, 1, 0, 1), Error);
+  EXPECT_THROW(global_instance_order(10, 1, 0, 1), core::Error);
   auto unshuffled = global_instance_order(5, 1, 1, 1, false);
   EXPECT_EQ(unshuffled, (std::vector<std::uint32_t>{0, 1, 2, 3, 4}));
 }

@@ -16,7 +16,8 @@ TEST(RepetitionFilter, MatchesOlmoCoreOnRandomAndAdversarialArrays) {
     auto tokens = c["tokens"].get<std::vector<std::int64_t>>();
     std::string name = c["name"];
     if (!c["error"].is_null()) {
-      EXPECT_THROW(find_periodic_sequences(tokens, cfg.max_period, cfg.min_period), Error) << name;
+      EXPECT_THROW(find_periodic_sequences(tokens, cfg.max_period, cfg.min_period), core::Error)
+          << name;
       continue;
     }
     std::vector<Repetition> want;
@@ -49,7 +50,7 @@ TEST(RepetitionFilter, ThresholdIsThirtyTwoRepeats) {
 
 TEST(RepetitionFilter, MaskValueInArrayIsRefusedLikeTheReference) {
   std::vector<std::int64_t> v = {1, 2, -1, 3};
-  EXPECT_THROW(find_periodic_sequences(v, 13), Error);
+  EXPECT_THROW(find_periodic_sequences(v, 13), core::Error);
 }
 
 }  // namespace

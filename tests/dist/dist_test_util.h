@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 
 namespace tandem::dist_testing {
 

@@ -143,14 +143,14 @@ TEST(Faults, KilledRankEndsTheJobThenFewerRanksResume) {
 
 TEST(Faults, SaveFailingOnOneRankKeepsThePreviousCheckpoint) {
   const std::string run = temp_dir("dist_fault_save");
-  ASSERT_EQ(
-      run_shell(tandem_command(2, "train " + train_args(run, 3) + " trainer.zero1=true")).exit_code,
-      0);
+  ASSERT_EQ(run_shell(tandem_command(2, "train " + train_args(run, 3) + " dist.strategy=zero1"))
+                .exit_code,
+            0);
   // Resume to step 40, saving at step 15; once training runs, rank 1 alone gets a 100 KB
   // file-size limit, so its ~290 KB optimizer shard cannot be written at the step-15 save.
   const std::string log = run + "/job.log";
   pid_t job = start_job(tandem_command(2, "train " + train_args(run, 40) +
-                                              " trainer.zero1=true trainer.save_interval=15"),
+                                              " dist.strategy=zero1 trainer.save_interval=15"),
                         log);
   ASSERT_GT(job, 0);
   ASSERT_TRUE(wait_for_steps(job, run, 5)) << slurp(log);
@@ -165,10 +165,10 @@ TEST(Faults, SaveFailingOnOneRankKeepsThePreviousCheckpoint) {
   EXPECT_NE(output.find("saving checkpoint"), std::string::npos) << output;
   EXPECT_NE(output.find("File too large"), std::string::npos) << output;
   EXPECT_LT(read_metrics(run).size(), 40u);
-  auto cps = list_checkpoints(run + "/checkpoints");
+  auto cps = train::list_checkpoints(run + "/checkpoints");
   ASSERT_EQ(cps.size(), 1u) << output;
   EXPECT_EQ(fs::path(cps[0]).filename(), "step-000003");
-  EXPECT_NO_THROW(verify_checkpoint(cps[0]));
+  EXPECT_NO_THROW(train::verify_checkpoint(cps[0]));
   for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
     EXPECT_EQ(e.path().filename().string().find("partial"), std::string::npos) << e.path();
 }

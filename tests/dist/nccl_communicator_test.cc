@@ -42,8 +42,8 @@ class ScopedEnv {
 
 std::string error_of_make_communicator() {
   try {
-    make_communicator();
-  } catch (const Error& e) {
+    dist::make_communicator();
+  } catch (const core::Error& e) {
     return e.what();
   }
   return "";
@@ -51,7 +51,7 @@ std::string error_of_make_communicator() {
 
 TEST(CommunicatorSelection, SingleCanBeForced) {
   ScopedEnv choice("TANDEM_COMMUNICATOR", "single");
-  EXPECT_EQ(make_communicator()->name(), "single");
+  EXPECT_EQ(dist::make_communicator()->name(), "single");
 }
 
 TEST(CommunicatorSelection, UnknownNameIsAnError) {
@@ -73,7 +73,7 @@ TEST(CommunicatorSelection, SingleUnderALauncherOfSeveralProcessesIsAnError) {
 // it is below.
 TEST(CommunicatorSelection, NcclWhereItCannotRunIsAClearError) {
 #ifdef TANDEM_HAVE_NCCL
-  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: NCCL can run here";
+  if (dist::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: NCCL can run here";
   const std::string expected = "TANDEM_COMMUNICATOR=nccl: no usable CUDA device";
 #else
   const std::string expected = "TANDEM_COMMUNICATOR=nccl: this tandem was built without NCCL";
@@ -91,7 +91,7 @@ TEST(CommunicatorSelection, NcclWhereItCannotRunIsAClearError) {
 // NCCL refuses two ranks on one device, so a world of W needs W devices.
 void skip_without_devices(int world) {
   std::string why;
-  const int devices = cuda_device_count(&why);
+  const int devices = dist::cuda_device_count(&why);
   if (devices < world)
     GTEST_SKIP() << world << " rank(s) need " << world << " CUDA device(s), this machine has "
                  << devices << (devices == 0 ? " (" + why + ")" : "");
@@ -135,7 +135,8 @@ void expect_nccl_training_matches_mpi(int world) {
     const std::string what = "NCCL W=" + std::to_string(world) + " zero1=" + zero1;
     const std::string run = temp_dir("nccl_train_w" + std::to_string(world) + "_zero1_" + zero1);
     auto rn = run_shell("TANDEM_COMMUNICATOR=nccl " + mpirun(world) + TANDEM_BINARY + " train " +
-                        train_args(run, steps) + " trainer.zero1=" + zero1);
+                        train_args(run, steps) +
+                        " dist.strategy=" + std::string(zero1 == "true" ? "zero1" : "ddp"));
     ASSERT_EQ(rn.exit_code, 0) << what << "\n" << rn.output;
     EXPECT_NE(rn.output.find("on CUDA device"), std::string::npos) << what << "\n" << rn.output;
     EXPECT_NE(rn.output.find(std::to_string(world) + " rank(s)"), std::string::npos) << rn.output;

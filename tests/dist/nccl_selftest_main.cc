@@ -21,7 +21,7 @@
 
 namespace {
 
-using tandem::NcclCommunicator;
+using tandem::dist::NcclCommunicator;
 
 // Rank r's contribution to element i of test `salt`: integers below 2^24 (exact in float).
 float contribution(int rank, std::size_t i, int salt) {

@@ -16,24 +16,24 @@ namespace {
 
 struct Fixture {
   nlohmann::json expected;
-  std::unique_ptr<Olmo3Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<model::Olmo3Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
 };
 
 Fixture& fixture() {
   static Fixture f = [] {
     Fixture f;
-    f.expected = nlohmann::json::parse(read_file(test::fixtures() + "/expected.json"));
-    f.model = load_model(test::fixtures() + "/model");
-    f.tokenizer =
-        std::make_unique<Tokenizer>(Tokenizer::from_file(test::fixtures() + "/tokenizer.json"));
+    f.expected = nlohmann::json::parse(core::read_file(test::fixtures() + "/expected.json"));
+    f.model = model::load_model(test::fixtures() + "/model", tandem::testing::cpu_backend());
+    f.tokenizer = std::make_unique<tokenizer::Tokenizer>(
+        tokenizer::Tokenizer::from_file(test::fixtures() + "/tokenizer.json"));
     return f;
   }();
   return f;
 }
 
 std::vector<TokenizedRequest> tokenize(const DownstreamTask& task) {
-  Encoder encoder(*fixture().tokenizer);
+  tokenizer::Encoder encoder(*fixture().tokenizer);
   std::vector<TokenizedRequest> out;
   for (const auto& r : task.requests) {
     TokenizedRequest t;

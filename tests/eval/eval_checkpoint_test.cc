@@ -6,22 +6,25 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 
 namespace tandem {
 namespace {
+
+using namespace core;
 
 namespace fs = std::filesystem;
 
 TEST(EvalCheckpoint, ChecksumFailureIsAnErrorAndARunDirUsesTheNewestValid) {
   const std::string config = testing::fixture("train/parity.yaml");
   const std::string run = testing::temp_dir("eval_damaged_checkpoint");
-  auto train = testing::run_tandem(
-      "train " + config + " trainer.init_from=" + testing::fixture("train/init_hf") +
-      " trainer.save_folder=" + run +
-      " trainer.max_steps=4 trainer.save_interval=2 trainer.progress=false trainer.peak_gflops=1"
-      " evaluation.interval=0");
+  auto train = testing::run_tandem("train " + config +
+                                   " trainer.init_from=" + testing::fixture("train/init_hf") +
+                                   " trainer.save_folder=" + run +
+                                   " trainer.max_steps=4 trainer.save_interval=2 "
+                                   "trainer.progress=false trainer.peak_tflops=0.001"
+                                   " evaluation.interval=0");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   const std::string weights = run + "/checkpoints/step-000004/model/model.safetensors";
   std::string bytes = read_file(weights);

@@ -6,22 +6,19 @@
 #include <fstream>
 #include <string>
 
+#include "../support/test_support.h"
+
 namespace tandem::eval::test {
 
 inline std::string fixtures() { return std::string(TANDEM_FIXTURES_DIR) + "/eval"; }
 inline std::string tasks_dir() { return fixtures() + "/oe_eval_tasks"; }
 
 inline std::string scratch_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("tandem_eval_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return tandem::testing::temp_dir("eval_" + name);
 }
 
 inline void write_text(const std::string& path, const std::string& text) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream(path) << text;
+  tandem::testing::write_text(path, text);
 }
 
 }  // namespace tandem::eval::test

@@ -53,9 +53,9 @@ TEST(TaskSpec, Variants) {
   EXPECT_EQ(z.variant_dir, "rc_0shot");
   EXPECT_TRUE(z.bpb);
   EXPECT_EQ(default_task_specs().size(), 30u);
-  EXPECT_THROW(parse_task_spec("arc_easy"), Error);
-  EXPECT_THROW(parse_task_spec("a:b:c"), Error);
-  EXPECT_THROW(parse_task_spec("../x:rc"), Error);
+  EXPECT_THROW(parse_task_spec("arc_easy"), core::Error);
+  EXPECT_THROW(parse_task_spec("a:b:c"), core::Error);
+  EXPECT_THROW(parse_task_spec("../x:rc"), core::Error);
 }
 
 TEST(TaskLoading, LimitKeepsWholeDocumentsAndDropsUnconditional) {
@@ -71,7 +71,7 @@ void expect_error(const std::function<void()>& fn, const std::string& fragment) 
   try {
     fn();
     FAIL() << "no error; expected one containing: " << fragment;
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
 }
@@ -120,19 +120,22 @@ TEST(TaskBadInput, MalformedRequestLineNamesFileAndLine) {
 
 TEST(DownstreamConfigYaml, StrictKeys) {
   YAML::Node ok = YAML::Load("{tasks: [arc_easy:rc, piqa:bpb], limit: 5, interval: 10}");
-  auto c = parse_downstream_config(ConfigSection(ok, "evaluation.downstream", "run.yaml"));
+  auto c = parse_downstream_config(io::ConfigSection(ok, "evaluation.downstream", "run.yaml"));
   EXPECT_EQ(c.tasks.size(), 2u);
   EXPECT_EQ(c.options.limit, 5);
   EXPECT_EQ(c.interval, 10);
   YAML::Node all = YAML::Load("{tasks: default}");
-  EXPECT_EQ(parse_downstream_config(ConfigSection(all, "evaluation.downstream")).tasks.size(), 30u);
+  EXPECT_EQ(parse_downstream_config(io::ConfigSection(all, "evaluation.downstream")).tasks.size(),
+            30u);
   YAML::Node typo = YAML::Load("{tasks: [arc_easy:rc], limt: 5}");
   expect_error(
-      [&] { parse_downstream_config(ConfigSection(typo, "evaluation.downstream", "run.yaml")); },
+      [&] {
+        parse_downstream_config(io::ConfigSection(typo, "evaluation.downstream", "run.yaml"));
+      },
       "limt");
   YAML::Node bad = YAML::Load("{tasks: [arc_easy]}");
   expect_error(
-      [&] { parse_downstream_config(ConfigSection(bad, "evaluation.downstream", "run.yaml")); },
+      [&] { parse_downstream_config(io::ConfigSection(bad, "evaluation.downstream", "run.yaml")); },
       "TASK:VARIANT");
 }
 

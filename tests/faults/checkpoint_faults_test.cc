@@ -12,6 +12,10 @@
 namespace tandem {
 namespace {
 
+using namespace core;
+using namespace io;
+using namespace train;
+
 using namespace fault_testing;
 
 TEST(FaultMatrix, KillNineInsideEveryStageOfACheckpointWriteRepeatedly) {

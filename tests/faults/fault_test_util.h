@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/hash.h"
 #include "tandem/train/checkpoint.h"
@@ -25,6 +25,9 @@
 namespace tandem::fault_testing {
 
 namespace fs = std::filesystem;
+using namespace core;
+using namespace io;
+using namespace train;
 using testing::fixture;
 using testing::run_shell;
 using testing::run_tandem;
@@ -35,7 +38,7 @@ inline std::string train_args(const std::string& run, int steps) {
   return fixture("train/parity.yaml") + " trainer.init_from=" + fixture("train/init_hf") +
          " trainer.save_folder=" + run + " trainer.max_steps=" + std::to_string(steps) +
          " trainer.save_interval=2 trainer.keep_last=2 trainer.progress=false"
-         " trainer.peak_gflops=1 evaluation.interval=4";
+         " trainer.peak_tflops=0.001 evaluation.interval=4";
 }
 
 inline std::size_t metric_lines(const std::string& run) {

@@ -7,12 +7,16 @@
 namespace tandem {
 namespace {
 
+using namespace core;
+using namespace io;
+using namespace train;
+
 using namespace fault_testing;
 
 std::string mpi_train(const std::string& run, int steps, const std::string& env = "") {
   return "env OMP_NUM_THREADS=1 " + env + " mpirun --oversubscribe --allow-run-as-root -np 2 " +
          TANDEM_BINARY + " train " + train_args(run, steps) +
-         " trainer.zero1=true data.micro_batch_size=2";
+         " dist.strategy=zero1 data.micro_batch_size=2";
 }
 
 TEST(FaultMatrix, DeadRankDuringASaveKeepsThePreviousCheckpoint) {

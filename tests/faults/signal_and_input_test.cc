@@ -7,6 +7,10 @@
 namespace tandem {
 namespace {
 
+using namespace core;
+using namespace io;
+using namespace train;
+
 using namespace fault_testing;
 
 class StopSignal : public ::testing::TestWithParam<int> {};

@@ -1,5 +1,5 @@
-// Bad safetensors files and checkpoints: each is refused with a tandem::Error naming the file and,
-// where one is at fault, the tensor.
+// Bad safetensors files and checkpoints: each is refused with a tandem::core::Error naming the file
+// and, where one is at fault, the tensor.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,7 +22,7 @@ class BadSafetensors : public ::testing::Test {
   // Writes a file with this header and data size; returns its path.
   std::string make(const std::string& header, std::size_t data_bytes) {
     std::string path = dir_ + "/t" + std::to_string(count_++) + ".safetensors";
-    write_file_atomic(path, testing::safetensors_bytes(header, data_bytes));
+    core::write_file_atomic(path, testing::safetensors_bytes(header, data_bytes));
     return path;
   }
   void expect_rejected(const std::string& header, std::size_t data_bytes,
@@ -32,9 +32,9 @@ class BadSafetensors : public ::testing::Test {
     std::vector<std::string> all(parts);
     all.push_back(path);
     try {
-      SafetensorsFile file(path);
+      io::SafetensorsFile file(path);
       ADD_FAILURE() << "accepted a bad file";
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       for (const std::string& part : all) {
         EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
             << "message lacks '" << part << "': " << e.what();
@@ -48,16 +48,17 @@ class BadSafetensors : public ::testing::Test {
 
 TEST_F(BadSafetensors, TooShortOrEmpty) {
   std::string path = dir_ + "/short.safetensors";
-  write_file_atomic(path, "abc");
-  expect_error([&] { SafetensorsFile f(path); }, {path, "shorter than the 8-byte"});
-  write_file_atomic(path, "");
-  expect_error([&] { SafetensorsFile f(path); }, {path, "0 bytes"});
-  expect_error([&] { SafetensorsFile f(dir_ + "/absent.safetensors"); }, {"absent.safetensors"});
+  core::write_file_atomic(path, "abc");
+  expect_error([&] { io::SafetensorsFile f(path); }, {path, "shorter than the 8-byte"});
+  core::write_file_atomic(path, "");
+  expect_error([&] { io::SafetensorsFile f(path); }, {path, "0 bytes"});
+  expect_error([&] { io::SafetensorsFile f(dir_ + "/absent.safetensors"); },
+               {"absent.safetensors"});
 }
 
 TEST_F(BadSafetensors, TruncatedInHeaderAndInData) {
   std::string source = testing::io_fixture("mixed.safetensors");
-  SafetensorsFile whole(source);
+  io::SafetensorsFile whole(source);
   std::string last_tensor;
   std::uint64_t last_end = 0;
   for (const std::string& name : whole.names()) {
@@ -67,18 +68,19 @@ TEST_F(BadSafetensors, TruncatedInHeaderAndInData) {
       last_tensor = name;
     }
   }
-  std::string bytes = read_file(source);
+  std::string bytes = core::read_file(source);
   std::string in_header = dir_ + "/cut_header.safetensors";
-  write_file_atomic(in_header, bytes.substr(0, whole.data_offset() / 2));
-  expect_error([&] { SafetensorsFile f(in_header); }, {in_header, "runs past the end of the file"});
+  core::write_file_atomic(in_header, bytes.substr(0, whole.data_offset() / 2));
+  expect_error([&] { io::SafetensorsFile f(in_header); },
+               {in_header, "runs past the end of the file"});
 
   std::string in_data = dir_ + "/cut_data.safetensors";
-  write_file_atomic(in_data, bytes.substr(0, bytes.size() - 3));
+  core::write_file_atomic(in_data, bytes.substr(0, bytes.size() - 3));
   // i64_ids is last in the file; either it or the last float tensor ends past the cut.
-  expect_error([&] { SafetensorsFile f(in_data); }, {in_data, "run past the end of the data"});
+  expect_error([&] { io::SafetensorsFile f(in_data); }, {in_data, "run past the end of the data"});
   std::string cut_before_last = dir_ + "/cut_more.safetensors";
-  write_file_atomic(cut_before_last, bytes.substr(0, whole.data_offset() + last_end - 1));
-  expect_error([&] { SafetensorsFile f(cut_before_last); },
+  core::write_file_atomic(cut_before_last, bytes.substr(0, whole.data_offset() + last_end - 1));
+  expect_error([&] { io::SafetensorsFile f(cut_before_last); },
                {cut_before_last, "'" + last_tensor + "'", "run past the end of the data"});
 }
 
@@ -87,12 +89,12 @@ TEST_F(BadSafetensors, AbsurdHeaderLength) {
   std::string bytes = testing::safetensors_bytes("{}", 0);
   std::uint64_t huge = 0x7FFFFFFFFFFFFFFFull;
   std::memcpy(bytes.data(), &huge, 8);
-  write_file_atomic(path, bytes);
-  expect_error([&] { SafetensorsFile f(path); }, {path, "header length", "limit"});
+  core::write_file_atomic(path, bytes);
+  expect_error([&] { io::SafetensorsFile f(path); }, {path, "header length", "limit"});
   std::uint64_t big = 150'000'000;
   std::memcpy(bytes.data(), &big, 8);
-  write_file_atomic(path, bytes);
-  expect_error([&] { SafetensorsFile f(path); }, {path, "150000000", "limit"});
+  core::write_file_atomic(path, bytes);
+  expect_error([&] { io::SafetensorsFile f(path); }, {path, "150000000", "limit"});
 }
 
 TEST_F(BadSafetensors, MalformedJson) {
@@ -162,8 +164,8 @@ TEST_F(BadSafetensors, OverlapsGapsAndUncoveredBytes) {
 
 TEST_F(BadSafetensors, ValidEdgeCasesAreAccepted) {
   // Empty file body, zero-size tensors sharing an offset, trailing-space padding.
-  EXPECT_NO_THROW(SafetensorsFile f(make("{}", 0)));
-  EXPECT_NO_THROW(SafetensorsFile f(make(
+  EXPECT_NO_THROW(io::SafetensorsFile f(make("{}", 0)));
+  EXPECT_NO_THROW(io::SafetensorsFile f(make(
       R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"z":{"dtype":"F16","shape":[0,3],"data_offsets":[4,4]}}   )",
       4)));
 }
@@ -177,10 +179,10 @@ class BadCheckpoint : public BadSafetensors {
     return out;
   }
   nlohmann::json index_of(const std::string& ckpt) {
-    return nlohmann::json::parse(read_file(ckpt + "/model.safetensors.index.json"));
+    return nlohmann::json::parse(core::read_file(ckpt + "/model.safetensors.index.json"));
   }
   void set_index(const std::string& ckpt, const nlohmann::json& index) {
-    write_file_atomic(ckpt + "/model.safetensors.index.json", index.dump(1));
+    core::write_file_atomic(ckpt + "/model.safetensors.index.json", index.dump(1));
   }
   static constexpr const char* kShard1 = "model-00001-of-00002.safetensors";
   static constexpr const char* kShard2 = "model-00002-of-00002.safetensors";
@@ -189,7 +191,7 @@ class BadCheckpoint : public BadSafetensors {
 TEST_F(BadCheckpoint, IndexPointsToMissingShard) {
   std::string ckpt = copy_sharded();
   fs::remove(ckpt + "/" + kShard2);
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); },
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); },
                {"model.safetensors.index.json", kShard2, "lm_head.weight", "missing"});
 }
 
@@ -199,7 +201,7 @@ TEST_F(BadCheckpoint, TensorMissingFromItsShard) {
   index["weight_map"]["model.layers.1.mlp.up_proj.weight"] = kShard2;
   set_index(ckpt, index);
   expect_error(
-      [&] { SafetensorsCheckpoint c(ckpt); },
+      [&] { io::SafetensorsCheckpoint c(ckpt); },
       {"model.safetensors.index.json", "'model.layers.1.mlp.up_proj.weight'", kShard2, "missing"});
 }
 
@@ -208,25 +210,26 @@ TEST_F(BadCheckpoint, IndexNamesTheWrongShard) {
   nlohmann::json index = index_of(ckpt);
   index["weight_map"]["model.norm.weight"] = kShard2;
   set_index(ckpt, index);
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); },
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); },
                {"'model.norm.weight'", std::string("in shard ") + kShard2,
                 std::string("it is in ") + kShard1});
   // When the shard that really holds it is no longer named at all, the tensor is missing.
   index["weight_map"]["model.norm.weight"] = kShard1;
   index["weight_map"]["lm_head.weight"] = kShard1;
   set_index(ckpt, index);
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); }, {"'lm_head.weight'", kShard1, "missing"});
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); },
+               {"'lm_head.weight'", kShard1, "missing"});
 }
 
 TEST_F(BadCheckpoint, TensorInTwoShards) {
   std::string ckpt = dir_ + "/two";
   fs::create_directories(ckpt);
   float v[2] = {1, 2};
-  write_safetensors(ckpt + "/a.safetensors",
-                    {{"w", DType::kF32, {2}, v}, {"x", DType::kF32, {1}, v}});
-  write_safetensors(ckpt + "/b.safetensors", {{"w", DType::kF32, {2}, v}});
+  io::write_safetensors(ckpt + "/a.safetensors",
+                        {{"w", io::DType::kF32, {2}, v}, {"x", io::DType::kF32, {1}, v}});
+  io::write_safetensors(ckpt + "/b.safetensors", {{"w", io::DType::kF32, {2}, v}});
   set_index(ckpt, {{"weight_map", {{"w", "a.safetensors"}, {"x", "b.safetensors"}}}});
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); },
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); },
                {"'w'", "two shards", "a.safetensors", "b.safetensors"});
 }
 
@@ -235,36 +238,37 @@ TEST_F(BadCheckpoint, ShardHoldsUnlistedTensor) {
   nlohmann::json index = index_of(ckpt);
   index["weight_map"].erase("model.norm.weight");
   set_index(ckpt, index);
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); },
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); },
                {"'model.norm.weight'", kShard1, "does not list"});
 }
 
 TEST_F(BadCheckpoint, MalformedIndex) {
   std::string ckpt = copy_sharded();
   std::string index_path = ckpt + "/model.safetensors.index.json";
-  write_file_atomic(index_path, "{\"weight_map\": {");
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); }, {index_path, "invalid JSON"});
+  core::write_file_atomic(index_path, "{\"weight_map\": {");
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); }, {index_path, "invalid JSON"});
   set_index(ckpt, {{"metadata", {{"total_size", 1}}}});
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); }, {index_path, "weight_map"});
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); }, {index_path, "weight_map"});
   set_index(ckpt, {{"weight_map", nlohmann::json::object()}});
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); }, {index_path, "no tensors"});
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); }, {index_path, "no tensors"});
   set_index(ckpt, {{"weight_map", {{"w", 3}}}});
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); }, {index_path, "'w'"});
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); }, {index_path, "'w'"});
   set_index(ckpt, {{"weight_map", {{"w", "../escape.safetensors"}}}});
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); }, {index_path, "'w'", "escape"});
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); }, {index_path, "'w'", "escape"});
 }
 
 TEST_F(BadCheckpoint, CorruptShardIsNamed) {
   std::string ckpt = copy_sharded();
   std::string shard = ckpt + "/" + kShard2;
-  std::string bytes = read_file(shard);
-  write_file_atomic(shard, bytes.substr(0, bytes.size() - 2));
-  expect_error([&] { SafetensorsCheckpoint c(ckpt); }, {shard, "lm_head.weight"});
+  std::string bytes = core::read_file(shard);
+  core::write_file_atomic(shard, bytes.substr(0, bytes.size() - 2));
+  expect_error([&] { io::SafetensorsCheckpoint c(ckpt); }, {shard, "lm_head.weight"});
 }
 
 TEST_F(BadCheckpoint, MissingPathOrEmptyDirectory) {
-  expect_error([&] { SafetensorsCheckpoint c(dir_ + "/nothing"); }, {"nothing", "does not exist"});
-  expect_error([&] { SafetensorsCheckpoint c(dir_); },
+  expect_error([&] { io::SafetensorsCheckpoint c(dir_ + "/nothing"); },
+               {"nothing", "does not exist"});
+  expect_error([&] { io::SafetensorsCheckpoint c(dir_); },
                {dir_, "neither model.safetensors nor model.safetensors.index.json"});
 }
 

@@ -13,7 +13,9 @@
 namespace tandem {
 namespace {
 
-nlohmann::json load_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
+nlohmann::json load_json(const std::string& path) {
+  return nlohmann::json::parse(core::read_file(path));
+}
 
 std::string safetensors_dtype(const std::string& torch_dtype) {
   if (torch_dtype == "float32") return "F32";
@@ -23,14 +25,14 @@ std::string safetensors_dtype(const std::string& torch_dtype) {
 }
 
 // Checks one tensor against its entry in a *.expected.json written by the fixture tool.
-void expect_matches(const SafetensorsFile& file, const std::string& name,
+void expect_matches(const io::SafetensorsFile& file, const std::string& name,
                     const nlohmann::json& expected) {
   SCOPED_TRACE(name);
-  const TensorInfo& info = file.info(name);
-  EXPECT_EQ(dtype_name(info.dtype), safetensors_dtype(expected["dtype"]));
+  const io::TensorInfo& info = file.info(name);
+  EXPECT_EQ(io::dtype_name(info.dtype), safetensors_dtype(expected["dtype"]));
   EXPECT_EQ(info.shape, expected["shape"].get<std::vector<std::int64_t>>());
-  EXPECT_EQ(info.end - info.begin, info.numel() * dtype_size(info.dtype));
-  EXPECT_EQ(sha256_hex(file.raw(name)), expected["raw_sha256"].get<std::string>());
+  EXPECT_EQ(info.end - info.begin, info.numel() * io::dtype_size(info.dtype));
+  EXPECT_EQ(core::sha256_hex(file.raw(name)), expected["raw_sha256"].get<std::string>());
   std::vector<float> values = file.read_f32(name);
   auto want = expected["f32_bits"].get<std::vector<std::uint32_t>>();
   ASSERT_EQ(values.size(), want.size());
@@ -48,7 +50,7 @@ void expect_matches(const SafetensorsFile& file, const std::string& name,
 }
 
 TEST(SafetensorsRead, MixedDtypesFromPython) {
-  SafetensorsFile file(testing::io_fixture("mixed.safetensors"));
+  io::SafetensorsFile file(testing::io_fixture("mixed.safetensors"));
   nlohmann::json expected = load_json(testing::io_fixture("mixed.expected.json"));
   std::vector<std::string> names;
   for (const auto& [name, unused] : expected["tensors"].items()) names.push_back(name);
@@ -68,7 +70,7 @@ TEST(SafetensorsRead, MixedDtypesFromPython) {
 
 TEST(SafetensorsRead, UnsupportedDtypeIsListedButNotRead) {
   std::string path = testing::io_fixture("mixed.safetensors");
-  SafetensorsFile file(path);
+  io::SafetensorsFile file(path);
   EXPECT_TRUE(file.has("i64_ids"));
   EXPECT_EQ(file.unsupported_dtype("i64_ids"), "I64");
   EXPECT_EQ(file.unsupported_dtype("f32_matrix"), "");
@@ -79,7 +81,7 @@ TEST(SafetensorsRead, UnsupportedDtypeIsListedButNotRead) {
 
 TEST(SafetensorsRead, MissingTensorAndWrongDestinationSize) {
   std::string path = testing::io_fixture("mixed.safetensors");
-  SafetensorsFile file(path);
+  io::SafetensorsFile file(path);
   EXPECT_FALSE(file.has("nope"));
   testing::expect_error([&] { file.info("nope"); }, {path, "nope"});
   testing::expect_error([&] { file.read_f32("nope"); }, {path, "nope"});
@@ -90,7 +92,7 @@ TEST(SafetensorsRead, MissingTensorAndWrongDestinationSize) {
 
 TEST(SafetensorsCheckpoint, ShardedFromHuggingfaceHub) {
   std::string dir = testing::io_fixture("sharded");
-  SafetensorsCheckpoint checkpoint(dir);
+  io::SafetensorsCheckpoint checkpoint(dir);
   nlohmann::json expected = load_json(testing::io_fixture("sharded.expected.json"));
   EXPECT_EQ(checkpoint.num_files(), 2u);
   std::vector<std::string> names;
@@ -98,7 +100,7 @@ TEST(SafetensorsCheckpoint, ShardedFromHuggingfaceHub) {
   EXPECT_EQ(checkpoint.names(), names);
   for (const auto& [name, entry] : expected["tensors"].items()) {
     ASSERT_TRUE(checkpoint.has(name));
-    const SafetensorsFile& file = checkpoint.file_of(name);
+    const io::SafetensorsFile& file = checkpoint.file_of(name);
     EXPECT_EQ(std::filesystem::path(file.path()).filename(), entry["shard"].get<std::string>());
     expect_matches(file, name, entry);
     EXPECT_EQ(checkpoint.info(name).shape, entry["shape"].get<std::vector<std::int64_t>>());
@@ -112,13 +114,13 @@ TEST(SafetensorsCheckpoint, ShardedFromHuggingfaceHub) {
 
 TEST(SafetensorsCheckpoint, SingleFileAndDirectoryWithModelSafetensors) {
   std::string source = testing::io_fixture("mixed.safetensors");
-  SafetensorsCheckpoint from_file(source);
+  io::SafetensorsCheckpoint from_file(source);
   EXPECT_EQ(from_file.num_files(), 1u);
-  EXPECT_EQ(from_file.names(), SafetensorsFile(source).names());
+  EXPECT_EQ(from_file.names(), io::SafetensorsFile(source).names());
 
   std::string dir = testing::scratch_dir();
   std::filesystem::copy_file(source, dir + "/model.safetensors");
-  SafetensorsCheckpoint from_dir(dir);
+  io::SafetensorsCheckpoint from_dir(dir);
   EXPECT_EQ(from_dir.names(), from_file.names());
   EXPECT_EQ(from_dir.read_f32("bf16_vec"), from_file.read_f32("bf16_vec"));
   std::filesystem::remove_all(dir);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
@@ -23,15 +24,7 @@ inline std::string io_fixture(const std::string& name) {
 }
 
 // A fresh directory per test (tests of one binary may run in parallel processes under CTest).
-inline std::string scratch_dir() {
-  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("tandem_st_" + std::to_string(::getpid()) + "_" +
-                                                test->test_suite_name() + "_" + test->name());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+inline std::string scratch_dir() { return tandem::testing::temp_dir("st"); }
 
 // Bytes of a safetensors file with the given header text and `data_bytes` bytes of data.
 inline std::string safetensors_bytes(const std::string& header, std::size_t data_bytes) {
@@ -43,13 +36,13 @@ inline std::string safetensors_bytes(const std::string& header, std::size_t data
   return out;
 }
 
-// Expects `action` to throw tandem::Error whose message contains every one of `parts`.
+// Expects `action` to throw tandem::core::Error whose message contains every one of `parts`.
 inline void expect_error(const std::function<void()>& action,
                          std::initializer_list<std::string> parts) {
   try {
     action();
-    ADD_FAILURE() << "expected a tandem::Error";
-  } catch (const Error& e) {
+    ADD_FAILURE() << "expected a tandem::core::Error";
+  } catch (const core::Error& e) {
     std::string message = e.what();
     for (const std::string& part : parts) {
       EXPECT_NE(message.find(part), std::string::npos)

@@ -22,34 +22,36 @@ TEST(SafetensorsWrite, RoundTripsBitExactly) {
   std::vector<std::uint16_t> bf16 = {0x3F80, 0x7FC1, 0x8001, 0xFF80, 0x1234};
   std::vector<std::uint16_t> f16 = {0x3C00, 0x7E01, 0x0001, 0xFC00};
   float scalar = 2.25f;
-  std::vector<TensorToWrite> tensors = {
-      {"z.f32", DType::kF32, {2, 3}, f32.data()},    {"a.bf16", DType::kBF16, {5}, bf16.data()},
-      {"m.f16", DType::kF16, {2, 1, 2}, f16.data()}, {"empty", DType::kBF16, {0, 7}, nullptr},
-      {"scalar", DType::kF32, {}, &scalar},
+  std::vector<io::TensorToWrite> tensors = {
+      {"z.f32", io::DType::kF32, {2, 3}, f32.data()},
+      {"a.bf16", io::DType::kBF16, {5}, bf16.data()},
+      {"m.f16", io::DType::kF16, {2, 1, 2}, f16.data()},
+      {"empty", io::DType::kBF16, {0, 7}, nullptr},
+      {"scalar", io::DType::kF32, {}, &scalar},
   };
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", "12"}};
-  write_safetensors(path, tensors, metadata);
+  io::write_safetensors(path, tensors, metadata);
 
-  SafetensorsFile file(path);
+  io::SafetensorsFile file(path);
   EXPECT_EQ(file.metadata(), metadata);
   EXPECT_EQ(file.names(),
             (std::vector<std::string>{"a.bf16", "empty", "m.f16", "scalar", "z.f32"}));
   EXPECT_EQ(file.data_offset() % 8, 0u);
   std::uint64_t offset = 0;
-  for (const TensorToWrite& t : tensors) {  // laid out in the given order
-    const TensorInfo& info = file.info(t.name);
+  for (const io::TensorToWrite& t : tensors) {  // laid out in the given order
+    const io::TensorInfo& info = file.info(t.name);
     EXPECT_EQ(info.dtype, t.dtype);
     EXPECT_EQ(info.shape, t.shape);
     EXPECT_EQ(info.begin, offset);
     offset = info.end;
     auto raw = file.raw(t.name);
-    ASSERT_EQ(raw.size(), info.numel() * dtype_size(t.dtype));
+    ASSERT_EQ(raw.size(), info.numel() * io::dtype_size(t.dtype));
     if (!raw.empty()) {
       EXPECT_EQ(std::memcmp(raw.data(), t.data, raw.size()), 0) << t.name;
     }
   }
   // The header is padded with spaces, as the Rust library does.
-  std::string bytes = read_file(path);
+  std::string bytes = core::read_file(path);
   std::string header = bytes.substr(8, file.data_offset() - 8);
   EXPECT_EQ(header.back() == ' ' || header.back() == '}', true);
   EXPECT_EQ(header.find_last_not_of(' '), header.rfind('}'));
@@ -58,19 +60,20 @@ TEST(SafetensorsWrite, RoundTripsBitExactly) {
 
 TEST(SafetensorsWrite, SameBytesAsPythonSafetensors) {
   std::string reference_path = testing::io_fixture("python_written.safetensors");
-  SafetensorsFile reference(reference_path);
-  auto order = nlohmann::json::parse(read_file(testing::io_fixture("python_written.json")))["order"]
-                   .get<std::vector<std::string>>();
+  io::SafetensorsFile reference(reference_path);
+  auto order =
+      nlohmann::json::parse(core::read_file(testing::io_fixture("python_written.json")))["order"]
+          .get<std::vector<std::string>>();
   ASSERT_EQ(order.size(), reference.names().size());
-  std::vector<TensorToWrite> tensors;
+  std::vector<io::TensorToWrite> tensors;
   for (const std::string& name : order) {
-    const TensorInfo& info = reference.info(name);
+    const io::TensorInfo& info = reference.info(name);
     tensors.push_back({name, info.dtype, info.shape, reference.raw(name).data()});
   }
   std::string dir = testing::scratch_dir();
   std::string path = dir + "/ours.safetensors";
-  write_safetensors(path, tensors, reference.metadata());
-  EXPECT_EQ(read_file(path), read_file(reference_path));
+  io::write_safetensors(path, tensors, reference.metadata());
+  EXPECT_EQ(core::read_file(path), core::read_file(reference_path));
   fs::remove_all(dir);
 }
 
@@ -78,18 +81,18 @@ TEST(SafetensorsWrite, ReplacesAtomicallyAndLeavesNoTemporaries) {
   std::string dir = testing::scratch_dir();
   std::string path = dir + "/w.safetensors";
   std::vector<float> a = {1, 2, 3};
-  write_safetensors(path, {{"a", DType::kF32, {3}, a.data()}});
+  io::write_safetensors(path, {{"a", io::DType::kF32, {3}, a.data()}});
   std::vector<float> b = {4, 5};
-  write_safetensors(path, {{"b", DType::kF32, {2}, b.data()}});
-  EXPECT_EQ(SafetensorsFile(path).names(), std::vector<std::string>{"b"});
+  io::write_safetensors(path, {{"b", io::DType::kF32, {2}, b.data()}});
+  EXPECT_EQ(io::SafetensorsFile(path).names(), std::vector<std::string>{"b"});
   // A refused write keeps the previous file whole.
   testing::expect_error(
       [&] {
-        write_safetensors(path,
-                          {{"x", DType::kF32, {2}, b.data()}, {"x", DType::kF32, {2}, b.data()}});
+        io::write_safetensors(
+            path, {{"x", io::DType::kF32, {2}, b.data()}, {"x", io::DType::kF32, {2}, b.data()}});
       },
       {path, "'x'", "twice"});
-  EXPECT_EQ(SafetensorsFile(path).read_f32("b"), b);
+  EXPECT_EQ(io::SafetensorsFile(path).read_f32("b"), b);
   int entries = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     ++entries;
@@ -105,23 +108,27 @@ TEST(SafetensorsWrite, RefusesBadTensors) {
   float v = 1;
   testing::expect_error(
       [&] {
-        write_safetensors(path, {{"neg", DType::kF32, {2, -1}, &v}});
+        io::write_safetensors(path, {{"neg", io::DType::kF32, {2, -1}, &v}});
       },
       {path, "neg", "negative"});
   testing::expect_error(
       [&] {
-        write_safetensors(path, {{"null", DType::kF32, {4}, nullptr}});
+        io::write_safetensors(path, {{"null", io::DType::kF32, {4}, nullptr}});
       },
       {path, "null", "no data"});
   testing::expect_error(
       [&] {
-        write_safetensors(path, {{"__metadata__", DType::kF32, {}, &v}});
+        io::write_safetensors(path, {{"__metadata__", io::DType::kF32, {}, &v}});
       },
       {path, "__metadata__"});
-  testing::expect_error([&] { write_safetensors(path, {{"", DType::kF32, {}, &v}}); }, {path});
   testing::expect_error(
       [&] {
-        write_safetensors(path, {{"bad\xff", DType::kF32, {}, &v}});
+        io::write_safetensors(path, {{"", io::DType::kF32, {}, &v}});
+      },
+      {path});
+  testing::expect_error(
+      [&] {
+        io::write_safetensors(path, {{"bad\xff", io::DType::kF32, {}, &v}});
       },
       {path, "UTF-8"});
   EXPECT_FALSE(fs::exists(path));

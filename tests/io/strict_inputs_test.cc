@@ -19,6 +19,9 @@
 namespace tandem {
 namespace {
 
+using namespace core;
+using namespace io;
+
 namespace fs = std::filesystem;
 using testing::expect_error;
 
@@ -100,7 +103,8 @@ TEST(StrictJson, RepeatedKeyAndWrongTypesAreNamed) {
   expect_error([&] { json_field<std::string>(j, "s", "y.json"); }, {"field 's'", "a string"});
   expect_error([&] { json_field<std::uint32_t>(j, "big", "y.json"); },
                {"field 'big'", "4294967296"});
-  expect_error([&] { json_field<int>(j, "missing", "y.json"); }, {"y.json: missing field 'missing'"});
+  expect_error([&] { json_field<int>(j, "missing", "y.json"); },
+               {"y.json: missing field 'missing'"});
 }
 
 std::string npy_bytes(const std::string& header, std::size_t data_bytes) {

@@ -4,6 +4,7 @@
 
 #include "kernel_test_util.h"
 #include "tandem/core/error.h"
+#include "tandem/core/ignore_index.h"
 #include "tandem/kernels/cpu/cross_entropy_chunked.h"
 #include "tandem/kernels/cpu/ops.h"
 
@@ -22,7 +23,7 @@ RefLoss ce_ref(const std::vector<double>& hidden, const std::vector<double>& w,
   RefLoss out;
   std::vector<double> logits(V);
   for (i64 n = 0; n < N; ++n) {
-    if (labels[n] == kIgnoreIndex) continue;
+    if (labels[n] == core::kIgnoreIndex) continue;
     double mx = -INFINITY;
     for (i64 v = 0; v < V; ++v) {
       double s = 0.0;
@@ -57,11 +58,11 @@ Case make_case(i64 N, i64 d, i64 V, std::uint64_t seed) {
 // grad_scale * (ce + z_weight * z), with ignored labels including a whole ignored chunk.
 TEST(CrossEntropy, ForwardAndFiniteDifferenceBackward) {
   Case c = make_case(9, 13, 37, 1);
-  c.labels[0] = kIgnoreIndex;
-  c.labels[3] = kIgnoreIndex;  // with chunk_rows 2, rows 2-3 are one chunk... and 4-5:
-  c.labels[4] = kIgnoreIndex;
-  c.labels[5] = kIgnoreIndex;  // chunk [4,5] is entirely ignored
-  c.labels[8] = 36;            // last vocab entry
+  c.labels[0] = core::kIgnoreIndex;
+  c.labels[3] = core::kIgnoreIndex;  // with chunk_rows 2, rows 2-3 are one chunk... and 4-5:
+  c.labels[4] = core::kIgnoreIndex;
+  c.labels[5] = core::kIgnoreIndex;  // chunk [4,5] is entirely ignored
+  c.labels[8] = 36;                  // last vocab entry
   const float z_weight = 0.01f, grad_scale = 0.37f;
   const auto hd = to_double(c.hidden), wd = to_double(c.w);
   RefLoss ref = ce_ref(hd, wd, c.labels, c.N, c.d, c.V);
@@ -89,7 +90,7 @@ TEST(CrossEntropy, ForwardAndFiniteDifferenceBackward) {
 
 TEST(CrossEntropy, PublicEntryPointMatchesReferenceAndAccumulatesDw) {
   Case c = make_case(5, 7, 41, 2);
-  c.labels[2] = kIgnoreIndex;
+  c.labels[2] = core::kIgnoreIndex;
   RefLoss ref = ce_ref(to_double(c.hidden), to_double(c.w), c.labels, c.N, c.d, c.V);
   std::vector<float> dh(c.N * c.d), dw(c.V * c.d, 0.0f);
   auto res = lm_head_cross_entropy(c.hidden.data(), c.w.data(), c.labels.data(), c.N, c.d, c.V,
@@ -109,7 +110,7 @@ TEST(CrossEntropy, PublicEntryPointMatchesReferenceAndAccumulatesDw) {
 
 TEST(CrossEntropy, AllIgnoredGivesZeroLossAndZeroGradient) {
   Case c = make_case(6, 5, 37, 3);
-  for (auto& l : c.labels) l = kIgnoreIndex;
+  for (auto& l : c.labels) l = core::kIgnoreIndex;
   std::vector<float> dh(c.N * c.d, NAN), dw(c.V * c.d, 1.5f);
   auto res = lm_head_cross_entropy(c.hidden.data(), c.w.data(), c.labels.data(), c.N, c.d, c.V,
                                    1e-4f, 1.0f, dh.data(), dw.data());
@@ -123,7 +124,7 @@ TEST(CrossEntropy, AllIgnoredGivesZeroLossAndZeroGradient) {
 // Many tokens over several chunks at a realistic vocabulary width: chunked == one chunk.
 TEST(CrossEntropy, ChunkedEqualsUnchunkedOverManyChunks) {
   Case c = make_case(200, 32, 1003, 4);
-  for (i64 n = 0; n < c.N; n += 7) c.labels[n] = kIgnoreIndex;
+  for (i64 n = 0; n < c.N; n += 7) c.labels[n] = core::kIgnoreIndex;
   std::vector<float> dh_a(c.N * c.d), dw_a(c.V * c.d, 0.0f), dh_b(c.N * c.d), dw_b(c.V * c.d, 0.0f);
   auto a = lm_head_cross_entropy_chunked(c.hidden.data(), c.w.data(), c.labels.data(), c.N, c.d,
                                          c.V, 1e-4f, 0.01f, dh_a.data(), dw_a.data(), c.N);
@@ -153,7 +154,7 @@ TEST(CrossEntropy, BadLabelIsAnErrorNamingLabelAndPosition) {
     lm_head_cross_entropy(c.hidden.data(), c.w.data(), c.labels.data(), c.N, c.d, c.V, 0.0f, 1.0f,
                           nullptr, nullptr);
     FAIL();
-  } catch (const tandem::Error& e) {
+  } catch (const tandem::core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("label 10 at position 2"), std::string::npos) << e.what();
   }
 }

@@ -27,7 +27,7 @@ TEST(Embedding, OutOfRangeIdIsAnErrorNamingIdAndPosition) {
     try {
       embedding_forward(ids.data(), table.data(), out.data(), 4, d, vocab);
       FAIL() << "no error for id " << bad;
-    } catch (const tandem::Error& e) {
+    } catch (const tandem::core::Error& e) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(std::to_string(bad)), std::string::npos) << msg;
       EXPECT_NE(msg.find("position 2"), std::string::npos) << msg;

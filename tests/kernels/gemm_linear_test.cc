@@ -44,7 +44,7 @@ TEST(Gemm, BadLeadingDimensionIsAnError) {
   std::vector<float> A(4), B(4), C(4);
   // lda < K for a non-transposed row-major A is invalid for oneDNN.
   EXPECT_THROW(gemm(false, false, 2, 2, 2, 1.0f, A.data(), 1, B.data(), 2, 0.0f, C.data(), 2),
-               tandem::Error);
+               tandem::core::Error);
 }
 
 struct LinearRef {

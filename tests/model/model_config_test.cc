@@ -2,9 +2,10 @@
 // errors for unknown keys, wrong types and impossible sizes.
 #include <gtest/gtest.h>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/model/hf_config.h"
 #include "tandem/model/model_config.h"
 
 namespace tandem {
@@ -20,10 +21,10 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
       testing::temp_dir(std::string("model_config_") +
                         ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
       "/c.yaml";
-  write_file_atomic(path, yaml);
+  core::write_file_atomic(path, yaml);
   try {
-    load_model_config(path, overrides);
-  } catch (const Error& e) {
+    model::load_model_config(path, overrides);
+  } catch (const core::Error& e) {
     return e.what();
   }
   return "";
@@ -33,7 +34,7 @@ const char* kTiny =
     "model:\n  d_model: 64\n  n_layers: 5\n  n_heads: 4\n  hidden_size: 96\n  vocab_size: 1000\n";
 
 TEST(ModelConfig, Olmo3SevenBRecipe) {
-  ModelConfig c = load_model_config(recipe("olmo3-7b"), {});
+  model::ModelConfig c = model::load_model_config(recipe("olmo3-7b"), {});
   EXPECT_EQ(c.embedding_size, 100352);
   EXPECT_EQ(c.head_dim, 128);
   for (std::int64_t i = 0; i < c.n_layers; ++i)
@@ -44,21 +45,22 @@ TEST(ModelConfig, Olmo3SevenBRecipe) {
 }
 
 TEST(ModelConfig, OtherRecipesLoad) {
-  ModelConfig big = load_model_config(recipe("olmo3-32b"), {});
+  model::ModelConfig big = model::load_model_config(recipe("olmo3-32b"), {});
   EXPECT_EQ(big.n_kv_heads, 8);
-  ModelConfig o2 = load_model_config(recipe("olmo2-7b"), {});
+  model::ModelConfig o2 = model::load_model_config(recipe("olmo2-7b"), {});
   for (auto w : o2.layer_windows) EXPECT_EQ(w, 0);
-  ModelConfig tiny = load_model_config(recipe("olmo3-tiny"), {});
+  model::ModelConfig tiny = model::load_model_config(recipe("olmo3-tiny"), {});
   EXPECT_EQ(tiny.layer_windows, (std::vector<std::int64_t>{32, 32, 32, 0, 0}));
-  load_model_config(recipe("olmo3-50m"), {});
-  EXPECT_NEAR(load_model_config(recipe("olmo3-100m"), {}).total_params() / 1e6, 116, 2);
+  model::load_model_config(recipe("olmo3-50m"), {});
+  EXPECT_NEAR(model::load_model_config(recipe("olmo3-100m"), {}).total_params() / 1e6, 116, 2);
 }
 
 TEST(ModelConfig, OverridesApply) {
-  ModelConfig c =
-      load_model_config(recipe("olmo3-7b"), {"model.n_layers=6", "model.rope_theta=1e4"});
+  model::ModelConfig c =
+      model::load_model_config(recipe("olmo3-7b"), {"model.n_layers=6", "model.rope_theta=1e4"});
   EXPECT_EQ(c.n_layers, 6);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 1e4);
+  EXPECT_DOUBLE_EQ(c.full_attention_rope.theta, 1e4);
+  EXPECT_DOUBLE_EQ(c.sliding_attention_rope.theta, 1e4);
   EXPECT_EQ(c.layer_windows.size(), 6u);
   EXPECT_EQ(c.layer_windows.back(), 0);
 }
@@ -85,22 +87,23 @@ TEST(ModelConfig, ImpossibleSizesAreRejected) {
 }
 
 TEST(ModelConfig, HfJsonRoundTrip) {
-  ModelConfig c = load_model_config(recipe("olmo3-7b"), {});
+  model::ModelConfig c = model::load_model_config(recipe("olmo3-7b"), {});
   c.embedding_size = c.vocab_size;
-  ModelConfig back = model_config_from_hf(model_config_to_hf(c), "test");
+  model::ModelConfig back = model::model_config_from_hf(model::model_config_to_hf(c), "test");
   EXPECT_EQ(back.layer_windows, c.layer_windows);
   EXPECT_EQ(back.hidden_size, c.hidden_size);
-  EXPECT_DOUBLE_EQ(back.rope_theta, c.rope_theta);
+  EXPECT_EQ(back.full_attention_rope, c.full_attention_rope);
+  EXPECT_EQ(back.sliding_attention_rope, c.sliding_attention_rope);
   EXPECT_DOUBLE_EQ(back.layer_norm_eps, c.layer_norm_eps);
 }
 
 TEST(ModelConfig, HfUnsupportedModelTypeIsNamed) {
-  nlohmann::json j = model_config_to_hf(load_model_config(recipe("olmo3-tiny"), {}));
+  nlohmann::json j = model::model_config_to_hf(model::load_model_config(recipe("olmo3-tiny"), {}));
   j["model_type"] = "llama";
   try {
-    model_config_from_hf(j, "x/config.json");
+    model::model_config_from_hf(j, "x/config.json");
     FAIL();
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     EXPECT_NE(std::string(e.what()).find("llama"), std::string::npos);
   }
 }

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include "../support/test_support.h"
 #include "tandem/core/error.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/model/model_io.h"
-#include "../common/cli_test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -20,7 +20,7 @@ using testing::run_tandem;
 using testing::temp_dir;
 
 void expect_same_tensors(const std::string& a_dir, const std::string& b_dir) {
-  SafetensorsCheckpoint a(a_dir), b(b_dir);
+  io::SafetensorsCheckpoint a(a_dir), b(b_dir);
   ASSERT_EQ(a.names(), b.names());
   for (const auto& name : a.names()) {
     EXPECT_EQ(a.info(name).dtype, b.info(name).dtype) << name;
@@ -33,8 +33,8 @@ void expect_same_tensors(const std::string& a_dir, const std::string& b_dir) {
 
 std::string error_loading(const std::string& dir) {
   try {
-    load_model(dir);
-  } catch (const Error& e) {
+    model::load_model(dir, testing::cpu_backend());
+  } catch (const core::Error& e) {
     return e.what();
   }
   return "";
@@ -48,9 +48,10 @@ TEST(Convert, HfToTandemToHfIsBitExact) {
   auto r2 = run_tandem("convert --from tandem " + root + "/t --to hf " + root + "/h");
   ASSERT_EQ(r2.exit_code, 0) << r2.output;
   expect_same_tensors(fixture("model/deep"), root + "/h");
-  auto again = load_model(root + "/h");
-  EXPECT_EQ(again->config().layer_windows,
-            load_model(fixture("model/deep"))->config().layer_windows);
+  auto again = model::load_model(root + "/h", testing::cpu_backend());
+  EXPECT_EQ(
+      again->config().layer_windows,
+      model::load_model(fixture("model/deep"), testing::cpu_backend())->config().layer_windows);
 }
 
 TEST(Convert, PaddedVocabRoundTripsAndTruncates) {
@@ -58,10 +59,10 @@ TEST(Convert, PaddedVocabRoundTripsAndTruncates) {
   auto r1 = run_tandem("convert --from hf " + fixture("model/gqa") + " --to tandem " + root +
                        "/t --pad-vocab-multiple 128");
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
-  auto padded = load_model(root + "/t");
+  auto padded = model::load_model(root + "/t", testing::cpu_backend());
   EXPECT_EQ(padded->config().vocab_size, 101);
   EXPECT_EQ(padded->config().embedding_size, 128);
-  const float* emb = padded->param("embeddings.weight");
+  const float* emb = padded->param("embeddings.weight").ptr<float>();  // CPU backend: host memory
   for (std::int64_t i = 101 * padded->config().d_model; i < 128 * padded->config().d_model; ++i)
     ASSERT_EQ(emb[i], 0.0f);
   ASSERT_EQ(run_tandem("convert --from tandem " + root + "/t --to hf " + root + "/h").exit_code, 0);
@@ -83,32 +84,33 @@ TEST(Convert, Bf16RoundTripIsBitExact) {
   ASSERT_EQ(run_tandem("convert --from tandem " + root + "/t2 --to hf " + root + "/b2").exit_code,
             0);
   expect_same_tensors(root + "/b", root + "/b2");  // bf16 -> fp32 -> bf16 loses nothing
-  SafetensorsCheckpoint b2(root + "/b2");
-  EXPECT_EQ(b2.info("lm_head.weight").dtype, DType::kBF16);
+  io::SafetensorsCheckpoint b2(root + "/b2");
+  EXPECT_EQ(b2.info("lm_head.weight").dtype, io::DType::kBF16);
 }
 
 // Copies a fixture model dir, rewriting its weights through `edit`.
 std::string edited_copy(const std::string& name,
-                        const std::function<void(std::vector<TensorToWrite>&,
+                        const std::function<void(std::vector<io::TensorToWrite>&,
                                                  std::vector<std::vector<float>>&)>& edit) {
   std::string dir = temp_dir("edited_" + name);
   fs::copy_file(fixture("model/gqa/config.json"), dir + "/config.json");
-  SafetensorsCheckpoint src(fixture("model/gqa"));
+  io::SafetensorsCheckpoint src(fixture("model/gqa"));
   std::vector<std::vector<float>> values;
-  std::vector<TensorToWrite> tensors;
+  std::vector<io::TensorToWrite> tensors;
   for (const auto& n : src.names()) values.push_back(src.read_f32(n));
   std::size_t i = 0;
   for (const auto& n : src.names())
-    tensors.push_back({n, DType::kF32, src.info(n).shape, values[i++].data()});
+    tensors.push_back({n, io::DType::kF32, src.info(n).shape, values[i++].data()});
   edit(tensors, values);
-  write_safetensors(dir + "/model.safetensors", tensors);
+  io::write_safetensors(dir + "/model.safetensors", tensors);
   return dir;
 }
 
 TEST(LoadModel, MissingTensorIsNamed) {
   std::string dir = edited_copy("missing", [](auto& t, auto&) {
-    std::erase_if(
-        t, [](const TensorToWrite& w) { return w.name == "model.layers.1.mlp.up_proj.weight"; });
+    std::erase_if(t, [](const io::TensorToWrite& w) {
+      return w.name == "model.layers.1.mlp.up_proj.weight";
+    });
   });
   std::string e = error_loading(dir);
   EXPECT_NE(e.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << e;

@@ -19,9 +19,9 @@ TEST(GradClipParity, MatchesTorchClipGradNorm) {
     SCOPED_TRACE(c["name"].get<std::string>());
     std::vector<std::vector<float>> grads;
     for (const auto& g : c["grads"]) grads.push_back(testing::floats(g));
-    std::vector<GradBuffer> views;
-    for (auto& g : grads) views.push_back({g.data(), g.size()});
-    const double norm = clip_grad_norm(views, c["max_norm"].get<double>());
+    std::vector<kernels::Tensor> views;
+    for (auto& g : grads) views.push_back(testing::host_tensor(g));
+    const double norm = clip_grad_norm(testing::cpu(), views, c["max_norm"].get<double>());
     // torch accumulates the norm in fp32; ours is double: agreement to fp32 rounding.
     const double want = c["total_norm"].get<double>();
     EXPECT_NEAR(norm, want, 1e-6 * want);
@@ -41,25 +41,25 @@ TEST(GradClip, CoefficientAsTorch) {
 
 TEST(GradClip, ReportsThePreClipNormAndLeavesSmallGradients) {
   std::vector<float> a = {3.0f, 0.0f}, b = {0.0f, 4.0f};
-  std::vector<GradBuffer> views = {{a.data(), 2}, {b.data(), 2}};
-  EXPECT_DOUBLE_EQ(clip_grad_norm(views, 1.0), 5.0);
+  std::vector<kernels::Tensor> views = {testing::host_tensor(a), testing::host_tensor(b)};
+  EXPECT_DOUBLE_EQ(clip_grad_norm(testing::cpu(), views, 1.0), 5.0);
   EXPECT_FLOAT_EQ(a[0], static_cast<float>(3.0 / (5.0 + 1e-6)));
   EXPECT_FLOAT_EQ(b[1], static_cast<float>(4.0 / (5.0 + 1e-6)));
-  EXPECT_NEAR(global_grad_norm(views), 1.0, 1e-6);
+  EXPECT_NEAR(global_grad_norm(testing::cpu(), views), 1.0, 1e-6);
   std::vector<float> c = {0.3f, 0.4f};
-  std::vector<GradBuffer> small = {{c.data(), 2}};
-  EXPECT_NEAR(clip_grad_norm(small, 1.0), 0.5, 1e-7);
+  std::vector<kernels::Tensor> small = {testing::host_tensor(c)};
+  EXPECT_NEAR(clip_grad_norm(testing::cpu(), small, 1.0), 0.5, 1e-7);
   EXPECT_EQ(c[0], 0.3f);  // below max_norm: untouched
   EXPECT_EQ(c[1], 0.4f);
 }
 
 TEST(GradClip, NonFiniteNormIsReportedAndNothingScaled) {
   std::vector<float> a = {1.0f, std::numeric_limits<float>::infinity(), 2.0f};
-  std::vector<GradBuffer> views = {{a.data(), 3}};
-  EXPECT_TRUE(std::isinf(clip_grad_norm(views, 1.0)));
+  std::vector<kernels::Tensor> views = {testing::host_tensor(a)};
+  EXPECT_TRUE(std::isinf(clip_grad_norm(testing::cpu(), views, 1.0)));
   EXPECT_EQ(a[0], 1.0f);
   a[1] = std::nanf("");
-  EXPECT_TRUE(std::isnan(clip_grad_norm(views, 1.0)));
+  EXPECT_TRUE(std::isnan(clip_grad_norm(testing::cpu(), views, 1.0)));
   EXPECT_EQ(a[2], 2.0f);
 }
 
@@ -70,14 +70,14 @@ TEST(GradClip, NormIsIndependentOfThreadCountAndAccurate) {
     big[i] = static_cast<float>(std::sin(0.001 * static_cast<double>(i)) * (1.0 + i % 7));
     exact += static_cast<long double>(big[i]) * big[i];
   }
-  std::vector<GradBuffer> views = {{big.data(), big.size()}};
+  std::vector<kernels::Tensor> views = {testing::host_tensor(big)};
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  const double one = global_grad_norm(views);
+  const double one = global_grad_norm(testing::cpu(), views);
   omp_set_num_threads(2);
-  const double two = global_grad_norm(views);
+  const double two = global_grad_norm(testing::cpu(), views);
   omp_set_num_threads(5);
-  const double five = global_grad_norm(views);
+  const double five = global_grad_norm(testing::cpu(), views);
   omp_set_num_threads(saved);
   EXPECT_EQ(one, two);  // bit-identical
   EXPECT_EQ(one, five);
@@ -86,8 +86,8 @@ TEST(GradClip, NormIsIndependentOfThreadCountAndAccurate) {
 
 TEST(GradClip, RejectsNonPositiveMaxNorm) {
   std::vector<float> a = {1.0f};
-  std::vector<GradBuffer> views = {{a.data(), 1}};
-  EXPECT_THROW(clip_grad_norm(views, 0.0), Error);
+  std::vector<kernels::Tensor> views = {testing::host_tensor(a)};
+  EXPECT_THROW(clip_grad_norm(testing::cpu(), views, 0.0), core::Error);
 }
 
 }  // namespace

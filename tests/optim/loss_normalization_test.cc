@@ -59,10 +59,10 @@ TEST(LossNormalization, RejectedInstancesCountAsZeroLossTokens) {
 }
 
 TEST(LossNormalization, Errors) {
-  EXPECT_THROW(BatchLoss(0, 1e-5), Error);
-  EXPECT_THROW(BatchLoss(5, -1.0), Error);
+  EXPECT_THROW(BatchLoss(0, 1e-5), core::Error);
+  EXPECT_THROW(BatchLoss(5, -1.0), core::Error);
   std::vector<std::int64_t> ids = {1};
-  EXPECT_THROW(make_labels(ids.data(), 1, 0, nullptr), Error);
+  EXPECT_THROW(make_labels(ids.data(), 1, 0, nullptr), core::Error);
 }
 
 }  // namespace

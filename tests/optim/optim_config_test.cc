@@ -8,7 +8,7 @@ namespace tandem::optim {
 namespace {
 
 OptimConfig parse(const std::string& yaml) {
-  return read_optim_config(ConfigSection(YAML::Load(yaml), "optim", "run.yaml"));
+  return read_optim_config(io::ConfigSection(YAML::Load(yaml), "optim", "run.yaml"));
 }
 
 TEST(OptimConfig, DefaultsAreTheOlmo3Recipe) {
@@ -47,7 +47,7 @@ TEST(OptimConfig, ErrorsNameTheKey) {
     try {
       parse(yaml);
       ADD_FAILURE() << "accepted " << yaml;
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("run.yaml"), std::string::npos) << e.what();
     }

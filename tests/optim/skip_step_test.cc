@@ -103,7 +103,7 @@ TEST(SkipStep, BadStateIsRefusedWithTheFieldNamed) {
     try {
       SkipStepRule::from_json(state);
       ADD_FAILURE() << "accepted " << state.dump();
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   };

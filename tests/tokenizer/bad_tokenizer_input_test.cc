@@ -7,13 +7,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/tokenizer/tokenizer.h"
 
 namespace tandem {
 namespace {
+
+using namespace core;
+using namespace tokenizer;
 
 namespace fs = std::filesystem;
 

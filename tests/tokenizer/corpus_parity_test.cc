@@ -22,7 +22,7 @@ std::string ids_digest(const std::vector<std::uint32_t>& ids) {
     std::uint32_t v = ids[i];
     for (int k = 0; k < 4; ++k) bytes[i * 4 + k] = static_cast<std::uint8_t>(v >> (8 * k));
   }
-  return sha256_hex(bytes).substr(0, 16);
+  return core::sha256_hex(bytes).substr(0, 16);
 }
 
 TEST(Dolma2CorpusParity, EveryDocumentMatchesHf) {
@@ -30,21 +30,21 @@ TEST(Dolma2CorpusParity, EveryDocumentMatchesHf) {
   // The digests are gzip-compressed; reading them also exercises our gzip reader.
   std::string digests_text;
   {
-    auto source = open_byte_source(testing::fixture("dolma2_corpus_digests.json.gz"));
-    digests_text = read_all(*source);
+    auto source = io::open_byte_source(testing::tokenizer_fixture("dolma2_corpus_digests.json.gz"));
+    digests_text = io::read_all(*source);
   }
   auto digests = nlohmann::json::parse(digests_text);
   ASSERT_EQ(digests["tokenizer_sha256"].get<std::string>(), tok->sha256());
   const std::string corpus = testing::data_cache_dir() + "/corpus";
-  Encoder encoder(*tok);
+  tokenizer::Encoder encoder(*tok);
   std::uint64_t bytes = 0, tokens = 0, documents = 0, mismatches = 0, changed = 0;
   for (const auto& part : digests["parts"]) {
     std::string path = corpus + "/" + part["file"].get<std::string>();
     ASSERT_TRUE(std::filesystem::exists(path))
         << path << " is missing: run scripts/fetch_data.sh first";
     std::map<std::string, std::string> texts;
-    DocumentReader reader(path);
-    Document doc;
+    io::DocumentReader reader(path);
+    io::Document doc;
     while (reader.next(doc)) texts[doc.id] = doc.text;
     ASSERT_EQ(reader.problems().size(), 0u) << path;
     for (const auto& row : part["documents"]) {
@@ -56,7 +56,7 @@ TEST(Dolma2CorpusParity, EveryDocumentMatchesHf) {
         continue;
       }
       const std::string& text = it->second;
-      if (sha256_hex(text).substr(0, 16) != row[1].get<std::string>()) {
+      if (core::sha256_hex(text).substr(0, 16) != row[1].get<std::string>()) {
         ++changed;
         ADD_FAILURE() << path << ": the text of " << id
                       << " differs from the one the fixture was made from (Debian package "

@@ -11,7 +11,8 @@ namespace {
 
 TEST(Dolma2Golden, EncodesAsListed) {
   REQUIRE_DOLMA2();
-  auto golden = nlohmann::json::parse(read_file(testing::fixture("golden_dolma2_ids.json")));
+  auto golden =
+      nlohmann::json::parse(core::read_file(testing::tokenizer_fixture("golden_dolma2_ids.json")));
   ASSERT_GT(golden.size(), 0u);
   for (const auto& item : golden) {
     std::string text = item["text"].get<std::string>();

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "test_data.h"
@@ -11,16 +12,16 @@ namespace tandem {
 namespace {
 
 std::string temp_file(const std::string& name, const std::string& contents) {
-  auto path = (std::filesystem::temp_directory_path() / ("tandem_tok_" + name)).string();
-  write_file_atomic(path, contents);
+  auto path = tandem::testing::temp_dir("tok_loader") + "/" + name;
+  core::write_file_atomic(path, contents);
   return path;
 }
 
 void expect_error(const std::string& path, const std::string& fragment) {
   try {
-    Tokenizer::from_file(path);
+    tokenizer::Tokenizer::from_file(path);
     ADD_FAILURE() << "no error for " << path;
-  } catch (const Error& e) {
+  } catch (const core::Error& e) {
     std::string message = e.what();
     EXPECT_NE(message.find(path), std::string::npos) << message;
     EXPECT_NE(message.find(fragment), std::string::npos) << message;
@@ -68,10 +69,11 @@ TEST(TokenizerErrors, BadMergesAndRegex) {
 }
 
 TEST(TokenizerErrors, InvalidUtf8TextIsRefused) {
-  Tokenizer tok = Tokenizer::from_file(testing::fixture("gpt2_style_tokenizer.json"));
-  EXPECT_THROW(tok.encode("abc\xff"), Error);
-  EXPECT_THROW(tok.encode("\xed\xa0\x80"), Error);  // an encoded surrogate
-  EXPECT_THROW(tok.decode({999999}), Error);
+  tokenizer::Tokenizer tok =
+      tokenizer::Tokenizer::from_file(testing::tokenizer_fixture("gpt2_style_tokenizer.json"));
+  EXPECT_THROW(tok.encode("abc\xff"), core::Error);
+  EXPECT_THROW(tok.encode("\xed\xa0\x80"), core::Error);  // an encoded surrogate
+  EXPECT_THROW(tok.decode({999999}), core::Error);
 }
 
 }  // namespace

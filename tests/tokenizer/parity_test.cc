@@ -17,9 +17,10 @@ std::string show(const std::string& text) { return nlohmann::json(text).dump(); 
 
 TEST(Dolma2Parity, HardAndRandomStringsMatchHf) {
   REQUIRE_DOLMA2();
-  auto fixture = nlohmann::json::parse(read_file(testing::fixture("dolma2_adversarial.json")));
+  auto fixture =
+      nlohmann::json::parse(core::read_file(testing::tokenizer_fixture("dolma2_adversarial.json")));
   ASSERT_EQ(fixture["tokenizer_sha256"].get<std::string>(), tok->sha256());
-  Encoder encoder(*tok);
+  tokenizer::Encoder encoder(*tok);
   int mismatches = 0;
   for (const auto& c : fixture["cases"]) {
     std::string text = c["text"].get<std::string>();
@@ -37,7 +38,8 @@ TEST(Dolma2Parity, HardAndRandomStringsMatchHf) {
 }
 
 TEST(Dolma2Parity, LoneSurrogatesInJsonAreRefusedLikeHf) {
-  auto fixture = nlohmann::json::parse(read_file(testing::fixture("dolma2_adversarial.json")));
+  auto fixture =
+      nlohmann::json::parse(core::read_file(testing::tokenizer_fixture("dolma2_adversarial.json")));
   REQUIRE_DOLMA2();
   for (const auto& c : fixture["surrogate_json"]) {
     std::string raw = c["json"].get<std::string>();
@@ -53,11 +55,12 @@ TEST(Dolma2Parity, LoneSurrogatesInJsonAreRefusedLikeHf) {
 }
 
 TEST(Gpt2StyleParity, BothVariantsMatchHf) {
-  auto fixture = nlohmann::json::parse(read_file(testing::fixture("gpt2_style_cases.json")));
+  auto fixture =
+      nlohmann::json::parse(core::read_file(testing::tokenizer_fixture("gpt2_style_cases.json")));
   auto texts = fixture["texts"].get<std::vector<std::string>>();
   for (const auto& [file, all_ids] : fixture["ids"].items()) {
-    Tokenizer tok = Tokenizer::from_file(testing::fixture(file));
-    Encoder encoder(tok);
+    tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(testing::tokenizer_fixture(file));
+    tokenizer::Encoder encoder(tok);
     ASSERT_EQ(all_ids.size(), texts.size());
     int mismatches = 0;
     for (std::size_t i = 0; i < texts.size(); ++i) {
@@ -73,7 +76,8 @@ TEST(Gpt2StyleParity, BothVariantsMatchHf) {
 }
 
 TEST(Gpt2StyleParity, RoundTripsWithoutPrefixSpace) {
-  Tokenizer tok = Tokenizer::from_file(testing::fixture("gpt2_style_tokenizer.json"));
+  tokenizer::Tokenizer tok =
+      tokenizer::Tokenizer::from_file(testing::tokenizer_fixture("gpt2_style_tokenizer.json"));
   for (std::string text : {"plain text", "  spaces\n\ttabs\r\n", "日本語 😀 e\u0301", ""}) {
     EXPECT_EQ(tok.decode(tok.encode(text)), text);
   }

@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <string>
 
+#include "../support/test_support.h"
 #include "tandem/tokenizer/tokenizer.h"
 
 namespace tandem::testing {
 
-inline std::string fixture(const std::string& name) {
-  return std::string(TANDEM_FIXTURES_DIR) + "/tokenizer/" + name;
+// A committed fixture of the tokenizer tests (tests/fixtures/tokenizer/).
+inline std::string tokenizer_fixture(const std::string& name) {
+  return fixture("tokenizer/" + name);
 }
 
 inline std::string data_cache_dir() {
@@ -25,16 +27,16 @@ inline std::string data_cache_dir() {
 inline std::string dolma2_path() { return data_cache_dir() + "/tokenizers/allenai_dolma2.json"; }
 
 // The dolma2 tokenizer, loaded once; fails the test clearly when the cache is missing.
-inline const Tokenizer* dolma2() {
-  static const Tokenizer* tokenizer = []() -> const Tokenizer* {
+inline const tokenizer::Tokenizer* dolma2() {
+  static const tokenizer::Tokenizer* tokenizer = []() -> const tokenizer::Tokenizer* {
     if (!std::filesystem::exists(dolma2_path())) return nullptr;
-    return new Tokenizer(Tokenizer::from_file(dolma2_path()));
+    return new tokenizer::Tokenizer(tokenizer::Tokenizer::from_file(dolma2_path()));
   }();
   return tokenizer;
 }
 
 #define REQUIRE_DOLMA2()                                                                     \
-  const ::tandem::Tokenizer* tok = ::tandem::testing::dolma2();                              \
+  const ::tandem::tokenizer::Tokenizer* tok = ::tandem::testing::dolma2();                   \
   ASSERT_NE(tok, nullptr) << ::tandem::testing::dolma2_path()                                \
                           << " is missing: run scripts/fetch_data.sh first (it fetches the " \
                              "dolma2 tokenizer and the corpus)"

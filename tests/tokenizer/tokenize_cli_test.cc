@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/test_support.h"
 #include "compress_test_util.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/io/token_file.h"
@@ -36,17 +37,14 @@ RunResult run(const std::string& args) {
 class TokenizeCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tandem_tok_cli_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
+    dir_ = tandem::testing::temp_dir("tok_cli");
     fs::create_directories(dir_ / "in" / "sub");
-    tokenizer_ = testing::fixture("gpt2_style_tokenizer.json");
+    tokenizer_ = testing::tokenizer_fixture("gpt2_style_tokenizer.json");
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& rel) const { return (dir_ / rel).string(); }
   void write(const std::string& rel, const std::string& data) {
-    write_file_atomic(path(rel), data);
+    core::write_file_atomic(path(rel), data);
   }
 
   // A mix of every input kind; the JSONL holds one malformed line, one without text, one with a
@@ -103,8 +101,8 @@ TEST_F(TokenizeCli, OutputIsIdenticalForAnyThreadCountAndMatchesTheTokenizer) {
   EXPECT_EQ(names, parts("out2"));
   EXPECT_EQ(names, parts("out3"));
   for (const auto& n : names) {
-    EXPECT_EQ(read_file(path("out1/" + n)), read_file(path("out2/" + n))) << n;
-    EXPECT_EQ(read_file(path("out1/" + n)), read_file(path("out3/" + n))) << n;
+    EXPECT_EQ(core::read_file(path("out1/" + n)), core::read_file(path("out2/" + n))) << n;
+    EXPECT_EQ(core::read_file(path("out1/" + n)), core::read_file(path("out3/" + n))) << n;
   }
   // Problems are reported with file:line, and counted.
   EXPECT_NE(report.find("b.jsonl:4: malformed_json"), std::string::npos) << report;
@@ -113,11 +111,11 @@ TEST_F(TokenizeCli, OutputIsIdenticalForAnyThreadCountAndMatchesTheTokenizer) {
   EXPECT_NE(report.find("b.jsonl:7: non_utf8"), std::string::npos) << report;
 
   // The concatenated parts are exactly encode(doc) + EOS for each good document, in order.
-  Tokenizer tok = Tokenizer::from_file(tokenizer_);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tokenizer_);
   const std::uint32_t eos = *tok.eos_id();
-  std::vector<std::string> docs = {read_file(path("in/a.txt")), "First JSONL document: don't stop!",
-                                   "Second one <|endoftext|> has the EOS text inside.",
-                                   "Last good one, 12345 numbers 3.14"};
+  std::vector<std::string> docs = {
+      core::read_file(path("in/a.txt")), "First JSONL document: don't stop!",
+      "Second one <|endoftext|> has the EOS text inside.", "Last good one, 12345 numbers 3.14"};
   for (int rep = 0; rep < 2; ++rep)
     for (int i = 0; i < 40; ++i)
       docs.push_back("Compressed document number " + std::to_string(i) +
@@ -133,13 +131,13 @@ TEST_F(TokenizeCli, OutputIsIdenticalForAnyThreadCountAndMatchesTheTokenizer) {
   std::uint64_t documents = 0;
   for (const auto& n : names) {
     if (n.size() < 4 || n.substr(n.size() - 4) != ".npy") continue;
-    TokenFile f(path("out1/" + n), TokenDtype::kU16);  // vocab 1504 -> uint16
+    io::TokenFile f(path("out1/" + n), io::TokenDtype::kU16);  // vocab 1504 -> uint16
     EXPECT_LE(f.num_tokens(), 97u);
     std::vector<std::uint32_t> ids(f.num_tokens());
     f.read(0, ids.size(), ids.data());
     got.insert(got.end(), ids.begin(), ids.end());
     auto sidecar =
-        nlohmann::json::parse(read_file(path("out1/" + n.substr(0, n.size() - 4) + ".json")));
+        nlohmann::json::parse(core::read_file(path("out1/" + n.substr(0, n.size() - 4) + ".json")));
     EXPECT_EQ(sidecar["dtype"], "uint16");
     EXPECT_EQ(sidecar["tokens"].get<std::uint64_t>(), f.num_tokens());
     EXPECT_EQ(sidecar["tokenizer_sha256"], tok.sha256());
@@ -155,7 +153,7 @@ TEST_F(TokenizeCli, RerunKeepsFinishedFilesAndResumesAPartialRun) {
   tokenize("out", "--max-tokens-per-file 120");
   auto names = parts("out");
   std::map<std::string, std::string> before;
-  for (const auto& n : names) before[n] = read_file(path("out/" + n));
+  for (const auto& n : names) before[n] = core::read_file(path("out/" + n));
   std::string again = tokenize("out", "--max-tokens-per-file 120");
   auto summary = nlohmann::json::parse(again.substr(again.find('{')));
   EXPECT_EQ(summary["files_written"].size(), 0u) << again;
@@ -166,7 +164,7 @@ TEST_F(TokenizeCli, RerunKeepsFinishedFilesAndResumesAPartialRun) {
   summary = nlohmann::json::parse(redo.substr(redo.find('{')));
   EXPECT_EQ(summary["files_kept"].size(), 2u) << redo;
   EXPECT_EQ(parts("out"), names);
-  for (const auto& n : names) EXPECT_EQ(read_file(path("out/" + n)), before[n]) << n;
+  for (const auto& n : names) EXPECT_EQ(core::read_file(path("out/" + n)), before[n]) << n;
   // Other settings in the same directory are refused rather than mixed.
   RunResult other = run("data tokenize --tokenizer " + tokenizer_ + " --out " + path("out") +
                         " --max-tokens-per-file 50 --no-progress " + path("in"));
@@ -234,7 +232,7 @@ TEST_F(TokenizeCli, InspectReportsCountsAndDecodesASample) {
       run("data inspect " + path("out/part-00000.npy") + " --tokenizer " + tokenizer_ + " --json");
   ASSERT_EQ(r.status, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
-  Tokenizer tok = Tokenizer::from_file(tokenizer_);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tokenizer_);
   EXPECT_EQ(j["tokens"].get<std::size_t>(),
             tok.encode("Inspect me, please.").size() + tok.encode("second").size() + 2);
   EXPECT_EQ(j["documents"], 2);

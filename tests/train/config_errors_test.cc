@@ -2,12 +2,16 @@
 // neither the key nor the file).
 #include <gtest/gtest.h>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 #include "tandem/core/error.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem {
 namespace {
+
+using namespace core;
+using namespace io;
+using namespace train;
 
 std::string config_error(const std::vector<std::string>& overrides) {
   try {

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/test_support.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/model/model_io.h"
-#include "../common/cli_test_util.h"
 
 namespace tandem {
 namespace {
@@ -45,11 +45,13 @@ TEST(CurveParity, HundredStepsMatchThePyTorchReference) {
   RecordProperty("worst_loss_rel_diff", std::to_string(worst));
 
   // Final weights: every tensor within 1e-4 relative L2 of the reference's.
-  auto model = load_model(run + "/checkpoints/step-000100/model");
-  SafetensorsFile final_ref(fx + "/reference_final.safetensors");
-  for (const ParameterEntry& e : model->layout().entries()) {
-    std::vector<float> b = final_ref.read_f32(hf_name_of(e.name));
-    const float* a = model->params().data() + e.offset;
+  model::ModelWeights final_weights =
+      model::read_model_weights(run + "/checkpoints/step-000100/model");
+  io::SafetensorsFile final_ref(fx + "/reference_final.safetensors");
+  const model::ParameterLayout layout(final_weights.config);
+  for (const model::ParameterEntry& e : layout.entries()) {
+    std::vector<float> b = final_ref.read_f32(model::hf_name_of(e.name));
+    const float* a = final_weights.flat.data() + e.offset;
     double diff = 0, norm = 0;
     for (std::size_t i = 0; i < b.size(); ++i) {
       diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);

@@ -12,9 +12,9 @@
 #include <random>
 #include <thread>
 
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/train/checkpoint.h"
-#include "../common/cli_test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -63,11 +63,11 @@ void expect_same_run(const std::string& a, const std::string& b, int final_step)
     for (const char* key :
          {"step", "tokens", "train/loss", "train/z_loss", "train/grad_norm", "lr"})
       EXPECT_EQ(ma[i][key], mb[i][key]) << key << " at line " << i;  // bit-identical doubles
-  const std::string w = "/checkpoints/" + checkpoint_dir_name(final_step);
-  EXPECT_EQ(read_file(a + w + "/model/model.safetensors"),
-            read_file(b + w + "/model/model.safetensors"));
-  const std::string shard = "/optim/" + optimizer_shard_file_name(0, 1);
-  EXPECT_EQ(read_file(a + w + shard), read_file(b + w + shard));
+  const std::string w = "/checkpoints/" + train::checkpoint_dir_name(final_step);
+  EXPECT_EQ(core::read_file(a + w + "/model/model.safetensors"),
+            core::read_file(b + w + "/model/model.safetensors"));
+  const std::string shard = "/optim/" + train::optimizer_shard_file_name(0, 1);
+  EXPECT_EQ(core::read_file(a + w + shard), core::read_file(b + w + shard));
 }
 
 TEST(Resume, SigkillAtRandomStepsThenResumeIsBitIdentical) {
@@ -115,9 +115,9 @@ TEST(Resume, FailedSaveKeepsThePreviousCheckpoint) {
                               base_args(run, 6));
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("saving checkpoint"), std::string::npos) << r.output;
-  auto cps = list_checkpoints(run + "/checkpoints");
+  auto cps = train::list_checkpoints(run + "/checkpoints");
   ASSERT_EQ(cps.size(), 1u);
-  EXPECT_NO_THROW(verify_checkpoint(cps[0]));
+  EXPECT_NO_THROW(train::verify_checkpoint(cps[0]));
   for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
     EXPECT_EQ(e.path().filename().string().find("partial"), std::string::npos) << e.path();
 }
@@ -133,8 +133,8 @@ TEST(NonFinite, RepeatedNonFiniteLossesStopTheRun) {
   auto metrics = testing::read_metrics(run + "/metrics.jsonl");
   ASSERT_FALSE(metrics.empty());
   EXPECT_GE(metrics.back()["nonfinite_steps"].get<int>(), 3);
-  for (const auto& cp : list_checkpoints(run + "/checkpoints"))
-    EXPECT_NO_THROW(verify_checkpoint(cp));
+  for (const auto& cp : train::list_checkpoints(run + "/checkpoints"))
+    EXPECT_NO_THROW(train::verify_checkpoint(cp));
 }
 
 TEST(TrainConfig, ValidationFileThatIsAlsoTrainingIsRefused) {

@@ -3,7 +3,7 @@
 // data seed and schedule.
 #include <gtest/gtest.h>
 
-#include "../common/cli_test_util.h"
+#include "../support/test_support.h"
 
 namespace tandem {
 namespace {

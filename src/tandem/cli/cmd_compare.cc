@@ -1,7 +1,7 @@
 // `tandem compare RUN REFERENCE --out DIR [--tolerances FILE.yaml]`: aligns a run with a
 // reference run or curve file by tokens, checks the differences against tolerances, runs the
-// repeated-data alarm and writes a report (Markdown, JSON, PNG plots). Exit 1 on a breach or an
-// alarm.
+// repeated-data alarm and writes a report (one HTML page with the verdicts and one figure per
+// group of metrics; the same in Markdown; JSON). Exit 1 on a breach or an alarm.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -9,10 +9,10 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
-#include "tandem/eval/compare.h"
-#include "tandem/eval/curves.h"
-#include "tandem/eval/repeated_data_alarm.h"
-#include "tandem/eval/report.h"
+#include "tandem/report/compare.h"
+#include "tandem/report/curves.h"
+#include "tandem/report/repeated_data_alarm.h"
+#include "tandem/report/report.h"
 
 namespace tandem::cli {
 namespace {
@@ -23,23 +23,25 @@ struct CompareArgs {
   std::string out;
   std::string tolerances;
   double alarm_threshold = 0.1;
+  double alarm_alpha = 0.01;
   bool no_plots = false;
 };
 
 int run_compare(const CompareArgs& args) {
   namespace fs = std::filesystem;
   TANDEM_CHECK(fs::is_directory(args.run), "{}: not a run directory", args.run);
-  eval::Curves run = eval::load_curves(args.run);
-  eval::Curves reference = eval::load_curves(args.reference);
-  eval::Tolerances tol = args.tolerances.empty() ? eval::Tolerances::defaults()
-                                                 : eval::Tolerances::from_file(args.tolerances);
-  eval::Comparison comparison = eval::compare_curves(run, reference, tol);
-  eval::AlarmOptions alarm_options;
+  report::Curves run = report::load_curves(args.run);
+  report::Curves reference = report::load_curves(args.reference);
+  report::Tolerances tol = args.tolerances.empty() ? report::Tolerances::defaults()
+                                                   : report::Tolerances::from_file(args.tolerances);
+  report::Comparison comparison = report::compare_curves(run, reference, tol);
+  report::AlarmOptions alarm_options;
   alarm_options.threshold = args.alarm_threshold;
-  eval::AlarmResult alarm = eval::check_repeated_data(run, &reference, alarm_options);
-  eval::attach_audit_counts(args.run, alarm);
+  alarm_options.alpha = args.alarm_alpha;
+  report::AlarmResult alarm = report::check_repeated_data(run, &reference, alarm_options);
+  report::attach_audit_counts(args.run, alarm);
 
-  eval::ReportOptions options;
+  report::ReportOptions options;
   options.run_label = fs::path(args.run).filename().string();
   options.reference_label = fs::path(args.reference).filename().string();
   if (options.run_label.empty()) options.run_label = "run";
@@ -47,7 +49,7 @@ int run_compare(const CompareArgs& args) {
     options.reference_label = "reference";
   }
   options.plots = !args.no_plots;
-  auto pngs = eval::write_report(args.out, run, reference, comparison, alarm, options);
+  auto figures = report::write_report(args.out, run, reference, comparison, alarm, options);
 
   for (const auto& m : comparison.metrics) {
     if (!m.checked()) continue;
@@ -56,7 +58,8 @@ int run_compare(const CompareArgs& args) {
                              m.pass() ? "pass" : "FAIL");
   }
   std::cout << fmt::format("repeated-data alarm: {}\n", alarm.triggered ? "ALARM" : "clear");
-  std::cout << fmt::format("report: {}/summary.md ({} plots)\n", args.out, pngs.size());
+  std::cout << fmt::format("report: {}/report.html ({} figures; summary.md beside it)\n", args.out,
+                           figures.size());
   bool ok = comparison.pass() && !alarm.triggered;
   std::cout << (ok ? "PASS\n" : "FAIL\n");
   return ok ? 0 : 1;
@@ -75,8 +78,10 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--out", args->out, "report directory")->required();
   cmd->add_option("--tolerances", args->tolerances, "YAML file: tolerances: {metric-glob: tol}");
   cmd->add_option("--alarm-threshold", args->alarm_threshold,
-                  "repeated-data alarm threshold in nats (default 0.1)");
-  cmd->add_flag("--no-plots", args->no_plots, "skip the PNG plots");
+                  "repeated-data alarm: nats beyond the noise allowance (default 0.1)");
+  cmd->add_option("--alarm-alpha", args->alarm_alpha,
+                  "repeated-data alarm: false-alarm probability over all points (default 0.01)");
+  cmd->add_flag("--no-plots", args->no_plots, "skip the figures");
   cmd->callback([args, &exit_code] { exit_code = run_compare(*args); });
 }
 

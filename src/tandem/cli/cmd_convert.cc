@@ -14,32 +14,32 @@ struct ConvertArgs {
   std::int64_t pad_vocab_multiple = 1;
 };
 
-DType parse_dtype(const std::string& s, DType fallback) {
+io::DType parse_dtype(const std::string& s, io::DType fallback) {
   if (s.empty()) return fallback;
-  if (s == "float32" || s == "F32") return DType::kF32;
-  if (s == "bfloat16" || s == "BF16") return DType::kBF16;
-  if (s == "float16" || s == "F16") return DType::kF16;
-  fail("--dtype '{}' is not one of float32, bfloat16, float16", s);
+  if (s == "float32" || s == "F32") return io::DType::kF32;
+  if (s == "bfloat16" || s == "BF16") return io::DType::kBF16;
+  if (s == "float16" || s == "F16") return io::DType::kF16;
+  core::fail("--dtype '{}' is not one of float32, bfloat16, float16", s);
 }
 
 void run_convert(const ConvertArgs& a) {
   const bool from_hf = a.from_kind == "hf";
-  TANDEM_CHECK(from_hf ? is_hf_model_dir(a.src) : is_tandem_model_dir(a.src),
+  TANDEM_CHECK(from_hf ? model::is_hf_model_dir(a.src) : model::is_tandem_model_dir(a.src),
                "{} is not a {} model directory", a.src, a.from_kind);
-  LoadOptions options;
+  model::LoadOptions options;
   options.pad_vocab_multiple = from_hf ? a.pad_vocab_multiple : 1;
-  DType source_dtype = DType::kF32;
-  auto model = load_model(a.src, options, &source_dtype);
+  // Conversion moves weights between formats on the host; no backend is involved.
+  model::ModelWeights w = model::read_model_weights(a.src, options);
   if (a.to_kind == "hf") {
     // Default: the dtype the weights came in, so hf -> tandem -> hf is bit-exact.
-    DType dtype = parse_dtype(a.dtype, source_dtype);
-    save_hf_model(a.dst, *model, dtype);
+    io::DType dtype = parse_dtype(a.dtype, w.source_dtype);
+    model::save_hf_model(a.dst, w.config, w.flat, dtype);
   } else {
-    save_tandem_model(a.dst, *model, source_dtype);
+    model::save_tandem_model(a.dst, w.config, w.flat, w.source_dtype);
   }
   fmt::print("converted {} ({}) -> {} ({}): {} parameters, vocab {} (embedding rows {})\n", a.src,
-             a.from_kind, a.dst, a.to_kind, model->config().total_params(),
-             model->config().vocab_size, model->config().embedding_size);
+             a.from_kind, a.dst, a.to_kind, w.config.total_params(), w.config.vocab_size,
+             w.config.embedding_size);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // `tandem data batches CONFIG.yaml [key=value ...]`: prints, one JSON line per (step, rank), the
-// global instance ids each rank gets, for a world size, a range of steps and a resume point.
+// global instance ids each rank gets, for a world size, a range of steps and a resume point; with
+// --tokens also the token ids themselves (and the filter's instance mask), so that anyone can
+// recompute a batch without tandem.
 #include <fmt/format.h>
 
 #include <memory>
@@ -22,6 +24,7 @@ struct BatchesArgs {
   std::uint64_t from_step = 0;
   std::int64_t steps = -1;  // -1: to the end of the epoch of from_step
   bool hash = false;
+  bool tokens = false;
   std::string resume_state;
   std::string save_state;
 };
@@ -32,7 +35,7 @@ void run_batches(const BatchesArgs& a) {
   data::check_rank(config, a.rank < 0 ? 0 : static_cast<std::uint64_t>(a.rank), a.world_size);
 
   data::LoaderOptions opts;
-  opts.read_tokens = a.hash;
+  opts.read_tokens = a.hash || a.tokens;
   std::vector<std::uint64_t> ranks;
   if (a.rank >= 0) {
     ranks.push_back(static_cast<std::uint64_t>(a.rank));
@@ -74,7 +77,19 @@ void run_batches(const BatchesArgs& a) {
         auto bytes =
             std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(b.input_ids.data()),
                                           b.input_ids.size() * sizeof(std::int64_t));
-        line["tokens_xxh64"] = to_hex64(xxh64(bytes));
+        line["tokens_xxh64"] = core::to_hex64(core::xxh64(bytes));
+      }
+      if (a.tokens) {
+        // One row of sequence_length ids per instance, in the order of "instances".
+        nlohmann::json rows = nlohmann::json::array();
+        const auto T = static_cast<std::size_t>(b.sequence_length);
+        for (std::size_t k = 0; k < b.num_instances(); ++k)
+          rows.push_back(std::vector<std::int64_t>(
+              b.input_ids.begin() + static_cast<std::ptrdiff_t>(k * T),
+              b.input_ids.begin() + static_cast<std::ptrdiff_t>((k + 1) * T)));
+        line["input_ids"] = std::move(rows);
+        // 1 = kept, 0 = rejected by the repetition filter (all its labels are ignored).
+        if (config.instance_filter) line["instance_mask"] = b.instance_mask;
       }
       fmt::print("{}\n", line.dump());
     }
@@ -97,6 +112,9 @@ void add_data_batches_command(CLI::App& data, int& exit_code) {
   cmd->add_option("--from-step", args->from_step, "first global step (counting across epochs)");
   cmd->add_option("--steps", args->steps, "number of steps (default: to the end of the epoch)");
   cmd->add_flag("--hash", args->hash, "add tokens_xxh64, the XXH64 of the int64 input ids");
+  cmd->add_flag("--tokens", args->tokens,
+                "add input_ids (one row of token ids per instance) and, with the repetition "
+                "filter on, instance_mask");
   cmd->add_option("--resume-state", args->resume_state, "loader state JSON to resume from");
   cmd->add_option("--save-state", args->save_state, "write rank 0's loader state here at the end");
   cmd->callback([args, &exit_code] {

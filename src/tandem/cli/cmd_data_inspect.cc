@@ -29,20 +29,20 @@ struct InspectArgs {
 
 nlohmann::json inspect(const InspectArgs& a) {
   TANDEM_CHECK(std::filesystem::exists(a.file), "token file {} does not exist", a.file);
-  std::optional<Tokenizer> tok;
-  if (!a.tokenizer.empty()) tok.emplace(Tokenizer::from_file(a.tokenizer));
-  std::optional<TokenSidecar> sidecar;
-  std::string sidecar_path = sidecar_path_for(a.file);
+  std::optional<tokenizer::Tokenizer> tok;
+  if (!a.tokenizer.empty()) tok.emplace(tokenizer::Tokenizer::from_file(a.tokenizer));
+  std::optional<io::TokenSidecar> sidecar;
+  std::string sidecar_path = io::sidecar_path_for(a.file);
   if (std::filesystem::exists(sidecar_path))
-    sidecar = parse_token_sidecar(read_file(sidecar_path), sidecar_path);
+    sidecar = io::parse_token_sidecar(core::read_file(sidecar_path), sidecar_path);
   // dtype: flag, else sidecar, else the tokenizer's vocabulary.
   std::string dtype_name = a.dtype;
-  if (dtype_name.empty() && sidecar) dtype_name = token_dtype_name(sidecar->dtype);
+  if (dtype_name.empty() && sidecar) dtype_name = io::token_dtype_name(sidecar->dtype);
   if (dtype_name.empty() && tok)
-    dtype_name = token_dtype_name(token_dtype_for_vocab(tok->vocab_size()));
+    dtype_name = io::token_dtype_name(io::token_dtype_for_vocab(tok->vocab_size()));
   TANDEM_CHECK(!dtype_name.empty(),
                "cannot tell the dtype of {} (no sidecar): pass --dtype or --tokenizer", a.file);
-  TokenFile file(a.file, token_dtype_from_name(dtype_name));
+  io::TokenFile file(a.file, io::token_dtype_from_name(dtype_name));
   std::int64_t eos = a.eos_id;
   if (eos < 0 && sidecar) eos = static_cast<std::int64_t>(sidecar->eos_id);
   if (eos < 0 && tok && tok->eos_id()) eos = *tok->eos_id();
@@ -71,7 +71,7 @@ nlohmann::json inspect(const InspectArgs& a) {
   if (sidecar) {
     out["sidecar"] = sidecar_path;
     bool ok = sidecar->tokens == file.num_tokens() && sidecar->dtype == file.dtype() &&
-              (file.num_tokens() == 0 || sidecar->checksum == token_file_checksum(a.file));
+              (file.num_tokens() == 0 || sidecar->checksum == io::token_file_checksum(a.file));
     out["sidecar_matches"] = ok;
   }
   std::vector<std::uint32_t> sample(std::min<std::uint64_t>(a.sample_tokens, file.num_tokens()));

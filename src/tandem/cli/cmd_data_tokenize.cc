@@ -12,13 +12,13 @@ namespace tandem::cli {
 namespace {
 
 struct TokenizeArgs {
-  TokenizeOptions options;
+  tokenizer::TokenizeOptions options;
   std::int64_t eos_id = -1;
   bool json = false;
   bool no_progress = false;
 };
 
-void print_report(const TokenizeSummary& s, const TokenizeOptions& o) {
+void print_report(const tokenizer::TokenizeSummary& s, const tokenizer::TokenizeOptions& o) {
   for (const auto& p : s.problems)
     fmt::print(stderr, "tandem: warning: {}:{}: {}: {}\n", p.path, p.line, p.kind, p.message);
   std::uint64_t bad = 0;
@@ -56,10 +56,10 @@ void add_data_tokenize_command(CLI::App& data, int& exit_code) {
   cmd->add_flag("--no-progress", args->no_progress, "no progress bar");
   cmd->add_flag("--json", args->json, "print a JSON summary on stdout");
   cmd->callback([args, &exit_code] {
-    TokenizeOptions options = args->options;
+    tokenizer::TokenizeOptions options = args->options;
     if (args->eos_id >= 0) options.eos_id = static_cast<std::uint32_t>(args->eos_id);
     options.progress = !args->no_progress && !args->json;
-    TokenizeSummary summary = run_tokenize(options);
+    tokenizer::TokenizeSummary summary = tokenizer::run_tokenize(options);
     print_report(summary, options);
     if (args->json) fmt::print("{}\n", summary.to_json().dump(1));
     exit_code = 0;

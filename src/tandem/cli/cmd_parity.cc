@@ -1,27 +1,36 @@
 // `tandem parity`: runs a model on token ids and compares logits (and optionally gradients) with
 // a reference, printing one JSON object with --json; a breached threshold exits non-zero.
+// --save-logits writes tandem's own logits as a .npy, so a third party can redo the comparison;
+// --intra-doc-eos applies OLMo-core's intra-document masking (documents end at that EOS id).
 #include <fmt/format.h>
 
 #include <optional>
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/eval/parity.h"
 #include "tandem/io/npy.h"
+#include "tandem/kernels/backend.h"
+#include "tandem/model/documents.h"
 #include "tandem/model/model_io.h"
-#include "tandem/model/parity.h"
 
 namespace tandem::cli {
 namespace {
 
 struct ParityArgs {
-  std::string model, tokens, reference, grads;
+  std::string model, tokens, reference, grads, save_logits;
+  std::optional<std::int64_t> doc_eos, doc_bos;
   bool json = false;
   std::optional<double> max_kl, max_mean_kl, max_abs_diff_rel, max_grad_rel_l2, min_top1;
 };
 
 int run_parity(const ParityArgs& a) {
-  auto model = load_model(a.model);
-  NpyArray ids_arr = read_npy(a.tokens);
+  TANDEM_CHECK(!a.reference.empty() || !a.save_logits.empty(),
+               "parity: give --reference LOGITS.npy to compare with, --save-logits FILE, or both");
+  TANDEM_CHECK(!a.doc_bos || a.doc_eos, "parity: --intra-doc-bos needs --intra-doc-eos");
+  std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
+  auto model = model::load_model(a.model, *backend);
+  io::NpyArray ids_arr = io::read_npy(a.tokens);
   TANDEM_CHECK(ids_arr.shape.size() == 2, "{}: token ids must be [B, T], got {} dims", a.tokens,
                ids_arr.shape.size());
   const std::int64_t B = ids_arr.shape[0], T = ids_arr.shape[1];
@@ -30,8 +39,24 @@ int run_parity(const ParityArgs& a) {
     TANDEM_CHECK(ids[i] >= 0 && ids[i] < model->config().vocab_size,
                  "{}: token id {} at position {} is outside the vocabulary [0, {})", a.tokens,
                  ids[i], i, model->config().vocab_size);
-  NpyArray ref_arr = read_npy(a.reference);
   TANDEM_CHECK(B > 0 && T > 0, "{}: token ids of shape [{}, {}] hold no tokens", a.tokens, B, T);
+  std::vector<std::int64_t> doc_start;
+  if (a.doc_eos) doc_start = model::document_starts(ids.data(), B, T, *a.doc_eos, a.doc_bos);
+  const std::int64_t* docs = a.doc_eos ? doc_start.data() : nullptr;
+  const std::int64_t V = model->config().embedding_size;
+  std::vector<float> logits(static_cast<std::size_t>(B * T * V));
+  model->forward_logits(ids.data(), B, T, logits.data(), docs);
+  if (!a.save_logits.empty()) {
+    io::write_npy_f32(a.save_logits, {B, T, V}, logits.data());
+    if (!a.json) fmt::print("wrote logits [{}, {}, {}] float32 to {}\n", B, T, V, a.save_logits);
+  }
+  if (a.reference.empty()) {
+    if (a.json)
+      fmt::print("{}\n",
+                 nlohmann::json{{"saved_logits", a.save_logits}, {"shape", {B, T, V}}}.dump());
+    return 0;
+  }
+  io::NpyArray ref_arr = io::read_npy(a.reference);
   TANDEM_CHECK(ref_arr.shape.size() == 3 && ref_arr.shape[0] == B && ref_arr.shape[1] == T,
                "{}: reference logits must be [{}, {}, V]", a.reference, B, T);
   // V is the model's vocabulary, or its padded embedding size: fewer columns would leave
@@ -41,14 +66,11 @@ int run_parity(const ParityArgs& a) {
       ref_vocab == model->config().vocab_size || ref_vocab == model->config().embedding_size,
       "{}: reference logits have {} columns; the model's vocabulary is {} (padded {})", a.reference,
       ref_vocab, model->config().vocab_size, model->config().embedding_size);
-  const std::int64_t V = model->config().embedding_size;
-  std::vector<float> logits(static_cast<std::size_t>(B * T * V));
-  model->forward_logits(ids.data(), B, T, logits.data());
-  LogitParity p = compare_logits(logits, V, ref_arr.as_f32(), ref_arr.shape[2]);
-  std::optional<GradParity> g;
-  if (!a.grads.empty()) g = compare_gradients(*model, ids, B, T, a.grads);
+  eval::LogitParity p = eval::compare_logits(logits, V, ref_arr.as_f32(), ref_arr.shape[2]);
+  std::optional<eval::GradParity> g;
+  if (!a.grads.empty()) g = eval::compare_gradients(*model, ids, B, T, a.grads, docs);
 
-  nlohmann::json j = parity_to_json(p, g);
+  nlohmann::json j = eval::parity_to_json(p, g);
   std::vector<std::string> breaches;
   auto check = [&](const std::optional<double>& limit, double value, const char* what, bool max) {
     if (limit && (max ? value > *limit : value < *limit))
@@ -61,6 +83,8 @@ int run_parity(const ParityArgs& a) {
         "max_abs_diff / max|ref|", true);
   check(a.min_top1, p.top1_agreement, "top1_agreement", false);
   if (g) check(a.max_grad_rel_l2, g->max_rel_l2, "max_grad_rel_l2", true);
+  if (!a.save_logits.empty()) j["saved_logits"] = a.save_logits;
+  if (a.doc_eos) j["intra_doc_eos"] = *a.doc_eos;
   j["pass"] = breaches.empty();
   j["breaches"] = breaches;
   if (a.json) {
@@ -88,7 +112,14 @@ void add_parity_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--model", args->model, "HF model directory or tandem model/checkpoint directory")
       ->required();
   cmd->add_option("--tokens", args->tokens, "Token ids, .npy [B, T]")->required();
-  cmd->add_option("--reference", args->reference, "Reference logits, .npy [B, T, V]")->required();
+  cmd->add_option("--reference", args->reference, "Reference logits, .npy [B, T, V]");
+  cmd->add_option("--save-logits", args->save_logits,
+                  "Write the model's logits to this .npy (float32 [B, T, embedding rows])");
+  cmd->add_option("--intra-doc-eos", args->doc_eos,
+                  "Intra-document masking: documents end at this EOS id (OLMo-core's doc_lens)");
+  cmd->add_option(
+      "--intra-doc-bos", args->doc_bos,
+      "With --intra-doc-eos: a document ends only where EOS is followed by this BOS id");
   cmd->add_option("--grads", args->grads,
                   "Reference gradients (.safetensors, HF names) of HF's mean next-token CE");
   cmd->add_flag("--json", args->json, "Print one JSON object");

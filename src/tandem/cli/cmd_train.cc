@@ -14,11 +14,11 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("config", *config, "Run config (YAML)")->required();
   cmd->add_option("overrides", *overrides, "key=value overrides, e.g. trainer.max_steps=10");
   cmd->callback([config, overrides, &exit_code] {
-    RunConfig run = load_run_config(*config, *overrides);
-    auto comm = make_communicator();
-    install_stop_signal_handlers();
+    train::RunConfig run = train::load_run_config(*config, *overrides);
+    auto comm = dist::make_communicator();
+    train::install_stop_signal_handlers();
     try {
-      Trainer trainer(std::move(run), *comm);
+      train::Trainer trainer(std::move(run), *comm);
       exit_code = trainer.run();
     } catch (const std::exception& e) {
       // Under MPI the other ranks would wait for this one forever: end the whole job.

@@ -1,6 +1,6 @@
 // Each subcommand lives in its own file and registers itself on the CLI11 app here.
 // A command's callback stores its process exit code in `exit_code` (0 = success) and throws
-// tandem::Error for bad input; main() prints the message and exits non-zero.
+// tandem::core::Error for bad input; main() prints the message and exits non-zero.
 #pragma once
 
 #include <CLI/CLI.hpp>

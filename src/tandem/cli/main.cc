@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const tandem::Error& e) {
+  } catch (const tandem::core::Error& e) {
     fmt::print(stderr, "tandem: error: {}\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {

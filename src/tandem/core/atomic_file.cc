@@ -13,7 +13,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/fault_injection.h"
 
-namespace tandem {
+namespace tandem::core {
 
 AtomicFileWriter::AtomicFileWriter(std::string final_path)
     : final_path_(std::move(final_path)),
@@ -100,4 +100,4 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
-}  // namespace tandem
+}  // namespace tandem::core

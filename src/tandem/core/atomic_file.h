@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace tandem {
+namespace tandem::core {
 
 class AtomicFileWriter {
  public:
@@ -39,4 +39,4 @@ std::string read_file(const std::string& path);
 void for_each_file_chunk(const std::string& path, const char* purpose,
                          const std::function<void(const char*, std::size_t)>& consume);
 
-}  // namespace tandem
+}  // namespace tandem::core

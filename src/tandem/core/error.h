@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace tandem {
+namespace tandem::core {
 
 class Error : public std::runtime_error {
  public:
@@ -18,12 +18,13 @@ template <typename... Args>
   throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
-}  // namespace tandem
+}  // namespace tandem::core
 
-// Checks an invariant about inputs; on failure throws tandem::Error with the formatted message.
-#define TANDEM_CHECK(cond, ...)     \
-  do {                              \
-    if (!(cond)) {                  \
-      ::tandem::fail(__VA_ARGS__);  \
-    }                               \
+// Checks an invariant about inputs; on failure throws tandem::core::Error with the formatted
+// message.
+#define TANDEM_CHECK(cond, ...)          \
+  do {                                   \
+    if (!(cond)) {                       \
+      ::tandem::core::fail(__VA_ARGS__); \
+    }                                    \
   } while (0)

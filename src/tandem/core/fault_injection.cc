@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace tandem {
+namespace tandem::core {
 namespace {
 
 struct FaultSpec {
@@ -45,4 +45,4 @@ void fault_point(const char* name) {
   if (spec.point == name && ++hits == spec.nth) ::kill(::getpid(), SIGKILL);
 }
 
-}  // namespace tandem
+}  // namespace tandem::core

@@ -6,8 +6,8 @@
 // predictable branch.
 #pragma once
 
-namespace tandem {
+namespace tandem::core {
 
 void fault_point(const char* name);
 
-}  // namespace tandem
+}  // namespace tandem::core

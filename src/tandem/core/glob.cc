@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
-namespace tandem {
+namespace tandem::core {
 
 bool has_wildcard(const std::string& pattern) {
   return pattern.find_first_of("*?[") != std::string::npos;
@@ -26,4 +26,4 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
   return out;
 }
 
-}  // namespace tandem
+}  // namespace tandem::core

@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-namespace tandem {
+namespace tandem::core {
 
 bool has_wildcard(const std::string& pattern);
 // Matches of `pattern`, sorted; a plain path is returned as is if it exists. Never throws: an
 // empty result means nothing matched.
 std::vector<std::string> expand_glob(const std::string& pattern);
 
-}  // namespace tandem
+}  // namespace tandem::core

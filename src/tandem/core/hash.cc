@@ -11,7 +11,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::core {
 namespace {
 
 struct DigestContext {
@@ -67,4 +67,4 @@ std::string xxh64_file_hex(const std::string& path) {
   return to_hex64(XXH64_digest(state.get()));
 }
 
-}  // namespace tandem
+}  // namespace tandem::core

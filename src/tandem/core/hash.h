@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace tandem {
+namespace tandem::core {
 
 // Lower-case hex SHA-256 of a byte range.
 std::string sha256_hex(std::span<const std::uint8_t> bytes);
@@ -19,4 +19,4 @@ std::uint64_t xxh64(std::span<const std::uint8_t> bytes, std::uint64_t seed = 0)
 std::string xxh64_file_hex(const std::string& path);
 std::string to_hex64(std::uint64_t value);
 
-}  // namespace tandem
+}  // namespace tandem::core

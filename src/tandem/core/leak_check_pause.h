@@ -16,7 +16,7 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
-namespace tandem {
+namespace tandem::core {
 
 class LeakCheckPause {
  public:
@@ -30,4 +30,4 @@ class LeakCheckPause {
   LeakCheckPause& operator=(const LeakCheckPause&) = delete;
 };
 
-}  // namespace tandem
+}  // namespace tandem::core

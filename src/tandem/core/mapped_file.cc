@@ -10,7 +10,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::core {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -60,4 +60,4 @@ void MappedFile::release() {
   size_ = 0;
 }
 
-}  // namespace tandem
+}  // namespace tandem::core

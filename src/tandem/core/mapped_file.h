@@ -6,7 +6,7 @@
 #include <span>
 #include <string>
 
-namespace tandem {
+namespace tandem::core {
 
 class MappedFile {
  public:
@@ -30,4 +30,4 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-}  // namespace tandem
+}  // namespace tandem::core

@@ -6,7 +6,7 @@
 
 namespace fs = std::filesystem;
 
-namespace tandem {
+namespace tandem::core {
 namespace {
 
 // Whether `inner` equals `outer` or lies below it (both absolute and normalised).
@@ -54,4 +54,4 @@ bool is_plain_entry_of(const std::string& dir, const std::string& path) {
   return !ec && is_within(base, target) && target != base;
 }
 
-}  // namespace tandem
+}  // namespace tandem::core

@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace tandem {
+namespace tandem::core {
 
 // `dir`/`name` after checking that `name` is relative, has no '..' and, once symbolic links are
 // resolved, still lies inside `dir`. Errors are tandem::Error naming `where` (the file that
@@ -15,4 +15,4 @@ std::string path_inside(const std::string& dir, const std::string& name, const s
 // True when `path` is a real directory entry of `dir` (not a symbolic link, not outside it).
 bool is_plain_entry_of(const std::string& dir, const std::string& path);
 
-}  // namespace tandem
+}  // namespace tandem::core

@@ -161,7 +161,7 @@ void find_duplicates(const TokenDataset& ds, AuditReport& report) {
     ds.read_instance(i, buf);
     auto bytes = std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(buf.data()),
                                                buf.size() * sizeof(std::int64_t));
-    by_hash[xxh64(bytes)].push_back(i);
+    by_hash[core::xxh64(bytes)].push_back(i);
   }
   std::vector<std::vector<std::uint64_t>> groups;
   for (auto& [h, ids] : by_hash)
@@ -194,7 +194,7 @@ ResumePoint parse_resume_point(const std::string& text) {
     p.world_size = std::stoull(rest, &used);
     TANDEM_CHECK(used == rest.size() && p.world_size > 0, "x");
   } catch (const std::exception&) {
-    fail("--resume-at '{}': expected STEP:W or STEP:W_BEFORE>W with positive integers", text);
+    core::fail("--resume-at '{}': expected STEP:W or STEP:W_BEFORE>W with positive integers", text);
   }
   return p;
 }

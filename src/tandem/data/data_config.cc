@@ -5,6 +5,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/glob.h"
+#include "tandem/data/data_mix.h"
 
 namespace tandem::data {
 namespace {
@@ -14,14 +15,41 @@ namespace fs = std::filesystem;
 std::vector<std::string> expand(const std::string& pattern, const std::string& where) {
   TANDEM_CHECK(pattern.find("**") == std::string::npos,
                "{}: '**' patterns are not supported ('{}'); list the directories", where, pattern);
-  if (!has_wildcard(pattern)) {
+  if (!core::has_wildcard(pattern)) {
     std::error_code ec;
     TANDEM_CHECK(fs::is_regular_file(pattern, ec), "{}: token file {} does not exist", where,
                  pattern);
     return {pattern};
   }
-  std::vector<std::string> out = expand_glob(pattern);  // sorted, like Python's sorted()
+  std::vector<std::string> out = core::expand_glob(pattern);  // sorted, like Python's sorted()
   TANDEM_CHECK(!out.empty(), "{}: pattern '{}' did not match any files", where, pattern);
+  return out;
+}
+
+// OLMo-core's `mix`: the manifest's files in its order, one source per run of equal labels.
+std::vector<DataSource> mix_sources(io::ConfigSection& s, const std::string& manifest,
+                                    const std::string& base_dir) {
+  TANDEM_CHECK(s.has("mix_base_dir"), "{}: a data mix needs mix_base_dir (OLMo-core's name)",
+               s.where("mix"));
+  const std::string mix_base = io::resolve_config_path(base_dir, s.get_string("mix_base_dir"));
+  TANDEM_CHECK(mix_base.find("://") == std::string::npos,
+               "{}: '{}' is remote; tandem reads local token files (copy the mix's files and "
+               "point mix_base_dir at the copy)",
+               s.where("mix_base_dir"), mix_base);
+  TANDEM_CHECK(s.has("mix_tokenizer_id"),
+               "{}: a data mix needs mix_tokenizer_id, the text that replaces {{TOKENIZER}} in "
+               "its paths (AI2's OLMo 3 mixes: allenai/dolma3-tokenizer)",
+               s.where("mix"));
+  const std::string tokenizer_id = s.get_string("mix_tokenizer_id");
+  std::vector<DataSource> out;
+  for (const MixEntry& e : read_data_mix(manifest, mix_base, tokenizer_id)) {
+    std::error_code ec;
+    TANDEM_CHECK(fs::is_regular_file(e.path, ec), "{} line {}: token file {} does not exist",
+                 manifest, e.line, e.path);
+    if (out.empty() || out.back().label != e.label) out.push_back({e.label, {}, {}});
+    out.back().patterns.push_back(e.path);
+    out.back().files.push_back(e.path);
+  }
   return out;
 }
 
@@ -41,12 +69,15 @@ std::int64_t DataConfig::chunk_size() const {
   return max_target_sequence_length ? *max_target_sequence_length / sequence_length : 1;
 }
 
-DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
+DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
   DataConfig c;
-  // Sources: either `paths` (one unlabelled source) or `sources: [{label, paths}]`.
-  TANDEM_CHECK(s.has("paths") != s.has("sources"), "{}: give exactly one of 'paths' or 'sources'",
-               s.where(""));
-  if (s.has("paths")) {
+  // Sources: `paths` (one unlabelled source), `sources: [{label, paths}]` or an OLMo-core `mix`.
+  TANDEM_CHECK(int(s.has("paths")) + int(s.has("sources")) + int(s.has("mix")) == 1,
+               "{}: give exactly one of 'paths', 'sources' or 'mix'", s.where(""));
+  if (s.has("mix")) {
+    c.mix = io::resolve_config_path(base_dir, s.get_string("mix"));
+    c.sources = mix_sources(s, c.mix, base_dir);
+  } else if (s.has("paths")) {
     DataSource src;
     src.label = "default";
     src.patterns = s.get_string_list("paths");
@@ -56,7 +87,7 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
     TANDEM_CHECK(list.IsSequence() && list.size() > 0,
                  "{}: expected a non-empty list of {{label, paths}}", s.where("sources"));
     for (std::size_t i = 0; i < list.size(); ++i) {
-      ConfigSection item(list[i], s.path() + ".sources[" + std::to_string(i) + "]");
+      io::ConfigSection item(list[i], s.path() + ".sources[" + std::to_string(i) + "]");
       DataSource src;
       src.label = item.get_string("label", "source" + std::to_string(i));
       src.patterns = item.get_string_list("paths");
@@ -64,11 +95,13 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
       c.sources.push_back(src);
     }
   }
+  // Globs are expanded for `paths` and `sources`; a mix names files (checked in mix_sources).
   for (auto& src : c.sources) {
+    if (!c.mix.empty()) break;
     TANDEM_CHECK(!src.patterns.empty(), "{}: source '{}' has no paths", s.where("paths"),
                  src.label);
     for (auto& p : src.patterns) {
-      p = resolve_config_path(base_dir, p);
+      p = io::resolve_config_path(base_dir, p);
       auto files = expand(p, s.where(s.has("paths") ? "paths" : "sources"));
       src.files.insert(src.files.end(), files.begin(), files.end());
     }
@@ -99,21 +132,20 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
   TANDEM_CHECK(c.seed >= 0, "{} must be non-negative", s.where("seed"));
   c.vocab_size = s.get_int("vocab_size");
   check_positive(c.vocab_size, s.where("vocab_size"));
-  c.dtype = s.has("dtype") ? token_dtype_from_name(s.get_string("dtype"))
-                           : token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size));
+  c.dtype = s.has("dtype") ? io::token_dtype_from_name(s.get_string("dtype"))
+                           : io::token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size));
   // A dtype too narrow for the vocabulary would read another file's ids as garbage.
-  TANDEM_CHECK(token_dtype_size(c.dtype) >= token_dtype_size(token_dtype_for_vocab(
-                                                static_cast<std::uint64_t>(c.vocab_size))),
+  const io::TokenDtype needed = io::token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size));
+  TANDEM_CHECK(io::token_dtype_size(c.dtype) >= io::token_dtype_size(needed),
                "{}: {} cannot hold the ids of vocab_size {} (needs {})", s.where("dtype"),
-               token_dtype_name(c.dtype), c.vocab_size,
-               token_dtype_name(token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size))));
+               io::token_dtype_name(c.dtype), c.vocab_size, io::token_dtype_name(needed));
   s.mark_used("dtype");
   c.eos_token_id = s.get_int("eos_token_id");
   c.pad_token_id = s.get_int("pad_token_id");
   c.bos_token_id = s.get_optional_int("bos_token_id");
   c.shuffle = s.get_bool("shuffle", true);
   if (s.has("instance_filter_config")) {
-    ConfigSection f = s.section("instance_filter_config");
+    io::ConfigSection f = s.section("instance_filter_config");
     RepetitionFilterConfig rf;
     rf.max_period = f.get_int("repetition_max_period", rf.max_period);
     rf.min_period = f.get_int("repetition_min_period", rf.min_period);
@@ -127,6 +159,7 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
   }
   c.ignore_fingerprint_mismatch = s.get_bool("ignore_fingerprint_mismatch", false);
   c.validate_token_ids = s.get_bool("validate_token_ids", false);
+  c.generate_doc_lengths = s.get_bool("generate_doc_lengths", false);
   c.micro_batch_size = s.get_int("micro_batch_size", 0);
   TANDEM_CHECK(c.micro_batch_size >= 0, "{} must be >= 0", s.where("micro_batch_size"));
   c.prefetch_batches = s.get_int("prefetch_batches", 2);
@@ -136,11 +169,11 @@ DataConfig parse_data_config(ConfigSection s, const std::string& base_dir) {
 }
 
 DataConfig load_data_config(const std::string& path, const std::vector<std::string>& overrides) {
-  YAML::Node root = load_yaml_config(path, overrides);
+  YAML::Node root = io::load_yaml_config(path, overrides);
   TANDEM_CHECK(root["data"] && root["data"].IsMap(), "{}: expected a top-level 'data:' mapping",
                path);
   std::string base = fs::path(path).parent_path().string();
-  return parse_data_config(ConfigSection(root["data"], "data", path), base);
+  return parse_data_config(io::ConfigSection(root["data"], "data", path), base);
 }
 
 }  // namespace tandem::data

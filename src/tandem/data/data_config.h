@@ -23,19 +23,23 @@ struct DataSource {
 
 struct DataConfig {
   std::vector<DataSource> sources;
+  std::string mix;  // the OLMo-core mix manifest the sources came from, if any
   std::int64_t sequence_length = 0;
   std::optional<std::int64_t> max_target_sequence_length;
   std::int64_t global_batch_size = 0;  // tokens, as in OLMo-core
   std::int64_t seed = 0;
   std::int64_t vocab_size = 0;
-  TokenDtype dtype = TokenDtype::kU32;
+  io::TokenDtype dtype = io::TokenDtype::kU32;
   std::int64_t eos_token_id = 0;
   std::int64_t pad_token_id = 0;
   std::optional<std::int64_t> bos_token_id;
   bool shuffle = true;
   std::optional<RepetitionFilterConfig> instance_filter;
   bool ignore_fingerprint_mismatch = false;
-  bool validate_token_ids = false;    // scan every file for ids >= vocab_size when opening
+  bool validate_token_ids = false;  // scan every file for ids >= vocab_size when opening
+  // OLMo-core's intra-document masking: each instance's documents (ending at eos_token_id, or at
+  // EOS followed by bos_token_id when set) attend only within themselves (model/documents.h).
+  bool generate_doc_lengths = false;
   std::int64_t micro_batch_size = 0;  // instances per micro-batch; 0 = the whole rank batch
   std::int64_t prefetch_batches = 2;
 
@@ -48,7 +52,7 @@ struct DataConfig {
 // Reads and checks a `data:` mapping. Relative paths and globs are resolved against base_dir
 // (the directory of the config file). Unknown keys, missing files and empty globs are errors
 // naming the key.
-DataConfig parse_data_config(ConfigSection section, const std::string& base_dir = "");
+DataConfig parse_data_config(io::ConfigSection section, const std::string& base_dir = "");
 
 // Convenience for the CLI and tests: loads `path` (with key=value overrides) and parses its
 // top-level `data:` mapping; other top-level keys are left to their owners.

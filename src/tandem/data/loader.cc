@@ -5,26 +5,6 @@
 
 namespace tandem::data {
 
-std::vector<MicroBatch> Batch::micro_batches(std::size_t instances) const {
-  const std::size_t n = num_instances();
-  if (instances == 0) instances = n;
-  TANDEM_CHECK(instances > 0 && n % instances == 0,
-               "micro-batch size {} does not divide the rank batch of {} instances", instances, n);
-  const std::size_t seq = static_cast<std::size_t>(sequence_length);
-  std::vector<MicroBatch> out;
-  for (std::size_t start = 0; start < n; start += instances) {
-    MicroBatch mb;
-    mb.instance_ids = std::span<const std::uint64_t>(instance_ids).subspan(start, instances);
-    if (!input_ids.empty()) {
-      mb.input_ids = std::span<const std::int64_t>(input_ids).subspan(start * seq, instances * seq);
-      mb.labels = std::span<const std::int64_t>(labels).subspan(start * seq, instances * seq);
-      mb.instance_mask = std::span<const std::uint8_t>(instance_mask).subspan(start, instances);
-    }
-    out.push_back(mb);
-  }
-  return out;
-}
-
 Loader::Loader(const DataConfig& config, LoaderOptions options)
     : Loader(config, std::make_shared<TokenDataset>(config), options) {}
 
@@ -75,20 +55,12 @@ Batch Loader::build_batch(std::uint64_t epoch, std::uint64_t step, std::uint64_t
   const std::size_t seq = static_cast<std::size_t>(config_.sequence_length);
   const std::size_t n = b.instance_ids.size();
   b.input_ids.resize(n * seq);
-  b.labels.resize(n * seq);
   b.instance_mask.assign(n, 1);
   for (std::size_t i = 0; i < n; ++i) {
     std::span<std::int64_t> ids(b.input_ids.data() + i * seq, seq);
     dataset_->read_instance(b.instance_ids[i], ids);
     if (config_.instance_filter && is_rejected_by_repetition(ids, *config_.instance_filter))
       b.instance_mask[i] = 0;
-    std::int64_t* labels = b.labels.data() + i * seq;
-    if (b.instance_mask[i]) {
-      for (std::size_t t = 0; t + 1 < seq; ++t) labels[t] = ids[t + 1];
-      labels[seq - 1] = kIgnoreLabel;
-    } else {
-      std::fill(labels, labels + seq, kIgnoreLabel);
-    }
   }
   return b;
 }

@@ -1,10 +1,10 @@
 // The data loader the trainer calls: OLMo-core's global batch order, this rank's share of each
-// global batch, tokens, labels and the repetition filter's instance mask, prepared ahead of time
+// global batch, tokens and the repetition filter's instance mask, prepared ahead of time
 // by a background thread so that the trainer does not wait on I/O.
 //
 //   Loader loader(config);
 //   loader.restore(saved_state);              // optional, any world size
-//   Batch b = loader.next_batch(rank, world);  // then b.micro_batches(n)
+//   Batch b = loader.next_batch(rank, world);  // train/train_step splits it into micro-batches
 //   LoaderState s = loader.state();            // save with the checkpoint
 #pragma once
 
@@ -25,15 +25,6 @@
 
 namespace tandem::data {
 
-constexpr std::int64_t kIgnoreLabel = -100;
-
-struct MicroBatch {
-  std::span<const std::uint64_t> instance_ids;
-  std::span<const std::int64_t> input_ids;  // [n, sequence_length]
-  std::span<const std::int64_t> labels;     // [n, sequence_length]
-  std::span<const std::uint8_t> instance_mask;
-};
-
 // One rank's share of one global batch.
 struct Batch {
   std::uint64_t epoch = 0;  // 1-based
@@ -44,14 +35,11 @@ struct Batch {
   std::vector<std::uint64_t> instance_ids;  // global instance ids, in order
   // Empty when the loader was built with read_tokens = false.
   std::vector<std::int64_t> input_ids;
-  // input_ids shifted left by one, last position kIgnoreLabel; every label of an instance
-  // rejected by the repetition filter is kIgnoreLabel (its tokens are kept).
-  std::vector<std::int64_t> labels;
-  std::vector<std::uint8_t> instance_mask;  // 1 = kept, 0 = rejected by the filter
+  // 1 = kept, 0 = rejected by the instance (repetition) filter: its tokens stay in the batch and
+  // its labels are ignored (train/train_step.h makes the labels).
+  std::vector<std::uint8_t> instance_mask;
 
   std::size_t num_instances() const { return instance_ids.size(); }
-  // Consecutive micro-batches of `instances` each (0 = one micro-batch of everything).
-  std::vector<MicroBatch> micro_batches(std::size_t instances) const;
 };
 
 enum class LoaderFault {

@@ -14,7 +14,7 @@ namespace {
 // Strict types: a negative count or a fractional seed is an error, not a wrapped value.
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const std::string& where) {
-  return json_field<T>(j, key, where);
+  return io::json_field<T>(j, key, where);
 }
 
 std::string describe_file_changes(const std::vector<LoaderState::File>& saved,
@@ -90,11 +90,11 @@ LoaderState LoaderState::from_json(const nlohmann::json& j, const std::string& w
 }
 
 LoaderState LoaderState::read(const std::string& path) {
-  return from_json(read_json_file(path), path);
+  return from_json(io::read_json_file(path), path);
 }
 
 void LoaderState::write(const std::string& path) const {
-  write_file_atomic(path, to_json().dump(2) + "\n");
+  core::write_file_atomic(path, to_json().dump(2) + "\n");
 }
 
 LoaderState initial_state(const DataConfig& config, const TokenDataset& dataset) {
@@ -131,8 +131,8 @@ LoaderState check_resume(const LoaderState& saved, const LoaderState& current,
   if (!allow_mismatch) {
     if (saved.fingerprint_version == current.fingerprint_version &&
         saved.fingerprint != current.fingerprint) {
-      fail("the data changed since the loader state was saved: {}; {}",
-           describe_file_changes(saved.files, current.files), hint);
+      core::fail("the data changed since the loader state was saved: {}; {}",
+                 describe_file_changes(saved.files, current.files), hint);
     }
     TANDEM_CHECK(saved.seed == current.seed,
                  "loader state was saved with seed {} but the config has seed {}; {}", saved.seed,

@@ -26,7 +26,7 @@ TokenDataset::TokenDataset(const DataConfig& config)
   for (const auto& src : config.sources) {
     for (const auto& path : src.files) {
       TANDEM_CHECK(std::filesystem::exists(path), "token file {} does not exist", path);
-      auto f = std::make_unique<TokenFile>(path, config.dtype);
+      auto f = std::make_unique<io::TokenFile>(path, config.dtype);
       TANDEM_CHECK(f->num_tokens() > 0, "token file {} is empty", path);
       std::uint64_t instances = (f->num_tokens() / window) * per_window;
       offsets_.push_back(offsets_.back() + instances);
@@ -40,7 +40,7 @@ TokenDataset::TokenDataset(const DataConfig& config)
   text += fmt::format("vocab_size={},", config.vocab_size);
   text += fmt::format("pad_token_id={},", config.pad_token_id);
   text += fmt::format("eos_token_id={},", config.eos_token_id);
-  text += fmt::format("dtype=<class 'numpy.{}'>,", token_dtype_name(config.dtype));
+  text += fmt::format("dtype=<class 'numpy.{}'>,", io::token_dtype_name(config.dtype));
   text += fmt::format("max_target_sequence_length={},",
                       python_optional(config.max_target_sequence_length));
   text += fmt::format("bos_token_id={},", python_optional(config.bos_token_id));
@@ -48,7 +48,7 @@ TokenDataset::TokenDataset(const DataConfig& config)
     text += fmt::format("path={},size={},",
                         std::filesystem::path(files_[i]->path()).filename().string(),
                         file_size_bytes(i));
-  fingerprint_ = sha256_hex(std::string_view(text));
+  fingerprint_ = core::sha256_hex(std::string_view(text));
 
   if (config.validate_token_ids) validate_token_ids();
 }
@@ -72,7 +72,7 @@ void TokenDataset::read_instance(std::uint64_t instance, std::span<std::int64_t>
   // an id past the vocabulary would index a padding row of the embedding silently.
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (static_cast<std::uint64_t>(out[i]) >= vocab_size_) {
-      fail(
+      core::fail(
           "{}: token id {} at token offset {} is >= vocab_size {} (a corrupt or foreign token "
           "file?)",
           files_[loc.file]->path(), out[i], start + i, vocab_size_);
@@ -83,7 +83,7 @@ void TokenDataset::read_instance(std::uint64_t instance, std::span<std::int64_t>
 void TokenDataset::validate_token_ids() const {
   for (const auto& f : files_) {
     const std::uint64_t n = f->num_tokens();
-    const std::uint64_t item = token_dtype_size(f->dtype());
+    const std::uint64_t item = io::token_dtype_size(f->dtype());
     std::vector<std::int64_t> buf;
     constexpr std::uint64_t kBlock = 1 << 16;
     for (std::uint64_t start = 0; start < n; start += kBlock) {

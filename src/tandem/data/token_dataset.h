@@ -29,7 +29,7 @@ class TokenDataset {
   std::uint64_t num_instances() const { return offsets_.back(); }
   std::int64_t sequence_length() const { return sequence_length_; }
   std::size_t num_files() const { return files_.size(); }
-  const TokenFile& file(std::size_t i) const { return *files_[i]; }
+  const io::TokenFile& file(std::size_t i) const { return *files_[i]; }
   std::uint64_t file_size_bytes(std::size_t i) const { return files_[i]->size_bytes(); }
   std::uint64_t file_instances(std::size_t i) const { return offsets_[i + 1] - offsets_[i]; }
   const std::string& source_label(std::size_t file) const { return labels_[file]; }
@@ -49,7 +49,7 @@ class TokenDataset {
   void validate_token_ids() const;
 
  private:
-  std::vector<std::unique_ptr<TokenFile>> files_;
+  std::vector<std::unique_ptr<io::TokenFile>> files_;
   std::vector<std::string> labels_;
   std::vector<std::uint64_t> offsets_;  // offsets_[i] = first global instance of file i
   std::int64_t sequence_length_ = 0;

@@ -5,7 +5,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::dist {
 namespace {
 
 std::int64_t now_ns() {
@@ -60,4 +60,4 @@ CollectiveWatchdog::Scope::~Scope() {
   watchdog_.since_ns_.store(0);
 }
 
-}  // namespace tandem
+}  // namespace tandem::dist

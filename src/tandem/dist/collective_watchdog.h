@@ -12,7 +12,7 @@
 #include <mutex>
 #include <thread>
 
-namespace tandem {
+namespace tandem::dist {
 
 // TANDEM_DIST_TIMEOUT_S (default 600 s); throws Error on a value that is not a positive number.
 double dist_timeout_from_env();
@@ -56,4 +56,4 @@ class CollectiveWatchdog {
   std::thread thread_;
 };
 
-}  // namespace tandem
+}  // namespace tandem::dist

@@ -11,7 +11,7 @@
 #include "tandem/dist/nccl_communicator.h"
 #endif
 
-namespace tandem {
+namespace tandem::dist {
 
 namespace {
 
@@ -29,7 +29,7 @@ std::unique_ptr<Communicator> make_nccl_communicator() {
                "TANDEM_COMMUNICATOR=nccl: no usable CUDA device on this machine ({})", why);
   return std::make_unique<NcclCommunicator>();
 #else
-  fail(
+  core::fail(
       "TANDEM_COMMUNICATOR=nccl: this tandem was built without NCCL (CMake found no CUDA toolkit "
       "with NCCL, or TANDEM_WITH_NCCL was OFF); use mpi, or rebuild on a machine with both");
 #endif
@@ -58,7 +58,8 @@ std::unique_ptr<Communicator> make_communicator() {
                  launcher_world_size());
     return std::make_unique<SingleProcessCommunicator>();
   }
-  fail("TANDEM_COMMUNICATOR={}: expected nccl, mpi or single (or unset for the default)", choice);
+  core::fail("TANDEM_COMMUNICATOR={}: expected nccl, mpi or single (or unset for the default)",
+             choice);
 }
 
-}  // namespace tandem
+}  // namespace tandem::dist

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-namespace tandem {
+namespace tandem::dist {
 
 class Communicator {
  public:
@@ -51,4 +51,4 @@ class SingleProcessCommunicator final : public Communicator {
 // MPI when the process was launched by mpirun or srun, else single.
 std::unique_ptr<Communicator> make_communicator();
 
-}  // namespace tandem
+}  // namespace tandem::dist

@@ -16,7 +16,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/leak_check_pause.h"
 
-namespace tandem {
+namespace tandem::dist {
 
 namespace {
 
@@ -28,7 +28,7 @@ void check_mpi(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  fail("MPI {} failed: {}", what, std::string(text, static_cast<std::size_t>(len)));
+  core::fail("MPI {} failed: {}", what, std::string(text, static_cast<std::size_t>(len)));
 }
 
 template <typename T>
@@ -54,10 +54,10 @@ MpiCommunicator::MpiCommunicator() {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) {
-    LeakCheckPause pause;  // OpenMPI keeps what it allocates here until exit
+    core::LeakCheckPause pause;  // OpenMPI keeps what it allocates here until exit
     check_mpi(MPI_Init(nullptr, nullptr), "MPI_Init");
   }
-  // Errors come back as codes (then tandem::Error) instead of MPI's default silent abort.
+  // Errors come back as codes (then tandem::core::Error) instead of MPI's default silent abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
@@ -87,7 +87,7 @@ MpiCommunicator::~MpiCommunicator() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  LeakCheckPause pause;
+  core::LeakCheckPause pause;
   MPI_Finalize();
 }
 
@@ -174,4 +174,4 @@ void MpiCommunicator::abort(const std::string& message, int code) {
   std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
-}  // namespace tandem
+}  // namespace tandem::dist

@@ -10,7 +10,7 @@
 #include "tandem/dist/collective_watchdog.h"
 #include "tandem/dist/communicator.h"
 
-namespace tandem {
+namespace tandem::dist {
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -47,4 +47,4 @@ class MpiCommunicator final : public Communicator {
 // such as Slurm's srun).
 bool launched_under_mpi();
 
-}  // namespace tandem
+}  // namespace tandem::dist

@@ -18,13 +18,13 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::dist {
 
 namespace {
 
 void check_cuda(cudaError_t rc, const char* call) {
   if (rc == cudaSuccess) return;
-  fail("CUDA {} failed: {} ({})", call, cudaGetErrorString(rc), cudaGetErrorName(rc));
+  core::fail("CUDA {} failed: {} ({})", call, cudaGetErrorString(rc), cudaGetErrorName(rc));
 }
 
 // NCCL's last error message names the cause (a duplicate GPU, a closed socket) where the
@@ -36,7 +36,7 @@ std::string last_nccl_error(ncclComm_t comm) {
 
 void check_nccl(ncclResult_t rc, const char* call, ncclComm_t comm) {
   if (rc == ncclSuccess) return;
-  fail("NCCL {} failed: {}: {}", call, ncclGetErrorString(rc), last_nccl_error(comm));
+  core::fail("NCCL {} failed: {}: {}", call, ncclGetErrorString(rc), last_nccl_error(comm));
 }
 
 // This rank's index among the ranks on its node, from MPI's shared-memory split rather than a
@@ -123,7 +123,7 @@ void NcclCommunicator::init_nccl() {
   ncclComm_t comm = nullptr;
   const ncclResult_t rc = ncclCommInitRank(&comm, world_size(), id, rank());
   if (rc != ncclSuccess) {
-    fail(
+    core::fail(
         "NCCL ncclCommInitRank failed on rank {} of {} (CUDA device {}): {}: {} (each rank needs a "
         "GPU of its own: start at most as many ranks per node as it has GPUs)",
         rank(), world_size(), device_, ncclGetErrorString(rc), last_nccl_error(nullptr));
@@ -177,8 +177,8 @@ void NcclCommunicator::check_progress(const char* collective, double waited) {
   ncclResult_t async = ncclSuccess;
   if (comm != nullptr) ncclCommGetAsyncError(comm, &async);
   std::string reason;
-  // An asynchronous error is normally turned into tandem::Error by wait_for_stream; it is acted
-  // on here only when the main thread has not done so within the grace period (blocked inside
+  // An asynchronous error is normally turned into tandem::core::Error by wait_for_stream; it is
+  // acted on here only when the main thread has not done so within the grace period (blocked inside
   // an NCCL host call, say).
   constexpr double kAsyncErrorGraceS = 5.0;
   if (async != ncclSuccess && async != ncclInProgress && waited >= kAsyncErrorGraceS)
@@ -225,7 +225,7 @@ void NcclCommunicator::copy_to_host(void* host, const void* device, std::size_t 
 
 void NcclCommunicator::wait_for_stream(const char* what) {
   // Polls rather than cudaStreamSynchronize so that an asynchronous NCCL error (a peer's
-  // network failure, say) becomes tandem::Error instead of a wait that never ends.
+  // network failure, say) becomes tandem::core::Error instead of a wait that never ends.
   const ncclComm_t comm = cuda_->comm.load();
   for (;;) {
     const cudaError_t done = cudaStreamQuery(cuda_->stream);
@@ -234,8 +234,8 @@ void NcclCommunicator::wait_for_stream(const char* what) {
     ncclResult_t async = ncclSuccess;
     check_nccl(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError", comm);
     if (async != ncclSuccess && async != ncclInProgress)
-      fail("NCCL {} failed on rank {} of {}: {}: {}", what, rank(), world_size(),
-           ncclGetErrorString(async), last_nccl_error(comm));
+      core::fail("NCCL {} failed on rank {} of {}: {}: {}", what, rank(), world_size(),
+                 ncclGetErrorString(async), last_nccl_error(comm));
     std::this_thread::yield();
   }
 }
@@ -424,4 +424,4 @@ void NcclCommunicator::abort(const std::string& message, int code) {
   mpi_->abort(message, code);
 }
 
-}  // namespace tandem
+}  // namespace tandem::dist

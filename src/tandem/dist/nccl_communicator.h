@@ -23,12 +23,12 @@
 #include "tandem/dist/communicator.h"
 #include "tandem/dist/mpi_communicator.h"
 
-namespace tandem {
+namespace tandem::dist {
 
 class NcclCommunicator final : public Communicator {
  public:
   // Initialises MPI (if needed), picks this rank's device and builds the NCCL communicator.
-  // Throws tandem::Error when there is no CUDA device or a CUDA/NCCL call fails.
+  // Throws tandem::core::Error when there is no CUDA device or a CUDA/NCCL call fails.
   NcclCommunicator();
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -87,4 +87,4 @@ class NcclCommunicator final : public Communicator {
 // CUDA's reason in *why_none when given.
 int cuda_device_count(std::string* why_none = nullptr);
 
-}  // namespace tandem
+}  // namespace tandem::dist

@@ -4,68 +4,87 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/optim/grad_clip.h"
 
-namespace tandem {
+namespace tandem::dist {
 
-Zero1Optimizer::Zero1Optimizer(const std::vector<optim::ParamBuffer>& full, float* params,
-                               float* grads, std::size_t buffer_size,
-                               const optim::AdamWHyper& hyper, Communicator& comm)
-    : full_(full),
-      params_(params),
-      grads_(grads),
-      buffer_size_(buffer_size),
-      hyper_(hyper),
-      comm_(comm) {
+Zero1Optimizer::Zero1Optimizer(kernels::Backend& backend,
+                               const std::vector<optim::ParamBuffer>& full, kernels::Tensor params,
+                               kernels::Tensor grads, const optim::AdamWHyper& hyper,
+                               Communicator& comm)
+    : backend_(backend), full_(full), params_(params), grads_(grads), comm_(comm), host_(backend) {
   const auto world = static_cast<std::size_t>(comm_.world_size());
   const auto rank = static_cast<std::size_t>(comm_.rank());
-  for (std::size_t r = 0; r <= world; ++r) offsets_.push_back(buffer_size_ * r / world);
+  const auto buffer_size = static_cast<std::size_t>(params_.numel());
+  for (std::size_t r = 0; r <= world; ++r) offsets_.push_back(buffer_size * r / world);
   const std::size_t begin = offsets_[rank], end = offsets_[rank + 1];
   std::vector<optim::ParamBuffer> shard;
+  const auto* base = static_cast<const char*>(params_.data());
   for (std::size_t i = 0; i < full_.size(); ++i) {
     const optim::ParamBuffer& p = full_[i];
-    full_size_ += p.size;
-    const auto at = static_cast<std::size_t>(p.param - params_);
-    TANDEM_CHECK(at + p.size <= buffer_size_, "ZeRO-1: parameter {} lies outside the buffer",
+    full_size_ += p.size();
+    const auto at =
+        static_cast<std::size_t>(static_cast<const char*>(p.param.data()) - base) / sizeof(float);
+    TANDEM_CHECK(at + p.size() <= buffer_size, "ZeRO-1: parameter {} lies outside the buffer",
                  p.name);
-    const std::size_t lo = std::max(at, begin), hi = std::min(at + p.size, end);
+    const std::size_t lo = std::max(at, begin), hi = std::min(at + p.size(), end);
     if (lo >= hi) continue;
     pieces_.push_back({i, lo - at, hi - lo});
-    shard.push_back({p.name, params_ + lo, grads_ + lo, hi - lo, p.weight_decay});
-    shard_grads_.push_back({grads_ + lo, hi - lo});
+    const kernels::Shape run{static_cast<std::int64_t>(hi - lo)};
+    const auto first = static_cast<std::int64_t>(lo);
+    shard.push_back({p.name, params_.view(first, run), grads_.view(first, run), p.weight_decay});
+    shard_grads_.push_back(grads_.view(first, run));
   }
-  shard_ = std::make_unique<optim::AdamW>(std::move(shard), hyper_);
+  shard_ = std::make_unique<optim::AdamW>(backend_, std::move(shard), hyper);
 }
 
 void Zero1Optimizer::reduce_gradients() {
-  comm_.reduce_scatter_sum(grads_, offsets_.data());
-  const float inv = 1.0f / static_cast<float>(comm_.world_size());
+  comm_.reduce_scatter_sum(grads_.ptr<float>(), offsets_.data());
   const auto rank = static_cast<std::size_t>(comm_.rank());
-  for (std::size_t i = offsets_[rank]; i < offsets_[rank + 1]; ++i) grads_[i] *= inv;
+  const kernels::Shape mine{static_cast<std::int64_t>(offsets_[rank + 1] - offsets_[rank])};
+  backend_.scale(grads_.view(static_cast<std::int64_t>(offsets_[rank]), mine),
+                 1.0f / static_cast<float>(comm_.world_size()));
 }
 
 double Zero1Optimizer::clip(double max_norm) {
-  double sum = 0.0;
-  for (const auto& g : shard_grads_) sum += optim::sum_of_squares(g.data, g.size);
+  double sum = optim::sum_of_squares(backend_, shard_grads_);
   comm_.all_reduce_sum(&sum, 1);
   const double norm = std::sqrt(sum);
-  if (max_norm > 0) optim::scale_grads(shard_grads_, norm, max_norm);
+  if (max_norm > 0) optim::scale_grads(backend_, shard_grads_, norm, max_norm);
   return norm;
 }
 
 void Zero1Optimizer::step(double lr) {
   shard_->step(lr);
-  comm_.all_gather(params_, offsets_.data());
+  comm_.all_gather(params_.ptr<float>(), offsets_.data());
 }
 
-std::vector<Zero1Optimizer::MomentRange> Zero1Optimizer::moment_ranges() {
-  std::vector<MomentRange> out;
-  std::size_t flat = 0;
-  for (const Piece& piece : pieces_) {
-    out.push_back({piece.param_index, piece.start, shard_->exp_avg().subspan(flat, piece.length),
-                   shard_->exp_avg_sq().subspan(flat, piece.length)});
-    flat += piece.length;
-  }
+std::vector<std::pair<kernels::Tensor, kernels::Tensor>> Zero1Optimizer::runs() const {
+  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> out;
+  for (std::size_t i = 0; i < pieces_.size(); ++i)
+    out.emplace_back(shard_->exp_avg(i), shard_->exp_avg_sq(i));
   return out;
 }
 
-}  // namespace tandem
+optim::OptimizerShard Zero1Optimizer::moments() {
+  optim::OptimizerShard out;
+  auto spans = host_.spans(runs());
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    const optim::ParamBuffer& p = full_[pieces_[i].param_index];
+    std::vector<std::int64_t> shape;
+    for (int d = 0; d < p.param.rank(); ++d) shape.push_back(p.param.dim(d));
+    out.slices.push_back({p.name, shape, static_cast<std::int64_t>(pieces_[i].start),
+                          spans[i].first, spans[i].second});
+  }
+  out.adam_step = shard_->step_count();
+  out.shard = comm_.rank();
+  out.num_shards = comm_.world_size();
+  return out;
+}
+
+void Zero1Optimizer::moments_loaded(std::int64_t adam_step) {
+  host_.upload(runs());
+  shard_->set_step_count(adam_step);
+}
+
+}  // namespace tandem::dist

@@ -5,50 +5,47 @@
 // parameters all-gathered. AdamW updates every element independently, so the result equals the
 // replicated optimiser's up to the order of the norm's partial sums.
 //
-// Checkpoints: each rank writes the moments of its range as its own shard (moment_ranges()), and
-// reads its range at any W' from whichever shards hold it (train/optimizer_shards.h).
+// Checkpoints: each rank writes the moments of its range as its own shard (moments()), and reads
+// its range at any W' from whichever shards hold it (train/optimizer_shards.h).
 #pragma once
 
-#include <cstddef>
 #include <memory>
-#include <span>
 #include <vector>
 
 #include "tandem/dist/communicator.h"
+#include "tandem/dist/host_moments.h"
+#include "tandem/kernels/backend.h"
 #include "tandem/optim/adamw.h"
-#include "tandem/optim/grad_clip.h"
+#include "tandem/optim/optimizer.h"
 
-namespace tandem {
+namespace tandem::dist {
 
-class Zero1Optimizer {
+class Zero1Optimizer final : public optim::Optimizer {
  public:
-  // `full` describes every parameter (pointers into one flat buffer starting at `params`/`grads`
-  // of `buffer_size` floats), in registration order.
-  Zero1Optimizer(const std::vector<optim::ParamBuffer>& full, float* params, float* grads,
-                 std::size_t buffer_size, const optim::AdamWHyper& hyper, Communicator& comm);
+  // `full` describes every parameter (views into the flat buffers `params`/`grads`), in
+  // registration order.
+  Zero1Optimizer(kernels::Backend& backend, const std::vector<optim::ParamBuffer>& full,
+                 kernels::Tensor params, kernels::Tensor grads, const optim::AdamWHyper& hyper,
+                 Communicator& comm);
 
+  std::string name() const override { return "zero1"; }
   // Sums the gradients over ranks into this rank's range and divides them by W.
-  void reduce_gradients();
+  void reduce_gradients() override;
   // Global pre-clip L2 norm of the (reduced) gradients; clips this rank's range when
   // max_norm > 0.
-  double clip(double max_norm);
+  double clip(double max_norm) override;
   // AdamW on this rank's range, then every rank receives every updated parameter.
-  void step(double lr);
-  // A skipped step still has to leave the parameters identical on every rank: nothing to do,
-  // since no rank changed them.
-
-  // This rank's moments, one run per parameter its range touches (read/write access).
-  struct MomentRange {
-    std::size_t param_index;  // in the `full` list given to the constructor
-    std::size_t start;        // element offset inside that parameter
-    std::span<float> exp_avg, exp_avg_sq;
-  };
-  std::vector<MomentRange> moment_ranges();
-  std::int64_t step_count() const { return shard_->step_count(); }
-  void set_step_count(std::int64_t step) { shard_->set_step_count(step); }
-
-  std::size_t moment_bytes() const { return 2 * sizeof(float) * shard_->total_size(); }
-  std::size_t full_moment_bytes() const { return 2 * sizeof(float) * full_size_; }
+  void step(double lr) override;
+  std::int64_t step_count() const override { return shard_->step_count(); }
+  void set_step_count(std::int64_t step) override { shard_->set_step_count(step); }
+  optim::OptimizerShard moments() override;
+  void moments_loaded(std::int64_t adam_step) override;
+  std::int64_t moment_bytes() const override {
+    return 2 * static_cast<std::int64_t>(sizeof(float) * shard_->total_size());
+  }
+  std::int64_t full_moment_bytes() const override {
+    return 2 * static_cast<std::int64_t>(sizeof(float) * full_size_);
+  }
 
  private:
   // One parameter's part inside this rank's range.
@@ -57,18 +54,18 @@ class Zero1Optimizer {
     std::size_t start;        // element offset inside that parameter
     std::size_t length;
   };
+  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> runs() const;
 
+  kernels::Backend& backend_;
   std::vector<optim::ParamBuffer> full_;
-  float* params_;
-  float* grads_;
-  std::size_t buffer_size_;
+  kernels::Tensor params_, grads_;
   std::size_t full_size_ = 0;  // total parameter elements
-  optim::AdamWHyper hyper_;
   Communicator& comm_;
   std::vector<std::size_t> offsets_;  // rank r owns [offsets_[r], offsets_[r + 1]) of the buffer
   std::vector<Piece> pieces_;
-  std::vector<optim::GradBuffer> shard_grads_;
+  std::vector<kernels::Tensor> shard_grads_;
   std::unique_ptr<optim::AdamW> shard_;
+  HostMoments host_;
 };
 
-}  // namespace tandem
+}  // namespace tandem::dist

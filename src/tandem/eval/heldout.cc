@@ -1,11 +1,14 @@
 #include "tandem/eval/heldout.h"
 
+#include "tandem/optim/loss_normalization.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/model/documents.h"
 
-namespace tandem {
+namespace tandem::eval {
 
 HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
                             const data::DataConfig& train_data, std::int64_t max_instances) {
@@ -20,10 +23,14 @@ HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::stri
       std::min<std::int64_t>(max_instances, static_cast<std::int64_t>(s.dataset->num_instances()));
   TANDEM_CHECK(s.instances > 0, "validation set '{}' has no complete instance of {} tokens", name,
                c.sequence_length);
+  s.intra_document = train_data.generate_doc_lengths;
+  s.eos_token_id = train_data.eos_token_id;
+  s.bos_token_id = train_data.bos_token_id;
   return s;
 }
 
-HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::int64_t batch) {
+HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set,
+                               std::int64_t batch) {
   const std::int64_t T = set.dataset->sequence_length();
   HeldoutResult r;
   r.name = set.name;
@@ -36,8 +43,12 @@ HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::in
       set.dataset->read_instance(
           static_cast<std::uint64_t>(first + b),
           std::span<std::int64_t>(ids.data() + b * T, static_cast<std::size_t>(T)));
-    std::vector<std::int64_t> labels = shifted_labels(ids.data(), B, T);
-    LossSums s = model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f, false);
+    std::vector<std::int64_t> labels = optim::make_labels(ids.data(), B, T, nullptr);
+    std::vector<std::int64_t> doc_start;
+    if (set.intra_document)
+      doc_start = model::document_starts(ids.data(), B, T, set.eos_token_id, set.bos_token_id);
+    model::LossSums s = model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f, false,
+                                               set.intra_document ? doc_start.data() : nullptr);
     ce += s.ce_sum;
     r.tokens += s.count;
   }
@@ -46,4 +57,4 @@ HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::in
   return r;
 }
 
-}  // namespace tandem
+}  // namespace tandem::eval

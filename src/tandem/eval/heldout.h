@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,12 +12,17 @@
 #include "tandem/data/token_dataset.h"
 #include "tandem/model/olmo3_model.h"
 
-namespace tandem {
+namespace tandem::eval {
 
 struct HeldoutSet {
   std::string name;
   std::shared_ptr<const data::TokenDataset> dataset;
   std::int64_t instances = 0;  // evaluated: min(max_instances, dataset instances)
+  // The training data's intra-document masking (data.generate_doc_lengths), applied here too so
+  // the held-out loss is the trained model function's.
+  bool intra_document = false;
+  std::int64_t eos_token_id = 0;
+  std::optional<std::int64_t> bos_token_id;
 };
 
 struct HeldoutResult {
@@ -30,6 +36,6 @@ struct HeldoutResult {
 HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
                             const data::DataConfig& train_data, std::int64_t max_instances);
 
-HeldoutResult evaluate_heldout(Olmo3Model& model, const HeldoutSet& set, std::int64_t batch);
+HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, std::int64_t batch);
 
-}  // namespace tandem
+}  // namespace tandem::eval

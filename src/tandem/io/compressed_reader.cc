@@ -12,7 +12,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -24,7 +24,7 @@ class FileSource : public ByteSource {
  public:
   explicit FileSource(const std::string& path) : ByteSource(path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) fail("cannot open input {}: {}", path, std::strerror(errno));
+    if (fd_ < 0) core::fail("cannot open input {}: {}", path, std::strerror(errno));
   }
   ~FileSource() override {
     if (fd_ >= 0) ::close(fd_);
@@ -33,7 +33,7 @@ class FileSource : public ByteSource {
     while (true) {
       ssize_t r = ::read(fd_, buffer, n);
       if (r >= 0) return static_cast<std::size_t>(r);
-      if (errno != EINTR) fail("cannot read input {}: {}", path_, std::strerror(errno));
+      if (errno != EINTR) core::fail("cannot read input {}: {}", path_, std::strerror(errno));
     }
   }
 
@@ -47,7 +47,7 @@ class GzipSource : public ByteSource {
  public:
   explicit GzipSource(const std::string& path) : ByteSource(path), file_(path), in_(kChunk) {
     std::memset(&z_, 0, sizeof(z_));
-    if (inflateInit2(&z_, 15 + 32) != Z_OK) fail("{}: cannot initialise zlib", path);
+    if (inflateInit2(&z_, 15 + 32) != Z_OK) core::fail("{}: cannot initialise zlib", path);
   }
   ~GzipSource() override { inflateEnd(&z_); }
   std::size_t read(char* buffer, std::size_t n) override {
@@ -57,7 +57,7 @@ class GzipSource : public ByteSource {
       if (z_.avail_in == 0) {
         if (input_done_) {
           if (!stream_ended_)
-            fail("{}: truncated gzip stream (ends in the middle of the data)", path_);
+            core::fail("{}: truncated gzip stream (ends in the middle of the data)", path_);
           return 0;
         }
         std::size_t got = file_.read(in_.data(), in_.size());
@@ -70,14 +70,14 @@ class GzipSource : public ByteSource {
       }
       if (stream_ended_) {
         // Another gzip member follows (concatenated .gz files are valid).
-        if (inflateReset(&z_) != Z_OK) fail("{}: zlib reset failed", path_);
+        if (inflateReset(&z_) != Z_OK) core::fail("{}: zlib reset failed", path_);
         stream_ended_ = false;
       }
       int rc = inflate(&z_, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) {
         stream_ended_ = true;
       } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        fail("{}: corrupt gzip data: {}", path_, z_.msg ? z_.msg : "error");
+        core::fail("{}: corrupt gzip data: {}", path_, z_.msg ? z_.msg : "error");
       }
     }
     return n - z_.avail_out;
@@ -95,7 +95,7 @@ class ZstdSource : public ByteSource {
  public:
   explicit ZstdSource(const std::string& path) : ByteSource(path), file_(path), in_(kChunk) {
     stream_ = ZSTD_createDStream();
-    if (!stream_) fail("{}: cannot initialise zstd", path);
+    if (!stream_) core::fail("{}: cannot initialise zstd", path);
   }
   ~ZstdSource() override { ZSTD_freeDStream(stream_); }
   std::size_t read(char* buffer, std::size_t n) override {
@@ -105,13 +105,13 @@ class ZstdSource : public ByteSource {
         std::size_t got = file_.read(in_.data(), in_.size());
         if (got == 0) {
           if (frame_pending_)
-            fail("{}: truncated zstd stream (ends in the middle of a frame)", path_);
+            core::fail("{}: truncated zstd stream (ends in the middle of a frame)", path_);
           return 0;
         }
         input_ = {in_.data(), got, 0};
       }
       std::size_t rc = ZSTD_decompressStream(stream_, &out, &input_);
-      if (ZSTD_isError(rc)) fail("{}: corrupt zstd data: {}", path_, ZSTD_getErrorName(rc));
+      if (ZSTD_isError(rc)) core::fail("{}: corrupt zstd data: {}", path_, ZSTD_getErrorName(rc));
       frame_pending_ = rc != 0;
     }
     return out.pos;
@@ -171,8 +171,8 @@ bool LineReader::next(std::string& line) {
     // A "line" this long is not a JSONL record (a binary or one-line file): an error, not an
     // allocation that grows until the process dies.
     if (scanned_ > max_line_bytes_)
-      fail("{}: line {} is longer than {} bytes without a newline (not JSONL?)", source_.path(),
-           line_number_ + 1, max_line_bytes_);
+      core::fail("{}: line {} is longer than {} bytes without a newline (not JSONL?)",
+                 source_.path(), line_number_ + 1, max_line_bytes_);
     buffer_.erase(0, pos_);
     pos_ = 0;
     std::size_t old = buffer_.size();
@@ -183,4 +183,4 @@ bool LineReader::next(std::string& line) {
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -1,12 +1,12 @@
 // Streaming readers for plain, gzip (.gz) and zstd (.zst/.zstd) files, chosen by extension.
-// Corrupt or truncated compressed streams throw tandem::Error naming the file.
+// Corrupt or truncated compressed streams throw tandem::core::Error naming the file.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
 
-namespace tandem {
+namespace tandem::io {
 
 class ByteSource {
  public:
@@ -45,4 +45,4 @@ class LineReader {
   std::uint64_t line_number_ = 0;
 };
 
-}  // namespace tandem
+}  // namespace tandem::io

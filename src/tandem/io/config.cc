@@ -7,7 +7,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace {
 
 template <typename T>
@@ -46,7 +46,7 @@ void check_node(const YAML::Node& node, const std::string& where, int depth, std
 }  // namespace
 
 void throw_config_error(const std::string& where, const char* type_name, const std::string& shown) {
-  fail("{}: expected {}, got '{}'", where, type_name, shown);
+  core::fail("{}: expected {}, got '{}'", where, type_name, shown);
 }
 
 void check_yaml_document(const YAML::Node& root, const std::string& where) {
@@ -56,12 +56,12 @@ void check_yaml_document(const YAML::Node& root, const std::string& where) {
 
 YAML::Node load_yaml_file(const std::string& path) {
   // read_file names a missing file or a directory; yaml-cpp only says "bad file".
-  const std::string text = read_file(path);
+  const std::string text = core::read_file(path);
   YAML::Node root;
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    fail("{}: invalid YAML: {}", path, e.what());
+    core::fail("{}: invalid YAML: {}", path, e.what());
   }
   check_yaml_document(root, path);
   return root;
@@ -84,7 +84,7 @@ void apply_override(YAML::Node& root, const std::string& text) {
   try {
     value = YAML::Load(text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
-    fail("override '{}': value is not valid YAML: {}", text, e.what());
+    core::fail("override '{}': value is not valid YAML: {}", text, e.what());
   }
   check_yaml_document(value, "override '" + text + "'");
   // Walk a.b.c, creating mappings as needed. yaml-cpp nodes are handles, so reassigning
@@ -212,4 +212,4 @@ std::string resolve_config_path(const std::string& base_dir, const std::string& 
   return (fs::path(base_dir) / path).lexically_normal().string();
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

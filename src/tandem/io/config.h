@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace tandem {
+namespace tandem::io {
 
 // Loads a YAML file strictly: errors name the file and line for invalid YAML, a key repeated in
 // one mapping (yaml-cpp would silently let the first one win), a key that is not a plain
@@ -81,4 +81,4 @@ T yaml_as(const YAML::Node& node, const std::string& where, const char* type_nam
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -6,7 +6,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::io {
 
 nlohmann::json parse_json(std::string_view text, const std::string& where, int max_depth) {
   // One set of keys per open object; a repeated key is an error instead of "last one wins".
@@ -18,7 +18,7 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, int m
     if (event == Event::object_start || event == Event::array_start) {
       // Stops the parse before the nesting gets deep (depth counts the enclosing containers).
       if (depth >= max_depth)
-        fail("{}: invalid JSON: nested more than {} levels deep", where, max_depth);
+        core::fail("{}: invalid JSON: nested more than {} levels deep", where, max_depth);
       if (event == Event::object_start) open_objects.emplace_back();
     } else if (event == Event::object_end) {
       if (!open_objects.empty()) open_objects.pop_back();
@@ -32,14 +32,16 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, int m
   try {
     result = nlohmann::json::parse(text.begin(), text.end(), callback);
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: invalid JSON: {}", where, e.what());
+    core::fail("{}: invalid JSON: {}", where, e.what());
   }
   if (!duplicate.empty())
-    fail("{}: invalid JSON: key '{}' appears twice in one object", where, duplicate);
+    core::fail("{}: invalid JSON: key '{}' appears twice in one object", where, duplicate);
   return result;
 }
 
-nlohmann::json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
+nlohmann::json read_json_file(const std::string& path) {
+  return parse_json(core::read_file(path), path);
+}
 
 std::string json_excerpt(const nlohmann::json& value, std::size_t limit) {
   // Values from parse_json nest at most kMaxJsonDepth levels, so dump() is safe.
@@ -51,13 +53,13 @@ std::string json_excerpt(const nlohmann::json& value, std::size_t limit) {
 namespace json_detail {
 
 void wrong_type(const nlohmann::json& value, const std::string& what, const char* expected) {
-  fail("{} must be {}, got {}", what, expected, json_excerpt(value));
+  core::fail("{} must be {}, got {}", what, expected, json_excerpt(value));
 }
 
 void missing(const std::string& where, const char* key) {
-  fail("{}: missing field '{}'", where, key);
+  core::fail("{}: missing field '{}'", where, key);
 }
 
 }  // namespace json_detail
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <type_traits>
 
-namespace tandem {
+namespace tandem::io {
 
 inline constexpr int kMaxJsonDepth = 64;
 
@@ -84,4 +84,4 @@ T json_field(const nlohmann::json& j, const char* key, const std::string& where)
   return json_as<T>(*it, what);
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

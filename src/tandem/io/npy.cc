@@ -8,7 +8,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace {
 
 struct DtypeInfo {
@@ -26,7 +26,7 @@ constexpr DtypeInfo kDtypes[] = {
 const DtypeInfo& info(NpyDtype d) {
   for (const auto& i : kDtypes)
     if (i.dtype == d) return i;
-  fail("unknown npy dtype");
+  core::fail("unknown npy dtype");
 }
 
 }  // namespace
@@ -50,7 +50,7 @@ std::vector<float> NpyArray::as_f32() const {
     const double* p = reinterpret_cast<const double*>(bytes.data());
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(p[i]);
   } else {
-    fail("{}: expected a float array, found dtype {}", source, info(dtype).descr);
+    core::fail("{}: expected a float array, found dtype {}", source, info(dtype).descr);
   }
   return out;
 }
@@ -83,7 +83,7 @@ std::vector<std::int64_t> NpyArray::as_i64() const {
         break;
       }
       default:
-        fail("{}: expected an integer array, found dtype {}", source, info(dtype).descr);
+        core::fail("{}: expected an integer array, found dtype {}", source, info(dtype).descr);
     }
   }
   return out;
@@ -121,7 +121,7 @@ class HeaderParser {
         shape = tuple();
         have_shape = true;
       } else {
-        fail("{}: .npy header has an unknown key '{}'", path_, key);
+        core::fail("{}: .npy header has an unknown key '{}'", path_, key);
       }
       skip_space();
       if (peek() == ',') {
@@ -172,7 +172,7 @@ class HeaderParser {
       pos_ += 5;
       return false;
     }
-    fail("{}: .npy header: fortran_order must be True or False", path_);
+    core::fail("{}: .npy header: fortran_order must be True or False", path_);
   }
   std::vector<std::int64_t> tuple() {
     expect('(');
@@ -208,7 +208,7 @@ class HeaderParser {
 }  // namespace
 
 NpyArray read_npy(const std::string& path) {
-  std::string raw = read_file(path);
+  std::string raw = core::read_file(path);
   TANDEM_CHECK(raw.size() >= 10 && std::memcmp(raw.data(), "\x93NUMPY", 6) == 0,
                "{}: not a .npy file (bad magic)", path);
   const int major = static_cast<unsigned char>(raw[6]);
@@ -223,7 +223,7 @@ NpyArray read_npy(const std::string& path) {
     header_len = h;
     offset = 12;
   } else {
-    fail("{}: unsupported .npy version {}", path, major);
+    core::fail("{}: unsupported .npy version {}", path, major);
   }
   TANDEM_CHECK(header_len <= raw.size() - offset, "{}: truncated .npy header", path);
 
@@ -286,7 +286,7 @@ void write_npy(const std::string& path, NpyDtype dtype, const std::vector<std::i
   out += static_cast<char>(header.size() >> 8);
   out += header;
   out.append(static_cast<const char*>(data), static_cast<std::size_t>(n) * info(dtype).size);
-  write_file_atomic(path, out);
+  core::write_file_atomic(path, out);
 }
 
 void write_npy_f32(const std::string& path, const std::vector<std::int64_t>& shape,
@@ -299,4 +299,4 @@ void write_npy_i64(const std::string& path, const std::vector<std::int64_t>& sha
   write_npy(path, NpyDtype::kI64, shape, data);
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace tandem {
+namespace tandem::io {
 
 enum class NpyDtype { kF32, kF64, kI32, kI64, kU16, kU32, kU64, kU8 };
 
@@ -31,4 +31,4 @@ void write_npy_f32(const std::string& path, const std::vector<std::int64_t>& sha
 void write_npy_i64(const std::string& path, const std::vector<std::int64_t>& shape,
                    const std::int64_t* data);
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -11,7 +11,7 @@
 #include "tandem/io/json.h"
 #include "tandem/io/safetensors_detail.h"
 
-namespace tandem {
+namespace tandem::io {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
 
@@ -42,7 +42,7 @@ nlohmann::json parse_json_strict(std::string_view text, const std::string& where
 
 namespace {
 
-using safetensors_detail::DTypeSpec;
+using io::safetensors_detail::DTypeSpec;
 
 // A JSON value as a non-negative integer, or nullopt (negative, fractional, not a number).
 std::optional<std::uint64_t> as_count(const nlohmann::json& v) {
@@ -67,7 +67,7 @@ std::string dtype_name(DType dtype) {
     case DType::kF16:
       return "F16";
   }
-  fail("invalid DType value {}", static_cast<int>(dtype));
+  core::fail("invalid DType value {}", static_cast<int>(dtype));
 }
 
 std::size_t dtype_size(DType dtype) {
@@ -78,7 +78,7 @@ std::size_t dtype_size(DType dtype) {
     case DType::kF16:
       return 2;
   }
-  fail("invalid DType value {}", static_cast<int>(dtype));
+  core::fail("invalid DType value {}", static_cast<int>(dtype));
 }
 
 std::int64_t TensorInfo::numel() const {
@@ -97,9 +97,9 @@ void SafetensorsFile::parse_header() {
                file_size);
   std::uint64_t header_len = 0;
   std::memcpy(&header_len, file_.data(), 8);
-  TANDEM_CHECK(header_len <= safetensors_detail::kMaxHeaderBytes,
+  TANDEM_CHECK(header_len <= io::safetensors_detail::kMaxHeaderBytes,
                "{}: header length {} is above the {} byte limit (corrupt or not safetensors)",
-               where, header_len, safetensors_detail::kMaxHeaderBytes);
+               where, header_len, io::safetensors_detail::kMaxHeaderBytes);
   TANDEM_CHECK(header_len <= file_size - 8,
                "{}: header length {} runs past the end of the file ({} bytes follow the length; "
                "truncated?)",
@@ -110,7 +110,7 @@ void SafetensorsFile::parse_header() {
   const std::uint64_t data_size = file_size - data_offset_;
 
   std::string_view text(reinterpret_cast<const char*>(file_.data() + 8), header_len);
-  nlohmann::json header = safetensors_detail::parse_json_strict(text, where);
+  nlohmann::json header = io::safetensors_detail::parse_json_strict(text, where);
   TANDEM_CHECK(header.is_object(), "{}: the JSON header is a {}, expected an object", where,
                header.type_name());
 
@@ -136,7 +136,7 @@ void SafetensorsFile::parse_header() {
     TANDEM_CHECK(value.contains("dtype") && value["dtype"].is_string(),
                  "{}: tensor '{}': missing or non-string 'dtype'", where, name);
     std::string dtype_text = value["dtype"].get<std::string>();
-    const DTypeSpec* spec = safetensors_detail::find_dtype(dtype_text);
+    const DTypeSpec* spec = io::safetensors_detail::find_dtype(dtype_text);
     TANDEM_CHECK(spec != nullptr, "{}: tensor '{}': unknown dtype '{}'", where, name, dtype_text);
 
     TANDEM_CHECK(value.contains("shape") && value["shape"].is_array(),
@@ -197,17 +197,18 @@ void SafetensorsFile::parse_header() {
   for (const ParsedEntry* e : order) {
     const TensorInfo& info = e->info;
     if (info.begin < covered) {
-      fail("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", where, info.name,
-           info.begin, info.end, previous->info.name, previous->info.begin, previous->info.end);
+      core::fail("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", where,
+                 info.name, info.begin, info.end, previous->info.name, previous->info.begin,
+                 previous->info.end);
     }
     if (info.begin > covered) {
       if (previous == nullptr) {
-        fail(
+        core::fail(
             "{}: tensor '{}': data_offsets [{}, {}] leave a gap of {} unused bytes at the start "
             "of the data section",
             where, info.name, info.begin, info.end, info.begin);
       }
-      fail(
+      core::fail(
           "{}: tensor '{}': data_offsets [{}, {}] leave a gap of {} unused bytes after tensor "
           "'{}' (ends at {})",
           where, info.name, info.begin, info.end, info.begin - covered, previous->info.name,
@@ -217,8 +218,8 @@ void SafetensorsFile::parse_header() {
     previous = e;
   }
   if (covered != data_size) {
-    fail("{}: {} bytes at the end of the data section (from {} to {}) belong to no tensor", where,
-         data_size - covered, covered, data_size);
+    core::fail("{}: {} bytes at the end of the data section (from {} to {}) belong to no tensor",
+               where, data_size - covered, covered, data_size);
   }
 
   for (ParsedEntry& e : entries) {
@@ -237,7 +238,7 @@ bool SafetensorsFile::has(const std::string& name) const {
 std::string SafetensorsFile::unsupported_dtype(const std::string& name) const {
   auto it = unsupported_.find(name);
   if (it != unsupported_.end()) return it->second;
-  if (tensors_.count(name) == 0) fail("{}: no tensor named '{}'", path(), name);
+  if (tensors_.count(name) == 0) core::fail("{}: no tensor named '{}'", path(), name);
   return "";
 }
 
@@ -246,10 +247,11 @@ const TensorInfo& SafetensorsFile::supported_info(const std::string& name) const
   if (it != tensors_.end()) return it->second;
   auto unsupported = unsupported_.find(name);
   if (unsupported != unsupported_.end()) {
-    fail("{}: tensor '{}' has dtype {}, which tandem does not read (supported: F32, BF16, F16)",
-         path(), name, unsupported->second);
+    core::fail(
+        "{}: tensor '{}' has dtype {}, which tandem does not read (supported: F32, BF16, F16)",
+        path(), name, unsupported->second);
   }
-  fail("{}: no tensor named '{}'", path(), name);
+  core::fail("{}: no tensor named '{}'", path(), name);
 }
 
 const TensorInfo& SafetensorsFile::info(const std::string& name) const {
@@ -275,8 +277,8 @@ void SafetensorsFile::read_f32_into(const std::string& name, std::span<float> ou
   TANDEM_CHECK(out.size() == numel, "{}: tensor '{}' has {} elements, destination holds {}", path(),
                name, numel, out.size());
   if (numel == 0) return;
-  safetensors_detail::convert_to_f32(t.dtype, file_.data() + data_offset_ + t.begin, numel,
-                                     out.data());
+  io::safetensors_detail::convert_to_f32(t.dtype, file_.data() + data_offset_ + t.begin, numel,
+                                         out.data());
 }
 
 std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
@@ -285,4 +287,4 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
   return out;
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

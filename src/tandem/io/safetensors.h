@@ -11,7 +11,7 @@
 
 #include "tandem/core/mapped_file.h"
 
-namespace tandem {
+namespace tandem::io {
 
 enum class DType { kF32, kBF16, kF16 };
 std::string dtype_name(DType dtype);  // "F32", "BF16", "F16" (safetensors spelling)
@@ -26,9 +26,9 @@ struct TensorInfo {
   std::int64_t numel() const;
 };
 
-// One .safetensors file. The constructor validates everything and throws tandem::Error naming the
-// file (and tensor) on: a file shorter than 8 bytes, a header length past the end or above
-// 100 MB, invalid JSON, an unknown dtype, shape x dtype size != byte span, spans out of bounds,
+// One .safetensors file. The constructor validates everything and throws tandem::core::Error naming
+// the file (and tensor) on: a file shorter than 8 bytes, a header length past the end or above 100
+// MB, invalid JSON, an unknown dtype, shape x dtype size != byte span, spans out of bounds,
 // overlapping or not contiguous (with no gaps) from 0 to the end of the file.
 class SafetensorsFile {
  public:
@@ -54,7 +54,7 @@ class SafetensorsFile {
   void parse_header();
   const TensorInfo& supported_info(const std::string& name) const;
 
-  MappedFile file_;
+  core::MappedFile file_;
   std::uint64_t data_offset_ = 0;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> unsupported_;  // tensor -> dtype spelling
@@ -106,4 +106,4 @@ std::uint16_t f32_to_bf16(float v);
 float f16_to_f32(std::uint16_t v);
 std::uint16_t f32_to_f16(float v);
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -9,7 +9,7 @@
 #include "tandem/io/safetensors.h"
 #include "tandem/io/safetensors_detail.h"
 
-namespace tandem {
+namespace tandem::io {
 
 namespace fs = std::filesystem;
 
@@ -36,7 +36,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
 }
 
 void SafetensorsCheckpoint::open_index(const std::string& dir, const std::string& index_path) {
-  nlohmann::json index = safetensors_detail::parse_json_strict(read_file(index_path), index_path);
+  nlohmann::json index =
+      io::safetensors_detail::parse_json_strict(core::read_file(index_path), index_path);
   TANDEM_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
                "{}: expected an object with a 'weight_map' object (tensor name -> shard file)",
                index_path);
@@ -53,12 +54,12 @@ void SafetensorsCheckpoint::open_index(const std::string& dir, const std::string
                  index_path, tensor, shard_value.type_name());
     std::string shard = shard_value.get<std::string>();
     // Absolute names, '..' and symbolic links out of the directory are refused.
-    path_inside(dir, shard, fmt::format("{}: tensor '{}'", index_path, tensor));
+    core::path_inside(dir, shard, fmt::format("{}: tensor '{}'", index_path, tensor));
     shard_of[tensor] = shard;
     file_index.emplace(shard, 0);
   }
   for (auto& [shard, position] : file_index) {
-    fs::path shard_path = path_inside(dir, shard, index_path);
+    fs::path shard_path = core::path_inside(dir, shard, index_path);
     if (!fs::is_regular_file(shard_path)) {
       std::string example;
       for (const auto& [tensor, s] : shard_of) {
@@ -67,8 +68,8 @@ void SafetensorsCheckpoint::open_index(const std::string& dir, const std::string
           break;
         }
       }
-      fail("{}: shard {} (holding tensor '{}') is missing from {}", index_path, shard, example,
-           dir);
+      core::fail("{}: shard {} (holding tensor '{}') is missing from {}", index_path, shard,
+                 example, dir);
     }
     position = files_.size();
     files_.push_back(std::make_unique<SafetensorsFile>(shard_path.string()));
@@ -102,7 +103,7 @@ bool SafetensorsCheckpoint::has(const std::string& name) const { return owner_.c
 
 const SafetensorsFile& SafetensorsCheckpoint::file_of(const std::string& name) const {
   auto it = owner_.find(name);
-  if (it == owner_.end()) fail("checkpoint {}: no tensor named '{}'", path_, name);
+  if (it == owner_.end()) core::fail("checkpoint {}: no tensor named '{}'", path_, name);
   return *files_[it->second];
 }
 
@@ -128,4 +129,4 @@ std::span<const std::uint8_t> SafetensorsCheckpoint::raw(const std::string& name
   return file_of(name).raw(name);
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -6,7 +6,7 @@
 #include "tandem/io/safetensors.h"
 #include "tandem/io/safetensors_detail.h"
 
-namespace tandem {
+namespace tandem::io {
 
 float bf16_to_f32(std::uint16_t v) { return std::bit_cast<float>(std::uint32_t{v} << 16); }
 
@@ -83,4 +83,4 @@ void convert_to_f32(DType dtype, const std::uint8_t* src, std::size_t count, flo
 }
 
 }  // namespace safetensors_detail
-}  // namespace tandem
+}  // namespace tandem::io

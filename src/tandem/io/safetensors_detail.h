@@ -10,7 +10,7 @@
 
 #include "tandem/io/safetensors.h"
 
-namespace tandem::safetensors_detail {
+namespace tandem::io::safetensors_detail {
 
 // Largest header the reader accepts (the Rust safetensors library uses the same bound).
 inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
@@ -27,10 +27,10 @@ struct DTypeSpec {
 const DTypeSpec* find_dtype(std::string_view name);
 
 // parse_json (io/json.h): a key repeated within one object or nesting beyond a bound is an
-// error. Errors are tandem::Error prefixed with `where` (a file name).
+// error. Errors are tandem::core::Error prefixed with `where` (a file name).
 nlohmann::json parse_json_strict(std::string_view text, const std::string& where);
 
 // Converts `count` elements of `dtype` at `src` (any alignment) to fp32.
 void convert_to_f32(DType dtype, const std::uint8_t* src, std::size_t count, float* out);
 
-}  // namespace tandem::safetensors_detail
+}  // namespace tandem::io::safetensors_detail

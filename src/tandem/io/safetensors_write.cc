@@ -9,7 +9,7 @@
 #include "tandem/io/safetensors.h"
 #include "tandem/io/safetensors_detail.h"
 
-namespace tandem {
+namespace tandem::io {
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -45,12 +45,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: cannot encode the header (tensor names and metadata must be UTF-8): {}", path,
-         e.what());
+    core::fail("{}: cannot encode the header (tensor names and metadata must be UTF-8): {}", path,
+               e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
 
-  AtomicFileWriter out(path);
+  core::AtomicFileWriter out(path);
   std::uint64_t header_len = text.size();
   unsigned char length_bytes[8];
   std::memcpy(length_bytes, &header_len, 8);  // little-endian (asserted in safetensors.cc)
@@ -62,4 +62,4 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   out.commit();
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/core/utf8.h"
 #include "tandem/io/json.h"
-#include "tandem/tokenizer/utf8.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace fs = std::filesystem;
 
 InputFormat input_format_for(const std::string& path) {
@@ -29,7 +29,7 @@ namespace {
 void add_file(const std::string& path, std::vector<InputFile>& out) {
   std::error_code ec;
   auto size = fs::file_size(path, ec);
-  if (ec) fail("cannot read input {}: {}", path, ec.message());
+  if (ec) core::fail("cannot read input {}: {}", path, ec.message());
   out.push_back({path, input_format_for(path), size});
 }
 
@@ -40,7 +40,7 @@ void add_directory(const std::string& dir, std::vector<InputFile>& out) {
        it.increment(ec)) {
     if (it->is_regular_file()) files.push_back(it->path().string());
   }
-  if (ec) fail("cannot list input directory {}: {}", dir, ec.message());
+  if (ec) core::fail("cannot list input directory {}: {}", dir, ec.message());
   std::sort(files.begin(), files.end());
   for (const auto& f : files) add_file(f, out);
 }
@@ -77,7 +77,7 @@ std::vector<InputFile> expand_inputs(const std::vector<std::string>& args) {
         }
       }
     } else {
-      fail("input {} does not exist", arg);
+      core::fail("input {} does not exist", arg);
     }
   }
   return out;
@@ -111,7 +111,7 @@ bool DocumentReader::next(Document& doc) {
     doc.text = read_all(*source_);
     doc.id = path_;
     doc.line = 1;
-    std::size_t bad = utf8::first_invalid(doc.text);
+    std::size_t bad = core::utf8::first_invalid(doc.text);
     if (bad != doc.text.size()) {
       auto line = 1 + std::count(doc.text.begin(),
                                  doc.text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
@@ -124,7 +124,7 @@ bool DocumentReader::next(Document& doc) {
   while (lines_->next(line_)) {
     const std::uint64_t n = lines_->line_number();
     if (line_.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
-    std::size_t bad = utf8::first_invalid(line_);
+    std::size_t bad = core::utf8::first_invalid(line_);
     if (bad != line_.size()) {
       problem(n, "non_utf8", "not valid UTF-8 (byte " + std::to_string(bad + 1) + " of the line)");
       continue;
@@ -133,7 +133,7 @@ bool DocumentReader::next(Document& doc) {
     try {
       // Strict: a record with two "text" keys, or nested absurdly deep, is malformed.
       j = parse_json(line_, "record");
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       std::string what = e.what();
       bool surrogate = what.find("surrogate") != std::string::npos;
       problem(n, surrogate ? "non_utf8" : "malformed_json",
@@ -156,4 +156,4 @@ bool DocumentReader::next(Document& doc) {
   return false;
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

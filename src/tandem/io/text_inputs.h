@@ -2,7 +2,7 @@
 // "text" field (the dolma format), optionally .gz or .zst compressed, named as files,
 // directories (searched recursively) or glob patterns. Bad records (malformed JSON, no text,
 // non-UTF-8) are recorded as problems with file:line and skipped; unreadable or truncated files
-// throw tandem::Error.
+// throw tandem::core::Error.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include "tandem/io/compressed_reader.h"
 
-namespace tandem {
+namespace tandem::io {
 
 enum class InputFormat { kText, kJsonl };
 
@@ -64,4 +64,4 @@ class DocumentReader {
   std::vector<InputProblem> problems_;
 };
 
-}  // namespace tandem
+}  // namespace tandem::io

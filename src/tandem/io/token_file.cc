@@ -11,7 +11,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::io {
 
 TokenDtype token_dtype_for_vocab(std::uint64_t vocab_size) {
   TANDEM_CHECK(vocab_size > 0, "vocab size must be positive");
@@ -53,7 +53,7 @@ std::string token_dtype_name(TokenDtype dtype) {
 TokenDtype token_dtype_from_name(const std::string& name) {
   for (TokenDtype d : {TokenDtype::kU8, TokenDtype::kU16, TokenDtype::kU32, TokenDtype::kU64})
     if (token_dtype_name(d) == name) return d;
-  fail("unknown token dtype '{}' (expected uint8, uint16, uint32 or uint64)", name);
+  core::fail("unknown token dtype '{}' (expected uint8, uint16, uint32 or uint64)", name);
 }
 
 namespace {
@@ -66,14 +66,14 @@ std::int64_t mtime_ns(const struct stat& st) {
 
 TokenFile::TokenFile(const std::string& path, TokenDtype dtype) : path_(path), dtype_(dtype) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("cannot open token file {}: {}", path, std::strerror(errno));
+  if (fd_ < 0) core::fail("cannot open token file {}: {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     const int err = errno;
     ::close(fd_);
     fd_ = -1;
-    fail("token file {} is not a regular file{}", path,
-         err ? std::string(": ") + std::strerror(err) : std::string());
+    core::fail("token file {} is not a regular file{}", path,
+               err ? std::string(": ") + std::strerror(err) : std::string());
   }
   size_bytes_ = static_cast<std::uint64_t>(st.st_size);
   mtime_ns_ = mtime_ns(st);
@@ -81,8 +81,8 @@ TokenFile::TokenFile(const std::string& path, TokenDtype dtype) : path_(path), d
   if (size_bytes_ % item != 0) {
     ::close(fd_);
     fd_ = -1;
-    fail("{}: size {} bytes is not a multiple of the {} item size ({} bytes)", path, size_bytes_,
-         token_dtype_name(dtype), item);
+    core::fail("{}: size {} bytes is not a multiple of the {} item size ({} bytes)", path,
+               size_bytes_, token_dtype_name(dtype), item);
   }
   num_tokens_ = size_bytes_ / item;
 }
@@ -96,9 +96,10 @@ void TokenFile::read_bytes(std::uint64_t offset, std::size_t n, void* out) const
                "{}: read of bytes [{}, {}) past the end ({} bytes)", path_, offset, offset + n,
                size_bytes_);
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) fail("cannot stat token file {}: {}", path_, std::strerror(errno));
+  if (::fstat(fd_, &st) != 0)
+    core::fail("cannot stat token file {}: {}", path_, std::strerror(errno));
   if (static_cast<std::uint64_t>(st.st_size) != size_bytes_ || mtime_ns(st) != mtime_ns_) {
-    fail(
+    core::fail(
         "token file {} changed while it was being read (it was {} bytes, it is now {}{}): the "
         "data order of this run no longer matches it; restore it, or start a new run",
         path_, size_bytes_, st.st_size, mtime_ns(st) != mtime_ns_ ? ", and was rewritten" : "");
@@ -107,9 +108,9 @@ void TokenFile::read_bytes(std::uint64_t offset, std::size_t n, void* out) const
   while (n > 0) {
     ssize_t got = ::pread(fd_, dst, n, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail("cannot read token file {}: {}", path_, std::strerror(errno));
+    if (got < 0) core::fail("cannot read token file {}: {}", path_, std::strerror(errno));
     if (got == 0)
-      fail(
+      core::fail(
           "token file {} ends at byte {}, before the {} bytes it had when opened: it was "
           "truncated during the run",
           path_, offset, size_bytes_);
@@ -178,4 +179,4 @@ void TokenFile::read(std::uint64_t start, std::uint64_t count, std::int64_t* out
   read_widened(*this, start, count, out);
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

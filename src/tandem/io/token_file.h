@@ -5,14 +5,14 @@
 #include <cstdint>
 #include <string>
 
-namespace tandem {
+namespace tandem::io {
 
 enum class TokenDtype { kU8, kU16, kU32, kU64 };
 
 TokenDtype token_dtype_for_vocab(std::uint64_t vocab_size);  // as OLMo-core chooses it
 std::size_t token_dtype_size(TokenDtype dtype);
 std::string token_dtype_name(TokenDtype dtype);             // "uint8" ... "uint64" (numpy names)
-TokenDtype token_dtype_from_name(const std::string& name);  // throws Error on an unknown name
+TokenDtype token_dtype_from_name(const std::string& name);  // throws core::Error on an unknown name
 
 // Read-only view of one token file, read with pread rather than mapped: a file truncated or
 // rewritten while a run reads it then gives an Error naming it, where a mapping would end the
@@ -45,4 +45,4 @@ class TokenFile {
   std::uint64_t num_tokens_ = 0;
 };
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -10,7 +10,7 @@
 #include "tandem/core/mapped_file.h"
 #include "tandem/io/token_sidecar.h"
 
-namespace tandem {
+namespace tandem::io {
 
 namespace {
 constexpr std::size_t kFlushBytes = 1 << 22;
@@ -24,7 +24,7 @@ TokenFileWriter::TokenFileWriter(std::string path, TokenDtype dtype, std::uint64
     : path_(std::move(path)),
       dtype_(dtype),
       eos_id_(eos_id),
-      out_(std::make_unique<AtomicFileWriter>(path_)),
+      out_(std::make_unique<core::AtomicFileWriter>(path_)),
       hash_(XXH64_createState()) {
   XXH64_reset(hash_, 0);
   buffer_.reserve(kFlushBytes + 64);
@@ -64,16 +64,16 @@ nlohmann::json TokenFileWriter::commit(nlohmann::json extra) {
       {"documents", documents_},
       {"eos_id", eos_id_},
       {"bytes", tokens_ * token_dtype_size(dtype_)},
-      {"checksum", "xxh64:" + to_hex64(XXH64_digest(hash_))},
+      {"checksum", "xxh64:" + core::to_hex64(XXH64_digest(hash_))},
   };
   for (auto& [k, v] : extra.items()) sidecar[k] = v;
-  write_file_atomic(sidecar_path_for(path_), sidecar.dump(1) + "\n");
+  core::write_file_atomic(sidecar_path_for(path_), sidecar.dump(1) + "\n");
   return sidecar;
 }
 
 std::string token_file_checksum(const std::string& path) {
-  MappedFile file(path);
-  return "xxh64:" + to_hex64(xxh64(file.bytes()));
+  core::MappedFile file(path);
+  return "xxh64:" + core::to_hex64(core::xxh64(file.bytes()));
 }
 
 nlohmann::json verified_sidecar(const std::string& token_file_path) {
@@ -83,14 +83,14 @@ nlohmann::json verified_sidecar(const std::string& token_file_path) {
       !std::filesystem::is_regular_file(token_file_path, ec))
     return nullptr;
   try {
-    TokenSidecar sidecar = parse_token_sidecar(read_file(sidecar_path), sidecar_path);
+    TokenSidecar sidecar = parse_token_sidecar(core::read_file(sidecar_path), sidecar_path);
     auto size = std::filesystem::file_size(token_file_path);
     if (size != sidecar.bytes) return nullptr;
     if (size > 0 && token_file_checksum(token_file_path) != sidecar.checksum) return nullptr;
     return sidecar.json;
-  } catch (const Error&) {
+  } catch (const core::Error&) {
     return nullptr;  // damaged or not ours: the caller redoes the part
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -16,7 +16,7 @@
 
 struct XXH64_state_s;
 
-namespace tandem {
+namespace tandem::io {
 
 // "DIR/part-00000.npy" -> "DIR/part-00000.json"
 std::string sidecar_path_for(const std::string& token_file_path);
@@ -43,7 +43,7 @@ class TokenFileWriter {
   std::string path_;
   TokenDtype dtype_;
   std::uint64_t eos_id_;
-  std::unique_ptr<AtomicFileWriter> out_;
+  std::unique_ptr<core::AtomicFileWriter> out_;
   XXH64_state_s* hash_ = nullptr;
   std::vector<std::uint8_t> buffer_;
   std::uint64_t tokens_ = 0;
@@ -56,4 +56,4 @@ nlohmann::json verified_sidecar(const std::string& token_file_path);
 // XXH64 of a file as "xxh64:<16 hex>".
 std::string token_file_checksum(const std::string& path);
 
-}  // namespace tandem
+}  // namespace tandem::io

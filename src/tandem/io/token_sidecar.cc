@@ -5,7 +5,7 @@
 #include "tandem/core/error.h"
 #include "tandem/io/json.h"
 
-namespace tandem {
+namespace tandem::io {
 namespace {
 
 TokenizeCursor cursor_of(const nlohmann::json& j, const std::string& where) {
@@ -42,7 +42,7 @@ TokenSidecar parse_token_sidecar(std::string_view text, const std::string& where
       hex.size() == 16 &&
           std::all_of(hex.begin(), hex.end(),
                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }),
-      "{}: checksum '{}' is not xxh64:<16 hex digits>", where, s.checksum);
+      "{}: checksum '{}' is not core::xxh64:<16 hex digits>", where, s.checksum);
   if (j.contains("run_fingerprint"))
     s.run_fingerprint = json_field<std::string>(j, "run_fingerprint", where);
   if (j.contains("start")) s.start = cursor_of(j["start"], where + ": field 'start'");
@@ -50,4 +50,4 @@ TokenSidecar parse_token_sidecar(std::string_view text, const std::string& where
   return s;
 }
 
-}  // namespace tandem
+}  // namespace tandem::io

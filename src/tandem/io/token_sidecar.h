@@ -11,7 +11,7 @@
 
 #include "tandem/io/token_file.h"
 
-namespace tandem {
+namespace tandem::io {
 
 // Where a tokenize part starts or ends: document (input, line), of which `offset` tokens are in
 // earlier parts.
@@ -38,4 +38,4 @@ struct TokenSidecar {
 // dtype cannot hold, a malformed checksum or cursor.
 TokenSidecar parse_token_sidecar(std::string_view text, const std::string& where);
 
-}  // namespace tandem
+}  // namespace tandem::io

@@ -1,32 +1,182 @@
 #include "tandem/model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tandem/core/error.h"
 #include "tandem/io/json.h"
 
-namespace tandem {
+namespace tandem::model {
 namespace {
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
 }
 
-// OLMo-core's pattern semantics: layer i uses pattern[i % len]; -1 means full attention.
-std::vector<std::int64_t> windows_from_pattern(const std::vector<std::int64_t>& pattern,
-                                               std::int64_t n_layers, bool force_first,
-                                               bool force_last) {
-  std::vector<std::int64_t> windows(static_cast<std::size_t>(n_layers));
-  for (std::int64_t i = 0; i < n_layers; ++i) {
-    std::int64_t w = pattern[static_cast<std::size_t>(i) % pattern.size()];
-    windows[static_cast<std::size_t>(i)] = w < 0 ? 0 : w;
+// OLMo-core's YaRNRoPEScalingConfig.get_attention_rescale_factor.
+double olmo_core_yarn_attention_factor(double factor) { return 0.1 * std::log(factor) + 1.0; }
+
+void validate_rope(const RopeConfig& r, const char* which) {
+  TANDEM_CHECK(r.type == "default" || r.type == "linear" || r.type == "yarn",
+               "model config: {} rope type '{}' is not supported (default, linear, yarn)", which,
+               r.type);
+  TANDEM_CHECK(r.theta > 0, "model config: {} rope_theta must be positive, got {}", which, r.theta);
+  if (r.type == "default") return;
+  TANDEM_CHECK(r.factor > 0, "model config: {} rope scaling factor must be positive, got {}", which,
+               r.factor);
+  if (r.type != "yarn") return;
+  TANDEM_CHECK(r.original_max_position_embeddings > 0,
+               "model config: {} YaRN original_max_position_embeddings must be positive, got {}",
+               which, r.original_max_position_embeddings);
+  TANDEM_CHECK(r.beta_fast > 0 && r.beta_slow > 0,
+               "model config: {} YaRN beta_fast and beta_slow must be positive", which);
+  TANDEM_CHECK(r.attention_factor > 0,
+               "model config: {} YaRN attention_factor must be positive, got {}", which,
+               r.attention_factor);
+}
+
+// rope_parameters: {full_attention: {...}, sliding_attention: {...}} with transformers' keys,
+// every value explicit (the form tandem writes for configs read from HF).
+RopeConfig parse_rope_entry(io::ConfigSection s) {
+  RopeConfig r;
+  r.type = s.get_string("rope_type", "default");
+  r.theta = s.get_double("rope_theta");
+  if (r.type == "linear" || r.type == "yarn") r.factor = s.get_double("factor");
+  if (r.type == "yarn") {
+    r.original_max_position_embeddings = s.get_int("original_max_position_embeddings");
+    r.beta_fast = s.get_double("beta_fast", 32.0);
+    r.beta_slow = s.get_double("beta_slow", 1.0);
+    r.attention_factor = s.get_double("attention_factor");
+    r.truncate = s.get_bool("truncate", true);
   }
-  if (n_layers > 0 && force_first) windows.front() = 0;
-  if (n_layers > 0 && force_last) windows.back() = 0;
-  return windows;
+  s.finish();
+  return r;
+}
+
+// rope_theta (both attention types), optionally rope_scaling (OLMo-core's YaRNRoPEScalingConfig as
+// TransformerConfig.with_rope_scaling applies it), or rope_parameters (explicit, per type).
+void parse_rope(io::ConfigSection& s, ModelConfig& c) {
+  if (s.has("rope_parameters")) {
+    TANDEM_CHECK(!s.has("rope_theta") && !s.has("rope_scaling"),
+                 "{}: give rope_parameters or rope_theta/rope_scaling, not both",
+                 s.where("rope_parameters"));
+    io::ConfigSection rp = s.section("rope_parameters");
+    c.full_attention_rope = parse_rope_entry(rp.section("full_attention"));
+    c.sliding_attention_rope = parse_rope_entry(rp.section("sliding_attention"));
+    rp.finish();
+    s.mark_used("rope_theta");
+    s.mark_used("rope_scaling");
+    return;
+  }
+  RopeConfig plain;
+  plain.theta = s.get_double("rope_theta", 500000.0);
+  c.full_attention_rope = c.sliding_attention_rope = plain;
+  if (!s.has("rope_scaling")) {
+    s.mark_used("rope_scaling");
+    return;
+  }
+  io::ConfigSection rs = s.section("rope_scaling");
+  const std::string name = rs.get_string("name");
+  TANDEM_CHECK(name == "yarn", "{}: '{}' is not supported (yarn)", rs.where("name"), name);
+  RopeConfig yarn = plain;
+  yarn.type = "yarn";
+  yarn.olmo_core_formula = true;
+  // OLMo-core's YaRNRoPEScalingConfig field names and defaults.
+  yarn.factor = rs.get_double("factor", 8.0);
+  yarn.beta_fast = rs.get_double("beta_fast", 32.0);
+  yarn.beta_slow = rs.get_double("beta_slow", 1.0);
+  yarn.original_max_position_embeddings = rs.get_int("old_context_len", 8192);
+  TANDEM_CHECK(yarn.factor > 0, "{} must be positive", rs.where("factor"));
+  yarn.attention_factor = olmo_core_yarn_attention_factor(yarn.factor);
+  // TransformerConfig.with_rope_scaling(full_attn_layers_only=True): sliding layers keep plain
+  // RoPE.
+  const bool full_only = rs.get_bool("full_attn_layers_only", true);
+  rs.finish();
+  c.full_attention_rope = yarn;
+  if (!full_only) c.sliding_attention_rope = yarn;
+}
+
+void write_rope(const ModelConfig& c, YAML::Node& m) {
+  const RopeConfig& full = c.full_attention_rope;
+  const RopeConfig& sliding = c.sliding_attention_rope;
+  RopeConfig plain;
+  plain.theta = full.theta;
+  auto olmo_core_yarn = [&](const RopeConfig& r) {
+    RopeConfig y = plain;
+    y.type = "yarn";
+    y.olmo_core_formula = true;
+    y.factor = r.factor;
+    y.beta_fast = r.beta_fast;
+    y.beta_slow = r.beta_slow;
+    y.original_max_position_embeddings = r.original_max_position_embeddings;
+    y.attention_factor = olmo_core_yarn_attention_factor(r.factor);
+    return y;
+  };
+  if (full == plain && sliding == plain) {
+    m["rope_theta"] = full.theta;
+    return;
+  }
+  if (full.type == "yarn" && full == olmo_core_yarn(full) &&
+      (sliding == plain || sliding == full)) {
+    m["rope_theta"] = full.theta;
+    YAML::Node rs;
+    rs["name"] = "yarn";
+    rs["factor"] = full.factor;
+    rs["beta_fast"] = full.beta_fast;
+    rs["beta_slow"] = full.beta_slow;
+    rs["old_context_len"] = full.original_max_position_embeddings;
+    rs["full_attn_layers_only"] = sliding == plain;
+    m["rope_scaling"] = rs;
+    return;
+  }
+  // Anything else (e.g. read from an HF config.json): every value explicit, transformers' names.
+  auto entry = [](const RopeConfig& r) {
+    TANDEM_CHECK(!r.olmo_core_formula,
+                 "model config: OLMo-core's YaRN on sliding-window layers only cannot be written");
+    YAML::Node e;
+    e["rope_type"] = r.type;
+    e["rope_theta"] = r.theta;
+    if (r.type == "linear" || r.type == "yarn") e["factor"] = r.factor;
+    if (r.type == "yarn") {
+      e["original_max_position_embeddings"] = r.original_max_position_embeddings;
+      e["beta_fast"] = r.beta_fast;
+      e["beta_slow"] = r.beta_slow;
+      e["attention_factor"] = r.attention_factor;
+      e["truncate"] = r.truncate;
+    }
+    return e;
+  };
+  m["rope_parameters"]["full_attention"] = entry(full);
+  m["rope_parameters"]["sliding_attention"] = entry(sliding);
 }
 
 }  // namespace
+
+std::vector<std::int64_t> sliding_window_layout(const std::vector<std::int64_t>& pattern,
+                                                std::int64_t n_layers, bool force_first,
+                                                bool force_last) {
+  TANDEM_CHECK(!pattern.empty(), "sliding window pattern must not be empty");
+  std::vector<std::int64_t> windows(static_cast<std::size_t>(std::max<std::int64_t>(n_layers, 0)));
+  const auto len = static_cast<std::int64_t>(pattern.size());
+  for (std::int64_t i = 0; i < n_layers; ++i) {
+    std::int64_t w;
+    if ((force_first && i == 0) || (force_last && i == n_layers - 1)) {
+      w = -1;
+    } else {
+      // OLMo-core: with the first layer forced full, the pattern is applied from layer 1.
+      const std::int64_t k = force_first ? i - 1 : i;
+      w = pattern[static_cast<std::size_t>(k % len)];
+    }
+    TANDEM_CHECK(w == -1 || w > 0, "sliding window size must be positive or -1 (got {})", w);
+    windows[static_cast<std::size_t>(i)] = w < 0 ? 0 : w;
+  }
+  return windows;
+}
+
+bool ModelConfig::has_sliding_window() const {
+  return std::any_of(layer_windows.begin(), layer_windows.end(),
+                     [](std::int64_t w) { return w > 0; });
+}
 
 void ModelConfig::validate() const {
   auto positive = [](std::int64_t v, const char* key) {
@@ -51,10 +201,13 @@ void ModelConfig::validate() const {
                "model config: {} layer windows for {} layers", layer_windows.size(), n_layers);
   for (auto w : layer_windows)
     TANDEM_CHECK(w >= 0, "model config key 'sliding_window': window {} is negative", w);
-  TANDEM_CHECK(rope_theta > 0, "model config key 'rope_theta' must be positive");
+  validate_rope(full_attention_rope, "full-attention");
+  validate_rope(sliding_attention_rope, "sliding-window");
   TANDEM_CHECK(layer_norm_eps > 0, "model config key 'layer_norm_eps' must be positive");
   TANDEM_CHECK(init_std > 0, "model config key 'init_std' must be positive");
-  positive(max_sequence_length, "max_sequence_length");
+  TANDEM_CHECK(max_sequence_length > 0 || max_sequence_length == -1,
+               "model config key 'max_sequence_length' must be positive or -1 (no limit), got {}",
+               max_sequence_length);
   // Sizes multiply into buffer lengths: bound each one and the total so that no product
   // overflows 64 bits (a typo such as d_model: 40960000 is an error, not a crash).
   constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
@@ -96,7 +249,7 @@ double ModelConfig::flops_per_token(std::int64_t seq_len) const {
   return 6.0 * static_cast<double>(matmul_params()) + 12.0 * attn;
 }
 
-ModelConfig parse_model_config(ConfigSection s) {
+ModelConfig parse_model_config(io::ConfigSection s) {
   ModelConfig c;
   c.d_model = s.get_int("d_model");
   c.n_layers = s.get_int("n_layers");
@@ -115,34 +268,35 @@ ModelConfig parse_model_config(ConfigSection s) {
     TANDEM_CHECK(multiple > 0, "{} must be positive", s.where("pad_vocab_to_multiple_of"));
     c.embedding_size = round_up(c.vocab_size, multiple);
   }
-  c.rope_theta = s.get_double("rope_theta", 500000.0);
-  c.layer_norm_eps = s.get_double("layer_norm_eps", 1e-6);
+  c.layer_norm_eps = s.get_double("layer_norm_eps", 1e-5);
   c.init_std = s.get_double("init_std", 0.02);
   c.max_sequence_length = s.get_int("max_sequence_length", 8192);
   if (s.has("sliding_window")) {
-    ConfigSection sw = s.section("sliding_window");
+    io::ConfigSection sw = s.section("sliding_window");
     std::vector<std::int64_t> pattern = sw.get_int_list("pattern");
     TANDEM_CHECK(!pattern.empty(), "{} must not be empty", sw.where("pattern"));
     for (auto w : pattern)
       TANDEM_CHECK(w == -1 || w > 0, "{}: window {} must be positive or -1 (full)",
                    sw.where("pattern"), w);
-    bool first = sw.get_bool("force_full_attention_on_first_layer", false);
+    // OLMo-core's defaults (SlidingWindowAttentionConfig): both forced to full attention.
+    bool first = sw.get_bool("force_full_attention_on_first_layer", true);
     bool last = sw.get_bool("force_full_attention_on_last_layer", true);
     sw.finish();
-    c.layer_windows = windows_from_pattern(pattern, c.n_layers, first, last);
+    c.layer_windows = sliding_window_layout(pattern, c.n_layers, first, last);
   } else {
     s.mark_used("sliding_window");
     c.layer_windows.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.n_layers, 0)), 0);
   }
+  parse_rope(s, c);
   s.finish();
   c.validate();
   return c;
 }
 
 ModelConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
-  YAML::Node root = load_yaml_config(path, overrides);
+  YAML::Node root = io::load_yaml_config(path, overrides);
   TANDEM_CHECK(root["model"] && root["model"].IsMap(), "{}: no `model:` mapping", path);
-  return parse_model_config(ConfigSection(root["model"], "model", path));
+  return parse_model_config(io::ConfigSection(root["model"], "model", path));
 }
 
 YAML::Node model_config_to_yaml(const ModelConfig& c) {
@@ -155,146 +309,19 @@ YAML::Node model_config_to_yaml(const ModelConfig& c) {
   m["hidden_size"] = c.hidden_size;
   m["vocab_size"] = c.vocab_size;
   m["embedding_size"] = c.embedding_size;
-  m["rope_theta"] = c.rope_theta;
+  write_rope(c, m);
   m["layer_norm_eps"] = c.layer_norm_eps;
   m["init_std"] = c.init_std;
   m["max_sequence_length"] = c.max_sequence_length;
-  bool any_window = std::any_of(c.layer_windows.begin(), c.layer_windows.end(),
-                                [](std::int64_t w) { return w > 0; });
-  if (any_window) {
+  if (c.has_sliding_window()) {
     // Written as an explicit per-layer pattern so any layout round-trips exactly.
     YAML::Node pattern(YAML::NodeType::Sequence);
     for (auto w : c.layer_windows) pattern.push_back(w == 0 ? -1 : w);
     m["sliding_window"]["pattern"] = pattern;
+    m["sliding_window"]["force_full_attention_on_first_layer"] = false;
     m["sliding_window"]["force_full_attention_on_last_layer"] = false;
   }
   return m;
 }
 
-ModelConfig model_config_from_hf(const nlohmann::json& hf, const std::string& source) {
-  TANDEM_CHECK(hf.is_object(), "{}: expected a JSON object", source);
-  // Every read names the key: nlohmann's value()/get() would report a type error without one.
-  auto get_int = [&](const char* key) -> std::int64_t {
-    TANDEM_CHECK(hf.contains(key) && hf[key].is_number_integer(), "{}: missing or non-integer '{}'",
-                 source, key);
-    const auto v = json_field<std::int64_t>(hf, key, source);
-    TANDEM_CHECK(v > 0, "{}: '{}' must be positive, got {}", source, key, v);
-    return v;
-  };
-  auto present = [&](const char* key) { return hf.contains(key) && !hf[key].is_null(); };
-  auto opt_bool = [&](const char* key, bool fallback) {
-    return present(key) ? json_field<bool>(hf, key, source) : fallback;
-  };
-  auto opt_double = [&](const char* key, double fallback) {
-    return present(key) ? json_field<double>(hf, key, source) : fallback;
-  };
-  std::string type = present("model_type") ? json_field<std::string>(hf, "model_type", source) : "";
-  TANDEM_CHECK(type == "olmo3" || type == "olmo2",
-               "{}: model_type '{}' is not supported (olmo2 or olmo3)", source, type);
-  TANDEM_CHECK(!opt_bool("tie_word_embeddings", false),
-               "{}: tied embeddings are not part of the OLMo family", source);
-  TANDEM_CHECK(!opt_bool("attention_bias", false), "{}: attention biases are not supported",
-               source);
-  ModelConfig c;
-  c.d_model = get_int("hidden_size");
-  c.n_layers = get_int("num_hidden_layers");
-  c.n_heads = get_int("num_attention_heads");
-  c.n_kv_heads = present("num_key_value_heads") ? get_int("num_key_value_heads") : c.n_heads;
-  c.head_dim = present("head_dim") ? get_int("head_dim") : c.d_model / c.n_heads;
-  c.hidden_size = get_int("intermediate_size");
-  c.vocab_size = get_int("vocab_size");
-  c.embedding_size = c.vocab_size;
-  c.layer_norm_eps = opt_double("rms_norm_eps", 1e-5);
-  c.init_std = opt_double("initializer_range", 0.02);
-  c.max_sequence_length =
-      present("max_position_embeddings") ? get_int("max_position_embeddings") : 8192;
-  // transformers 4.x writes rope_theta; 5.x writes rope_parameters (per layer type).
-  if (hf.contains("rope_theta") && hf["rope_theta"].is_number()) {
-    c.rope_theta = hf["rope_theta"].get<double>();
-  } else if (hf.contains("rope_parameters") && hf["rope_parameters"].is_object()) {
-    // Either flat {rope_type, rope_theta} or per layer type {sliding_attention: {...}, ...}.
-    const auto& rp = hf["rope_parameters"];
-    std::vector<nlohmann::json> groups;
-    for (const auto& [key, value] : rp.items())
-      if (value.is_object()) groups.push_back(value);
-    if (groups.empty()) groups.push_back(rp);
-    bool first = true;
-    for (const auto& g : groups) {
-      const std::string rope_type = g.contains("rope_type") && !g["rope_type"].is_null()
-                                        ? json_field<std::string>(g, "rope_type", source)
-                                        : "default";
-      TANDEM_CHECK(rope_type == "default", "{}: rope_type '{}' is not supported", source,
-                   rope_type);
-      TANDEM_CHECK(g.contains("rope_theta") && g["rope_theta"].is_number(),
-                   "{}: rope_parameters without a numeric rope_theta", source);
-      double theta = g["rope_theta"].get<double>();
-      TANDEM_CHECK(first || theta == c.rope_theta,
-                   "{}: different rope_theta per layer type is not supported", source);
-      c.rope_theta = theta;
-      first = false;
-    }
-  }
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
-    fail("{}: rope_scaling (YaRN) is not supported yet", source);
-  c.layer_windows.assign(static_cast<std::size_t>(c.n_layers), 0);
-  if (type == "olmo3" && hf.contains("layer_types") && hf["layer_types"].is_array()) {
-    const auto& types = hf["layer_types"];
-    TANDEM_CHECK(static_cast<std::int64_t>(types.size()) == c.n_layers,
-                 "{}: layer_types has {} entries for {} layers", source, types.size(), c.n_layers);
-    std::int64_t window = get_int("sliding_window");
-    for (std::size_t i = 0; i < types.size(); ++i) {
-      std::string t = json_as<std::string>(types[i], source + ": layer_types entry");
-      TANDEM_CHECK(t == "sliding_attention" || t == "full_attention", "{}: unknown layer type '{}'",
-                   source, t);
-      c.layer_windows[i] = t == "sliding_attention" ? window : 0;
-    }
-  } else if (type == "olmo3") {
-    std::int64_t window = get_int("sliding_window");
-    c.layer_windows = windows_from_pattern({window, window, window, -1}, c.n_layers, false, true);
-  }
-  c.validate();
-  return c;
-}
-
-nlohmann::json model_config_to_hf(const ModelConfig& c) {
-  bool any_window = std::any_of(c.layer_windows.begin(), c.layer_windows.end(),
-                                [](std::int64_t w) { return w > 0; });
-  nlohmann::json hf;
-  hf["architectures"] = {any_window ? "Olmo3ForCausalLM" : "Olmo2ForCausalLM"};
-  hf["model_type"] = any_window ? "olmo3" : "olmo2";
-  hf["hidden_size"] = c.d_model;
-  hf["num_hidden_layers"] = c.n_layers;
-  hf["num_attention_heads"] = c.n_heads;
-  hf["num_key_value_heads"] = c.n_kv_heads;
-  hf["head_dim"] = c.head_dim;
-  hf["intermediate_size"] = c.hidden_size;
-  hf["vocab_size"] = c.vocab_size;
-  hf["rms_norm_eps"] = c.layer_norm_eps;
-  hf["rope_theta"] = c.rope_theta;
-  hf["initializer_range"] = c.init_std;
-  hf["max_position_embeddings"] = c.max_sequence_length;
-  hf["hidden_act"] = "silu";
-  hf["attention_bias"] = false;
-  hf["attention_dropout"] = 0.0;
-  hf["tie_word_embeddings"] = false;
-  hf["rope_scaling"] = nullptr;
-  // Token ids belong to the tokenizer, not the model config; null keeps HF from assuming its own.
-  hf["bos_token_id"] = nullptr;
-  hf["eos_token_id"] = nullptr;
-  hf["pad_token_id"] = nullptr;
-  if (any_window) {
-    std::int64_t window = 0;
-    nlohmann::json types = nlohmann::json::array();
-    for (auto w : c.layer_windows) {
-      TANDEM_CHECK(w == 0 || window == 0 || w == window,
-                   "HF Olmo3 supports one sliding window size; layers use {} and {}", window, w);
-      if (w > 0) window = w;
-      types.push_back(w > 0 ? "sliding_attention" : "full_attention");
-    }
-    hf["sliding_window"] = window;
-    hf["layer_types"] = types;
-  }
-  return hf;
-}
-
-}  // namespace tandem
+}  // namespace tandem::model

@@ -7,10 +7,11 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/io/json.h"
+#include "tandem/model/hf_config.h"
 
 namespace fs = std::filesystem;
 
-namespace tandem {
+namespace tandem::model {
 namespace {
 
 constexpr const char* kModelYaml = "model.yaml";
@@ -32,10 +33,10 @@ bool is_embedding_like(const std::string& name) {
   return name == "embeddings.weight" || name == "lm_head.w_out.weight";
 }
 
-DType dtype_from_name(const std::string& name, const std::string& where) {
-  for (DType d : {DType::kF32, DType::kBF16, DType::kF16})
-    if (dtype_name(d) == name) return d;
-  fail("{}: unknown dtype '{}' (expected F32, BF16 or F16)", where, name);
+io::DType dtype_from_name(const std::string& name, const std::string& where) {
+  for (io::DType d : {io::DType::kF32, io::DType::kBF16, io::DType::kF16})
+    if (io::dtype_name(d) == name) return d;
+  core::fail("{}: unknown dtype '{}' (expected F32, BF16 or F16)", where, name);
 }
 
 void check_finite(const std::vector<float>& values, const std::string& tensor,
@@ -68,7 +69,7 @@ std::string hf_name_of(const std::string& name) {
   };
   for (const auto& [from, to] : kParts)
     if (s.find(from) != std::string::npos) return replace_all(s, from, to);
-  fail("no HF name for parameter '{}'", name);
+  core::fail("no HF name for parameter '{}'", name);
 }
 
 bool is_hf_model_dir(const std::string& path) { return fs::exists(fs::path(path) / "config.json"); }
@@ -76,8 +77,7 @@ bool is_tandem_model_dir(const std::string& path) {
   return fs::exists(fs::path(path) / kModelYaml);
 }
 
-std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOptions& options,
-                                       DType* source_dtype) {
+ModelWeights read_model_weights(const std::string& path, const LoadOptions& options) {
   TANDEM_CHECK(fs::is_directory(path), "model directory {} does not exist", path);
   const bool hf = is_hf_model_dir(path);
   TANDEM_CHECK(hf || is_tandem_model_dir(path),
@@ -85,7 +85,7 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOption
   ModelConfig config;
   if (hf) {
     std::string cfg_path = (fs::path(path) / "config.json").string();
-    const nlohmann::json j = read_json_file(cfg_path);
+    const nlohmann::json j = io::read_json_file(cfg_path);
     config = model_config_from_hf(j, cfg_path);
     TANDEM_CHECK(options.pad_vocab_multiple > 0, "pad_vocab_multiple must be positive");
     config.embedding_size = (config.vocab_size + options.pad_vocab_multiple - 1) /
@@ -93,14 +93,16 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOption
   } else {
     config = load_model_config((fs::path(path) / kModelYaml).string(), {});
   }
-  SafetensorsCheckpoint weights(path);
-  auto model = std::make_unique<Olmo3Model>(config);
-  DType seen = DType::kF32;
+  io::SafetensorsCheckpoint weights(path);
+  const ParameterLayout layout(config);
+  ModelWeights out;
+  out.flat.assign(static_cast<std::size_t>(layout.total()), 0.0f);
+  io::DType seen = io::DType::kF32;
   bool first = true;
-  for (const ParameterEntry& e : model->layout().entries()) {
+  for (const ParameterEntry& e : layout.entries()) {
     const std::string name = hf ? hf_name_of(e.name) : e.name;
     TANDEM_CHECK(weights.has(name), "{}: missing tensor '{}'", path, name);
-    const TensorInfo& info = weights.info(name);
+    const io::TensorInfo& info = weights.info(name);
     std::vector<std::int64_t> expected = e.shape;
     if (hf && is_embedding_like(e.name)) expected[0] = config.vocab_size;
     TANDEM_CHECK(info.shape == expected, "{}: tensor '{}' has shape [{}], expected [{}]",
@@ -108,7 +110,7 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOption
                  fmt::join(expected, ", "));
     std::vector<float> values = weights.read_f32(name);
     if (options.check_finite) check_finite(values, name, weights.file_of(name).path());
-    float* dst = model->params().data() + e.offset;
+    float* dst = out.flat.data() + e.offset;
     std::copy(values.begin(), values.end(), dst);
     // Padded rows (HF -> tandem with padding) stay zero.
     if (first) seen = info.dtype;
@@ -121,7 +123,17 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOption
       seen = dtype_from_name(it->second, weights.file_of("embeddings.weight").path() +
                                              ": metadata '" + kSourceDtypeKey + "'");
   }
-  if (source_dtype) *source_dtype = seen;
+  out.source_dtype = seen;
+  out.config = std::move(config);
+  return out;
+}
+
+std::unique_ptr<Olmo3Model> load_model(const std::string& path, kernels::Backend& backend,
+                                       const LoadOptions& options, io::DType* source_dtype) {
+  ModelWeights w = read_model_weights(path, options);
+  auto model = std::make_unique<Olmo3Model>(w.config, backend);
+  model->params_from_host(w.flat);
+  if (source_dtype) *source_dtype = w.source_dtype;
   return model;
 }
 
@@ -146,48 +158,58 @@ void check_same_architecture(const ModelConfig& found, const ModelConfig& expect
                differences);
 }
 
-void save_tandem_model(const std::string& dir, Olmo3Model& model, DType source_dtype) {
-  fs::create_directories(dir);
-  YAML::Node root;
-  root["model"] = model_config_to_yaml(model.config());
-  YAML::Emitter out;
-  out << root;
-  std::vector<TensorToWrite> tensors;
-  for (const ParameterEntry& e : model.layout().entries())
-    tensors.push_back({e.name, DType::kF32, e.shape, model.params().data() + e.offset});
-  write_safetensors((fs::path(dir) / kWeights).string(), tensors,
-                    {{kSourceDtypeKey, dtype_name(source_dtype)}, {"format", "pt"}});
-  write_file_atomic((fs::path(dir) / kModelYaml).string(), std::string(out.c_str()) + "\n");
+void save_tandem_model(const std::string& dir, const Olmo3Model& model, io::DType source_dtype) {
+  save_tandem_model(dir, model.config(), model.params_to_host(), source_dtype);
 }
 
-void save_hf_model(const std::string& dir, Olmo3Model& model, DType dtype) {
+void save_tandem_model(const std::string& dir, const ModelConfig& config,
+                       std::span<const float> flat, io::DType source_dtype) {
+  const ParameterLayout layout(config);
+  TANDEM_CHECK(static_cast<std::int64_t>(flat.size()) == layout.total(),
+               "save_tandem_model: {} values for a layout of {}", flat.size(), layout.total());
   fs::create_directories(dir);
-  const ModelConfig& c = model.config();
+  YAML::Node root;
+  root["model"] = model_config_to_yaml(config);
+  YAML::Emitter out;
+  out << root;
+  std::vector<io::TensorToWrite> tensors;
+  for (const ParameterEntry& e : layout.entries())
+    tensors.push_back({e.name, io::DType::kF32, e.shape, flat.data() + e.offset});
+  io::write_safetensors((fs::path(dir) / kWeights).string(), tensors,
+                        {{kSourceDtypeKey, io::dtype_name(source_dtype)}, {"format", "pt"}});
+  core::write_file_atomic((fs::path(dir) / kModelYaml).string(), std::string(out.c_str()) + "\n");
+}
+
+void save_hf_model(const std::string& dir, const ModelConfig& c, std::span<const float> flat,
+                   io::DType dtype) {
+  const ParameterLayout layout(c);
+  TANDEM_CHECK(static_cast<std::int64_t>(flat.size()) == layout.total(),
+               "save_hf_model: {} values for a layout of {}", flat.size(), layout.total());
+  fs::create_directories(dir);
   std::vector<std::vector<std::uint16_t>> narrowed;  // keeps converted buffers alive
-  narrowed.reserve(model.layout().entries().size());
-  std::vector<TensorToWrite> tensors;
-  for (const ParameterEntry& e : model.layout().entries()) {
+  narrowed.reserve(layout.entries().size());
+  std::vector<io::TensorToWrite> tensors;
+  for (const ParameterEntry& e : layout.entries()) {
     std::vector<std::int64_t> shape = e.shape;
     if (is_embedding_like(e.name)) shape[0] = c.vocab_size;  // drop padded rows
     std::int64_t n = 1;
     for (auto s : shape) n *= s;
-    const float* src = model.params().data() + e.offset;
-    if (dtype == DType::kF32) {
+    const float* src = flat.data() + e.offset;
+    if (dtype == io::DType::kF32) {
       tensors.push_back({hf_name_of(e.name), dtype, shape, src});
       continue;
     }
     std::vector<std::uint16_t> buf(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i)
-      buf[i] = dtype == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+      buf[i] = dtype == io::DType::kBF16 ? io::f32_to_bf16(src[i]) : io::f32_to_f16(src[i]);
     narrowed.push_back(std::move(buf));
     tensors.push_back({hf_name_of(e.name), dtype, shape, narrowed.back().data()});
   }
-  write_safetensors((fs::path(dir) / kWeights).string(), tensors, {{"format", "pt"}});
-  nlohmann::json hf = model_config_to_hf(c);
-  hf["torch_dtype"] = dtype == DType::kF32    ? "float32"
-                      : dtype == DType::kBF16 ? "bfloat16"
-                                              : "float16";
-  write_file_atomic((fs::path(dir) / "config.json").string(), hf.dump(2) + "\n");
+  io::write_safetensors((fs::path(dir) / kWeights).string(), tensors, {{"format", "pt"}});
+  nlohmann::json hf = model_config_to_hf(c, dtype == io::DType::kF32    ? "float32"
+                                            : dtype == io::DType::kBF16 ? "bfloat16"
+                                                                        : "float16");
+  core::write_file_atomic((fs::path(dir) / "config.json").string(), hf.dump(2) + "\n");
 }
 
-}  // namespace tandem
+}  // namespace tandem::model

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "tandem/io/safetensors.h"
 #include "tandem/model/olmo3_model.h"
 
-namespace tandem {
+namespace tandem::model {
 
 // HF name of a tandem parameter ("blocks.3.attention.w_q.weight" -> "model.layers.3.self_attn.
 // q_proj.weight").
@@ -25,22 +27,36 @@ struct LoadOptions {
   bool check_finite = true;  // refuse NaN/Inf weights, naming the tensor
 };
 
-// Loads either kind of directory. Every tensor must be present with the exact shape; errors name
-// the file and tensor. `source_dtype` (if non-null) receives the dtype the weights were stored in.
-std::unique_ptr<Olmo3Model> load_model(const std::string& path, const LoadOptions& options = {},
-                                       DType* source_dtype = nullptr);
+// A model's config and its flat fp32 parameters (ParameterLayout order) in host memory.
+struct ModelWeights {
+  ModelConfig config;
+  std::vector<float> flat;
+  io::DType source_dtype = io::DType::kF32;  // the dtype the weights were stored in
+};
+
+// Reads either kind of directory. Every tensor must be present with the exact shape; errors name
+// the file and tensor.
+ModelWeights read_model_weights(const std::string& path, const LoadOptions& options = {});
+// The same, as a model on `backend`.
+std::unique_ptr<Olmo3Model> load_model(const std::string& path, kernels::Backend& backend,
+                                       const LoadOptions& options = {},
+                                       io::DType* source_dtype = nullptr);
 
 // Weights from `source` may seed a model of `expected` only when every field that decides how the
 // flat parameter buffer is cut into tensors and used matches: d_model, n_layers, n_heads,
 // n_kv_heads, head_dim, hidden_size, vocab_size, embedding_size. An equal parameter count is not
 // enough (n_heads 4 x head_dim 8 and 8 x 4 even give the same tensor shapes). RoPE theta, norm
 // epsilon, windows and max_sequence_length may differ (a later stage may change them). Throws
-// Error naming `source` and each field that differs.
+// core::Error naming `source` and each field that differs.
 void check_same_architecture(const ModelConfig& found, const ModelConfig& expected,
                              const std::string& source);
 
-void save_tandem_model(const std::string& dir, Olmo3Model& model, DType source_dtype = DType::kF32);
+void save_tandem_model(const std::string& dir, const ModelConfig& config,
+                       std::span<const float> flat, io::DType source_dtype = io::DType::kF32);
+void save_tandem_model(const std::string& dir, const Olmo3Model& model,
+                       io::DType source_dtype = io::DType::kF32);
 // Writes config.json + model.safetensors in `dtype` (rows past vocab_size dropped).
-void save_hf_model(const std::string& dir, Olmo3Model& model, DType dtype);
+void save_hf_model(const std::string& dir, const ModelConfig& config, std::span<const float> flat,
+                   io::DType dtype);
 
-}  // namespace tandem
+}  // namespace tandem::model

@@ -3,233 +3,345 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/model/documents.h"
 
-namespace tandem {
+namespace tandem::model {
 
-namespace k = kernels::cpu;
+using kernels::Buffer;
+using kernels::DType;
+using kernels::Shape;
+using kernels::Tensor;
 
-std::vector<std::int64_t> shifted_labels(const std::int64_t* ids, std::int64_t B, std::int64_t T) {
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(B * T));
-  for (std::int64_t b = 0; b < B; ++b) {
-    for (std::int64_t t = 0; t + 1 < T; ++t) labels[b * T + t] = ids[b * T + t + 1];
-    labels[b * T + T - 1] = k::kIgnoreIndex;
-  }
-  return labels;
+kernels::RopeFrequencies rope_frequencies(const RopeConfig& r, std::int64_t head_dim) {
+  if (r.type == "linear") return kernels::rope_linear_frequencies(head_dim, r.theta, r.factor);
+  if (r.type != "yarn") return kernels::rope_default_frequencies(head_dim, r.theta);
+  kernels::YarnParameters p;
+  p.factor = r.factor;
+  p.original_max_positions = r.original_max_position_embeddings;
+  p.beta_fast = r.beta_fast;
+  p.beta_slow = r.beta_slow;
+  p.attention_factor = r.attention_factor;
+  p.truncate = r.truncate;
+  p.formula =
+      r.olmo_core_formula ? kernels::YarnFormula::kOlmoCore : kernels::YarnFormula::kTransformers;
+  return kernels::rope_yarn_frequencies(head_dim, r.theta, p);
 }
 
-Olmo3Model::Olmo3Model(ModelConfig config)
-    : config_(std::move(config)),
-      layout_(config_),
-      params_(static_cast<std::size_t>(layout_.total()), 0.0f),
-      grads_(static_cast<std::size_t>(layout_.total()), 0.0f),
-      rope_(k::make_rope_table(config_.max_sequence_length, config_.head_dim, config_.rope_theta)),
-      acts_(static_cast<std::size_t>(config_.n_layers)) {
+Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend)
+    : config_(std::move(config)), layout_(config_), backend_(backend) {
   config_.validate();
+  params_ = backend_.allocate(DType::f32, Shape{layout_.total()});
+  grads_ = backend_.allocate(DType::f32, Shape{layout_.total()});
+  // The alignment gaps between tensors stay zero for good (reductions run over the whole buffer).
+  backend_.zero(params_);
+  backend_.zero(grads_);
+  weights_ = model_tensors(layout_, params_);
+  weight_grads_ = model_tensors(layout_, grads_);
+  blocks_.resize(static_cast<std::size_t>(config_.n_layers));
 }
 
-void Olmo3Model::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void Olmo3Model::ensure_rope_tables(std::int64_t T) {
+  if (rope_full_.positions >= T && rope_sliding_.positions >= T) return;
+  // A model without a length limit (max_sequence_length -1) grows its tables with the longest
+  // sequence seen; otherwise they cover the whole context at once.
+  const std::int64_t P = config_.max_sequence_length > 0 ? config_.max_sequence_length : T;
+  const std::int64_t D = config_.head_dim;
+  auto make = [&](const RopeConfig& rope, RopeTables& out) {
+    kernels::RopeTable t = kernels::make_rope_table(P, D, rope_frequencies(rope, D));
+    out.cos = backend_.allocate(DType::f32, Shape{P, D / 2});
+    out.sin = backend_.allocate(DType::f32, Shape{P, D / 2});
+    backend_.upload(out.cos, t.cos.data());
+    backend_.upload(out.sin, t.sin.data());
+    out.positions = P;
+  };
+  make(config_.full_attention_rope, rope_full_);
+  make(config_.sliding_attention_rope, rope_sliding_);
+}
+
+Tensor Olmo3Model::param(const std::string& name) const {
+  return parameter_view(layout_, params_, name);
+}
+
+Tensor Olmo3Model::grad(const std::string& name) const {
+  return parameter_view(layout_, grads_, name);
+}
+
+std::vector<float> Olmo3Model::params_to_host() const {
+  return kernels::to_host_f32(backend_, params_);
+}
+
+std::vector<float> Olmo3Model::grads_to_host() const {
+  return kernels::to_host_f32(backend_, grads_);
+}
+
+void Olmo3Model::params_from_host(std::span<const float> flat) {
+  TANDEM_CHECK(static_cast<std::int64_t>(flat.size()) == layout_.total(),
+               "parameters: {} values for a layout of {}", flat.size(), layout_.total());
+  backend_.upload(params_, flat.data());
+}
+
+void Olmo3Model::zero_grads() { backend_.zero(grads_); }
 
 void Olmo3Model::init_weights(std::uint64_t seed) {
-  init_parameters(layout_, config_.init_std, seed, params_.data());
+  std::vector<float> host(static_cast<std::size_t>(layout_.total()), 0.0f);
+  init_parameters(layout_, config_.init_std, seed, host.data());
+  params_from_host(host);
 }
 
-void Olmo3Model::resize(std::int64_t B, std::int64_t T) {
-  TANDEM_CHECK(T <= config_.max_sequence_length,
+Tensor Olmo3Model::rows(const Buffer& b, std::int64_t n, std::int64_t width) const {
+  return b.tensor().view(0, Shape{n, width});
+}
+
+void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
+  TANDEM_CHECK(config_.accepts_sequence_length(T),
                "sequence length {} exceeds the model's max_sequence_length {}", T,
                config_.max_sequence_length);
+  ensure_rope_tables(T);
   const std::int64_t N = B * T;
-  if (N == cached_tokens_) return;
-  const auto n = static_cast<std::size_t>(N);
-  const auto d = static_cast<std::size_t>(config_.d_model);
-  const auto qw = static_cast<std::size_t>(config_.q_width());
-  const auto kw = static_cast<std::size_t>(config_.kv_width());
-  const auto hid = static_cast<std::size_t>(config_.hidden_size);
-  for (auto& a : acts_) {
-    a.x.resize(n * d);
-    a.q_pre.resize(n * qw);
-    a.k_pre.resize(n * kw);
-    a.q_rstd.resize(n);
-    a.k_rstd.resize(n);
-    a.q.resize(n * qw);
-    a.k.resize(n * kw);
-    a.v.resize(n * kw);
-    a.attn.resize(n * qw);
-    a.lse.resize(static_cast<std::size_t>(config_.n_heads) * n);
-    a.o.resize(n * d);
-    a.o_rstd.resize(n);
-    a.h.resize(n * d);
-    a.g.resize(n * hid);
-    a.u.resize(n * hid);
-    a.m.resize(n * hid);
-    a.f.resize(n * d);
-    a.f_rstd.resize(n);
+  if (N <= capacity_tokens_) return;
+  const ModelConfig& c = config_;
+  const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
+  auto f32 = [&](std::int64_t n) { return backend_.allocate(DType::f32, Shape{n}); };
+  for (BlockActivations& a : blocks_) {
+    a = BlockActivations{};  // free first: the old and new sets never coexist
+    a.input = f32(N * d);
+    a.q_proj = f32(N * qw);
+    a.k_proj = f32(N * kw);
+    a.q_rstd = f32(N);
+    a.k_rstd = f32(N);
+    a.q = f32(N * qw);
+    a.k = f32(N * kw);
+    a.v = f32(N * kw);
+    a.attn = f32(N * qw);
+    a.lse = f32(N * c.n_heads);
+    a.attn_proj = f32(N * d);
+    a.attn_proj_rstd = f32(N);
+    a.h = f32(N * d);
+    a.gate = f32(N * hid);
+    a.up = f32(N * hid);
+    a.mlp_act = f32(N * hid);
+    a.mlp_proj = f32(N * d);
+    a.mlp_proj_rstd = f32(N);
   }
-  final_in_.resize(n * d);
-  final_rstd_.resize(n);
-  final_normed_.resize(n * d);
-  scratch_d_.resize(n * d);
-  scratch_q_.resize(n * qw);
-  scratch_q2_.resize(n * qw);
-  scratch_kv_.resize(n * kw);
-  scratch_kv2_.resize(n * kw);
-  scratch_h_.resize(n * hid);
-  scratch_h2_.resize(n * hid);
-  grad_d_.resize(n * d);
-  grad_d2_.resize(n * d);
-  cached_tokens_ = N;
+  Workspace& w = workspace_;
+  w = Workspace{};
+  w.ids = backend_.allocate(DType::i64, Shape{N});
+  w.labels = backend_.allocate(DType::i64, Shape{N});
+  w.doc_start = backend_.allocate(DType::i64, Shape{N});
+  w.positions = backend_.allocate(DType::i64, Shape{N});
+  w.normed = f32(N * d);
+  w.final_input = f32(N * d);
+  w.final_rstd = f32(N);
+  w.final_normed = f32(N * d);
+  w.d_residual = f32(N * d);
+  w.d_branch = f32(N * d);
+  w.d_mlp_act = f32(N * hid);
+  w.d_gate = f32(N * hid);
+  w.d_attn = f32(N * qw);
+  w.d_q = f32(N * qw);
+  w.d_k = f32(N * kw);
+  w.d_v = f32(N * kw);
+  capacity_tokens_ = N;
 }
 
-void Olmo3Model::forward_layer(std::int64_t l, const float* x, float* out, std::int64_t B,
-                               std::int64_t T) {
-  LayerActivations& a = acts_[static_cast<std::size_t>(l)];
+std::int64_t Olmo3Model::activation_bytes(std::int64_t tokens) const {
+  const ModelConfig& c = config_;
+  const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
+  // Per block: input, attn_proj, h, mlp_proj (d); q_proj, q, attn (qw); k_proj, k, v (kw);
+  // gate, up, mlp_act (hidden); five rstd rows and the lse (n_heads).
+  const std::int64_t per_token = 4 * d + 3 * qw + 3 * kw + 3 * hid + 5 + c.n_heads;
+  return static_cast<std::int64_t>(sizeof(float)) * tokens * per_token * c.n_layers;
+}
+
+void Olmo3Model::forward_block(std::int64_t l, const Tensor& out, std::int64_t B, std::int64_t T) {
+  kernels::Backend& k = backend_;
+  BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
+  const BlockTensors& p = weights_.blocks[static_cast<std::size_t>(l)];
   const ModelConfig& c = config_;
   const std::int64_t N = B * T, d = c.d_model, qw = c.q_width(), kw = c.kv_width();
-  std::copy(x, x + N * d, a.x.begin());
-
-  k::linear_forward(x, param(block_param(l, "attention.w_q.weight")), a.q_pre.data(), N, d, qw);
-  k::linear_forward(x, param(block_param(l, "attention.w_k.weight")), a.k_pre.data(), N, d, kw);
-  k::linear_forward(x, param(block_param(l, "attention.w_v.weight")), a.v.data(), N, d, kw);
+  const std::int64_t hid = c.hidden_size, D = c.head_dim;
   const float eps = static_cast<float>(c.layer_norm_eps);
-  k::rmsnorm_forward(a.q_pre.data(), param(block_param(l, "attention.q_norm.weight")), a.q.data(),
-                     a.q_rstd.data(), N, qw, eps);
-  k::rmsnorm_forward(a.k_pre.data(), param(block_param(l, "attention.k_norm.weight")), a.k.data(),
-                     a.k_rstd.data(), N, kw, eps);
-  k::rope_forward(a.q.data(), B, T, c.n_heads, c.head_dim, rope_);
-  k::rope_forward(a.k.data(), B, T, c.n_kv_heads, c.head_dim, rope_);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  k::attention_forward(a.q.data(), a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), B, T,
-                       c.n_heads, c.n_kv_heads, c.head_dim, c.layer_windows[l], scale);
-  k::linear_forward(a.attn.data(), param(block_param(l, "attention.w_out.weight")), a.o.data(), N,
-                    qw, d);
-  k::rmsnorm_forward(a.o.data(), param(block_param(l, "attention_norm.weight")), scratch_d_.data(),
-                     a.o_rstd.data(), N, d, eps);
-  k::add(x, scratch_d_.data(), a.h.data(), N * d);
+  const Tensor x = rows(a.input, N, d);
 
-  const std::int64_t hid = c.hidden_size;
-  k::linear_forward(a.h.data(), param(block_param(l, "feed_forward.w1.weight")), a.g.data(), N, d,
-                    hid);
-  k::linear_forward(a.h.data(), param(block_param(l, "feed_forward.w3.weight")), a.u.data(), N, d,
-                    hid);
-  k::swiglu_forward(a.g.data(), a.u.data(), a.m.data(), N * hid);
-  k::linear_forward(a.m.data(), param(block_param(l, "feed_forward.w2.weight")), a.f.data(), N, hid,
-                    d);
-  k::rmsnorm_forward(a.f.data(), param(block_param(l, "feed_forward_norm.weight")),
-                     scratch_d_.data(), a.f_rstd.data(), N, d, eps);
-  k::add(a.h.data(), scratch_d_.data(), out, N * d);
+  // Attention branch.
+  const Tensor q_proj = rows(a.q_proj, N, qw), k_proj = rows(a.k_proj, N, kw);
+  const Tensor q = rows(a.q, N, qw), kk = rows(a.k, N, kw), v = rows(a.v, N, kw);
+  k.linear_forward(x, p.w_q, q_proj);
+  k.linear_forward(x, p.w_k, k_proj);
+  k.linear_forward(x, p.w_v, v);
+  k.rmsnorm_forward(q_proj, p.q_norm, q, a.q_rstd.tensor().view(0, Shape{N}), eps);
+  k.rmsnorm_forward(k_proj, p.k_norm, kk, a.k_rstd.tensor().view(0, Shape{N}), eps);
+  const Tensor q4 = q.reshape(Shape{B, T, c.n_heads, D});
+  const Tensor k4 = kk.reshape(Shape{B, T, c.n_kv_heads, D});
+  const Tensor v4 = v.reshape(Shape{B, T, c.n_kv_heads, D});
+  const RopeTables& rope = rope_of_layer(l);
+  const Tensor positions =
+      intra_document_ ? workspace_.positions.tensor().view(0, Shape{N}) : Tensor();
+  const Tensor doc_start =
+      intra_document_ ? workspace_.doc_start.tensor().view(0, Shape{N}) : Tensor();
+  k.rope_forward(q4, rope.cos, rope.sin, positions);
+  k.rope_forward(k4, rope.cos, rope.sin, positions);
+  const Tensor attn = rows(a.attn, N, qw);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  k.attention_forward(q4, k4, v4, attn.reshape(Shape{B, T, c.n_heads, D}),
+                      a.lse.tensor().view(0, Shape{B, c.n_heads, T}),
+                      c.layer_windows[static_cast<std::size_t>(l)], scale, doc_start);
+  const Tensor attn_proj = rows(a.attn_proj, N, d), normed = rows(workspace_.normed, N, d);
+  k.linear_forward(attn, p.w_out, attn_proj);
+  k.rmsnorm_forward(attn_proj, p.attention_norm, normed,
+                    a.attn_proj_rstd.tensor().view(0, Shape{N}), eps);
+  const Tensor h = rows(a.h, N, d);
+  k.add(x, normed, h);
+
+  // MLP branch.
+  const Tensor gate = rows(a.gate, N, hid), up = rows(a.up, N, hid);
+  const Tensor mlp_act = rows(a.mlp_act, N, hid), mlp_proj = rows(a.mlp_proj, N, d);
+  k.linear_forward(h, p.w1, gate);
+  k.linear_forward(h, p.w3, up);
+  k.swiglu_forward(gate, up, mlp_act);
+  k.linear_forward(mlp_act, p.w2, mlp_proj);
+  k.rmsnorm_forward(mlp_proj, p.feed_forward_norm, normed,
+                    a.mlp_proj_rstd.tensor().view(0, Shape{N}), eps);
+  k.add(h, normed, out);
 }
 
-// On entry `dx` holds dL/d(out of layer l); on exit dL/d(input of layer l).
-void Olmo3Model::backward_layer(std::int64_t l, float* dx, std::int64_t B, std::int64_t T) {
-  LayerActivations& a = acts_[static_cast<std::size_t>(l)];
+void Olmo3Model::backward_block(std::int64_t l, std::int64_t B, std::int64_t T) {
+  kernels::Backend& k = backend_;
+  BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
+  const BlockTensors& p = weights_.blocks[static_cast<std::size_t>(l)];
+  const BlockTensors& g = weight_grads_.blocks[static_cast<std::size_t>(l)];
+  Workspace& w = workspace_;
   const ModelConfig& c = config_;
   const std::int64_t N = B * T, d = c.d_model, qw = c.q_width(), kw = c.kv_width();
-  const std::int64_t hid = c.hidden_size;
+  const std::int64_t hid = c.hidden_size, D = c.head_dim;
+  const Tensor d_res = rows(w.d_residual, N, d), d_branch = rows(w.d_branch, N, d);
 
-  // out = h + norm_ffn(f): dh = dout + d(mlp path).
-  float* df = scratch_d_.data();
-  k::rmsnorm_backward(a.f.data(), param(block_param(l, "feed_forward_norm.weight")),
-                      a.f_rstd.data(), dx, df, grad(block_param(l, "feed_forward_norm.weight")), N,
-                      d);
-  float* dm = scratch_h_.data();
-  k::linear_backward(a.m.data(), param(block_param(l, "feed_forward.w2.weight")), df, dm,
-                     grad(block_param(l, "feed_forward.w2.weight")), N, hid, d, false);
-  float* dg = scratch_h2_.data();
-  float* du = a.m.data();  // m is no longer needed: reuse it for du
-  k::swiglu_backward(a.g.data(), a.u.data(), dm, dg, du, N * hid);
-  // dx (= dout) accumulates the MLP input gradients, becoming dh.
-  k::linear_backward(a.h.data(), param(block_param(l, "feed_forward.w1.weight")), dg, dx,
-                     grad(block_param(l, "feed_forward.w1.weight")), N, d, hid, true);
-  k::linear_backward(a.h.data(), param(block_param(l, "feed_forward.w3.weight")), du, dx,
-                     grad(block_param(l, "feed_forward.w3.weight")), N, d, hid, true);
+  // out = h + norm_ffn(mlp_proj): d_res becomes dL/dh as the MLP's input gradients add in.
+  k.rmsnorm_backward(rows(a.mlp_proj, N, d), p.feed_forward_norm,
+                     a.mlp_proj_rstd.tensor().view(0, Shape{N}), d_res, d_branch,
+                     g.feed_forward_norm);
+  const Tensor mlp_act = rows(a.mlp_act, N, hid), d_mlp_act = rows(w.d_mlp_act, N, hid);
+  k.linear_backward(mlp_act, p.w2, d_branch, d_mlp_act, g.w2, false);
+  // mlp_act is dead once w2's gradient is taken: its memory receives d_up.
+  const Tensor gate = rows(a.gate, N, hid), up = rows(a.up, N, hid);
+  const Tensor d_gate = rows(w.d_gate, N, hid), d_up = mlp_act;
+  k.swiglu_backward(gate, up, d_mlp_act, d_gate, d_up);
+  const Tensor h = rows(a.h, N, d);
+  k.linear_backward(h, p.w1, d_gate, d_res, g.w1, true);
+  k.linear_backward(h, p.w3, d_up, d_res, g.w3, true);
 
-  // h = x + norm_attn(o): dx = dh + d(attention path).
-  float* d_o = scratch_d_.data();
-  k::rmsnorm_backward(a.o.data(), param(block_param(l, "attention_norm.weight")), a.o_rstd.data(),
-                      dx, d_o, grad(block_param(l, "attention_norm.weight")), N, d);
-  float* dattn = scratch_q_.data();
-  k::linear_backward(a.attn.data(), param(block_param(l, "attention.w_out.weight")), d_o, dattn,
-                     grad(block_param(l, "attention.w_out.weight")), N, qw, d, false);
-  float* dq = scratch_q2_.data();
-  float* dk = scratch_kv_.data();
-  float* dv = scratch_kv2_.data();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  k::attention_backward(a.q.data(), a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), dattn, dq,
-                        dk, dv, B, T, c.n_heads, c.n_kv_heads, c.head_dim, c.layer_windows[l],
-                        scale);
-  k::rope_backward(dq, B, T, c.n_heads, c.head_dim, rope_);
-  k::rope_backward(dk, B, T, c.n_kv_heads, c.head_dim, rope_);
-  float* dq_pre = scratch_q_.data();
-  k::rmsnorm_backward(a.q_pre.data(), param(block_param(l, "attention.q_norm.weight")),
-                      a.q_rstd.data(), dq, dq_pre, grad(block_param(l, "attention.q_norm.weight")),
-                      N, qw);
-  float* dk_pre = a.k.data();  // k no longer needed
-  k::rmsnorm_backward(a.k_pre.data(), param(block_param(l, "attention.k_norm.weight")),
-                      a.k_rstd.data(), dk, dk_pre, grad(block_param(l, "attention.k_norm.weight")),
-                      N, kw);
-  k::linear_backward(a.x.data(), param(block_param(l, "attention.w_q.weight")), dq_pre, dx,
-                     grad(block_param(l, "attention.w_q.weight")), N, d, qw, true);
-  k::linear_backward(a.x.data(), param(block_param(l, "attention.w_k.weight")), dk_pre, dx,
-                     grad(block_param(l, "attention.w_k.weight")), N, d, kw, true);
-  k::linear_backward(a.x.data(), param(block_param(l, "attention.w_v.weight")), dv, dx,
-                     grad(block_param(l, "attention.w_v.weight")), N, d, kw, true);
+  // h = x + norm_attn(attn_proj): d_res becomes dL/dx as the attention's input gradients add in.
+  k.rmsnorm_backward(rows(a.attn_proj, N, d), p.attention_norm,
+                     a.attn_proj_rstd.tensor().view(0, Shape{N}), d_res, d_branch,
+                     g.attention_norm);
+  const Tensor attn = rows(a.attn, N, qw), d_attn = rows(w.d_attn, N, qw);
+  k.linear_backward(attn, p.w_out, d_branch, d_attn, g.w_out, false);
+  const Shape q_shape{B, T, c.n_heads, D}, kv_shape{B, T, c.n_kv_heads, D};
+  const Tensor q4 = a.q.tensor().view(0, q_shape), k4 = a.k.tensor().view(0, kv_shape);
+  const Tensor v4 = a.v.tensor().view(0, kv_shape);
+  const Tensor d_q4 = w.d_q.tensor().view(0, q_shape), d_k4 = w.d_k.tensor().view(0, kv_shape);
+  const Tensor d_v4 = w.d_v.tensor().view(0, kv_shape);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const Tensor positions = intra_document_ ? w.positions.tensor().view(0, Shape{N}) : Tensor();
+  const Tensor doc_start = intra_document_ ? w.doc_start.tensor().view(0, Shape{N}) : Tensor();
+  k.attention_backward(q4, k4, v4, attn.reshape(q_shape),
+                       a.lse.tensor().view(0, Shape{B, c.n_heads, T}), d_attn.reshape(q_shape),
+                       d_q4, d_k4, d_v4, c.layer_windows[static_cast<std::size_t>(l)], scale,
+                       doc_start);
+  const RopeTables& rope = rope_of_layer(l);
+  k.rope_backward(d_q4, rope.cos, rope.sin, positions);
+  k.rope_backward(d_k4, rope.cos, rope.sin, positions);
+  // d_attn and k are dead now: their memory receives the gradients before QK-norm.
+  const Tensor d_q_proj = d_attn, d_k_proj = rows(a.k, N, kw);
+  k.rmsnorm_backward(rows(a.q_proj, N, qw), p.q_norm, a.q_rstd.tensor().view(0, Shape{N}),
+                     d_q4.reshape(Shape{N, qw}), d_q_proj, g.q_norm);
+  k.rmsnorm_backward(rows(a.k_proj, N, kw), p.k_norm, a.k_rstd.tensor().view(0, Shape{N}),
+                     d_k4.reshape(Shape{N, kw}), d_k_proj, g.k_norm);
+  const Tensor x = rows(a.input, N, d);
+  k.linear_backward(x, p.w_q, d_q_proj, d_res, g.w_q, true);
+  k.linear_backward(x, p.w_k, d_k_proj, d_res, g.w_k, true);
+  k.linear_backward(x, p.w_v, d_v4.reshape(Shape{N, kw}), d_res, g.w_v, true);
 }
 
-void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T) {
-  resize(B, T);
+void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                                const std::int64_t* doc_start) {
+  ensure_capacity(B, T);
   const std::int64_t N = B * T, d = config_.d_model;
-  // Activations flow through two scratch buffers; each layer also keeps its own input copy.
-  float* cur = grad_d2_.data();
-  float* next = grad_d_.data();
-  k::embedding_forward(ids, param("embeddings.weight"), cur, N, d, config_.embedding_size);
-  for (std::int64_t l = 0; l < config_.n_layers; ++l) {
-    float* out = (l + 1 == config_.n_layers) ? final_in_.data() : next;
-    forward_layer(l, cur, out, B, T);
-    std::swap(cur, next);
+  Workspace& w = workspace_;
+  backend_.upload(w.ids.tensor().view(0, Shape{N}), ids);
+  intra_document_ = doc_start != nullptr;
+  if (doc_start) {
+    // OLMo-core's intra-document RoPE: a token's position counts from its document's start.
+    const std::vector<std::int64_t> positions = document_positions(doc_start, B, T);
+    backend_.upload(w.doc_start.tensor().view(0, Shape{N}), doc_start);
+    backend_.upload(w.positions.tensor().view(0, Shape{N}), positions.data());
   }
-  if (config_.n_layers == 0) std::copy(cur, cur + N * d, final_in_.begin());
-  k::rmsnorm_forward(final_in_.data(), param("lm_head.norm.weight"), final_normed_.data(),
-                     final_rstd_.data(), N, d, static_cast<float>(config_.layer_norm_eps));
+  // Each block writes its output straight into the next block's input buffer.
+  const Tensor first =
+      blocks_.empty() ? rows(w.final_input, N, d) : rows(blocks_.front().input, N, d);
+  backend_.embedding_forward(w.ids.tensor().view(0, Shape{N}), weights_.embeddings, first);
+  for (std::int64_t l = 0; l < config_.n_layers; ++l) {
+    const bool last = l + 1 == config_.n_layers;
+    const Tensor out = last ? rows(w.final_input, N, d)
+                            : rows(blocks_[static_cast<std::size_t>(l + 1)].input, N, d);
+    forward_block(l, out, B, T);
+  }
+  backend_.rmsnorm_forward(rows(w.final_input, N, d), weights_.final_norm,
+                           rows(w.final_normed, N, d), w.final_rstd.tensor().view(0, Shape{N}),
+                           static_cast<float>(config_.layer_norm_eps));
 }
 
 void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T,
-                                float* logits) {
-  forward_hidden(ids, B, T);
-  k::linear_forward(final_normed_.data(), param("lm_head.w_out.weight"), logits, B * T,
-                    config_.d_model, config_.embedding_size);
+                                float* logits, const std::int64_t* doc_start) {
+  forward_hidden(ids, B, T, doc_start);
+  const std::int64_t N = B * T;
+  Buffer out = backend_.allocate(DType::f32, Shape{N, config_.embedding_size});
+  backend_.linear_forward(rows(workspace_.final_normed, N, config_.d_model), weights_.lm_head, out);
+  backend_.download(logits, out);
 }
 
-void Olmo3Model::forward_logits_at(const std::int64_t* ids, std::int64_t B, std::int64_t T,
-                                   std::span<const std::int64_t> positions, float* logits) {
-  forward_hidden(ids, B, T);
-  const std::int64_t d = config_.d_model, n = static_cast<std::int64_t>(positions.size());
-  std::vector<float> rows(static_cast<std::size_t>(n * d));
-  for (std::int64_t i = 0; i < n; ++i) {
-    TANDEM_CHECK(positions[i] >= 0 && positions[i] < B * T,
-                 "forward_logits_at: position {} outside [0, {})", positions[i], B * T);
-    std::copy_n(final_normed_.data() + positions[i] * d, d, rows.data() + i * d);
-  }
-  k::linear_forward(rows.data(), param("lm_head.w_out.weight"), logits, n, d,
-                    config_.embedding_size);
+std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::int64_t B,
+                                                std::int64_t T,
+                                                std::span<const std::int64_t> positions,
+                                                std::span<const std::int64_t> targets,
+                                                const std::int64_t* doc_start) {
+  TANDEM_CHECK(positions.size() == targets.size(), "token_log_probs: {} positions, {} targets",
+               positions.size(), targets.size());
+  forward_hidden(ids, B, T, doc_start);
+  const auto n = static_cast<std::int64_t>(positions.size());
+  const std::int64_t d = config_.d_model;
+  Buffer index = backend_.allocate(DType::i64, Shape{n});
+  Buffer target = backend_.allocate(DType::i64, Shape{n});
+  backend_.upload(index, positions.data());
+  backend_.upload(target, targets.data());
+  Buffer hidden = backend_.allocate(DType::f32, Shape{n, d});
+  backend_.gather_rows(rows(workspace_.final_normed, B * T, d), index, hidden);
+  Buffer logits = backend_.allocate(DType::f32, Shape{n, config_.embedding_size});
+  backend_.linear_forward(hidden, weights_.lm_head, logits);
+  return backend_.token_log_probs(logits, target);
 }
 
 LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_t* labels,
                                       std::int64_t B, std::int64_t T, float z_weight,
-                                      float grad_scale, bool backward) {
-  forward_hidden(ids, B, T);
+                                      float grad_scale, bool backward,
+                                      const std::int64_t* doc_start) {
+  forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T, d = config_.d_model;
-  float* dx = backward ? grad_d_.data() : nullptr;
-  k::CrossEntropyResult r = k::lm_head_cross_entropy(
-      final_normed_.data(), param("lm_head.w_out.weight"), labels, N, d, config_.embedding_size,
-      z_weight, grad_scale, dx, backward ? grad("lm_head.w_out.weight") : nullptr);
-  LossSums sums{r.ce_sum, r.z_sum, r.count};
+  Workspace& w = workspace_;
+  const Tensor label_t = w.labels.tensor().view(0, Shape{N});
+  backend_.upload(label_t, labels);
+  const Tensor d_res = rows(w.d_residual, N, d);
+  LossSums sums = backend_.lm_head_cross_entropy(
+      rows(w.final_normed, N, d), weights_.lm_head, label_t, z_weight, grad_scale,
+      backward ? rows(w.d_branch, N, d) : Tensor(), backward ? weight_grads_.lm_head : Tensor());
   if (!backward) return sums;
 
-  float* dfinal = grad_d2_.data();
-  k::rmsnorm_backward(final_in_.data(), param("lm_head.norm.weight"), final_rstd_.data(), dx,
-                      dfinal, grad("lm_head.norm.weight"), N, d);
-  for (std::int64_t l = config_.n_layers - 1; l >= 0; --l) backward_layer(l, dfinal, B, T);
-  k::embedding_backward(ids, dfinal, grad("embeddings.weight"), N, d);
+  backend_.rmsnorm_backward(rows(w.final_input, N, d), weights_.final_norm,
+                            w.final_rstd.tensor().view(0, Shape{N}), rows(w.d_branch, N, d), d_res,
+                            weight_grads_.final_norm);
+  for (std::int64_t l = config_.n_layers - 1; l >= 0; --l) backward_block(l, B, T);
+  backend_.embedding_backward(w.ids.tensor().view(0, Shape{N}), d_res, weight_grads_.embeddings);
   return sums;
 }
 
-}  // namespace tandem
+}  // namespace tandem::model

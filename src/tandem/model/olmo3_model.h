@@ -1,8 +1,10 @@
-// The OLMo 3 (and OLMo 2) decoder, fp32 on CPU: forward to logits or loss, backward to every
-// parameter's gradient. Block ("reordered norm", no pre-norm):
+// The OLMo 3 (and OLMo 2) decoder, written once against the backend interface
+// (kernels/backend.h): forward to logits, scores or loss, backward to every parameter's gradient.
+// Block ("reordered norm", no pre-norm):
 //   h   = x + RMSNorm_attn(Attention(x))      q/k: RMSNorm over the whole projection, then RoPE
 //   out = h + RMSNorm_ffn(SwiGLU(h))
-// then a final RMSNorm and an untied lm_head. All arithmetic goes through kernels/cpu/ops.h.
+// then a final RMSNorm and an untied lm_head. Parameters and gradients are two flat f32 buffers
+// of the backend laid out by ParameterLayout, seen through typed per-layer views.
 #pragma once
 
 #include <cstdint>
@@ -10,69 +12,128 @@
 #include <string>
 #include <vector>
 
-#include "tandem/kernels/cpu/ops.h"
+#include "tandem/kernels/backend.h"
+#include "tandem/kernels/rope_table.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/parameters.h"
 
-namespace tandem {
+namespace tandem::model {
 
-struct LossSums {
-  double ce_sum = 0.0;  // summed over non-ignored labels
-  double z_sum = 0.0;   // sum of logsumexp^2 over non-ignored labels
-  std::int64_t count = 0;
-};
+using LossSums = kernels::LossSums;
 
-// labels[b, t] = ids[b, t + 1], the last position of each row ignored (-100).
-std::vector<std::int64_t> shifted_labels(const std::int64_t* ids, std::int64_t B, std::int64_t T);
+// The RoPE frequencies (and attention factor) of one attention type's config.
+kernels::RopeFrequencies rope_frequencies(const RopeConfig& rope, std::int64_t head_dim);
 
 class Olmo3Model {
  public:
-  explicit Olmo3Model(ModelConfig config);
+  Olmo3Model(ModelConfig config, kernels::Backend& backend);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
-  std::vector<float>& params() { return params_; }
-  const std::vector<float>& params() const { return params_; }
-  std::vector<float>& grads() { return grads_; }
-  float* param(const std::string& name) { return params_.data() + layout_.entry(name).offset; }
-  float* grad(const std::string& name) { return grads_.data() + layout_.entry(name).offset; }
+  kernels::Backend& backend() const { return backend_; }
+
+  // Flat parameter and gradient buffers (f32 [layout().total()], on the backend) and their
+  // typed views.
+  const kernels::Tensor& params() const { return params_.tensor(); }
+  const kernels::Tensor& grads() const { return grads_.tensor(); }
+  const ModelTensors& weights() const { return weights_; }
+  const ModelTensors& weight_grads() const { return weight_grads_; }
+  // One parameter (or its gradient) by OLMo-core name, for IO and tests.
+  kernels::Tensor param(const std::string& name) const;
+  kernels::Tensor grad(const std::string& name) const;
+
+  // Host copies of the flat buffers (checkpoints, conversion, parity).
+  std::vector<float> params_to_host() const;
+  void params_from_host(std::span<const float> flat);
+  std::vector<float> grads_to_host() const;
+
   void zero_grads();
   void init_weights(std::uint64_t seed);
 
-  // logits[B*T, embedding_size] for ids[B, T] (no activations kept).
-  void forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T, float* logits);
-  // logits[positions.size(), embedding_size] at the given flat positions (b * T + t) only:
-  // scoring needs a few positions per sequence, and at small d_model the lm_head is most of the
-  // work.
-  void forward_logits_at(const std::int64_t* ids, std::int64_t B, std::int64_t T,
-                         std::span<const std::int64_t> positions, float* logits);
-  // Loss sums over labels[B, T] (-100 = ignored). When `backward`, adds the gradients of
-  // grad_scale * (ce_sum + z_weight * z_sum) to grads().
+  // Every forward takes an optional doc_start[B*T] (host, model/documents.h): intra-document
+  // masking as OLMo-core's doc_lens, attention kept inside each document and RoPE positions
+  // restarting at each document's start. Null = each row is one document.
+
+  // logits[B*T, embedding_size] (host) for ids[B, T] (host); no activations kept for backward.
+  void forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T, float* logits,
+                      const std::int64_t* doc_start = nullptr);
+  // log_softmax(logits at flat position positions[i] = b * T + t)[targets[i]]: downstream scoring
+  // needs a few positions per sequence, so the lm_head runs there only.
+  std::vector<double> token_log_probs(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                                      std::span<const std::int64_t> positions,
+                                      std::span<const std::int64_t> targets,
+                                      const std::int64_t* doc_start = nullptr);
+  // Loss sums over labels[B, T] (core::kIgnoreIndex = ignored). When `backward`, adds the
+  // gradients of grad_scale * (ce_sum + z_weight * z_sum) to grads().
   LossSums forward_backward(const std::int64_t* ids, const std::int64_t* labels, std::int64_t B,
-                            std::int64_t T, float z_weight, float grad_scale, bool backward);
+                            std::int64_t T, float z_weight, float grad_scale, bool backward,
+                            const std::int64_t* doc_start = nullptr);
+
+  // Bytes of activations kept for backward at B*T tokens (for memory accounting).
+  std::int64_t activation_bytes(std::int64_t tokens) const;
 
  private:
-  struct LayerActivations {
-    std::vector<float> x, q_pre, k_pre, q_rstd, k_rstd, q, k, v, attn, lse, o, o_rstd, h, g, u, m,
-        f, f_rstd;
+  // What one block keeps for its backward pass, named for what it holds.
+  struct BlockActivations {
+    kernels::Buffer input;           // x, the block input [N, d]
+    kernels::Buffer q_proj, k_proj;  // x w_q^T, x w_k^T before QK-norm
+    kernels::Buffer q_rstd, k_rstd;  // QK-norm statistics [N]
+    kernels::Buffer q, k, v;         // q, k after QK-norm and RoPE [N, heads * head_dim]; v
+    kernels::Buffer attn;            // attention output [N, q width]
+    kernels::Buffer lse;             // attention log-sum-exp [B, n_heads, T]
+    kernels::Buffer attn_proj;       // attn w_out^T, before attention_norm [N, d]
+    kernels::Buffer attn_proj_rstd;  // attention_norm statistics
+    kernels::Buffer h;               // x + attention_norm(attn_proj) [N, d]
+    kernels::Buffer gate, up;        // h w1^T, h w3^T [N, hidden]
+    kernels::Buffer mlp_act;         // silu(gate) * up [N, hidden]
+    kernels::Buffer mlp_proj;        // mlp_act w2^T, before feed_forward_norm [N, d]
+    kernels::Buffer mlp_proj_rstd;   // feed_forward_norm statistics
   };
-  void resize(std::int64_t B, std::int64_t T);
-  // Runs the blocks and the final norm; leaves the normed final hidden in final_normed_.
-  void forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T);
-  void forward_layer(std::int64_t l, const float* x, float* out, std::int64_t B, std::int64_t T);
-  void backward_layer(std::int64_t l, float* dout_dx, std::int64_t B, std::int64_t T);
+  // Scratch reused by every block.
+  struct Workspace {
+    kernels::Buffer ids, labels;            // the batch on the device (i64 [N])
+    kernels::Buffer doc_start, positions;   // intra-document masking (i64 [N]), when given
+    kernels::Buffer normed;                 // a post-norm's output before its residual add [N, d]
+    kernels::Buffer final_input;            // last block's output [N, d]
+    kernels::Buffer final_rstd;             // lm_head.norm statistics
+    kernels::Buffer final_normed;           // lm_head.norm output, the lm_head's input [N, d]
+    kernels::Buffer d_residual;             // dL/d(block output), turned into dL/d(block input)
+    kernels::Buffer d_branch;               // dL/d(attn_proj) or dL/d(mlp_proj) [N, d]
+    kernels::Buffer d_mlp_act, d_gate;      // [N, hidden]
+    kernels::Buffer d_attn, d_q, d_k, d_v;  // [N, q width], [N, q width], [N, kv width] x 2
+  };
+
+  void ensure_capacity(std::int64_t B, std::int64_t T);
+  // RoPE tables of both attention types covering positions [0, T) on the backend.
+  void ensure_rope_tables(std::int64_t T);
+  // Runs the blocks and the final norm; leaves the lm_head's input in workspace_.final_normed.
+  // Uploads ids (and doc_start with its RoPE positions) for the backward that may follow.
+  void forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                      const std::int64_t* doc_start);
+  void forward_block(std::int64_t l, const kernels::Tensor& out, std::int64_t B, std::int64_t T);
+  // On entry d_residual holds dL/d(output of block l); on exit dL/d(input of block l).
+  void backward_block(std::int64_t l, std::int64_t B, std::int64_t T);
+  // [N, width] view of a buffer sized for the capacity.
+  kernels::Tensor rows(const kernels::Buffer& b, std::int64_t n, std::int64_t width) const;
 
   ModelConfig config_;
   ParameterLayout layout_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
-  kernels::cpu::RopeTable rope_;
-  std::vector<LayerActivations> acts_;
-  std::vector<float> final_in_, final_rstd_, final_normed_;
-  std::vector<float> scratch_d_, scratch_q_, scratch_q2_, scratch_kv_, scratch_kv2_, scratch_h_,
-      scratch_h2_;
-  std::vector<float> grad_d_, grad_d2_;
-  std::int64_t cached_tokens_ = -1;
+  kernels::Backend& backend_;
+  kernels::Buffer params_, grads_;
+  ModelTensors weights_, weight_grads_;
+  struct RopeTables {
+    kernels::Buffer cos, sin;  // [positions, head_dim / 2]
+    std::int64_t positions = 0;
+  };
+  const RopeTables& rope_of_layer(std::int64_t l) const {
+    return config_.is_full_attention(l) ? rope_full_ : rope_sliding_;
+  }
+  RopeTables rope_full_, rope_sliding_;
+  bool intra_document_ = false;  // the current forward's doc_start was given
+  std::vector<BlockActivations> blocks_;
+  Workspace workspace_;
+  std::int64_t capacity_tokens_ = -1;
+  std::int64_t capacity_batch_ = -1;
 };
 
-}  // namespace tandem
+}  // namespace tandem::model

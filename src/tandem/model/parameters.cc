@@ -5,7 +5,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::model {
 
 std::string block_param(std::int64_t layer, const char* suffix) {
   return "blocks." + std::to_string(layer) + "." + suffix;
@@ -51,6 +51,33 @@ const ParameterEntry& ParameterLayout::entry(const std::string& name) const {
   return entries_[it->second];
 }
 
+kernels::Tensor parameter_view(const ParameterLayout& layout, const kernels::Tensor& flat,
+                               const std::string& name) {
+  const ParameterEntry& e = layout.entry(name);
+  TANDEM_CHECK(flat.numel() == layout.total(), "parameter buffer {} does not fit the layout ({})",
+               flat.str(), layout.total());
+  kernels::Shape shape =
+      e.shape.size() == 1 ? kernels::Shape{e.shape[0]} : kernels::Shape{e.shape[0], e.shape[1]};
+  return flat.view(e.offset, shape);
+}
+
+ModelTensors model_tensors(const ParameterLayout& layout, const kernels::Tensor& flat) {
+  auto view = [&](const std::string& name) { return parameter_view(layout, flat, name); };
+  ModelTensors t;
+  t.embeddings = view("embeddings.weight");
+  for (std::int64_t l = 0; layout.has(block_param(l, "attention.w_q.weight")); ++l) {
+    auto b = [&](const char* suffix) { return view(block_param(l, suffix)); };
+    t.blocks.push_back(
+        {b("attention.w_q.weight"), b("attention.w_k.weight"), b("attention.w_v.weight"),
+         b("attention.w_out.weight"), b("attention.q_norm.weight"), b("attention.k_norm.weight"),
+         b("attention_norm.weight"), b("feed_forward.w1.weight"), b("feed_forward.w2.weight"),
+         b("feed_forward.w3.weight"), b("feed_forward_norm.weight")});
+  }
+  t.final_norm = view("lm_head.norm.weight");
+  t.lm_head = view("lm_head.w_out.weight");
+  return t;
+}
+
 void init_parameters(const ParameterLayout& layout, double std, std::uint64_t seed, float* flat) {
   for (std::size_t i = 0; i < layout.entries().size(); ++i) {
     const ParameterEntry& e = layout.entries()[i];
@@ -75,4 +102,4 @@ void init_parameters(const ParameterLayout& layout, double std, std::uint64_t se
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::model

@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "tandem/kernels/tensor.h"
 #include "tandem/model/model_config.h"
 
-namespace tandem {
+namespace tandem::model {
 
 struct ParameterEntry {
   std::string name;
@@ -39,8 +40,29 @@ class ParameterLayout {
 // Names of the per-layer parameters, in one place.
 std::string block_param(std::int64_t layer, const char* suffix);
 
+// Typed views of one flat buffer laid out by a ParameterLayout (the parameters, or their
+// gradients), llm.c's ParameterTensors: built once, so the forward and backward never look a
+// tensor up by name.
+struct BlockTensors {
+  kernels::Tensor w_q, w_k, w_v, w_out;  // attention projections [out, in]
+  kernels::Tensor q_norm, k_norm;        // QK-norm over the whole projection width
+  kernels::Tensor attention_norm;        // post-attention RMSNorm
+  kernels::Tensor w1, w2, w3;            // SwiGLU: gate, down, up
+  kernels::Tensor feed_forward_norm;     // post-MLP RMSNorm
+};
+struct ModelTensors {
+  kernels::Tensor embeddings;  // [embedding_size, d_model]
+  std::vector<BlockTensors> blocks;
+  kernels::Tensor final_norm;  // lm_head.norm
+  kernels::Tensor lm_head;     // lm_head.w_out [embedding_size, d_model]
+};
+// The view of parameter `name` inside `flat` (shape from the layout).
+kernels::Tensor parameter_view(const ParameterLayout& layout, const kernels::Tensor& flat,
+                               const std::string& name);
+ModelTensors model_tensors(const ParameterLayout& layout, const kernels::Tensor& flat);
+
 // OLMo-core init: truncated normal (std, cut at +-3 std) for every matrix, ones for norms.
 // Deterministic for a given seed, whatever the thread count.
 void init_parameters(const ParameterLayout& layout, double std, std::uint64_t seed, float* flat);
 
-}  // namespace tandem
+}  // namespace tandem::model

@@ -1,8 +1,9 @@
-// AdamW over named fp32 parameter buffers, with OLMo-core's semantics (torch.optim.AdamW's
-// arithmetic): decoupled decay p *= 1 - lr * wd, bias-corrected moments, eps added after the
-// square root of the bias-corrected second moment. The optimiser owns the moments, stored flat
-// (parameters laid end to end in registration order) so checkpoints can save them per parameter
-// and ZeRO-1 can shard them by flat ranges.
+// AdamW over named fp32 parameter tensors of a backend, with OLMo-core's semantics
+// (torch.optim.AdamW's arithmetic): decoupled decay p *= 1 - lr * wd, bias-corrected moments, eps
+// added after the square root of the bias-corrected second moment. The scalars are formed here in
+// double and rounded once; the element update is the backend's adamw_update op. The optimiser owns
+// the moments, stored flat on the backend (parameters laid end to end in registration order) so
+// checkpoints can save them per parameter and ZeRO-1 can shard them by flat ranges.
 //
 // Deterministic: every element is updated independently, so results do not depend on the thread
 // count.
@@ -15,14 +16,16 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/kernels/backend.h"
+
 namespace tandem::optim {
 
 struct ParamBuffer {
   std::string name;
-  float* param = nullptr;
-  const float* grad = nullptr;
-  std::size_t size = 0;
+  kernels::Tensor param;     // f32
+  kernels::Tensor grad;      // f32, same numel
   bool weight_decay = true;  // OLMo recipe: false only for the embedding
+  std::size_t size() const { return static_cast<std::size_t>(param.numel()); }
 };
 
 // OLMo-core's recipe decays every parameter except the token embedding (named
@@ -34,12 +37,12 @@ struct AdamWHyper {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  void validate() const;  // throws tandem::Error on out-of-range values
+  void validate() const;  // throws tandem::core::Error on out-of-range values
 };
 
 class AdamW {
  public:
-  AdamW(std::vector<ParamBuffer> params, AdamWHyper hyper);
+  AdamW(kernels::Backend& backend, std::vector<ParamBuffer> params, AdamWHyper hyper);
 
   // One update of every parameter with learning rate `lr`; the step count goes up by one.
   // A skipped step (skip-step rule) is simply not calling this.
@@ -48,33 +51,28 @@ class AdamW {
   // still goes up by one: call it once per optimiser step.
   void step_range(double lr, std::size_t begin, std::size_t end);
 
-  // Points parameter i at new buffers (same size), e.g. after the trainer reallocates.
-  void rebind(std::size_t i, float* param, const float* grad);
-
   std::size_t num_params() const { return params_.size(); }
   const ParamBuffer& param(std::size_t i) const { return params_[i]; }
-  std::size_t index_of(std::string_view name) const;  // throws if unknown
-  std::size_t offset(std::size_t i) const { return offsets_[i]; }
-  std::size_t total_size() const { return exp_avg_.size(); }
+  std::size_t total_size() const { return total_; }
   const AdamWHyper& hyper() const { return hyper_; }
 
-  // State for checkpoints: flat moments (or one parameter's slice) and the number of updates
-  // applied so far (bias correction uses step_count() + 1 for the next update).
-  std::span<float> exp_avg() { return exp_avg_; }
-  std::span<float> exp_avg_sq() { return exp_avg_sq_; }
-  std::span<const float> exp_avg() const { return exp_avg_; }
-  std::span<const float> exp_avg_sq() const { return exp_avg_sq_; }
-  std::span<float> exp_avg(std::size_t i);
-  std::span<float> exp_avg_sq(std::size_t i);
+  // State for checkpoints: flat moments on the backend (or one parameter's part) and the number
+  // of updates applied so far (bias correction uses step_count() + 1 for the next update).
+  const kernels::Tensor& exp_avg() const { return exp_avg_.tensor(); }
+  const kernels::Tensor& exp_avg_sq() const { return exp_avg_sq_.tensor(); }
+  kernels::Tensor exp_avg(std::size_t i) const;
+  kernels::Tensor exp_avg_sq(std::size_t i) const;
   std::int64_t step_count() const { return step_; }
   void set_step_count(std::int64_t step);
 
  private:
+  kernels::Backend& backend_;
   std::vector<ParamBuffer> params_;
   std::vector<std::size_t> offsets_;  // offsets_[i] = flat start of parameter i
+  std::size_t total_ = 0;
   AdamWHyper hyper_;
-  std::vector<float> exp_avg_;
-  std::vector<float> exp_avg_sq_;
+  kernels::Buffer exp_avg_;
+  kernels::Buffer exp_avg_sq_;
   std::int64_t step_ = 0;
 };
 

@@ -7,7 +7,7 @@ namespace tandem::optim {
 std::vector<std::int64_t> make_labels(const std::int64_t* input_ids, std::int64_t rows,
                                       std::int64_t seq_len, const std::uint8_t* instance_keep) {
   TANDEM_CHECK(rows >= 0 && seq_len > 0, "make_labels: bad shape [{}, {}]", rows, seq_len);
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(rows * seq_len), kLabelIgnoreIndex);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(rows * seq_len), core::kIgnoreIndex);
   for (std::int64_t r = 0; r < rows; ++r) {
     if (instance_keep && !instance_keep[r]) continue;
     const std::int64_t* ids = input_ids + r * seq_len;
@@ -20,7 +20,7 @@ std::vector<std::int64_t> make_labels(const std::int64_t* input_ids, std::int64_
 std::int64_t loss_divisor(const std::int64_t* labels, std::int64_t rows, std::int64_t seq_len,
                           const std::uint8_t* instance_keep) {
   std::int64_t count = 0;
-  for (std::int64_t i = 0; i < rows * seq_len; ++i) count += labels[i] != kLabelIgnoreIndex;
+  for (std::int64_t i = 0; i < rows * seq_len; ++i) count += labels[i] != core::kIgnoreIndex;
   if (instance_keep)
     for (std::int64_t r = 0; r < rows; ++r) count += instance_keep[r] ? 0 : seq_len;
   return count;

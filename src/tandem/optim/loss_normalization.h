@@ -16,9 +16,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "tandem/core/ignore_index.h"
+
 namespace tandem::optim {
 
-constexpr std::int64_t kLabelIgnoreIndex = -100;
+// Ignored labels are core::kIgnoreIndex (-100).
 constexpr double kOlmoZLossMultiplier = 1e-5;
 
 // labels[rows * seq_len] from input_ids[rows * seq_len]. `instance_keep` (rows values, 0 = rejected

@@ -7,7 +7,8 @@
 namespace tandem::optim {
 namespace {
 
-std::optional<double> optional_positive(ConfigSection& s, const std::string& key, double fallback) {
+std::optional<double> optional_positive(io::ConfigSection& s, const std::string& key,
+                                        double fallback) {
   s.mark_used(key);
   if (s.raw(key).IsDefined() && s.raw(key).IsNull()) return std::nullopt;  // explicit null: off
   double v = s.get_double(key, fallback);
@@ -18,7 +19,7 @@ std::optional<double> optional_positive(ConfigSection& s, const std::string& key
 
 }  // namespace
 
-OptimConfig read_optim_config(ConfigSection s) {
+OptimConfig read_optim_config(io::ConfigSection s) {
   OptimConfig c;
   std::string name = s.get_string("name", "skip_step_adamw");
   TANDEM_CHECK(name == "skip_step_adamw" || name == "adamw",
@@ -30,28 +31,24 @@ OptimConfig read_optim_config(ConfigSection s) {
   if (s.has("betas")) {
     YAML::Node b = s.raw("betas");
     TANDEM_CHECK(b.IsSequence() && b.size() == 2, "{}: expected [beta1, beta2]", s.where("betas"));
-    try {
-      c.adamw.beta1 = b[0].as<double>();
-      c.adamw.beta2 = b[1].as<double>();
-    } catch (const YAML::Exception&) {
-      fail("{}: expected two numbers", s.where("betas"));
-    }
+    c.adamw.beta1 = io::yaml_as<double>(b[0], s.where("betas[0]"), "a number");
+    c.adamw.beta2 = io::yaml_as<double>(b[1], s.where("betas[1]"), "a number");
   }
   s.mark_used("betas");
   c.adamw.eps = s.get_double("eps", c.adamw.eps);
   c.adamw.weight_decay = s.get_double("weight_decay", c.adamw.weight_decay);
   try {
     c.adamw.validate();
-  } catch (const Error& e) {
-    fail("{}: {}", s.where(""), e.what());
+  } catch (const core::Error& e) {
+    core::fail("{}: {}", s.where(""), e.what());
   }
   c.skip.rolling_interval_length =
       s.get_int("rolling_interval_length", c.skip.rolling_interval_length);
   c.skip.sigma_factor = s.get_double("sigma_factor", c.skip.sigma_factor);
   try {
     c.skip.validate();
-  } catch (const Error& e) {
-    fail("{}: {}", s.where(""), e.what());
+  } catch (const core::Error& e) {
+    core::fail("{}: {}", s.where(""), e.what());
   }
   c.max_grad_norm = optional_positive(s, "max_grad_norm", 1.0);
   c.z_loss_multiplier = optional_positive(s, "z_loss_multiplier", 1e-5);

@@ -22,6 +22,6 @@ struct OptimConfig {
 };
 
 // Reads and validates the section (strict: unknown keys are an error naming them).
-OptimConfig read_optim_config(ConfigSection section);
+OptimConfig read_optim_config(io::ConfigSection section);
 
 }  // namespace tandem::optim

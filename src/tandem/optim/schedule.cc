@@ -108,20 +108,20 @@ double StitchedSchedule::lr(double initial_lr, std::int64_t current, std::int64_
 
 namespace {
 
-std::int64_t non_negative_int(ConfigSection& s, const std::string& key) {
+std::int64_t non_negative_int(io::ConfigSection& s, const std::string& key) {
   std::int64_t v = s.get_int(key);
   TANDEM_CHECK(v >= 0, "{} must be >= 0, got {}", s.where(key), v);
   return v;
 }
 
-double fraction_in_unit_interval(ConfigSection& s, const std::string& key) {
+double fraction_in_unit_interval(io::ConfigSection& s, const std::string& key) {
   double v = s.get_double(key);
   TANDEM_CHECK(v >= 0.0 && v <= 1.0, "{} must be between 0 and 1, got {}", s.where(key), v);
   return v;
 }
 
 // `warmup` (OLMo-core's deprecated spelling `warmup_steps` is accepted too) or `warmup_fraction`.
-WarmupSpec read_warmup(ConfigSection& s, bool required) {
+WarmupSpec read_warmup(io::ConfigSection& s, bool required) {
   WarmupSpec w;
   TANDEM_CHECK(!(s.has("warmup") && s.has("warmup_steps")),
                "{}: give 'warmup' or 'warmup_steps', not both", s.where(""));
@@ -142,13 +142,13 @@ WarmupSpec read_warmup(ConfigSection& s, bool required) {
   return w;
 }
 
-double read_alpha_f(ConfigSection& s, double fallback = 0.1 /* OLMo-core's default */) {
+double read_alpha_f(io::ConfigSection& s, double fallback = 0.1 /* OLMo-core's default */) {
   double a = s.get_double("alpha_f", fallback);
   TANDEM_CHECK(a >= 0.0 && a <= 1.0, "{} must be between 0 and 1, got {}", s.where("alpha_f"), a);
   return a;
 }
 
-std::optional<std::int64_t> read_t_max(ConfigSection& s) {
+std::optional<std::int64_t> read_t_max(io::ConfigSection& s) {
   std::optional<std::int64_t> t = s.get_optional_int("t_max");
   TANDEM_CHECK(!t || *t > 0, "{} must be > 0, got {}", s.where("t_max"), t.value_or(0));
   return t;
@@ -156,7 +156,7 @@ std::optional<std::int64_t> read_t_max(ConfigSection& s) {
 
 }  // namespace
 
-std::unique_ptr<Schedule> make_schedule(ConfigSection s) {
+std::unique_ptr<Schedule> make_schedule(io::ConfigSection s) {
   std::string name = s.get_string("name");
   std::string units = s.get_string("units", "steps");
   TANDEM_CHECK(units == "steps" || units == "tokens", "{}: expected 'steps' or 'tokens', got '{}'",
@@ -206,7 +206,7 @@ std::unique_ptr<Schedule> make_schedule(ConfigSection s) {
     auto second = make_schedule(s.section("second"));
     out = std::make_unique<StitchedSchedule>(std::move(first), switch_step, std::move(second));
   } else {
-    fail(
+    core::fail(
         "{}: unknown schedule '{}' (expected constant, constant_with_warmup, cos_with_warmup, "
         "half_cos_with_warmup, linear_with_warmup, wsd or stitched)",
         s.where("name"), name);
@@ -214,6 +214,13 @@ std::unique_ptr<Schedule> make_schedule(ConfigSection s) {
   out->set_units(units == "tokens" ? ScheduleUnits::kTokens : ScheduleUnits::kSteps);
   s.finish();
   return out;
+}
+
+double scheduled_lr(const Schedule& schedule, double initial_lr, std::int64_t step,
+                    std::int64_t max_steps, std::int64_t global_batch_tokens) {
+  if (schedule.units() == ScheduleUnits::kSteps) return schedule.lr(initial_lr, step, max_steps);
+  TANDEM_CHECK(global_batch_tokens > 0, "scheduler.units: tokens needs the global batch size");
+  return schedule.lr(initial_lr, step * global_batch_tokens, max_steps * global_batch_tokens);
 }
 
 }  // namespace tandem::optim

@@ -144,8 +144,14 @@ class StitchedSchedule : public Schedule {
 
 // Builds a schedule from a mapping such as
 //   {name: cos_with_warmup, warmup: 2000, alpha_f: 0.1, t_max: 1192093}
-// Strict: unknown names or keys, negative counts and out-of-range fractions throw tandem::Error
-// naming the key.
-std::unique_ptr<Schedule> make_schedule(ConfigSection section);
+// Strict: unknown names or keys, negative counts and out-of-range fractions throw
+// tandem::core::Error naming the key.
+std::unique_ptr<Schedule> make_schedule(io::ConfigSection section);
+
+// The learning rate for global step `step` (1-based) of a `max_steps` run whose global batch holds
+// `global_batch_tokens` tokens, as OLMo-core's trainer feeds its scheduler: in step units
+// (step, max_steps), in token units (tokens seen including this batch, max_steps * batch tokens).
+double scheduled_lr(const Schedule& schedule, double initial_lr, std::int64_t step,
+                    std::int64_t max_steps, std::int64_t global_batch_tokens);
 
 }  // namespace tandem::optim

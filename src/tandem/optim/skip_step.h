@@ -43,7 +43,7 @@ class SkipStepRule {
   const std::deque<double>& losses() const { return losses_; }
   const std::deque<double>& grad_norms() const { return grad_norms_; }
 
-  // Checkpoint state; from_json throws tandem::Error naming the bad field.
+  // Checkpoint state; from_json throws tandem::core::Error naming the bad field.
   nlohmann::json to_json() const;
   static SkipStepRule from_json(const nlohmann::json& state);
 

@@ -7,7 +7,7 @@
 #include "tandem/io/json.h"
 #include "tandem/tokenizer/pcre_regex.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 namespace {
 
 // Rust's char::is_whitespace (Unicode White_Space), on the code point that ends/starts at `i`.
@@ -56,14 +56,14 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string&
   for (std::size_t i = 0; i < added.size(); ++i) {
     const nlohmann::json& t = added[i];
     const std::string where = fmt::format("{}: added_tokens[{}]", source, i);
-    TANDEM_CHECK(t.is_object(), "{} is not an object: {}", where, json_excerpt(t));
+    TANDEM_CHECK(t.is_object(), "{} is not an object: {}", where, io::json_excerpt(t));
     auto flag = [&](const char* key, bool fallback) {
-      return t.contains(key) && !t[key].is_null() ? json_field<bool>(t, key, where) : fallback;
+      return t.contains(key) && !t[key].is_null() ? io::json_field<bool>(t, key, where) : fallback;
     };
     AddedToken token;
     // json_as refuses ids past 32 bits (nlohmann's get<uint32_t> would wrap them).
-    token.id = json_field<std::uint32_t>(t, "id", where);
-    token.content = json_field<std::string>(t, "content", where);
+    token.id = io::json_field<std::uint32_t>(t, "id", where);
+    token.content = io::json_field<std::string>(t, "content", where);
     TANDEM_CHECK(!token.content.empty(), "{}: added token {} has empty content", source, token.id);
     token.single_word = flag("single_word", false);
     token.lstrip = flag("lstrip", false);
@@ -175,4 +175,4 @@ void AddedVocabulary::split(std::string_view text, std::vector<TextPiece>& out) 
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

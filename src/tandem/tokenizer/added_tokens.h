@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 struct AddedToken {
   std::uint32_t id = 0;
@@ -58,4 +58,4 @@ class AddedVocabulary {
   MatchSet normalized_;  // normalized = true
 };
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -7,7 +7,7 @@
 #include "tandem/io/json.h"
 #include "tandem/tokenizer/byte_level.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 void MergeTable::build(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& entries) {
   std::size_t capacity = 16;
@@ -54,7 +54,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   for (const auto& [key, value] : model["vocab"].items()) {
     TANDEM_CHECK(
         value.is_number_unsigned() || (value.is_number_integer() && value.get<std::int64_t>() >= 0),
-        "{}: vocab entry {:?} has no valid id (got {})", source, key, json_excerpt(value));
+        "{}: vocab entry {:?} has no valid id (got {})", source, key, io::json_excerpt(value));
     const std::uint64_t id = value.get<std::uint64_t>();
     TANDEM_CHECK(id <= kMaxTokenId, "{}: vocab entry {:?} has id {}, which does not fit 32 bits",
                  source, key, id);
@@ -70,7 +70,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   std::vector<bool> seen(id_to_bytes_.size(), false);
   for (const auto& [key, value] : model["vocab"].items()) {
     auto id = value.get<std::uint32_t>();
-    auto raw = byte_level::to_bytes(key);
+    auto raw = tokenizer::byte_level::to_bytes(key);
     TANDEM_CHECK(raw.has_value(),
                  "{}: vocab entry {:?} is not in the byte-level alphabet (only byte-level BPE "
                  "tokenizers are supported)",
@@ -88,7 +88,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   }
   std::string unk = string_field(model, "unk_token");
   if (!unk.empty()) {
-    auto raw = byte_level::to_bytes(unk);
+    auto raw = tokenizer::byte_level::to_bytes(unk);
     auto it = raw ? vocab_.find(*raw) : vocab_.end();
     TANDEM_CHECK(it != vocab_.end(), "{}: unk_token {:?} is not in the vocabulary", source, unk);
     unk_id_ = it->second;
@@ -111,9 +111,10 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
       left = merge[0].get<std::string>();
       right = merge[1].get<std::string>();
     } else {
-      fail("{}: merge #{} is neither \"a b\" nor [\"a\", \"b\"]: {}", source, rank, merge.dump());
+      core::fail("{}: merge #{} is neither \"a b\" nor [\"a\", \"b\"]: {}", source, rank,
+                 merge.dump());
     }
-    auto l = byte_level::to_bytes(left), r = byte_level::to_bytes(right);
+    auto l = tokenizer::byte_level::to_bytes(left), r = tokenizer::byte_level::to_bytes(right);
     TANDEM_CHECK(l && r, "{}: merge #{} uses characters outside the byte-level alphabet", source,
                  rank);
     auto li = vocab_.find(*l), ri = vocab_.find(*r), mi = vocab_.find(*l + *r);
@@ -232,4 +233,4 @@ void BpeModel::encode_word(std::string_view word, std::vector<std::uint32_t>& ou
   out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 // Open-addressing map from a pair of token ids to (rank, merged id); the hottest lookup.
 class MergeTable {
@@ -81,4 +81,4 @@ class BpeModel {
   bool ignore_merges_ = false;
 };
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -2,7 +2,7 @@
 
 #include <array>
 
-namespace tandem::byte_level {
+namespace tandem::tokenizer::byte_level {
 namespace {
 
 struct Tables {
@@ -79,4 +79,4 @@ std::string from_bytes(std::string_view bytes) {
   return out;
 }
 
-}  // namespace tandem::byte_level
+}  // namespace tandem::tokenizer::byte_level

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace tandem::byte_level {
+namespace tandem::tokenizer::byte_level {
 
 // The code point that stands for `byte`.
 char32_t char_for_byte(std::uint8_t byte);
@@ -21,4 +21,4 @@ std::optional<std::string> to_bytes(std::string_view alphabet_text);
 // Writes raw bytes in the alphabet (UTF-8).
 std::string from_bytes(std::string_view bytes);
 
-}  // namespace tandem::byte_level
+}  // namespace tandem::tokenizer::byte_level

@@ -5,7 +5,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 namespace {
 
 // Unicode White_Space, which Oniguruma's \s matches in UTF-8 mode.
@@ -59,8 +59,8 @@ PcreRegex::PcreRegex(const std::string& pattern) : pattern_(pattern) {
   if (code_ == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    fail("cannot compile regex {:?} at offset {}: {}", pattern, error_offset,
-         reinterpret_cast<const char*>(message));
+    core::fail("cannot compile regex {:?} at offset {}: {}", pattern, error_offset,
+               reinterpret_cast<const char*>(message));
   }
   jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
 }
@@ -87,7 +87,7 @@ bool PcreRegex::Matcher::find(std::string_view text, std::size_t start, std::siz
   if (rc < 0) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(rc, message, sizeof(message));
-    fail("regex {:?} failed: {}", regex_.pattern_, reinterpret_cast<const char*>(message));
+    core::fail("regex {:?} failed: {}", regex_.pattern_, reinterpret_cast<const char*>(message));
   }
   PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data_);
   *match_start = ov[0];
@@ -95,4 +95,4 @@ bool PcreRegex::Matcher::find(std::string_view text, std::size_t start, std::siz
   return true;
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -12,11 +12,11 @@
 struct pcre2_real_code_8;
 struct pcre2_real_match_data_8;
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 class PcreRegex {
  public:
-  // Throws tandem::Error with PCRE2's message and the offset in the pattern.
+  // Throws tandem::core::Error with PCRE2's message and the offset in the pattern.
   explicit PcreRegex(const std::string& pattern);
   ~PcreRegex();
   PcreRegex(const PcreRegex&) = delete;
@@ -69,4 +69,4 @@ void PcreRegex::for_each_match(std::string_view text, F&& on_match) const {
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

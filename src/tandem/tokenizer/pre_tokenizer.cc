@@ -4,7 +4,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 const char* const kByteLevelRegex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -17,7 +17,7 @@ SplitBehavior parse_behavior(const std::string& name, const std::string& source)
   if (name == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (name == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (name == "Contiguous") return SplitBehavior::kContiguous;
-  fail("{}: unknown Split behavior {:?}", source, name);
+  core::fail("{}: unknown Split behavior {:?}", source, name);
 }
 
 std::string escape_literal(const std::string& s) {
@@ -51,13 +51,13 @@ void parse_into(const nlohmann::json& p, const std::string& source,
     } else if (pattern.contains("String")) {
       regex = escape_literal(pattern["String"].get<std::string>());
     } else {
-      fail("{}: Split pattern must be {{\"Regex\": ...}} or {{\"String\": ...}}: {}", source,
-           pattern.dump());
+      core::fail("{}: Split pattern must be {{\"Regex\": ...}} or {{\"String\": ...}}: {}", source,
+                 pattern.dump());
     }
     try {
       step.regex = std::make_shared<PcreRegex>(regex);
-    } catch (const Error& e) {
-      fail("{}: Split pre_tokenizer: {}", source, e.what());
+    } catch (const core::Error& e) {
+      core::fail("{}: Split pre_tokenizer: {}", source, e.what());
     }
     step.behavior = parse_behavior(p.value("behavior", std::string("Isolated")), source);
     step.invert = p.value("invert", false);
@@ -69,8 +69,9 @@ void parse_into(const nlohmann::json& p, const std::string& source,
     if (p.value("use_regex", true)) step.regex = std::make_shared<PcreRegex>(kByteLevelRegex);
     steps.push_back(std::move(step));
   } else {
-    fail("{}: pre_tokenizer type {:?} is not supported (supported: Sequence, Split, ByteLevel)",
-         source, type);
+    core::fail(
+        "{}: pre_tokenizer type {:?} is not supported (supported: Sequence, Split, ByteLevel)",
+        source, type);
   }
 }
 
@@ -101,4 +102,4 @@ std::vector<PreTokenizerStep> parse_pre_tokenizer(const nlohmann::json& p,
   return steps;
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -10,7 +10,7 @@
 
 #include "tandem/tokenizer/pcre_regex.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
@@ -32,4 +32,4 @@ extern const char* const kByteLevelRegex;
 std::vector<PreTokenizerStep> parse_pre_tokenizer(const nlohmann::json& pre_tokenizer,
                                                   const std::string& source);
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

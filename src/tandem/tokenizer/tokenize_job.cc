@@ -16,7 +16,7 @@
 #include "tandem/io/token_sidecar.h"
 #include "tandem/tokenizer/tokenizer.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 namespace fs = std::filesystem;
 
 namespace {
@@ -31,7 +31,7 @@ struct Cursor {
   std::uint64_t input = 0;
   std::uint64_t line = 0;
   std::uint64_t offset = 0;
-  nlohmann::json to_json(const std::vector<InputFile>& inputs) const {
+  nlohmann::json to_json(const std::vector<io::InputFile>& inputs) const {
     return {{"input", input},
             {"path", input < inputs.size() ? inputs[input].path : ""},
             {"line", line},
@@ -44,12 +44,12 @@ std::string part_path(const TokenizeOptions& o, std::size_t index) {
 }
 
 // Identifies the run's settings: a different fingerprint in DIR means outputs of another run.
-std::string run_fingerprint(const Tokenizer& tok, std::uint32_t eos, TokenDtype dtype,
-                            const TokenizeOptions& o, const std::vector<InputFile>& inputs) {
+std::string run_fingerprint(const Tokenizer& tok, std::uint32_t eos, io::TokenDtype dtype,
+                            const TokenizeOptions& o, const std::vector<io::InputFile>& inputs) {
   std::string s = fmt::format("tandem-tokenize-v1\n{}\n{}\n{}\n{}\n", tok.sha256(), eos,
-                              token_dtype_name(dtype), o.max_tokens_per_file);
+                              io::token_dtype_name(dtype), o.max_tokens_per_file);
   for (const auto& in : inputs) s += fmt::format("{}\t{}\n", in.path, in.size);
-  return sha256_hex(s);
+  return core::sha256_hex(s);
 }
 
 class Progress {
@@ -124,8 +124,8 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
   TANDEM_CHECK(eos.has_value(), "{} has no <|endoftext|> token; pass --eos-id", o.tokenizer_path);
   TANDEM_CHECK(*eos < tok.vocab_size(), "EOS id {} is outside the vocabulary (size {})", *eos,
                tok.vocab_size());
-  const TokenDtype dtype = token_dtype_for_vocab(tok.vocab_size());
-  std::vector<InputFile> inputs = expand_inputs(o.inputs);
+  const io::TokenDtype dtype = io::token_dtype_for_vocab(tok.vocab_size());
+  std::vector<io::InputFile> inputs = io::expand_inputs(o.inputs);
 
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
@@ -134,7 +134,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
   const std::string fingerprint = run_fingerprint(tok, *eos, dtype, o, inputs);
 
   TokenizeSummary summary;
-  summary.dtype = token_dtype_name(dtype);
+  summary.dtype = io::token_dtype_name(dtype);
   summary.eos_id = *eos;
   summary.tokenizer_sha256 = tok.sha256();
 
@@ -143,20 +143,21 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
   std::size_t part = 0;
   while (true) {
     std::string path = part_path(o, part);
-    if (!fs::exists(sidecar_path_for(path))) break;
-    nlohmann::json sidecar = verified_sidecar(path);
+    if (!fs::exists(io::sidecar_path_for(path))) break;
+    nlohmann::json sidecar = io::verified_sidecar(path);
     if (sidecar.is_null()) break;  // incomplete or damaged: redo from here
     TANDEM_CHECK(sidecar.value("run_fingerprint", "") == fingerprint,
                  "{} holds outputs of a different tokenize run ({} has another tokenizer, inputs "
                  "or settings); use an empty --out directory",
-                 o.out_dir, sidecar_path_for(path));
+                 o.out_dir, io::sidecar_path_for(path));
     // verified_sidecar parsed it; a part of a tokenize run always records where it ended.
-    const TokenSidecar parsed = parse_token_sidecar(sidecar.dump(), sidecar_path_for(path));
+    const io::TokenSidecar parsed =
+        io::parse_token_sidecar(sidecar.dump(), io::sidecar_path_for(path));
     TANDEM_CHECK(parsed.end.has_value(), "{}: no 'end' cursor (not written by data tokenize?)",
-                 sidecar_path_for(path));
+                 io::sidecar_path_for(path));
     cursor = {parsed.end->input, parsed.end->line, parsed.end->offset};
     TANDEM_CHECK(cursor.input <= inputs.size(), "{}: end cursor names input #{} of {}",
-                 sidecar_path_for(path), cursor.input, inputs.size());
+                 io::sidecar_path_for(path), cursor.input, inputs.size());
     summary.files_kept.push_back(path);
     ++part;
   }
@@ -170,7 +171,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
   std::vector<std::unique_ptr<Encoder>> encoders;
   for (int t = 0; t < o.threads; ++t) encoders.push_back(std::make_unique<Encoder>(tok));
 
-  std::unique_ptr<TokenFileWriter> writer;
+  std::unique_ptr<io::TokenFileWriter> writer;
   Cursor part_start = cursor;
   auto commit_part = [&](const Cursor& end) {
     nlohmann::json extra = {{"tokenizer_sha256", tok.sha256()},
@@ -190,7 +191,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
     ids.push_back(*eos);
     std::uint64_t pos = skip;
     while (pos < ids.size()) {
-      if (!writer) writer = std::make_unique<TokenFileWriter>(part_path(o, part), dtype, *eos);
+      if (!writer) writer = std::make_unique<io::TokenFileWriter>(part_path(o, part), dtype, *eos);
       std::uint64_t room = o.max_tokens_per_file - writer->tokens();
       std::uint64_t n = std::min<std::uint64_t>(room, ids.size() - pos);
       writer->append(ids.data() + pos, n);
@@ -200,12 +201,12 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
     summary.tokens += ids.size() - std::min<std::uint64_t>(skip, ids.size());
   };
 
-  std::vector<Document> batch;
+  std::vector<io::Document> batch;
   std::vector<std::vector<std::uint32_t>> results;
   std::vector<std::string> errors;  // per document of the batch: why it could not be encoded
   Cursor last_written = cursor;
   for (std::uint64_t i = cursor.input; i < inputs.size(); ++i) {
-    DocumentReader reader(inputs[i].path, inputs[i].format);
+    io::DocumentReader reader(inputs[i].path, inputs[i].format);
     const bool resuming = i == cursor.input && cursor.line > 0;
     if (resuming) reader.skip_through(cursor.line - 1);
     std::size_t problems_seen = 0;
@@ -213,7 +214,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
     while (more) {
       batch.clear();
       std::size_t bytes = 0;
-      Document doc;
+      io::Document doc;
       while (bytes < kBatchBytes && batch.size() < kBatchDocuments && (more = reader.next(doc))) {
         if (doc.text.empty()) {
           ++summary.empty_documents;
@@ -223,8 +224,8 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
         batch.push_back(std::move(doc));
       }
       for (; problems_seen < reader.problems().size(); ++problems_seen) {
-        const InputProblem& p = reader.problems()[problems_seen];
-        if (o.strict) fail("{}:{}: {}: {} (--strict)", p.path, p.line, p.kind, p.message);
+        const io::InputProblem& p = reader.problems()[problems_seen];
+        if (o.strict) core::fail("{}:{}: {}: {} (--strict)", p.path, p.line, p.kind, p.message);
         ++summary.problem_counts[p.kind];
         if (summary.problems.size() < kReportedProblems) summary.problems.push_back(p);
       }
@@ -244,8 +245,8 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
       }
       for (std::size_t d = 0; d < batch.size(); ++d) {
         if (!errors[d].empty()) {
-          const InputProblem p{inputs[i].path, batch[d].line, "encode_error", errors[d]};
-          if (o.strict) fail("{}:{}: {}: {} (--strict)", p.path, p.line, p.kind, p.message);
+          const io::InputProblem p{inputs[i].path, batch[d].line, "encode_error", errors[d]};
+          if (o.strict) core::fail("{}:{}: {}: {} (--strict)", p.path, p.line, p.kind, p.message);
           ++summary.problem_counts[p.kind];
           if (summary.problems.size() < kReportedProblems) summary.problems.push_back(p);
           continue;
@@ -269,4 +270,4 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
   return summary;
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -15,7 +15,7 @@
 
 #include "tandem/io/text_inputs.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 struct TokenizeOptions {
   std::string tokenizer_path;
@@ -37,7 +37,7 @@ struct TokenizeSummary {
   std::uint64_t tokens = 0;             // written in this run, EOS included
   std::uint64_t text_bytes = 0;
   std::map<std::string, std::uint64_t> problem_counts;
-  std::vector<InputProblem> problems;  // the first ones, for the report
+  std::vector<io::InputProblem> problems;  // the first ones, for the report
   double seconds = 0;
   std::string dtype;
   std::uint32_t eos_id = 0;
@@ -47,4 +47,4 @@ struct TokenizeSummary {
 
 TokenizeSummary run_tokenize(const TokenizeOptions& options);
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -7,11 +7,11 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
+#include "tandem/core/utf8.h"
 #include "tandem/io/json.h"
 #include "tandem/tokenizer/byte_level.h"
-#include "tandem/tokenizer/utf8.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 namespace {
 
 constexpr std::size_t kMaxCachedWordBytes = 256;
@@ -26,8 +26,8 @@ void check_supported(const nlohmann::json& j, const std::string& source) {
                "{}: model type {:?} is not supported (only byte-level BPE tokenizers are)", source,
                type);
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-    fail("{}: normalizer {:?} is not supported (byte-level BPE tokenizers have none)", source,
-         j["normalizer"].value("type", std::string("?")));
+    core::fail("{}: normalizer {:?} is not supported (byte-level BPE tokenizers have none)", source,
+               j["normalizer"].value("type", std::string("?")));
   }
   if (j.contains("decoder") && !j["decoder"].is_null()) {
     std::string decoder = j["decoder"].value("type", std::string("?"));
@@ -45,7 +45,7 @@ void check_supported(const nlohmann::json& j, const std::string& source) {
 // HF's ByteLevel decoder maps each token's characters back to bytes, or keeps the token's own
 // UTF-8 when a character lies outside the byte-level alphabet.
 std::string decoded_bytes_of(const std::string& token_text) {
-  auto raw = byte_level::to_bytes(token_text);
+  auto raw = tokenizer::byte_level::to_bytes(token_text);
   return raw ? *raw : token_text;
 }
 
@@ -53,17 +53,17 @@ std::string decoded_bytes_of(const std::string& token_text) {
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
   TANDEM_CHECK(std::filesystem::exists(path), "tokenizer file {} does not exist", path);
-  std::string text = read_file(path);
+  std::string text = core::read_file(path);
   Tokenizer t = from_json(text, path);
   return t;
 }
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& source) {
   // Strict: a repeated key (e.g. two "model" objects) is an error rather than "last one wins".
-  nlohmann::json j = parse_json(json_text, source);
+  nlohmann::json j = io::parse_json(json_text, source);
   Tokenizer t;
   t.source_ = source;
-  t.sha256_ = sha256_hex(json_text);
+  t.sha256_ = core::sha256_hex(json_text);
   try {
     check_supported(j, source);
     t.model_ = std::make_shared<BpeModel>(j["model"], source);
@@ -72,7 +72,7 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
     t.steps_ = parse_pre_tokenizer(
         j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json(), source);
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: malformed tokenizer.json: {}", source, e.what());
+    core::fail("{}: malformed tokenizer.json: {}", source, e.what());
   }
   std::size_t size = t.model_->id_to_bytes().size();
   for (const auto& a : t.added_->tokens())
@@ -110,7 +110,7 @@ std::string Tokenizer::decode_bytes(const std::vector<std::uint32_t>& ids,
 }
 
 std::string Tokenizer::decode(const std::vector<std::uint32_t>& ids, bool skip_special) const {
-  return utf8::decode_lossy(decode_bytes(ids, skip_special));
+  return core::utf8::decode_lossy(decode_bytes(ids, skip_special));
 }
 
 std::optional<std::uint32_t> Tokenizer::token_to_id(std::string_view token) const {
@@ -139,7 +139,7 @@ Encoder::Encoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {
 Encoder::~Encoder() = default;
 
 void Encoder::encode(std::string_view text, std::vector<std::uint32_t>& out) {
-  std::size_t bad = utf8::first_invalid(text);
+  std::size_t bad = core::utf8::first_invalid(text);
   TANDEM_CHECK(bad == text.size(), "text is not valid UTF-8 (byte offset {})", bad);
   tokenizer_.added_->split(text, pieces_);
   for (const TextPiece& p : pieces_) {
@@ -177,7 +177,7 @@ void Encoder::pre_tokenize(std::size_t index, std::string_view piece,
     std::size_t prev = 0, s, e, pos = 0;
     while (pos < text.size() && level.matcher->find(text, pos, &s, &e)) {
       if (e == s) {
-        pos = e + utf8::sequence_length(static_cast<unsigned char>(text[e]));
+        pos = e + core::utf8::sequence_length(static_cast<unsigned char>(text[e]));
         continue;
       }
       if (s > prev) pre_tokenize(index + 1, text.substr(prev, s - prev), out);
@@ -195,7 +195,7 @@ void Encoder::pre_tokenize(std::size_t index, std::string_view piece,
     std::size_t prev = 0, s, e, pos = 0;
     while (pos < piece.size() && level.matcher->find(piece, pos, &s, &e)) {
       if (e == s) {
-        pos = e + utf8::sequence_length(static_cast<unsigned char>(piece[e]));
+        pos = e + core::utf8::sequence_length(static_cast<unsigned char>(piece[e]));
         continue;
       }
       if (s > prev) {
@@ -285,4 +285,4 @@ void Encoder::encode_word(std::string_view word, std::vector<std::uint32_t>& out
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

@@ -15,11 +15,11 @@
 #include "tandem/tokenizer/bpe_model.h"
 #include "tandem/tokenizer/pre_tokenizer.h"
 
-namespace tandem {
+namespace tandem::tokenizer {
 
 class Tokenizer {
  public:
-  // Throws tandem::Error naming the file for a missing/unreadable file, invalid JSON, or an
+  // Throws tandem::core::Error naming the file for a missing/unreadable file, invalid JSON, or an
   // unsupported model, normalizer, pre-tokenizer or decoder.
   static Tokenizer from_file(const std::string& path);
   static Tokenizer from_json(const std::string& json_text, const std::string& source);
@@ -94,4 +94,4 @@ class Encoder {
   std::vector<std::uint32_t> cache_ids_;
 };
 
-}  // namespace tandem
+}  // namespace tandem::tokenizer

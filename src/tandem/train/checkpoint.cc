@@ -24,7 +24,7 @@
 
 namespace fs = std::filesystem;
 
-namespace tandem {
+namespace tandem::train {
 namespace {
 
 constexpr int kFormatVersion = 2;  // 2: sharded optimizer state (optim/)
@@ -72,8 +72,8 @@ void remember_verified(const std::string& dir, const std::string& manifest_text)
 bool known_verified(const std::string& dir) {
   std::string text;
   try {
-    text = read_file((fs::path(dir) / "manifest.json").string());
-  } catch (const Error&) {
+    text = core::read_file((fs::path(dir) / "manifest.json").string());
+  } catch (const core::Error&) {
     return false;
   }
   std::lock_guard<std::mutex> lock(verified_mutex);
@@ -108,22 +108,22 @@ namespace {
 void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int64_t step,
                        const OptimizerShard* optimizer, const nlohmann::json& state) {
   if (optimizer) write_optimizer_index((tmp / "optim").string(), optimizer->num_shards);
-  fault_point("checkpoint.index");
+  core::fault_point("checkpoint.index");
   nlohmann::json st = state;
   st["step"] = step;
   st["format_version"] = kFormatVersion;
-  write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
-  fault_point("checkpoint.state");
+  core::write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
+  core::fault_point("checkpoint.state");
   nlohmann::json manifest;
   manifest["format_version"] = kFormatVersion;
   manifest["step"] = step;
   for (const auto& rel : files_under(tmp)) {
     std::string p = (tmp / rel).string();
-    manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", xxh64_file_hex(p)}};
+    manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", core::xxh64_file_hex(p)}};
   }
   const std::string manifest_text = manifest.dump(1) + "\n";
-  write_file_atomic((tmp / "manifest.json").string(), manifest_text);
-  fault_point("checkpoint.manifest");
+  core::write_file_atomic((tmp / "manifest.json").string(), manifest_text);
+  core::fault_point("checkpoint.manifest");
   // The same step saved again (e.g. on a signal right after a periodic save): the old one is
   // moved aside first, so that at every moment one complete step-N exists or the rename is
   // about to make it exist.
@@ -134,13 +134,13 @@ void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int6
   if (fs::exists(fs::symlink_status(final_dir))) fs::rename(final_dir, replaced);
   fs::rename(tmp, final_dir);
   sync_directory(final_dir.parent_path().string());
-  fault_point("checkpoint.renamed");
+  core::fault_point("checkpoint.renamed");
   fs::remove_all(replaced, ec);
   remember_verified(final_dir.string(), manifest_text);
 }
 
 // True on every rank when any rank reports a failure.
-bool any_rank_failed(bool failed, Communicator& comm) {
+bool any_rank_failed(bool failed, dist::Communicator& comm) {
   double count = failed ? 1.0 : 0.0;
   comm.all_reduce_sum(&count, 1);
   return count > 0;
@@ -148,9 +148,9 @@ bool any_rank_failed(bool failed, Communicator& comm) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo3Model& model,
-                     const OptimizerShard* optimizer, const nlohmann::json& state,
-                     Communicator& comm) {
+void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
+                     model::Olmo3Model& model, const OptimizerShard* optimizer,
+                     const nlohmann::json& state, dist::Communicator& comm) {
   const fs::path final_dir = fs::path(checkpoints_dir) / checkpoint_dir_name(step);
   // One name for all ranks (the directory is shared); a stale one is from a killed save.
   const fs::path tmp =
@@ -169,17 +169,17 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo
     attempt([&] {
       fs::remove_all(tmp);
       fs::create_directories(optimizer ? tmp / "optim" : tmp);
-      fault_point("checkpoint.begin");
+      core::fault_point("checkpoint.begin");
     });
   bool failed = any_rank_failed(!error.empty(), comm);
   if (!failed) {
     attempt([&] {
-      if (leader) save_tandem_model((tmp / "model").string(), model);
-      fault_point("checkpoint.model");
+      if (leader) model::save_tandem_model((tmp / "model").string(), model);
+      core::fault_point("checkpoint.model");
       if (optimizer && optimizer->shard < optimizer->num_shards)
         write_optimizer_shard((tmp / "optim").string(), optimizer->shard, optimizer->num_shards,
                               optimizer->slices, optimizer->adam_step);
-      fault_point("checkpoint.shard");
+      core::fault_point("checkpoint.shard");
     });
     failed = any_rank_failed(!error.empty(), comm);
     if (!failed && leader)
@@ -189,8 +189,8 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo
   if (failed) {
     std::error_code ec;
     if (leader) fs::remove_all(tmp, ec);
-    fail("saving checkpoint {} failed: {} (earlier checkpoints are untouched)", final_dir.string(),
-         error.empty() ? "on another rank" : error);
+    core::fail("saving checkpoint {} failed: {} (earlier checkpoints are untouched)",
+               final_dir.string(), error.empty() ? "on another rank" : error);
   }
 }
 
@@ -215,13 +215,13 @@ std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir) {
 void verify_checkpoint(const std::string& dir) {
   const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
   TANDEM_CHECK(fs::exists(manifest_path), "checkpoint {} has no manifest.json (incomplete)", dir);
-  const std::string manifest_text = read_file(manifest_path);
+  const std::string manifest_text = core::read_file(manifest_path);
   const CheckpointManifest manifest = parse_checkpoint_manifest(manifest_text, manifest_path);
   const std::int64_t named = step_of_name(fs::path(dir).lexically_normal().filename().string());
   TANDEM_CHECK(named < 0 || named == manifest.step, "{}: step {} differs from the directory's {}",
                manifest_path, manifest.step, named);
   for (const ManifestEntry& f : manifest.files) {
-    const std::string p = path_inside(dir, f.name, manifest_path);
+    const std::string p = core::path_inside(dir, f.name, manifest_path);
     std::error_code ec;
     const fs::file_status status = fs::symlink_status(p, ec);
     TANDEM_CHECK(fs::exists(status), "checkpoint file {} is missing", p);
@@ -229,7 +229,7 @@ void verify_checkpoint(const std::string& dir) {
     const std::uint64_t size = fs::file_size(p);
     TANDEM_CHECK(size == f.bytes, "checkpoint file {} is {} bytes, manifest says {}", p, size,
                  f.bytes);
-    TANDEM_CHECK(xxh64_file_hex(p) == f.xxh64, "checkpoint file {} fails its checksum", p);
+    TANDEM_CHECK(core::xxh64_file_hex(p) == f.xxh64, "checkpoint file {} fails its checksum", p);
   }
   remember_verified(dir, manifest_text);
 }
@@ -241,26 +241,27 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
     try {
       verify_checkpoint(*it);
       return *it;
-    } catch (const Error& e) {
+    } catch (const core::Error& e) {
       if (warnings) warnings->push_back(fmt::format("skipping damaged checkpoint: {}", e.what()));
     }
   }
   return std::nullopt;
 }
 
-nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
+nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step) {
   // state.json first: it is small, and its step must be the checkpoint's.
   const std::string state_path = (fs::path(dir) / "state.json").string();
-  nlohmann::json state = read_json_file(state_path);
+  nlohmann::json state = io::read_json_file(state_path);
   const std::int64_t named = step_of_name(fs::path(dir).lexically_normal().filename().string());
-  check_trainer_state(
-      state, named >= 0 ? named : json_field<std::int64_t>(state, "step", state_path), state_path);
-  auto loaded = load_model((fs::path(dir) / "model").string());
-  check_same_architecture(loaded->config(), model.config(), "checkpoint " + dir);
-  TANDEM_CHECK(loaded->params().size() == model.params().size(),
+  check_trainer_state(state,
+                      named >= 0 ? named : io::json_field<std::int64_t>(state, "step", state_path),
+                      state_path);
+  model::ModelWeights loaded = model::read_model_weights((fs::path(dir) / "model").string());
+  model::check_same_architecture(loaded.config, model.config(), "checkpoint " + dir);
+  TANDEM_CHECK(static_cast<std::int64_t>(loaded.flat.size()) == model.layout().total(),
                "checkpoint {}: parameter layout differs", dir);
-  model.params() = loaded->params();
+  model.params_from_host(loaded.flat);
   if (moments) {
     // Format 1 (before sharding) kept the moments whole in one optim.safetensors.
     const fs::path unsharded = fs::path(dir) / "optim.safetensors";
@@ -271,6 +272,32 @@ nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
     if (adam_step) *adam_step = step;
   }
   return state;
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "state.json")) {
+    verify_checkpoint(path);  // also names a checkpoint whose manifest is missing
+    return path;
+  }
+  std::vector<std::string> warnings;
+  auto latest = latest_valid_checkpoint((fs::path(path) / "checkpoints").string(), &warnings);
+  // A newer checkpoint passed over is said, never silent.
+  for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);
+  TANDEM_CHECK(latest.has_value(), "{}: no valid checkpoint found{}", path,
+               warnings.empty() ? "" : " (" + warnings.back() + ")");
+  return *latest;
+}
+
+std::string resolve_model_dir(const std::string& path) {
+  TANDEM_CHECK(fs::is_directory(path), "{}: not a directory", path);
+  if (model::is_tandem_model_dir(path) || model::is_hf_model_dir(path)) return path;
+  const bool checkpoint =
+      fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "state.json");
+  TANDEM_CHECK(checkpoint || fs::is_directory(fs::path(path) / "checkpoints"),
+               "{}: neither a model directory (model.yaml or config.json), a checkpoint "
+               "(manifest.json) nor a run directory (checkpoints/)",
+               path);
+  return (fs::path(resolve_checkpoint(path)) / "model").string();
 }
 
 void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
@@ -287,7 +314,7 @@ void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
       // Superseded by `keep` newer checkpoints that verify.
       std::error_code ec;
       fs::remove_all(*it, ec);
-      fault_point("checkpoint.prune");
+      core::fault_point("checkpoint.prune");
       continue;
     }
     bool ok = known_verified(*it);
@@ -295,7 +322,7 @@ void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
       try {
         verify_checkpoint(*it);
         ok = true;
-      } catch (const Error&) {
+      } catch (const core::Error&) {
         // Not counted, and not deleted: a damaged checkpoint may be one byte from usable.
       }
     }
@@ -303,4 +330,4 @@ void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::train

@@ -18,7 +18,7 @@
 #include "tandem/model/olmo3_model.h"
 #include "tandem/train/optimizer_shards.h"
 
-namespace tandem {
+namespace tandem::train {
 
 struct CheckpointData {
   std::int64_t step = 0;
@@ -27,21 +27,12 @@ struct CheckpointData {
 
 std::string checkpoint_dir_name(std::int64_t step);  // "step-000042"
 
-// What this rank holds of the Adam state and which shard of how many it writes. A replicated
-// optimiser is one shard written by rank 0; ZeRO-1 at W ranks is W shards.
-struct OptimizerShard {
-  std::vector<MomentSlice> slices;
-  std::int64_t adam_step = 0;
-  int shard = 0;
-  int num_shards = 1;
-};
-
 // Writes a checkpoint atomically; every rank calls it (collective). `optimizer` may be null (no
 // optimizer state), or this rank's shard; ranks whose shard index is >= num_shards write none.
 // Throws Error on every rank (e.g. disk full on any of them) after removing the partial one.
-void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step, Olmo3Model& model,
-                     const OptimizerShard* optimizer, const nlohmann::json& state,
-                     Communicator& comm);
+void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
+                     model::Olmo3Model& model, const OptimizerShard* optimizer,
+                     const nlohmann::json& state, dist::Communicator& comm);
 
 // Directories named step-N (real directories, not symbolic links) in ascending step order;
 // whether each is complete is verify_checkpoint's job.
@@ -61,8 +52,16 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
 // The model config must match the checkpoint's shapes. `dir` must have passed verify_checkpoint
 // (latest_valid_checkpoint does that): hashing every file is the expensive part of a load, so it
 // is done once, where the checkpoint is chosen.
-nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
+nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step);
+
+// A checkpoint directory (verified), or a run directory's newest valid checkpoint. Throws
+// core::Error naming the path when there is none.
+std::string resolve_checkpoint(const std::string& path);
+
+// The model directory `path` means: a tandem or HF model directory as it is, a checkpoint's
+// model/ (the checkpoint verified first), or a run directory's newest valid checkpoint's model/.
+std::string resolve_model_dir(const std::string& path);
 
 // Deletes the checkpoints that `keep` newer verified checkpoints supersede. A folder that does
 // not verify is never counted (a stray or damaged step-000099 cannot push good ones out) and is
@@ -71,4 +70,4 @@ nlohmann::json load_checkpoint(const std::string& dir, Olmo3Model& model,
 void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
                        std::optional<std::int64_t> newest_step = std::nullopt);
 
-}  // namespace tandem
+}  // namespace tandem::train

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tandem {
+namespace tandem::train {
 
 struct ManifestEntry {
   std::string name;  // relative to the checkpoint directory, '/'-separated, no '..'
@@ -37,4 +37,4 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
 void check_trainer_state(const nlohmann::json& state, std::int64_t expected_step,
                          const std::string& where);
 
-}  // namespace tandem
+}  // namespace tandem::train

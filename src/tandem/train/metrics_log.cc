@@ -12,11 +12,11 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
-namespace tandem {
+namespace tandem::train {
 
 MetricsLog::MetricsLog(const std::string& path, std::int64_t keep_upto) : path_(path) {
   if (std::filesystem::exists(path)) {
-    std::istringstream in(read_file(path));
+    std::istringstream in(core::read_file(path));
     std::string line, kept;
     std::vector<std::string> lines;
     while (std::getline(in, line))
@@ -34,7 +34,7 @@ MetricsLog::MetricsLog(const std::string& path, std::int64_t keep_upto) : path_(
                    path, i + 1);
       if (j["step"].get<std::int64_t>() <= keep_upto) kept += lines[i] + "\n";
     }
-    write_file_atomic(path, kept);
+    core::write_file_atomic(path, kept);
   }
   file_ = std::fopen(path.c_str(), "a");
   TANDEM_CHECK(file_ != nullptr, "cannot open {}: {}", path, std::strerror(errno));
@@ -59,4 +59,4 @@ std::string format_duration(double s) {
   return fmt::format("{}s", total);
 }
 
-}  // namespace tandem
+}  // namespace tandem::train

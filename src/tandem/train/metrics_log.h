@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-namespace tandem {
+namespace tandem::train {
 
 class MetricsLog {
  public:
@@ -26,4 +26,4 @@ class MetricsLog {
 
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "42s"
 
-}  // namespace tandem
+}  // namespace tandem::train

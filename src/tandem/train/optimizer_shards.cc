@@ -19,7 +19,7 @@
 
 namespace fs = std::filesystem;
 
-namespace tandem {
+namespace tandem::train {
 namespace {
 
 constexpr int kIndexVersion = 1;
@@ -31,13 +31,13 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-const std::string& metadata_value(const SafetensorsFile& f, const std::string& key) {
+const std::string& metadata_value(const io::SafetensorsFile& f, const std::string& key) {
   auto it = f.metadata().find(key);
   TANDEM_CHECK(it != f.metadata().end(), "{}: no '{}' in its metadata", f.path(), key);
   return it->second;
 }
 
-std::int64_t metadata_int(const SafetensorsFile& f, const std::string& key) {
+std::int64_t metadata_int(const io::SafetensorsFile& f, const std::string& key) {
   const std::string& v = metadata_value(f, key);
   std::int64_t out = 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
@@ -46,13 +46,13 @@ std::int64_t metadata_int(const SafetensorsFile& f, const std::string& key) {
   return out;
 }
 
-std::vector<std::int64_t> metadata_shape(const SafetensorsFile& f, const std::string& key) {
+std::vector<std::int64_t> metadata_shape(const io::SafetensorsFile& f, const std::string& key) {
   const std::string& v = metadata_value(f, key);
-  const nlohmann::json shape = parse_json(v, f.path() + ": metadata '" + key + "'");
+  const nlohmann::json shape = io::parse_json(v, f.path() + ": metadata '" + key + "'");
   TANDEM_CHECK(shape.is_array(), "{}: metadata '{}' is '{}', not a shape", f.path(), key, v);
   std::vector<std::int64_t> out;
   for (const auto& d : shape)
-    out.push_back(json_as<std::int64_t>(d, f.path() + ": metadata '" + key + "' entry"));
+    out.push_back(io::json_as<std::int64_t>(d, f.path() + ": metadata '" + key + "' entry"));
   return out;
 }
 
@@ -79,7 +79,7 @@ std::string optimizer_shard_file_name(int shard, int num_shards) {
 
 void write_optimizer_shard(const std::string& optim_dir, int shard, int num_shards,
                            const std::vector<MomentSlice>& slices, std::int64_t adam_step) {
-  std::vector<TensorToWrite> tensors;
+  std::vector<io::TensorToWrite> tensors;
   std::map<std::string, std::string> metadata = {{"adam_step", std::to_string(adam_step)},
                                                  {"shard", std::to_string(shard)},
                                                  {"num_shards", std::to_string(num_shards)}};
@@ -87,13 +87,14 @@ void write_optimizer_shard(const std::string& optim_dir, int shard, int num_shar
     TANDEM_CHECK(s.exp_avg.size() == s.exp_avg_sq.size(),
                  "optimizer shard: '{}' has moments of different lengths", s.name);
     const auto n = static_cast<std::int64_t>(s.exp_avg.size());
-    tensors.push_back({"exp_avg." + s.name, DType::kF32, {n}, s.exp_avg.data()});
-    tensors.push_back({"exp_avg_sq." + s.name, DType::kF32, {n}, s.exp_avg_sq.data()});
+    tensors.push_back({"exp_avg." + s.name, io::DType::kF32, {n}, s.exp_avg.data()});
+    tensors.push_back({"exp_avg_sq." + s.name, io::DType::kF32, {n}, s.exp_avg_sq.data()});
     metadata["start." + s.name] = std::to_string(s.start);
     metadata["shape." + s.name] = nlohmann::json(s.shape).dump();
   }
-  write_safetensors((fs::path(optim_dir) / optimizer_shard_file_name(shard, num_shards)).string(),
-                    tensors, metadata);
+  io::write_safetensors(
+      (fs::path(optim_dir) / optimizer_shard_file_name(shard, num_shards)).string(), tensors,
+      metadata);
 }
 
 void write_optimizer_index(const std::string& optim_dir, int num_shards) {
@@ -101,7 +102,7 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards) {
   std::int64_t adam_step = -1;
   for (int s = 0; s < num_shards; ++s) {
     const std::string file = optimizer_shard_file_name(s, num_shards);
-    SafetensorsFile f((fs::path(optim_dir) / file).string());
+    io::SafetensorsFile f((fs::path(optim_dir) / file).string());
     const std::int64_t step = metadata_int(f, "adam_step");
     TANDEM_CHECK(adam_step < 0 || step == adam_step,
                  "{}: Adam step {} differs from the other shards' {}", f.path(), step, adam_step);
@@ -140,45 +141,45 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards) {
                  covered, numel_of(t.shape));
     index["tensors"][name] = {{"shape", t.shape}, {"pieces", pieces}};
   }
-  write_file_atomic((fs::path(optim_dir) / kIndexFile).string(), index.dump(1) + "\n");
+  core::write_file_atomic((fs::path(optim_dir) / kIndexFile).string(), index.dump(1) + "\n");
 }
 
 OptimizerIndex parse_optimizer_index(std::string_view text, const std::string& where) {
-  const nlohmann::json index = parse_json(text, where);
+  const nlohmann::json index = io::parse_json(text, where);
   TANDEM_CHECK(index.is_object(), "{}: expected a JSON object", where);
   OptimizerIndex out;
-  const int version = json_field<int>(index, "format_version", where);
+  const int version = io::json_field<int>(index, "format_version", where);
   TANDEM_CHECK(version == kIndexVersion, "{}: format version {} is not supported (expected {})",
                where, version, kIndexVersion);
-  out.num_shards = json_field<int>(index, "num_shards", where);
+  out.num_shards = io::json_field<int>(index, "num_shards", where);
   TANDEM_CHECK(out.num_shards >= 1, "{}: num_shards {} must be at least 1", where, out.num_shards);
-  out.adam_step = json_field<std::int64_t>(index, "adam_step", where);
+  out.adam_step = io::json_field<std::int64_t>(index, "adam_step", where);
   TANDEM_CHECK(out.adam_step >= 0, "{}: adam_step {} is negative", where, out.adam_step);
-  const auto tensors = json_field<nlohmann::json>(index, "tensors", where);
+  const auto tensors = io::json_field<nlohmann::json>(index, "tensors", where);
   TANDEM_CHECK(tensors.is_object(), "{}: 'tensors' must be an object", where);
   // Element counts stay far below 2^62, so sums of starts and lengths cannot overflow.
   constexpr std::int64_t kMaxElements = std::int64_t{1} << 50;
   for (const auto& [name, t] : tensors.items()) {
     const std::string at = where + ": tensor '" + name + "'";
     OptimizerIndex::Tensor tensor;
-    const auto shape = json_field<nlohmann::json>(t, "shape", at);
+    const auto shape = io::json_field<nlohmann::json>(t, "shape", at);
     TANDEM_CHECK(shape.is_array(), "{}: 'shape' must be a list", at);
     std::int64_t numel = 1;
     for (const auto& d : shape) {
-      const auto dim = json_as<std::int64_t>(d, at + " shape entry");
+      const auto dim = io::json_as<std::int64_t>(d, at + " shape entry");
       TANDEM_CHECK(dim >= 0 && (dim == 0 || numel <= kMaxElements / dim),
-                   "{}: shape {} is negative or too large", at, json_excerpt(shape));
+                   "{}: shape {} is negative or too large", at, io::json_excerpt(shape));
       numel *= dim;
       tensor.shape.push_back(dim);
     }
-    const auto pieces = json_field<nlohmann::json>(t, "pieces", at);
+    const auto pieces = io::json_field<nlohmann::json>(t, "pieces", at);
     TANDEM_CHECK(pieces.is_array(), "{}: 'pieces' must be a list", at);
     std::int64_t covered = 0;
     for (const auto& p : pieces) {
       OptimizerIndex::Piece piece;
-      piece.file = json_field<std::string>(p, "file", at + " piece");
-      piece.start = json_field<std::int64_t>(p, "start", at + " piece");
-      piece.length = json_field<std::int64_t>(p, "length", at + " piece");
+      piece.file = io::json_field<std::string>(p, "file", at + " piece");
+      piece.start = io::json_field<std::int64_t>(p, "start", at + " piece");
+      piece.length = io::json_field<std::int64_t>(p, "length", at + " piece");
       TANDEM_CHECK(piece.start == covered && piece.length > 0 && piece.length <= numel - covered,
                    "{}: piece [{}, +{}) of {} does not continue at element {} (a gap, an overlap "
                    "or past the end of {} elements)",
@@ -199,12 +200,13 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
   const std::string index_path = (fs::path(optim_dir) / kIndexFile).string();
   TANDEM_CHECK(fs::exists(index_path), "checkpoint has no optimizer state ({} is missing)",
                index_path);
-  const OptimizerIndex index = parse_optimizer_index(read_file(index_path), index_path);
-  std::map<std::string, std::unique_ptr<SafetensorsFile>> open;
-  auto file = [&](const std::string& name) -> const SafetensorsFile& {
+  const OptimizerIndex index = parse_optimizer_index(core::read_file(index_path), index_path);
+  std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;
+  auto file = [&](const std::string& name) -> const io::SafetensorsFile& {
     auto& f = open[name];
     // The file name comes from index.json: it must stay inside optim/.
-    if (!f) f = std::make_unique<SafetensorsFile>(path_inside(optim_dir, name, index_path));
+    if (!f)
+      f = std::make_unique<io::SafetensorsFile>(core::path_inside(optim_dir, name, index_path));
     return *f;
   };
   for (MomentSlice& s : slices) {
@@ -221,10 +223,10 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
       const std::int64_t p_start = p.start, p_end = p.start + p.length;
       const std::int64_t lo = std::max(begin, p_start), hi = std::min(end, p_end);
       if (lo >= hi) continue;
-      const SafetensorsFile& f = file(p.file);
+      const io::SafetensorsFile& f = file(p.file);
       for (auto& [prefix, dst] : moments_of(s)) {
         const std::string tensor = prefix + s.name;
-        TANDEM_CHECK(f.info(tensor).dtype == DType::kF32 && f.info(tensor).numel() == p.length,
+        TANDEM_CHECK(f.info(tensor).dtype == io::DType::kF32 && f.info(tensor).numel() == p.length,
                      "{}: '{}' is not {} fp32 values as the index says", f.path(), tensor,
                      p.length);
         std::memcpy(dst.data() + (lo - begin),
@@ -241,13 +243,13 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
 
 std::int64_t read_unsharded_optimizer_state(const std::string& path,
                                             std::vector<MomentSlice>& slices) {
-  SafetensorsFile f(path);
+  io::SafetensorsFile f(path);
   for (MomentSlice& s : slices) {
     for (auto& [prefix, dst] : moments_of(s)) {
       const std::string tensor = prefix + s.name;
       TANDEM_CHECK(f.has(tensor), "{}: no '{}'", path, tensor);
-      const TensorInfo& info = f.info(tensor);
-      TANDEM_CHECK(info.dtype == DType::kF32 && info.shape == s.shape,
+      const io::TensorInfo& info = f.info(tensor);
+      TANDEM_CHECK(info.dtype == io::DType::kF32 && info.shape == s.shape,
                    "{}: '{}' is not fp32 of shape {}", path, tensor,
                    nlohmann::json(s.shape).dump());
       std::memcpy(dst.data(), f.raw(tensor).data() + s.start * sizeof(float),
@@ -257,4 +259,4 @@ std::int64_t read_unsharded_optimizer_state(const std::string& path,
   return metadata_int(f, "adam_step");
 }
 
-}  // namespace tandem
+}  // namespace tandem::train

@@ -17,15 +17,13 @@
 #include <string_view>
 #include <vector>
 
-namespace tandem {
+#include "tandem/optim/optimizer.h"
 
-// One contiguous run of one parameter's Adam moments, in this process's memory.
-struct MomentSlice {
-  std::string name;                      // parameter name
-  std::vector<std::int64_t> shape;       // the whole parameter's shape
-  std::int64_t start = 0;                // element offset inside the flattened parameter
-  std::span<float> exp_avg, exp_avg_sq;  // the run's values (equal lengths)
-};
+namespace tandem::train {
+
+// One contiguous run of one parameter's Adam moments, and one rank's set of them (optim/).
+using optim::MomentSlice;
+using optim::OptimizerShard;
 
 std::string optimizer_shard_file_name(int shard, int num_shards);  // shard-00001-of-00004...
 
@@ -67,4 +65,4 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
 std::int64_t read_unsharded_optimizer_state(const std::string& path,
                                             std::vector<MomentSlice>& slices);
 
-}  // namespace tandem
+}  // namespace tandem::train

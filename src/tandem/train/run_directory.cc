@@ -9,7 +9,7 @@
 
 namespace fs = std::filesystem;
 
-namespace tandem {
+namespace tandem::train {
 namespace {
 
 bool non_empty_file(const fs::path& p) {
@@ -45,7 +45,7 @@ std::string prepare_start_from_scratch(const std::string& run_dir, bool fresh_st
   if (!found.empty() && !fresh_start) {
     std::string why;
     for (const auto& d : damaged) why += "\n  " + d;
-    fail(
+    core::fail(
         "{}: none of its {} checkpoint(s) verifies, so the run cannot resume, and nothing was "
         "changed:{}\nRepair or move them, point trainer.save_folder elsewhere, or set "
         "trainer.fresh_start=true to train again from step 0 (the checkpoints and metrics.jsonl "
@@ -72,4 +72,4 @@ std::string prepare_start_from_scratch(const std::string& run_dir, bool fresh_st
                      previous.string());
 }
 
-}  // namespace tandem
+}  // namespace tandem::train

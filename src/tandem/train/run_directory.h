@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace tandem {
+namespace tandem::train {
 
 // Called when no checkpoint of `run_dir` verifies (or a fresh start was asked); `damaged` holds
 // why each failed. A step-N folder holding no part of a checkpoint is stray, not damaged, and
@@ -16,4 +16,4 @@ namespace tandem {
 std::string prepare_start_from_scratch(const std::string& run_dir, bool fresh_start,
                                        const std::vector<std::string>& damaged, bool leader);
 
-}  // namespace tandem
+}  // namespace tandem::train

@@ -8,47 +8,12 @@
 
 namespace fs = std::filesystem;
 
-namespace tandem {
+namespace tandem::train {
 namespace {
 
-OptimConfig parse_optim(ConfigSection s) {
-  OptimConfig o;
-  o.lr = s.get_double("lr", o.lr);
-  TANDEM_CHECK(o.lr >= 0, "{} must be non-negative", s.where("lr"));
-  if (s.has("betas")) {
-    YAML::Node b = s.raw("betas");
-    TANDEM_CHECK(b.IsSequence() && b.size() == 2, "{} must be a list of two numbers",
-                 s.where("betas"));
-    o.adamw.beta1 = yaml_as<double>(b[0], s.where("betas[0]"), "a number");
-    o.adamw.beta2 = yaml_as<double>(b[1], s.where("betas[1]"), "a number");
-  } else {
-    s.mark_used("betas");
-  }
-  o.adamw.eps = s.get_double("eps", o.adamw.eps);
-  o.adamw.weight_decay = s.get_double("weight_decay", o.adamw.weight_decay);
-  o.adamw.validate();
-  o.max_grad_norm = s.get_double("max_grad_norm", o.max_grad_norm);
-  TANDEM_CHECK(o.max_grad_norm >= 0, "{} must be non-negative", s.where("max_grad_norm"));
-  o.z_loss_multiplier = s.get_double("z_loss_multiplier", o.z_loss_multiplier);
-  if (s.has("skip_step")) {
-    ConfigSection k = s.section("skip_step");
-    o.skip_step = k.get_bool("enabled", true);
-    o.skip_step_options.rolling_interval_length =
-        k.get_int("rolling_interval_length", o.skip_step_options.rolling_interval_length);
-    o.skip_step_options.sigma_factor =
-        k.get_double("sigma_factor", o.skip_step_options.sigma_factor);
-    k.finish();
-    o.skip_step_options.validate();
-  } else {
-    s.mark_used("skip_step");
-  }
-  s.finish();
-  return o;
-}
-
-TrainerConfig parse_trainer(ConfigSection s, const std::string& base_dir) {
+TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir) {
   TrainerConfig t;
-  t.save_folder = resolve_config_path(base_dir, s.get_string("save_folder"));
+  t.save_folder = io::resolve_config_path(base_dir, s.get_string("save_folder"));
   t.max_steps = s.get_int("max_steps");
   TANDEM_CHECK(t.max_steps > 0, "{} must be positive", s.where("max_steps"));
   t.save_interval = s.get_int("save_interval", 0);
@@ -56,27 +21,29 @@ TrainerConfig parse_trainer(ConfigSection s, const std::string& base_dir) {
   TANDEM_CHECK(t.keep_last >= 1, "{} must be at least 1", s.where("keep_last"));
   t.log_interval = std::max<std::int64_t>(1, s.get_int("log_interval", 1));
   t.init_seed = static_cast<std::uint64_t>(s.get_int("seed", 0));
-  t.init_from = resolve_config_path(base_dir, s.get_string("init_from", ""));
-  t.load_path = resolve_config_path(base_dir, s.get_string("load_path", ""));
+  t.init_from = io::resolve_config_path(base_dir, s.get_string("init_from", ""));
+  t.load_path = io::resolve_config_path(base_dir, s.get_string("load_path", ""));
   TANDEM_CHECK(t.init_from.empty() || t.load_path.empty(),
                "{}: give init_from or load_path, not both", s.where(""));
   t.load_optimizer_state = s.get_bool("load_optimizer_state", true);
   t.max_consecutive_nonfinite = s.get_int("max_consecutive_nonfinite", 5);
   TANDEM_CHECK(t.max_consecutive_nonfinite >= 1, "{} must be at least 1",
                s.where("max_consecutive_nonfinite"));
-  if (s.has("peak_gflops"))
-    t.peak_gflops = s.get_double("peak_gflops");
-  else
-    s.mark_used("peak_gflops");
+  if (s.has("peak_tflops")) {
+    t.peak_tflops = s.get_double("peak_tflops");
+    TANDEM_CHECK(*t.peak_tflops > 0, "{} must be > 0", s.where("peak_tflops"));
+  } else {
+    s.mark_used("peak_tflops");
+  }
   t.save_initial = s.get_bool("save_initial", false);
-  t.zero1 = s.get_bool("zero1", false);
   t.progress = s.get_bool("progress", true);
+  t.fresh_start = s.get_bool("fresh_start", false);
   t.fresh_start = s.get_bool("fresh_start", false);
   s.finish();
   return t;
 }
 
-EvalConfig parse_eval(ConfigSection s, const std::string& base_dir,
+EvalConfig parse_eval(io::ConfigSection s, const std::string& base_dir,
                       const std::vector<std::string>& train_files) {
   EvalConfig e;
   e.interval = s.get_int("interval", 0);
@@ -90,12 +57,12 @@ EvalConfig parse_eval(ConfigSection s, const std::string& base_dir,
     YAML::Node sets = s.raw("sets");
     TANDEM_CHECK(sets.IsSequence(), "{} must be a list of {{name, paths}}", s.where("sets"));
     for (std::size_t i = 0; i < sets.size(); ++i) {
-      ConfigSection set(sets[i], s.path() + ".sets[" + std::to_string(i) + "]");
+      io::ConfigSection set(sets[i], s.path() + ".sets[" + std::to_string(i) + "]");
       HeldoutSetConfig h;
       h.name = set.get_string("name");
       for (const auto& pattern : set.get_string_list("paths")) {
-        std::string p = resolve_config_path(base_dir, pattern);
-        std::vector<std::string> matched = expand_glob(p);
+        std::string p = io::resolve_config_path(base_dir, pattern);
+        std::vector<std::string> matched = core::expand_glob(p);
         TANDEM_CHECK(!matched.empty(), "{}: '{}' matches no file", set.where("paths"), pattern);
         for (const auto& f : matched) {
           // Held-out data must never be trained on: refuse the overlap outright.
@@ -110,7 +77,21 @@ EvalConfig parse_eval(ConfigSection s, const std::string& base_dir,
   } else {
     s.mark_used("sets");
   }
-  e.downstream = s.raw("downstream");
+  if (s.has("padded")) {
+    e.padded = eval::parse_padded_heldout_config(s.section("padded"), base_dir);
+    for (const auto& set : e.padded->sets) {
+      for (const auto& f : set.files) {
+        TANDEM_CHECK(!training.count(fs::weakly_canonical(f).string()),
+                     "{}: validation file {} is also a training file", s.where("padded"), f);
+      }
+    }
+  } else {
+    s.mark_used("padded");
+  }
+  if (s.has("downstream") && !s.raw("downstream").IsNull())
+    e.downstream = eval::parse_downstream_config(s.section("downstream"));
+  else
+    s.mark_used("downstream");
   s.finish();
   return e;
 }
@@ -120,26 +101,34 @@ EvalConfig parse_eval(ConfigSection s, const std::string& base_dir,
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig r;
   r.source = path;
-  YAML::Node root = load_yaml_config(path, overrides);
+  YAML::Node root = io::load_yaml_config(path, overrides);
   r.resolved = YAML::Clone(root);
   const std::string base_dir = fs::path(path).parent_path().string();
-  ConfigSection top(root, "", path);
+  io::ConfigSection top(root, "", path);
   top.get_string("run_name", "");
-  r.model = parse_model_config(top.section("model"));
+  r.backend = top.get_string("backend", "cpu");
+  r.model = model::parse_model_config(top.section("model"));
   r.data = data::parse_data_config(top.section("data"), base_dir);
   TANDEM_CHECK(r.data.vocab_size <= r.model.vocab_size,
                "{}: data.vocab_size ({}) exceeds model.vocab_size ({})", path, r.data.vocab_size,
                r.model.vocab_size);
-  TANDEM_CHECK(r.data.sequence_length <= r.model.max_sequence_length,
+  TANDEM_CHECK(r.model.accepts_sequence_length(r.data.sequence_length),
                "{}: data.sequence_length ({}) exceeds model.max_sequence_length ({})", path,
                r.data.sequence_length, r.model.max_sequence_length);
-  r.optim = parse_optim(top.section("optim"));
+  r.optim = optim::read_optim_config(top.section("optim"));
   r.schedule_yaml = YAML::Clone(root["scheduler"]);
   r.schedule = optim::make_schedule(top.section("scheduler"));
+  r.dist = dist::read_dist_config(top.section("dist"));
   r.trainer = parse_trainer(top.section("trainer"), base_dir);
   r.eval = parse_eval(top.section("evaluation"), base_dir, r.data.all_files());
+  if (r.eval.padded && r.eval.padded->sequence_length > 0) {
+    TANDEM_CHECK(r.eval.padded->sequence_length <= r.model.max_sequence_length,
+                 "{}: evaluation.padded.sequence_length ({}) exceeds model.max_sequence_length "
+                 "({})",
+                 path, r.eval.padded->sequence_length, r.model.max_sequence_length);
+  }
   top.finish();
   return r;
 }
 
-}  // namespace tandem
+}  // namespace tandem::train

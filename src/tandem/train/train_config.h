@@ -9,22 +9,15 @@
 #include <vector>
 
 #include "tandem/data/data_config.h"
+#include "tandem/dist/dist_config.h"
+#include "tandem/eval/downstream.h"
+#include "tandem/eval/padded_heldout.h"
 #include "tandem/io/config.h"
 #include "tandem/model/model_config.h"
-#include "tandem/optim/adamw.h"
+#include "tandem/optim/optim_config.h"
 #include "tandem/optim/schedule.h"
-#include "tandem/optim/skip_step.h"
 
-namespace tandem {
-
-struct OptimConfig {
-  double lr = 3e-4;
-  optim::AdamWHyper adamw;
-  double max_grad_norm = 1.0;  // 0 = no clipping
-  double z_loss_multiplier = 1e-5;
-  bool skip_step = true;
-  optim::SkipStepOptions skip_step_options;
-};
+namespace tandem::train {
 
 struct HeldoutSetConfig {
   std::string name;
@@ -35,8 +28,9 @@ struct EvalConfig {
   std::int64_t interval = 0;        // steps between held-out evaluations (0 = only at the end)
   std::int64_t max_instances = 64;  // first N instances of each set (fixed across evaluations)
   std::int64_t batch_instances = 8;
-  std::vector<HeldoutSetConfig> sets;
-  YAML::Node downstream;  // evaluation.downstream, handed to eval/ as is (null when absent)
+  std::vector<HeldoutSetConfig> sets;                // chunked held-out sets (eval/heldout.h)
+  std::optional<eval::PaddedHeldoutConfig> padded;   // AI2's padded sets (eval/padded_heldout.h)
+  std::optional<eval::DownstreamConfig> downstream;  // evaluation.downstream (eval/ parses it)
 };
 
 struct TrainerConfig {
@@ -50,10 +44,9 @@ struct TrainerConfig {
   std::string load_path;             // stage start: checkpoint whose weights (+ moments) load
   bool load_optimizer_state = true;  // with load_path: Adam moments too (AI2 stage 2)
   std::int64_t max_consecutive_nonfinite = 5;
-  std::optional<double> peak_gflops;  // MFU denominator; default: measured fp32 GEMM ceiling
-  bool zero1 = false;  // shard the Adam moments across data-parallel ranks (docs/distributed.md)
-  bool save_initial = false;  // write step-000000 before training (for references)
-  bool progress = true;       // console progress line
+  std::optional<double> peak_tflops;  // MFU denominator per device; default: the backend's peak
+  bool save_initial = false;          // write step-000000 before training (for references)
+  bool progress = true;               // console progress line
   // Start from step 0 instead of resuming: the run directory's checkpoints and metrics.jsonl
   // move to <save_folder>/previous-N/. Without it, a directory whose checkpoints all fail
   // verification is an error (never a silent restart).
@@ -61,12 +54,14 @@ struct TrainerConfig {
 };
 
 struct RunConfig {
-  std::string source;  // config path
-  ModelConfig model;
+  std::string source;           // config path
+  std::string backend = "cpu";  // kernels/backend.h: cpu (cuda arrives with its own backend)
+  model::ModelConfig model;
   data::DataConfig data;
-  OptimConfig optim;
+  optim::OptimConfig optim;  // optim/optim_config.h, docs/optimizer.md
   std::unique_ptr<optim::Schedule> schedule;
   YAML::Node schedule_yaml;
+  dist::DistConfig dist;  // dist/dist_config.h, docs/distributed.md
   TrainerConfig trainer;
   EvalConfig eval;
   YAML::Node resolved;  // the whole config after overrides, written to the run directory
@@ -74,4 +69,4 @@ struct RunConfig {
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 
-}  // namespace tandem
+}  // namespace tandem::train

@@ -21,22 +21,49 @@ void check_shapes(i64 B, i64 T, i64 Hq, i64 Hkv, i64 D) {
                "attention: query heads {} must be a positive multiple of kv heads {}", Hq, Hkv);
 }
 
-bool visible(i64 i, i64 j, i64 window) { return j <= i && (window <= 0 || i - window < j); }
+// Where each query's document begins in its row (OLMo-core's intra-document masking); without
+// documents every row is one document starting at 0.
+struct Documents {
+  const std::int64_t* start = nullptr;  // [B * T] or null
+  i64 T = 0;
+  i64 of(i64 b, i64 i) const { return start ? start[b * T + i] : 0; }
+};
+
+void check_documents(const std::int64_t* doc_start, i64 B, i64 T) {
+  if (!doc_start) return;
+  for (i64 b = 0; b < B; ++b) {
+    for (i64 t = 0; t < T; ++t) {
+      const std::int64_t s = doc_start[b * T + t];
+      TANDEM_CHECK(s >= 0 && s <= t, "attention: row {} position {} has document start {}", b, t,
+                   s);
+      TANDEM_CHECK(t == 0 || s >= doc_start[b * T + t - 1],
+                   "attention: document starts decrease in row {} at position {}", b, t);
+    }
+  }
+}
+
+bool visible(i64 i, i64 j, i64 window, i64 doc_start) {
+  return j <= i && (window <= 0 || i - window < j) && j >= doc_start;
+}
 
 // First key visible to query i.
 i64 first_key(i64 i, i64 window) { return window > 0 ? std::max<i64>(0, i - window + 1) : 0; }
 
 // True when some (query, key) pair of the block is masked, so the block needs per-element masking.
-bool block_needs_mask(i64 i0, i64 nq, i64 j0, i64 nk, i64 window) {
+// Document starts grow along the row, so the tile's last query has the latest one.
+bool block_needs_mask(i64 i0, i64 nq, i64 j0, i64 nk, i64 window, i64 last_doc_start) {
   const bool causal_cut = j0 + nk - 1 > i0;
   const bool window_cut = window > 0 && j0 <= (i0 + nq - 1) - window;
-  return causal_cut || window_cut;
+  const bool document_cut = last_doc_start > j0;
+  return causal_cut || window_cut || document_cut;
 }
 
-void apply_mask(float* s, i64 ld, i64 i0, i64 nq, i64 j0, i64 nk, i64 window) {
+void apply_mask(float* s, i64 ld, i64 i0, i64 nq, i64 j0, i64 nk, i64 window, const Documents& docs,
+                i64 b) {
   for (i64 r = 0; r < nq; ++r) {
+    const i64 doc_start = docs.of(b, i0 + r);
     for (i64 c = 0; c < nk; ++c) {
-      if (!visible(i0 + r, j0 + c, window)) s[r * ld + c] = detail::kNegInf;
+      if (!visible(i0 + r, j0 + c, window, doc_start)) s[r * ld + c] = detail::kNegInf;
     }
   }
 }
@@ -44,8 +71,11 @@ void apply_mask(float* s, i64 ld, i64 i0, i64 nq, i64 j0, i64 nk, i64 window) {
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale) {
+                       i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                       const std::int64_t* doc_start) {
   check_shapes(B, T, Hq, Hkv, D);
+  check_documents(doc_start, B, T);
+  const Documents docs{doc_start, T};
   const i64 group = Hq / Hkv;
   const i64 q_tiles = (T + kQueryTile - 1) / kQueryTile;
   const i64 units = B * Hq * q_tiles;
@@ -71,14 +101,15 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
       std::fill(acc.begin(), acc.begin() + nq * D, 0.0f);
       std::fill(row_max.begin(), row_max.end(), detail::kNegInf);
       std::fill(row_sum.begin(), row_sum.end(), 0.0f);
-      // Keys [first_key(i0), i0 + nq) are each visible to at least one query of the tile.
-      for (i64 j0 = first_key(i0, window); j0 < i0 + nq; j0 += kKeyTile) {
+      // Keys before the first query's window and document are visible to no query of the tile.
+      const i64 last_doc_start = docs.of(b, i0 + nq - 1);
+      for (i64 j0 = std::max(first_key(i0, window), docs.of(b, i0)); j0 < i0 + nq; j0 += kKeyTile) {
         const i64 nk = std::min(kKeyTile, i0 + nq - j0);
         const float* k_tile = k + ((b * T + j0) * Hkv + kvh) * D;
         const float* v_tile = v + ((b * T + j0) * Hkv + kvh) * D;
         gemm(false, true, nq, nk, D, scale, q_tile, ldq, k_tile, ldk, 0.0f, s.data(), kKeyTile);
-        if (block_needs_mask(i0, nq, j0, nk, window)) {
-          apply_mask(s.data(), kKeyTile, i0, nq, j0, nk, window);
+        if (block_needs_mask(i0, nq, j0, nk, window, last_doc_start)) {
+          apply_mask(s.data(), kKeyTile, i0, nq, j0, nk, window, docs, b);
         }
         for (i64 r = 0; r < nq; ++r) {
           float* sr = s.data() + r * kKeyTile;
@@ -117,8 +148,11 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 
 void attention_backward(const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv, i64 B,
-                        i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale) {
+                        i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                        const std::int64_t* doc_start) {
   check_shapes(B, T, Hq, Hkv, D);
+  check_documents(doc_start, B, T);
+  const Documents docs{doc_start, T};
   const i64 group = Hq / Hkv;
   const i64 ldq = Hq * D;
   const i64 ldk = Hkv * D;
@@ -160,8 +194,13 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
         const float* v_tile = v + key_offset;
         float* dk_tile = dk + key_offset;
         float* dv_tile = dv + key_offset;
-        // Queries that see at least one key of this tile.
-        const i64 q_end = window > 0 ? std::min(T, j0 + nk - 1 + window) : T;
+        // Queries that see at least one key of this tile: within the window of its last key and in
+        // a document that starts at or before that key.
+        i64 q_end = window > 0 ? std::min(T, j0 + nk - 1 + window) : T;
+        if (doc_start) {
+          const std::int64_t* row = doc_start + b * T;
+          q_end = std::upper_bound(row + j0 + nk - 1, row + q_end, j0 + nk - 1) - row;
+        }
         for (i64 h = kvh * group; h < (kvh + 1) * group; ++h) {
           const float* lse_h = lse + (b * Hq + h) * T;
           const float* delta_h = delta.data() + (b * Hq + h) * T;
@@ -172,13 +211,14 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
             const float* do_tile = dout + query_offset;
             float* dq_tile = dq + query_offset;
             gemm(false, true, nq, nk, D, scale, q_tile, ldq, k_tile, ldk, 0.0f, p.data(), kKeyTile);
-            const bool masked = block_needs_mask(i0, nq, j0, nk, window);
+            const bool masked = block_needs_mask(i0, nq, j0, nk, window, docs.of(b, i0 + nq - 1));
             for (i64 r = 0; r < nq; ++r) {
               float* pr = p.data() + r * kKeyTile;
               detail::exp_shifted_sum(pr, nk, lse_h[i0 + r]);  // P = exp(S - lse)
               if (masked) {
+                const i64 doc = docs.of(b, i0 + r);
                 for (i64 c = 0; c < nk; ++c) {
-                  if (!visible(i0 + r, j0 + c, window)) pr[c] = 0.0f;
+                  if (!visible(i0 + r, j0 + c, window, doc)) pr[c] = 0.0f;
                 }
               }
             }

@@ -1,0 +1,64 @@
+#include "tandem/dist/replicated_optimizer.h"
+
+#include "tandem/optim/grad_clip.h"
+
+namespace tandem::dist {
+
+ReplicatedOptimizer::ReplicatedOptimizer(kernels::Backend& backend,
+                                         std::vector<optim::ParamBuffer> params,
+                                         kernels::Tensor flat_grads, const optim::AdamWHyper& hyper,
+                                         Communicator& comm)
+    : backend_(backend),
+      params_(params),
+      flat_grads_(flat_grads),
+      comm_(comm),
+      adam_(backend, std::move(params), hyper),
+      host_(backend) {
+  for (const auto& p : params_) grads_.push_back(p.grad);
+}
+
+void ReplicatedOptimizer::reduce_gradients() {
+  if (comm_.world_size() == 1) return;
+  comm_.all_reduce_sum(flat_grads_.ptr<float>(), static_cast<std::size_t>(flat_grads_.numel()));
+  backend_.scale(flat_grads_, 1.0f / static_cast<float>(comm_.world_size()));
+}
+
+double ReplicatedOptimizer::clip(double max_norm) {
+  return max_norm > 0 ? optim::clip_grad_norm(backend_, grads_, max_norm)
+                      : optim::global_grad_norm(backend_, grads_);
+}
+
+void ReplicatedOptimizer::step(double lr) { adam_.step(lr); }
+
+std::vector<std::pair<kernels::Tensor, kernels::Tensor>> ReplicatedOptimizer::runs() const {
+  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> out;
+  for (std::size_t i = 0; i < adam_.num_params(); ++i)
+    out.emplace_back(adam_.exp_avg(i), adam_.exp_avg_sq(i));
+  return out;
+}
+
+optim::OptimizerShard ReplicatedOptimizer::moments() {
+  optim::OptimizerShard out;
+  auto spans = host_.spans(runs());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const kernels::Shape& s = params_[i].param.shape();
+    std::vector<std::int64_t> shape;
+    for (int d = 0; d < s.rank(); ++d) shape.push_back(s[d]);
+    out.slices.push_back({params_[i].name, shape, 0, spans[i].first, spans[i].second});
+  }
+  out.adam_step = adam_.step_count();
+  out.shard = comm_.rank();  // rank 0 writes the one shard; the others write none
+  out.num_shards = 1;
+  return out;
+}
+
+void ReplicatedOptimizer::moments_loaded(std::int64_t adam_step) {
+  host_.upload(runs());
+  adam_.set_step_count(adam_step);
+}
+
+std::int64_t ReplicatedOptimizer::moment_bytes() const {
+  return 2 * static_cast<std::int64_t>(sizeof(float) * adam_.total_size());
+}
+
+}  // namespace tandem::dist

@@ -1,0 +1,47 @@
+// Data parallelism with a replicated optimiser (DDP): every rank holds every parameter, gradient
+// and Adam moment. Gradients are all-reduced (summed in rank order) and divided by the world size;
+// the norm, clipping and AdamW then run identically on every rank. One process is the W = 1 case.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tandem/dist/communicator.h"
+#include "tandem/dist/host_moments.h"
+#include "tandem/kernels/backend.h"
+#include "tandem/optim/adamw.h"
+#include "tandem/optim/optimizer.h"
+
+namespace tandem::dist {
+
+class ReplicatedOptimizer final : public optim::Optimizer {
+ public:
+  // `params` describe every parameter (views into the flat buffers `flat_grads` belongs to).
+  ReplicatedOptimizer(kernels::Backend& backend, std::vector<optim::ParamBuffer> params,
+                      kernels::Tensor flat_grads, const optim::AdamWHyper& hyper,
+                      Communicator& comm);
+
+  std::string name() const override { return "replicated"; }
+  void reduce_gradients() override;
+  double clip(double max_norm) override;
+  void step(double lr) override;
+  std::int64_t step_count() const override { return adam_.step_count(); }
+  void set_step_count(std::int64_t step) override { adam_.set_step_count(step); }
+  optim::OptimizerShard moments() override;
+  void moments_loaded(std::int64_t adam_step) override;
+  std::int64_t moment_bytes() const override;
+  std::int64_t full_moment_bytes() const override { return moment_bytes(); }
+
+ private:
+  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> runs() const;
+
+  kernels::Backend& backend_;
+  std::vector<optim::ParamBuffer> params_;
+  std::vector<kernels::Tensor> grads_;
+  kernels::Tensor flat_grads_;
+  Communicator& comm_;
+  optim::AdamW adam_;
+  HostMoments host_;
+};
+
+}  // namespace tandem::dist

@@ -1,0 +1,70 @@
+// The optimiser's arithmetic on the CPU: the deterministic sum of squares behind gradient norms
+// and the AdamW element update. This file is compiled without FMA contraction (CMakeLists.txt):
+// the update reproduces torch's AdamW operation by operation.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tandem/kernels/cpu/ops.h"
+
+namespace tandem::kernels::cpu {
+namespace {
+
+// Chunk boundaries depend only on the size, never on the number of threads.
+constexpr i64 kChunk = 1 << 14;
+constexpr int kLanes = 8;
+
+double chunk_sum_of_squares(const float* x, i64 n) {
+  // Eight independent accumulators in a fixed lane order: vectorisable without reassociation.
+  double acc[kLanes] = {};
+  i64 i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      double v = x[i + l];
+      acc[l] += v * v;
+    }
+  for (; i < n; ++i) {
+    double v = x[i];
+    acc[0] += v * v;
+  }
+  double s = 0.0;
+  for (double a : acc) s += a;
+  return s;
+}
+
+}  // namespace
+
+double sum_of_squares(const float* x, i64 n) {
+  if (n <= 0) return 0.0;
+  const i64 chunks = (n + kChunk - 1) / kChunk;
+  if (chunks == 1) return chunk_sum_of_squares(x, n);
+  std::vector<double> partial(static_cast<std::size_t>(chunks));
+#pragma omp parallel for schedule(static)
+  for (i64 c = 0; c < chunks; ++c) {
+    const i64 lo = c * kChunk;
+    partial[static_cast<std::size_t>(c)] = chunk_sum_of_squares(x + lo, std::min(kChunk, n - lo));
+  }
+  double s = 0.0;
+  for (double p : partial) s += p;
+  return s;
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const AdamWConstants& c) {
+#pragma omp parallel for schedule(static)
+  for (i64 k = 0; k < n; ++k) {
+    float pk = p[k];
+    const float gk = g[k];
+    if (c.decay) pk = pk * c.decay_factor;
+    // torch's lerp kernel: m + w * (g - m) as one fused multiply-add.
+    const float mk = std::fma(c.one_minus_beta1, gk - m[k], m[k]);
+    // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
+    const float vk = v[k] * c.beta2 + c.one_minus_beta2 * gk * gk;
+    const float denom = std::sqrt(vk) / c.bias_correction2_sqrt + c.eps;
+    // torch's addcdiv_: p + (value * m) / denom.
+    p[k] = pk + c.neg_step_size * mk / denom;
+    m[k] = mk;
+    v[k] = vk;
+  }
+}
+
+}  // namespace tandem::kernels::cpu

@@ -1,0 +1,59 @@
+// The optimiser interface the trainer holds: one object that owns everything between "the local
+// gradients are in the model's gradient buffer" and "the parameters are updated": reducing the
+// gradients over data-parallel ranks, the global norm and clipping, the AdamW step, the step
+// count, and this rank's part of the Adam state for checkpoints. Implementations live in dist/
+// (replicated data parallelism, ZeRO-1), so the trainer has no strategy branches.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem::optim {
+
+// One contiguous run of one parameter's Adam moments in host memory (checkpoints).
+struct MomentSlice {
+  std::string name;                      // parameter name
+  std::vector<std::int64_t> shape;       // the whole parameter's shape
+  std::int64_t start = 0;                // element offset inside the flattened parameter
+  std::span<float> exp_avg, exp_avg_sq;  // the run's values (equal lengths)
+};
+
+// What one rank holds of the Adam state, and which checkpoint shard of how many it writes.
+struct OptimizerShard {
+  std::vector<MomentSlice> slices;
+  std::int64_t adam_step = 0;
+  int shard = 0;
+  int num_shards = 1;  // a replicated optimiser is one shard written by rank 0
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;  // "replicated", "zero1"
+
+  // Turns each rank's gradients into the mean over ranks (where this rank needs them).
+  virtual void reduce_gradients() = 0;
+  // Global pre-clip L2 norm of the reduced gradients; clips them when max_norm > 0.
+  virtual double clip(double max_norm) = 0;
+  // One AdamW update with learning rate `lr`; afterwards every rank holds the updated
+  // parameters. A skipped step is not calling this.
+  virtual void step(double lr) = 0;
+
+  virtual std::int64_t step_count() const = 0;
+  virtual void set_step_count(std::int64_t step) = 0;
+
+  // This rank's moments as host memory, with its shard position: for saving, read the spans;
+  // for loading, fill them and call moments_loaded(). On a backend whose memory the host can
+  // address the spans are the moments themselves; otherwise a host staging copy that
+  // moments_loaded() uploads. Valid until the next step.
+  virtual OptimizerShard moments() = 0;
+  virtual void moments_loaded(std::int64_t adam_step) = 0;
+
+  // Bytes of Adam moments this rank holds, and what a replicated optimiser would hold.
+  virtual std::int64_t moment_bytes() const = 0;
+  virtual std::int64_t full_moment_bytes() const = 0;
+};
+
+}  // namespace tandem::optim

@@ -1,0 +1,77 @@
+#include "tandem/train/train_step.h"
+
+#include <cmath>
+#include <optional>
+
+#include "tandem/core/error.h"
+#include "tandem/model/documents.h"
+#include "tandem/optim/loss_normalization.h"
+
+namespace tandem::train {
+
+TrainStep::TrainStep(model::Olmo3Model& model, optim::Optimizer& optimizer,
+                     const optim::OptimConfig& optim, const optim::Schedule& schedule,
+                     dist::Communicator& comm, StepOptions options)
+    : model_(model),
+      optimizer_(optimizer),
+      optim_(optim),
+      schedule_(schedule),
+      comm_(comm),
+      options_(options),
+      skip_rule_(optim.skip) {}
+
+StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
+  const std::int64_t T = batch.sequence_length;
+  const auto rows = static_cast<std::int64_t>(batch.num_instances());
+  TANDEM_CHECK(static_cast<std::int64_t>(batch.input_ids.size()) == rows * T,
+               "training step {}: the batch holds {} tokens for {} instances of {}", step,
+               batch.input_ids.size(), rows, T);
+  const std::uint8_t* keep = batch.instance_mask.empty() ? nullptr : batch.instance_mask.data();
+  const std::vector<std::int64_t> labels =
+      optim::make_labels(batch.input_ids.data(), rows, T, keep);
+  const double z_multiplier = optim_.z_loss_multiplier.value_or(0.0);
+  optim::BatchLoss loss(optim::loss_divisor(labels.data(), rows, T, keep), z_multiplier);
+
+  model_.zero_grads();
+  const std::int64_t mb =
+      options_.micro_batch_instances > 0 ? options_.micro_batch_instances : rows;
+  TANDEM_CHECK(rows % mb == 0, "micro-batch size {} does not divide the rank batch of {} instances",
+               mb, rows);
+  for (std::int64_t start = 0; start < rows; start += mb) {
+    const std::int64_t* ids = batch.input_ids.data() + start * T;
+    // OLMo-core's generate_doc_lengths: attention inside each packed document only.
+    std::vector<std::int64_t> doc_start;
+    if (options_.intra_document)
+      doc_start = model::document_starts(ids, mb, T, options_.eos_token_id, options_.bos_token_id);
+    model::LossSums s = model_.forward_backward(
+        ids, labels.data() + start * T, mb, T, static_cast<float>(z_multiplier), loss.grad_scale(),
+        true, options_.intra_document ? doc_start.data() : nullptr);
+    loss.add_micro_batch(s.ce_sum, s.z_sum);
+  }
+  optimizer_.reduce_gradients();
+  double losses[2] = {loss.ce_loss(), loss.z_loss()};
+  if (comm_.world_size() > 1) {
+    comm_.all_reduce_sum(losses, 2);
+    for (double& l : losses) l /= static_cast<double>(comm_.world_size());
+  }
+
+  StepResult r;
+  r.tokens = rows * T * comm_.world_size();
+  r.ce_loss = losses[0];
+  r.z_loss = losses[1];
+  r.grad_norm = optimizer_.clip(optim_.max_grad_norm.value_or(0.0));
+  r.lr = optim::scheduled_lr(schedule_, optim_.lr, step, options_.max_steps,
+                             options_.global_batch_tokens);
+  r.nonfinite =
+      !std::isfinite(r.ce_loss) || !std::isfinite(r.z_loss) || !std::isfinite(r.grad_norm);
+  if (r.nonfinite) {
+    r.skipped = true;
+  } else if (optim_.skip_step) {
+    r.skipped = skip_rule_.observe(
+        r.ce_loss, optim_.max_grad_norm ? std::optional<double>(r.grad_norm) : std::nullopt);
+  }
+  if (!r.skipped) optimizer_.step(r.lr);
+  return r;
+}
+
+}  // namespace tandem::train

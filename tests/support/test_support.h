@@ -1,0 +1,95 @@
+// The one test-support header: fixture paths, temporary directories unique per process and test
+// (tests run in parallel under `ctest -j`), small file helpers, running the built `tandem` binary
+// (or a shell line), reading run outputs, and a CPU backend. Header-only: each test folder is its
+// own executable and includes it as "../support/test_support.h".
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tandem/kernels/cpu/cpu_backend.h"
+
+namespace tandem::testing {
+
+inline std::string fixture(const std::string& rel) {
+  return std::string(TANDEM_FIXTURES_DIR) + "/" + rel;
+}
+
+// A fresh empty directory under the system temp dir, unique per name, process and running test.
+inline std::string temp_dir(const std::string& name) {
+  std::string test = "none";
+  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info())
+    test = std::string(info->test_suite_name()) + "." + info->name();
+  for (char& c : test)
+    if (c == '/') c = '_';
+  auto dir = std::filesystem::temp_directory_path() /
+             ("tandem_test_" + name + "_" + test + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline CommandResult run_shell(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+inline CommandResult run_tandem(const std::string& args) {
+  return run_shell(std::string(TANDEM_BINARY) + " " + args);
+}
+
+inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// One CPU backend for the whole test program.
+inline kernels::Backend& cpu_backend() {
+  static kernels::CpuBackend backend;
+  return backend;
+}
+
+}  // namespace tandem::testing

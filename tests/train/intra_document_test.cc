@@ -1,0 +1,126 @@
+// Intra-document masking in the training loop and in held-out evaluation
+// (data.generate_doc_lengths, OLMo-core's doc_lens), on the curve-parity data with an EOS written
+// over every 13th token (so each 64-token instance packs several documents): `tandem train` logs
+// the loss of the masked model function on its first batch, a different loss than without
+// masking; and the held-out loss under masking equals the loss of every document run on its own
+// (the labels still cross to the next document, as in OLMo-core, where labels are the instance's
+// next tokens).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "../support/test_support.h"
+#include "tandem/core/atomic_file.h"
+#include "tandem/data/loader.h"
+#include "tandem/eval/heldout.h"
+#include "tandem/model/documents.h"
+#include "tandem/model/model_io.h"
+#include "tandem/optim/loss_normalization.h"
+#include "tandem/train/train_config.h"
+
+namespace tandem {
+namespace {
+
+using testing::fixture;
+
+// A copy of a uint16 token file with EOS (id 0) over every 13th token.
+std::string with_documents(const std::string& name) {
+  const std::string dir = testing::temp_dir("intra_doc_data_" + name);
+  std::string bytes = core::read_file(fixture("train/" + name));
+  for (std::size_t i = 0; i + 1 < bytes.size(); i += 2 * 13) bytes[i] = bytes[i + 1] = 0;
+  core::write_file_atomic(dir + "/" + name, bytes);
+  return dir + "/" + name;
+}
+
+std::vector<std::string> overrides(bool masked) {
+  static const std::string train =
+      "[" + with_documents("train_a.npy") + ", " + with_documents("train_b.npy") + "]";
+  static const std::string heldout = with_documents("heldout.npy");
+  return {"trainer.init_from=" + fixture("train/init_hf"), "data.paths=" + train,
+          "evaluation.sets=[{name: heldout, paths: [" + heldout + "]}]",
+          "data.generate_doc_lengths=" + std::string(masked ? "true" : "false")};
+}
+
+// Mean CE of the initial model on the first global batch, with or without documents.
+double first_batch_loss(bool masked) {
+  train::RunConfig config = train::load_run_config(fixture("train/parity.yaml"), overrides(masked));
+  data::Loader loader(config.data, data::LoaderOptions{.prefetch = false});
+  data::Batch batch = loader.next_batch(0, 1);
+  auto model = model::load_model(fixture("train/init_hf"), tandem::testing::cpu_backend());
+  const auto n = static_cast<std::int64_t>(batch.num_instances());
+  const std::int64_t T = config.data.sequence_length;
+  std::vector<std::int64_t> starts =
+      model::document_starts(batch.input_ids.data(), n, T, config.data.eos_token_id);
+  // The batch must really hold several documents in some instance.
+  std::int64_t documents = 0;
+  for (std::int64_t b = 0; b < n; ++b) documents += model::document_lengths(starts, b, T).size();
+  EXPECT_GT(documents, n);
+  const std::vector<std::int64_t> labels =
+      optim::make_labels(batch.input_ids.data(), n, T, batch.instance_mask.data());
+  model::LossSums s = model->forward_backward(batch.input_ids.data(), labels.data(), n, T, 0.0f,
+                                              1.0f, false, masked ? starts.data() : nullptr);
+  return s.ce_sum / static_cast<double>(s.count);
+}
+
+TEST(IntraDocument, TrainingStepUsesTheDocumentsOfEachInstance) {
+  for (bool masked : {true, false}) {
+    const std::string run =
+        testing::temp_dir(std::string("intra_doc_train_") + (masked ? "masked" : "plain"));
+    std::string args =
+        fixture("train/parity.yaml") + " trainer.save_folder=" + run +
+        " trainer.max_steps=1 trainer.progress=false evaluation.interval=0 trainer.peak_tflops=0.1";
+    for (const auto& o : overrides(masked)) args += " '" + o + "'";
+    auto r = testing::run_tandem("train " + args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto metrics = testing::read_metrics(run + "/metrics.jsonl");
+    ASSERT_EQ(metrics.size(), 1u);
+    const double logged = metrics[0]["train/loss"].get<double>();
+    EXPECT_NEAR(logged, first_batch_loss(masked), 1e-5 * logged) << "masked " << masked;
+  }
+  EXPECT_GT(std::abs(first_batch_loss(true) - first_batch_loss(false)), 1e-4);
+}
+
+TEST(IntraDocument, HeldoutLossIsEveryDocumentOnItsOwn) {
+  train::RunConfig config = train::load_run_config(fixture("train/parity.yaml"), overrides(true));
+  ASSERT_FALSE(config.eval.sets.empty());
+  const std::int64_t instances = 6;
+  eval::HeldoutSet set =
+      eval::open_heldout_set("heldout", config.eval.sets[0].files, config.data, instances);
+  ASSERT_TRUE(set.intra_document);
+  auto model = model::load_model(fixture("train/init_hf"), tandem::testing::cpu_backend());
+  eval::HeldoutResult masked = eval::evaluate_heldout(*model, set, 4);
+
+  // Each document alone: its logits, scored against the instance's next tokens.
+  const std::int64_t T = config.data.sequence_length, V = model->config().embedding_size;
+  double ce = 0.0;
+  std::int64_t count = 0, documents = 0;
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(T));
+  for (std::int64_t i = 0; i < set.instances; ++i) {
+    set.dataset->read_instance(static_cast<std::uint64_t>(i), ids);
+    const auto starts = model::document_starts(ids.data(), 1, T, config.data.eos_token_id);
+    std::int64_t begin = 0;
+    for (std::int64_t len : model::document_lengths(starts, 0, T)) {
+      ++documents;
+      std::vector<float> logits(static_cast<std::size_t>(len * V));
+      model->forward_logits(ids.data() + begin, 1, len, logits.data());
+      for (std::int64_t t = 0; t < len && begin + t + 1 < T; ++t) {
+        const float* row = logits.data() + t * V;
+        double mx = row[0], sum = 0.0;
+        for (std::int64_t v = 0; v < V; ++v) mx = std::max<double>(mx, row[v]);
+        for (std::int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+        ce += mx + std::log(sum) - row[ids[begin + t + 1]];
+        ++count;
+      }
+      begin += len;
+    }
+  }
+  EXPECT_GT(documents, set.instances);
+  EXPECT_EQ(masked.tokens, count);
+  EXPECT_NEAR(masked.loss, ce / static_cast<double>(count), 1e-5 * masked.loss);
+
+  set.intra_document = false;
+  EXPECT_GT(std::abs(eval::evaluate_heldout(*model, set, 4).loss - masked.loss), 1e-4);
+}
+
+}  // namespace
+}  // namespace tandem

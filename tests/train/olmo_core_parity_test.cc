@@ -1,0 +1,172 @@
+// OLMo-core's own trainer as the judge (tests/fixtures/olmo_core, written by
+// tools/olmo_core_trainer.py with ai2-olmo-core's Trainer, TransformerTrainModule, SkipStepAdamW,
+// CosWithWarmup and NumpyFSLDataset/NumpyDataLoader on the CPU):
+// - curve: tandem trains the same recipe (curve.yaml) from OLMo-core's step-0 weights over the
+//   same token files, 100 steps with warmup and cosine decay, the skip-step rule active, the
+//   repetition filter rejecting instances, fp32;
+// - checkpoint: OLMo-core's checkpoint after 10 steps, imported by tools/olmo_core_checkpoint.py
+//   (imported/), resumed by tandem for 20 steps against OLMo-core resuming the same checkpoint.
+// Tolerances: loss 1e-4 relative per step and final weights 1e-4 relative L2 per tensor (the
+// issue's); measured: 1e-7 and 3e-6. Grad norm 1e-3 relative: the recipe's own sensitivity
+// (tandem from weights perturbed by 1e-7 relative) moves it by 1.6e-4, the loss by 3e-8.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "../support/test_support.h"
+#include "tandem/core/atomic_file.h"
+#include "tandem/io/safetensors.h"
+#include "tandem/model/model_io.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  return nlohmann::json::parse(core::read_file(path));
+}
+
+// Compares tandem's metrics with OLMo-core's, step by step; returns the worst loss difference.
+double expect_same_steps(const std::vector<nlohmann::json>& ours, const nlohmann::json& ref) {
+  EXPECT_EQ(ours.size(), ref.size());
+  double worst = 0.0;
+  std::int64_t skipped_before = ours.empty() ? 0
+                                             : ours[0]["skipped_steps"].get<std::int64_t>() -
+                                                   (ref[0]["skipped"].get<bool>() ? 1 : 0);
+  for (std::size_t i = 0; i < std::min(ours.size(), ref.size()); ++i) {
+    const auto& a = ours[i];
+    const auto& b = ref[i];
+    const auto step = b["step"].get<std::int64_t>();
+    if (a["step"].get<std::int64_t>() != step) {
+      ADD_FAILURE() << "tandem's step " << a["step"] << " against OLMo-core's " << step;
+      return worst;
+    }
+    const double la = a["train/loss"].get<double>(), lb = b["train/loss"].get<double>();
+    const double rel = std::fabs(la - lb) / std::fabs(lb);
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, 1e-4) << "step " << step << ": loss " << la << " vs OLMo-core's " << lb;
+    EXPECT_NEAR(a["lr"].get<double>(), b["lr"].get<double>(), 1e-12 * b["lr"].get<double>())
+        << "step " << step;
+    const double ga = a["train/grad_norm"].get<double>(), gb = b["train/grad_norm"].get<double>();
+    EXPECT_LE(std::fabs(ga - gb), 1e-3 * gb)
+        << "step " << step << ": grad norm " << ga << " vs " << gb;
+    // The skip-step rule took the same decision (tandem counts skipped steps).
+    const std::int64_t skipped_here = a["skipped_steps"].get<std::int64_t>() - skipped_before;
+    EXPECT_EQ(skipped_here == 1, b["skipped"].get<bool>()) << "step " << step;
+    skipped_before = a["skipped_steps"].get<std::int64_t>();
+  }
+  return worst;
+}
+
+TEST(OlmoCoreCurve, HundredStepsMatchOlmoCoresTrainer) {
+  const std::string fx = testing::fixture("olmo_core");
+  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
+  // The fixture exercises what it claims to.
+  ASSERT_EQ(ref["steps"].size(), 100u);
+  ASSERT_FALSE(ref["steps_with_rejected_instances"].empty());
+  ASSERT_FALSE(ref["skipped_steps"].empty());
+  ASSERT_GT(ref["closest_skip_margin_rel"].get<double>(), 1e-3);  // no decision on a knife-edge
+
+  const std::string run = testing::temp_dir("olmo_core_curve");
+  auto r = testing::run_tandem("train " + fx + "/curve.yaml trainer.init_from=" + fx +
+                               "/init trainer.save_folder=" + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double worst =
+      expect_same_steps(testing::read_metrics(run + "/metrics.jsonl"), ref["steps"]);
+  RecordProperty("worst_loss_rel_diff", std::to_string(worst));
+  // The training step's loss divisor is OLMo-core's (kept labels + seq_len per instance the filter
+  // rejects): with the filter on, every step's loss within 1e-6 relative (measured 1e-7; counting
+  // only kept labels, as tandem did before, is off by up to 25% on steps with a rejection).
+  EXPECT_LE(worst, 1e-6);
+
+  // Final weights, every tensor (padded embedding rows included) within 1e-4 relative L2.
+  const model::ModelWeights final_weights =
+      model::read_model_weights(run + "/checkpoints/step-000100/model");
+  io::SafetensorsFile final_ref(fx + "/curve_final.safetensors");
+  const model::ParameterLayout layout(final_weights.config);
+  for (const model::ParameterEntry& e : layout.entries()) {
+    std::vector<float> b = final_ref.read_f32(e.name);
+    ASSERT_EQ(b.size(), static_cast<std::size_t>(e.numel)) << e.name;
+    const float* a = final_weights.flat.data() + e.offset;
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+      norm += static_cast<double>(b[i]) * b[i];
+    }
+    EXPECT_LE(std::sqrt(diff / norm), 1e-4) << e.name;
+  }
+}
+
+// A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.
+std::string run_dir_with_imported_checkpoint(const std::string& name) {
+  const std::string run = testing::temp_dir(name);
+  fs::copy(testing::fixture("olmo_core/imported/checkpoints"), run + "/checkpoints",
+           fs::copy_options::recursive);
+  return run;
+}
+
+TEST(OlmoCoreCheckpoint, TandemContinuesAsOlmoCoreDoes) {
+  const std::string fx = testing::fixture("olmo_core");
+  const nlohmann::json ref = read_json(fx + "/checkpoint_reference.json");
+  const nlohmann::json state = read_json(fx + "/imported/checkpoints/step-000010/state.json");
+  // OLMo-core's Adam step count runs one ahead of the trainer's step (its step-0 checkpoint's
+  // optimizer-state initialisation is a zero-gradient step): carried over as it is.
+  ASSERT_EQ(state["step"], 10);
+  ASSERT_EQ(read_json(fx + "/imported/checkpoints/step-000010/optim/index.json")["adam_step"], 11);
+
+  // The padded rows (ids 500..511, never in the data) are imported as OLMo-core has them, not as
+  // zeros: the lm_head's trained ones enter the softmax.
+  const model::ModelWeights imported =
+      model::read_model_weights(fx + "/imported/checkpoints/step-000010/model");
+  const auto& cfg = imported.config;
+  ASSERT_GT(cfg.embedding_size, cfg.vocab_size);
+  const model::ParameterLayout layout(cfg);
+  for (const char* name : {"embeddings.weight", "lm_head.w_out.weight"}) {
+    const model::ParameterEntry& e = layout.entry(name);
+    double padded = 0;
+    for (std::int64_t i = cfg.vocab_size * cfg.d_model; i < e.numel; ++i)
+      padded += std::fabs(imported.flat[static_cast<std::size_t>(e.offset + i)]);
+    EXPECT_GT(padded, 0.0) << name;
+  }
+
+  const std::string run = run_dir_with_imported_checkpoint("olmo_core_continue");
+  auto r = testing::run_tandem("train " + fx + "/curve.yaml trainer.max_steps=" +
+                               std::to_string(ref["max_steps"].get<int>()) +
+                               " trainer.save_folder=" + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  ASSERT_EQ(ref["steps"].size(), 20u);
+  const double worst =
+      expect_same_steps(testing::read_metrics(run + "/metrics.jsonl"), ref["steps"]);
+  RecordProperty("worst_loss_rel_diff", std::to_string(worst));
+  // The training step's loss divisor is OLMo-core's (kept labels + seq_len per instance the filter
+  // rejects): with the filter on, every step's loss within 1e-6 relative (measured 1e-7; counting
+  // only kept labels, as tandem did before, is off by up to 25% on steps with a rejection).
+  EXPECT_LE(worst, 1e-6);
+}
+
+// tandem checks what the import tool wrote: a damaged file fails the manifest's checksum, and the
+// run refuses to start from it rather than train from scratch.
+TEST(OlmoCoreCheckpoint, DamagedImportIsRefused) {
+  const std::string fx = testing::fixture("olmo_core");
+  const std::string run = run_dir_with_imported_checkpoint("olmo_core_damaged");
+  const std::string shard = run + "/checkpoints/step-000010/optim/shard-00000-of-00001.safetensors";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  auto r = testing::run_tandem("train " + fx +
+                               "/curve.yaml trainer.max_steps=11 trainer.load_path=" + run +
+                               "/checkpoints/step-000010 trainer.save_folder=" + run + "/stage2");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fails its checksum"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tandem

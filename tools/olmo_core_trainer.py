@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""OLMo-core's own training stack as tandem's curve reference, and its checkpoints as a source.
+
+Runs ai2-olmo-core's real trainer on the CPU: its OLMo 3 model config at a tiny size
+(TransformerConfig.olmo3_1M, SwiGLU width 32, a 16-token sliding window), SkipStepAdamW with the
+OLMo 3 weight-decay groups, its CosWithWarmup scheduler, z-loss and clipping through
+TransformerTrainModule (micro-batches of 2 instances, its loss normalisation, the repetition filter
+on), its NumpyFSLDataset and NumpyDataLoader over token files, and its Trainer loop, in a
+single-process gloo process group.
+
+  curve       tests/fixtures/olmo_core/: the token files, the step-0 weights (OLMo-core's init, as a
+              tandem model directory), the tandem config of the same recipe, and OLMo-core's
+              per-step loss, z-loss, grad norm, lr and skip flag for 100 steps plus its final weights.
+  checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
+              into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
+              imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
+
+Every piece named above is OLMo-core's own class; what differs from AI2's GPU runs:
+- the process group: OLMo-core's scripts initialise NCCL; prepare_training_environment(
+  backend="gloo") makes a one-rank CPU group (OLMo-core bootstraps the single-process rendezvous);
+- attention: OLMo 3's config names flash_2; on a CPU OLMo-core itself falls back ("Backend is set
+  to flash_2, but GPUs are not available. Defaulting to torch.") to its torch backend (SDPA with its
+  own sliding-window mask), which this script names directly;
+- the curve run turns OLMo-core's step-0 checkpoint off (see build_trainer).
+Run it on an otherwise idle machine; it pins torch to one thread.
+
+Usage (from the repository root, with ai2-olmo-core installed):
+  python tools/olmo_core_trainer.py curve
+  python tools/olmo_core_trainer.py checkpoint [--tandem build/tandem] [--work DIR]
+(`checkpoint` reads the token files and curve.yaml that `curve` writes; with --tandem it also runs
+tandem's side of the round trip and records the results.)
+"""
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "fixtures", "olmo_core")
+
+# The recipe, shared by OLMo-core's run and the tandem config written next to it.
+VOCAB = 500  # tokenizer vocabulary; the model pads it to 512 rows (OLMo-core's padded_vocab_size)
+EOS, PAD = 0, 1
+SEQ = 64
+INSTANCES_PER_BATCH = 8
+MICRO_BATCH_INSTANCES = 2  # AI2's rank_microbatch_size = 2 * sequence length
+DATA_SEED = 34521
+INIT_SEED = 4242
+STEPS = 100
+LR = 5e-4
+WARMUP = 10
+ALPHA_F = 0.1
+WINDOW = 16
+SKIP_WINDOW = 32  # rolling_interval_length: the rule is active from step 16 on
+SKIP_SIGMA = 2
+FILE_TOKENS = [9000, 13000, 7000, 11500]  # about 1.2 epochs of 8 x 64-token batches
+
+
+def versions():
+    return {"torch": version("torch"), "ai2-olmo-core": version("ai2-olmo-core"),
+            "numpy": version("numpy"), "python": sys.version.split()[0]}
+
+
+# ----------------------------------------------------------------------------------------------
+# Data: a small bigram language (so the loss falls) with runs that the repetition filter rejects.
+def write_token_files(folder):
+    rng = np.random.default_rng(20251130)
+    # Each token has a few likely successors; EOS (0) ends documents of 30-300 tokens.
+    successors = rng.integers(2, VOCAB, size=(VOCAB, 4))
+    paths = []
+    for i, n in enumerate(FILE_TOKENS):
+        toks = np.empty(n, dtype=np.int64)
+        t = int(rng.integers(2, VOCAB))
+        doc_left = int(rng.integers(30, 300))
+        for k in range(n):
+            toks[k] = t
+            doc_left -= 1
+            if doc_left == 0:
+                t, doc_left = EOS, int(rng.integers(30, 300))
+            elif rng.random() < 0.15:
+                t = int(rng.integers(2, VOCAB))
+            else:
+                t = int(successors[t, rng.integers(0, 4)])
+        # Degenerate spans as crawled text has them: one token 150 times, a 2-token pattern 75
+        # times. Any 64-token instance inside them is rejected by the filter (>= 32 repeats).
+        for start in range(1000 + 500 * i, n - 400, 4000):
+            toks[start:start + 150] = int(rng.integers(2, VOCAB))
+            toks[start + 200:start + 350] = np.tile(rng.integers(2, VOCAB, 2), 75)
+        path = os.path.join(folder, f"part-{i:02d}.npy")
+        toks.astype(np.uint16).tofile(path)  # headerless, OLMo-core's format
+        paths.append(path)
+    return paths
+
+
+# ----------------------------------------------------------------------------------------------
+def olmo_configs(data_paths, work_dir, save_folder, steps):
+    from olmo_core.data import NumpyDataLoaderConfig, NumpyFSLDatasetConfig, TokenizerConfig
+    from olmo_core.data.numpy_dataset import InstanceFilterConfig
+    from olmo_core.nn.attention import AttentionBackendName, SlidingWindowAttentionConfig
+    from olmo_core.nn.transformer import TransformerConfig
+    from olmo_core.optim import CosWithWarmup, OptimGroupOverride, SkipStepAdamWConfig
+    from olmo_core.train import Duration, TrainerConfig
+    from olmo_core.train.train_module import TransformerTrainModuleConfig
+
+    tokenizer = TokenizerConfig(vocab_size=VOCAB, eos_token_id=EOS, pad_token_id=PAD)
+    model = TransformerConfig.olmo3_1M(
+        vocab_size=tokenizer.padded_vocab_size(),  # 512: 12 rows no token id reaches
+        attn_backend=AttentionBackendName.torch,
+        hidden_size_multiple_of=32,  # SwiGLU width 32 (int(8 * 12 / 3)) instead of 256: small files
+        sliding_window=SlidingWindowAttentionConfig(
+            pattern=[WINDOW, WINDOW, WINDOW, -1], force_full_attention_on_first_layer=False,
+            force_full_attention_on_last_layer=True))
+    dataset = NumpyFSLDatasetConfig(
+        paths=list(data_paths), tokenizer=tokenizer, sequence_length=SEQ,
+        instance_filter_config=InstanceFilterConfig(), work_dir=work_dir)
+    loader = NumpyDataLoaderConfig(global_batch_size=INSTANCES_PER_BATCH * SEQ, seed=DATA_SEED,
+                                   num_workers=0, work_dir=work_dir)
+    train_module = TransformerTrainModuleConfig(
+        rank_microbatch_size=MICRO_BATCH_INSTANCES * SEQ,
+        max_sequence_length=SEQ,
+        optim=SkipStepAdamWConfig(
+            lr=LR, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8,
+            rolling_interval_length=SKIP_WINDOW, sigma_factor=SKIP_SIGMA,
+            group_overrides=[OptimGroupOverride(params=["embeddings.weight"],
+                                                opts={"weight_decay": 0.0})]),
+        scheduler=CosWithWarmup(warmup=WARMUP, alpha_f=ALPHA_F),
+        z_loss_multiplier=1e-5,
+        max_grad_norm=1.0)
+    trainer = TrainerConfig(save_folder=save_folder, work_dir=work_dir, save_overwrite=True,
+                            max_duration=Duration.steps(steps), metrics_collect_interval=1,
+                            cancel_check_interval=1000)
+    return model, dataset, loader, train_module, trainer
+
+
+class StepRecorder:
+    """An OLMo-core Callback (built lazily, after olmo_core is imported) keeping each step's
+    metrics as OLMo-core's trainer reports them."""
+
+    def __new__(cls):
+        from olmo_core.train.callbacks import Callback
+
+        class _Recorder(Callback):
+            def __init__(self):
+                super().__init__()
+                self.records = []
+
+            def log_metrics(self, step, metrics):
+                if "train/CE loss" not in metrics:
+                    return  # e.g. the step-0 checkpoint's timing
+                self.records.append({
+                    "step": step,
+                    "train/loss": float(metrics["train/CE loss"]),
+                    "train/z_loss": float(metrics["train/Z loss"]),
+                    "train/grad_norm": float(metrics["optim/total grad norm"]),
+                    "lr": float(metrics["optim/LR (group 0)"]),
+                    "skipped": bool(float(metrics["optim/step skipped"]) > 0.5),
+                    "masked_instances": float(metrics.get("train/masked instances (%)", 0.0)),
+                })
+
+        return _Recorder()
+
+
+def build_trainer(data_paths, work_dir, save_folder, steps, load_path=None, checkpoint_every=None,
+                  hard_stop=None):
+    from olmo_core.train import Duration
+    from olmo_core.train.callbacks import CheckpointerCallback
+    from olmo_core.utils import seed_all
+
+    model_cfg, dataset_cfg, loader_cfg, tm_cfg, trainer_cfg = olmo_configs(
+        data_paths, work_dir, save_folder, steps)
+    if load_path is not None:
+        trainer_cfg.load_path = load_path
+    if hard_stop is not None:
+        trainer_cfg.hard_stop = Duration.steps(hard_stop)
+    recorder = StepRecorder()
+    trainer_cfg = trainer_cfg.with_callback("recorder", recorder)
+    # OLMo-core's checkpointer saves a step-0 checkpoint by default; taking the optimizer state
+    # dict then runs torch's _init_optim_state, a zero-gradient SkipStepAdamW step that leaves
+    # weights and moments alone but sets every Adam step count to 1, so the first real update
+    # is bias-corrected as step 2. AI2's runs (and run A of `checkpoint`) have that offset; the
+    # curve run turns the step-0 checkpoint off so that Adam starts at 0, as tandem's does.
+    trainer_cfg = trainer_cfg.with_callback("checkpointer", CheckpointerCallback(
+        save_interval=checkpoint_every or 10**9, ephemeral_save_interval=None, save_async=False,
+        pre_train_checkpoint=checkpoint_every is not None))
+    seed_all(INIT_SEED)
+    model = model_cfg.build(init_device="cpu")
+    train_module = tm_cfg.build(model, device=torch.device("cpu"))
+    dataset = dataset_cfg.build()
+    loader = loader_cfg.build(dataset, dp_process_group=train_module.dp_process_group)
+    trainer = trainer_cfg.build(train_module, loader)
+    # The config holds a copy: the recorder that runs is the trainer's.
+    return trainer, train_module, trainer.callbacks["recorder"], model_cfg
+
+
+# ----------------------------------------------------------------------------------------------
+def tandem_model_yaml(model_cfg):
+    """The tiny OLMo 3 as a tandem model section, read off OLMo-core's built config."""
+    block = model_cfg.block
+    att = block.sequence_mixer if hasattr(block, "sequence_mixer") else block.attention
+    n_layers = model_cfg.n_layers
+    windows = [att.sliding_window._get_window_size(i, n_layers) for i in range(n_layers)]
+    return {
+        "d_model": model_cfg.d_model, "n_layers": n_layers, "n_heads": att.n_heads,
+        "n_kv_heads": att.n_kv_heads or att.n_heads, "head_dim": model_cfg.d_model // att.n_heads
+        if getattr(att, "head_dim", None) is None else att.head_dim,
+        "hidden_size": block.feed_forward.hidden_size, "vocab_size": VOCAB,
+        "embedding_size": model_cfg.vocab_size, "rope_theta": float(att.rope.theta),
+        "layer_norm_eps": float(block.layer_norm.eps), "max_sequence_length": SEQ,
+        # Per-layer windows as OLMo-core derived them (-1 = full attention).
+        "sliding_window": {"pattern": windows, "force_full_attention_on_first_layer": False,
+                           "force_full_attention_on_last_layer": False},
+    }
+
+
+def write_tandem_model(folder, model_section, state_dict):
+    import yaml
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "model.yaml"), "w") as f:
+        yaml.safe_dump({"model": model_section}, f, sort_keys=False, default_flow_style=None)
+    save_file({k: v.detach().float().contiguous() for k, v in state_dict.items()},
+              os.path.join(folder, "model.safetensors"))
+
+
+def tandem_run_config(model_section, data_files, steps):
+    """tandem's config for the same recipe (relative paths: it lives next to the data)."""
+    return {
+        "run_name": "olmo-core-curve",
+        "model": model_section,
+        "data": {
+            "paths": data_files, "sequence_length": SEQ,
+            "global_batch_size": INSTANCES_PER_BATCH * SEQ, "micro_batch_size":
+            MICRO_BATCH_INSTANCES, "seed": DATA_SEED, "vocab_size": VOCAB,
+            "eos_token_id": EOS, "pad_token_id": PAD, "instance_filter_config": {}},
+        "optim": {"name": "skip_step_adamw", "lr": LR, "betas": [0.9, 0.95], "eps": 1e-8,
+                  "weight_decay": 0.1, "max_grad_norm": 1.0, "z_loss_multiplier": 1e-5,
+                  "rolling_interval_length": SKIP_WINDOW, "sigma_factor": SKIP_SIGMA},
+        "scheduler": {"name": "cos_with_warmup", "warmup": WARMUP, "alpha_f": ALPHA_F},
+        "trainer": {"save_folder": "runs/olmo-core-curve", "max_steps": steps, "seed": 1,
+                    "progress": False},
+        "evaluation": {"interval": 0, "sets": []},
+    }
+
+
+def skip_margins(records):
+    """How far each active step was from the skip threshold, relative to the loss: a decision
+    this close could flip with last-digit differences, so the fixture reports the closest."""
+    out = []
+    losses, norms = [], []
+    for r in records:
+        losses.append(r["train/loss"])
+        norms.append(r["train/grad_norm"])
+        losses, norms = losses[-(SKIP_WINDOW + 1):], norms[-(SKIP_WINDOW + 1):]
+        if len(losses) < max(2, SKIP_WINDOW // 2):
+            continue
+        for hist in (losses, norms):
+            prev = np.asarray(hist[:-1], dtype=np.float64)
+            margin = (hist[-1] - prev.mean()) - SKIP_SIGMA * prev.std(ddof=1)
+            out.append(abs(margin) / abs(hist[-1]))
+    return min(out) if out else None
+
+
+def curve(a):
+    import yaml
+    from olmo_core.train import prepare_training_environment, teardown_training_environment
+
+    global OUT
+    OUT = a.out or OUT
+    torch.set_num_threads(a.threads)
+    os.makedirs(OUT, exist_ok=True)
+    paths = write_token_files(OUT)
+    prepare_training_environment(seed=INIT_SEED, backend="gloo")
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer, tm, recorder, model_cfg = build_trainer(
+            paths, os.path.join(tmp, "work"), os.path.join(tmp, "save"), STEPS)
+        model_section = tandem_model_yaml(model_cfg)
+        write_tandem_model(os.path.join(OUT, "init"), model_section, tm.model.state_dict())
+        trainer.fit()
+        final = {k: v.detach().float().contiguous() for k, v in tm.model.state_dict().items()}
+    teardown_training_environment()
+    save_file(final, os.path.join(OUT, "curve_final.safetensors"))
+    records = recorder.records
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1)), [r["step"] for r in records]
+    rejected_steps = [r["step"] for r in records if r["masked_instances"] > 0]
+    skipped = [r["step"] for r in records if r["skipped"]]
+    with open(os.path.join(OUT, "curve.yaml"), "w") as f:
+        f.write("# Written by tools/olmo_core_trainer.py curve: the recipe OLMo-core's trainer ran\n"
+                "# for curve_reference.json, for tandem (init_from: init/).\n")
+        yaml.safe_dump(tandem_run_config(model_section, [os.path.basename(p) for p in paths],
+                                         STEPS), f, sort_keys=False, default_flow_style=None)
+    with open(os.path.join(OUT, "curve_reference.json"), "w") as f:
+        json.dump({"reference": "OLMo-core Trainer + TransformerTrainModule + SkipStepAdamW + "
+                                "CosWithWarmup + NumpyFSLDataset/NumpyDataLoader (CPU, fp32, "
+                                "single-process gloo group)",
+                   "versions": versions(), "steps": records,
+                   "steps_with_rejected_instances": rejected_steps, "skipped_steps": skipped,
+                   "closest_skip_margin_rel": skip_margins(records)}, f, indent=1)
+    print(f"steps with filter-rejected instances: {rejected_steps}")
+    print(f"skipped steps: {skipped}; closest skip margin (rel): {skip_margins(records)}")
+    print(f"loss: step 1 {records[0]['train/loss']:.5f}, step {STEPS} "
+          f"{records[-1]['train/loss']:.5f}")
+
+
+CKPT_STEP = 10       # OLMo-core checkpoints after this many steps ...
+CONTINUE_STEPS = 20  # ... and both trainers continue this many steps from it
+
+
+def checkpoint_state(train_module):
+    """Every weight and Adam moment/step of an OLMo-core train module, by parameter name."""
+    out = {}
+    opt = train_module.optim
+    for n, p in train_module.model.named_parameters():
+        out[f"model.{n}"] = p.detach().clone()
+        st = opt.state.get(p, {})
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            if k in st:
+                out[f"optim.{n}.{k}"] = st[k].detach().clone()
+    return out
+
+
+def olmo_core_loads(ckpt_dir, data_paths, work):
+    """A fresh OLMo-core train module (the recipe's) loading ckpt_dir with OLMo-core's
+    Checkpointer, as its Trainer does on resume."""
+    from olmo_core.train.checkpoint import Checkpointer
+
+    _, _, _, tm_cfg, _ = olmo_configs(data_paths, work, work, STEPS)
+    model_cfg = olmo_configs(data_paths, work, work, STEPS)[0]
+    tm = tm_cfg.build(model_cfg.build(init_device="cpu"), device=torch.device("cpu"))
+    state = Checkpointer(work_dir=os.path.join(work, "ckpt")).load(ckpt_dir, tm)
+    return checkpoint_state(tm), state
+
+
+def identical(a, b):
+    """Names that differ (bitwise) between two checkpoint_state dicts, and how many compared."""
+    bad = sorted(set(a) ^ set(b))
+    bad += [k for k in sorted(set(a) & set(b)) if not torch.equal(a[k], b[k])]
+    return bad, len(set(a) & set(b))
+
+
+def tandem_continues(tandem, imported, steps, tmp):
+    """tandem resuming from the imported checkpoint (as its own run directory's) to `steps`."""
+    run = os.path.join(tmp, "tandem_run")
+    shutil.copytree(os.path.dirname(imported), os.path.join(run, "checkpoints"))
+    cmd = [tandem, "train", os.path.join(OUT, "curve.yaml"), f"trainer.max_steps={steps}",
+           f"trainer.save_folder={run}"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"tandem failed: {r.stdout[-3000:]}{r.stderr[-3000:]}")
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        metrics = [json.loads(l) for l in f if l.strip()]
+    return run, metrics
+
+
+def checkpoint(a):
+    from olmo_core.train import prepare_training_environment, teardown_training_environment
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from olmo_core_checkpoint import export_checkpoint, import_checkpoint
+
+    torch.set_num_threads(1)
+    paths = [os.path.join(OUT, f"part-{i:02d}.npy") for i in range(len(FILE_TOKENS))]
+    if not all(os.path.exists(p) for p in paths):
+        sys.exit("run `olmo_core_trainer.py curve` first (it writes the token files)")
+    work = a.work or tempfile.mkdtemp()
+    shutil.rmtree(work, ignore_errors=True)
+    total = CKPT_STEP + CONTINUE_STEPS
+    prepare_training_environment(seed=INIT_SEED, backend="gloo")
+    # Run A: the recipe toward `total` steps, stopped at CKPT_STEP (a hard stop, as AI2 ended its
+    # 7B part 1), checkpointed there by OLMo-core's checkpointer.
+    trainer, _, _, _ = build_trainer(paths, os.path.join(work, "data"), os.path.join(work, "a"),
+                                     total, checkpoint_every=CKPT_STEP, hard_stop=CKPT_STEP)
+    trainer.fit()
+    olmo_ckpt = os.path.join(work, "a", f"step{CKPT_STEP}")
+    # Run B: OLMo-core's trainer loading that checkpoint (weights, moments, trainer and data
+    # state) and continuing.
+    trainer, _, recorder, _ = build_trainer(paths, os.path.join(work, "data"),
+                                            os.path.join(work, "b"), total, load_path=olmo_ckpt)
+    trainer.fit()
+    continuation = recorder.records
+    assert [r["step"] for r in continuation] == list(range(CKPT_STEP + 1, total + 1))
+    teardown_training_environment()  # OLMo-core reads and writes whole checkpoints undistributed
+
+    # Import (the committed tandem checkpoint), then the round trips.
+    imported = import_checkpoint(olmo_ckpt, os.path.relpath(os.path.join(OUT, "curve.yaml"), ROOT),
+                                 os.path.join(OUT, "imported"))
+    original, _ = olmo_core_loads(olmo_ckpt, paths, os.path.join(work, "load0"))
+    exported = export_checkpoint(imported, os.path.join(work, "export_imported"),
+                                 os.path.join(OUT, "curve.yaml"))
+    reloaded, trainer_state = olmo_core_loads(exported, paths, os.path.join(work, "load1"))
+    bad, compared = identical(original, reloaded)
+    round_trip = {"import_export_olmo_core_load": {"tensors_compared": compared,
+                                                    "differing": bad,
+                                                    "step": trainer_state["global_step"]}}
+    print(f"import -> export -> OLMo-core load: {compared} tensors, differing: {bad}")
+    # Run C: OLMo-core's trainer resuming the exported checkpoint must train as run B did.
+    prepare_training_environment(seed=INIT_SEED, backend="gloo")
+    trainer, _, recorder, _ = build_trainer(paths, os.path.join(work, "data"),
+                                            os.path.join(work, "c"), total, load_path=exported)
+    trainer.fit()
+    teardown_training_environment()
+    same = [r == s for r, s in zip(recorder.records, continuation)]
+    round_trip["olmo_core_resumes_export"] = {"steps": len(recorder.records),
+                                              "steps_identical_to_resuming_its_own": sum(same)}
+    print(f"OLMo-core resuming the export: {sum(same)} of {len(recorder.records)} steps "
+          f"identical to resuming its own checkpoint")
+    if a.tandem:
+        with tempfile.TemporaryDirectory() as tmp:
+            run, metrics = tandem_continues(a.tandem, imported, total, tmp)
+            worst = max(abs(m["train/loss"] - r["train/loss"]) / abs(r["train/loss"])
+                        for m, r in zip(metrics, continuation))
+            ours = os.path.join(run, "checkpoints", f"step-{total:06d}")
+            exported = export_checkpoint(ours, os.path.join(work, "export_tandem"),
+                                         os.path.join(OUT, "curve.yaml"))
+            reloaded, trainer_state = olmo_core_loads(exported, paths, os.path.join(work, "l2"))
+            from olmo_core_checkpoint import read_tandem_checkpoint
+            _, w, mom, adam_step, _ = read_tandem_checkpoint(ours)
+            theirs = {f"model.{n}": t for n, t in w.items()}
+            for n, (m1, m2) in mom.items():
+                theirs[f"optim.{n}.exp_avg"], theirs[f"optim.{n}.exp_avg_sq"] = m1, m2
+                theirs[f"optim.{n}.step"] = torch.tensor(float(adam_step))
+            bad2, compared2 = identical(theirs, reloaded)
+        round_trip["tandem_continuation_vs_olmo_core"] = {"steps": len(metrics),
+                                                          "worst_loss_rel_diff": worst}
+        round_trip["tandem_checkpoint_export_olmo_core_load"] = {
+            "tensors_compared": compared2, "differing": bad2,
+            "step": trainer_state["global_step"]}
+        print(f"tandem continuing {len(metrics)} steps: worst loss rel diff {worst:.3g}")
+        print(f"tandem step-{total} checkpoint -> export -> OLMo-core load: {compared2} tensors, "
+              f"differing: {bad2}")
+    with open(os.path.join(OUT, "checkpoint_reference.json"), "w") as f:
+        json.dump({"reference": "OLMo-core Trainer resuming its own step-"
+                                f"{CKPT_STEP} checkpoint (load_path), {CONTINUE_STEPS} steps",
+                   "note": "run A saved OLMo-core's default step-0 checkpoint, so its Adam step "
+                           "count is one ahead of the trainer step (as in AI2's runs); the "
+                           "imported checkpoint carries it over",
+                   "versions": versions(), "checkpoint_step": CKPT_STEP, "max_steps": total,
+                   "steps": continuation, "round_trip": round_trip}, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["curve", "checkpoint"])
+    ap.add_argument("--work", default=None, help="checkpoint: where OLMo-core's runs go")
+    ap.add_argument("--out", default=None,
+                    help="curve: write here instead of tests/fixtures/olmo_core (a spread check)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="curve: torch threads (1 for the fixture; 2 measures the rounding spread)")
+    ap.add_argument("--tandem", default=None,
+                    help="checkpoint: the tandem binary, for the tandem side of the round trip")
+    a = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if a.what == "curve":
+        curve(a)
+    else:
+        checkpoint(a)
+
+
+if __name__ == "__main__":
+    main()
