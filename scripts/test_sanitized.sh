@@ -15,7 +15,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 suppressions="suppressions=$PWD/../scripts/lsan_suppressions.txt:print_suppressions=0"
 # Tests that launch mpirun: OpenMPI's progress threads leak a little, and only the slow (DWARF)
 # unwinder sees far enough up their stacks to match the suppressions; the rest keep the fast one.
-mpi_tests='^(DataParallel|Faults|Zero1|NcclCommunicator|NcclTraining)\.|DeadRankDuringASave'
+mpi_tests='^(DataParallel|Faults|Zero1|NcclCommunicator|NcclTraining|CommunicatorSelection)\.|DeadRankDuringASave'
 status=0
 LSAN_OPTIONS="$suppressions" OMP_WAIT_POLICY=passive \
   ctest --output-on-failure -j "$(nproc)" --timeout 900 -E "$mpi_tests" || status=1
