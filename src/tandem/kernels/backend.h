@@ -11,6 +11,7 @@
 // given backend and thread count (no atomics on floats, fixed reduction orders).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -65,6 +66,11 @@ class Backend {
   void zero(const Tensor& dst);                     // any dtype: all bits zero
   // Waits for queued work (a no-op where ops are synchronous).
   virtual void synchronize() {}
+  // Bytes held by this backend's live Buffers, and the most held at once since construction or
+  // the last reset_peak_bytes() (what `tandem plan` predicts; kernels' own scratch not included).
+  std::int64_t bytes_in_use() const { return bytes_in_use_.load(); }
+  std::int64_t peak_bytes() const { return peak_bytes_.load(); }
+  void reset_peak_bytes() { peak_bytes_.store(bytes_in_use_.load()); }
 
   // ---- dense algebra ----
   // C = alpha * op(A) * op(B) + beta * C for 2-D f32 tensors, op(X) = X or X^T.
@@ -150,6 +156,7 @@ class Backend {
 
  protected:
   friend class Buffer;
+  void count_allocation(std::int64_t bytes);  // Buffer: +bytes on allocation, -bytes on release
   virtual void* do_allocate(std::size_t bytes) = 0;
   virtual void do_free(void* data) = 0;
   virtual void do_upload(const Tensor& dst, const void* host) = 0;
@@ -193,6 +200,10 @@ class Backend {
   virtual double do_sum_of_squares(const Tensor& x) = 0;
   virtual void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                                const AdamWScalars& s) = 0;
+
+ private:
+  std::atomic<std::int64_t> bytes_in_use_{0};
+  std::atomic<std::int64_t> peak_bytes_{0};
 };
 
 // The names `backend:` accepts in a config, and the backends built into this binary.
