@@ -1,0 +1,46 @@
+// bfloat16 on the CPU: storage as the upper 16 bits of an IEEE float, conversions with
+// round-to-nearest-even giving the same bits as torch's `.to(torch.bfloat16)` (NaN becomes the
+// canonical quiet NaN 0x7FC0, as torch's round_to_nearest_even), and bf16 GEMMs with fp32
+// accumulation (oneDNN's bf16 matmul where the CPU has native bf16 instructions, else an exact
+// conversion to fp32 and the fp32 GEMM: a product of two bf16 values is exact in fp32).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <string>
+
+namespace tandem::kernels::cpu {
+
+using bf16 = std::uint16_t;
+
+inline bf16 f32_to_bf16(float v) {
+  std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  // Adding 0x7FFF plus the lowest kept bit rounds half to even; a carry into the exponent is the
+  // correct result (up to infinity).
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<bf16>(bits >> 16);
+}
+
+inline float bf16_to_f32(bf16 v) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16);
+}
+
+// n values, in parallel.
+void to_f32(const bf16* src, float* dst, std::int64_t n);
+void to_bf16(const float* src, bf16* dst, std::int64_t n);
+// Rounds fp32 values to the nearest bf16 in place (dst stays fp32).
+void round_to_bf16(float* x, std::int64_t n);
+
+// Which bf16 GEMM runs: "onednn" (native bf16 instructions: avx512_bf16 or AMX) or "fp32"
+// (convert exactly, then the fp32 GEMM). TANDEM_CPU_BF16_GEMM=fp32|onednn forces one.
+enum class Bf16GemmPath { kOneDnn, kFp32 };
+Bf16GemmPath bf16_gemm_path();
+std::string bf16_gemm_path_name();
+
+// C[M,N] (fp32) = op(A) * op(B) + beta * C with A, B bf16, fp32 accumulation. Row-major.
+void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+               const bf16* A, std::int64_t lda, const bf16* B, std::int64_t ldb, float beta,
+               float* C, std::int64_t ldc);
+
+}  // namespace tandem::kernels::cpu
