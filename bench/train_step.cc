@@ -4,7 +4,8 @@
 // step on the same machine in the same run.
 //
 // Usage: bench_train_step [--config configs/models/olmo3-50m.yaml] [--batch 4] [--seq 512]
-//                         [--steps 3] [--no-torch]
+//                         [--steps 3] [--recompute none|full|selective] [--no-torch]
+// With --recompute it also prints the activation bytes kept and the backend's peak bytes.
 #include <omp.h>
 
 #include <chrono>
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   std::string config_path = "configs/models/olmo3-50m.yaml";
   std::int64_t B = 4, T = 512, steps = 3;
   bool torch = true;
+  std::string recompute = "none";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
       T = std::stoll(next());
     else if (a == "--steps")
       steps = std::stoll(next());
+    else if (a == "--recompute")
+      recompute = next();
     else if (a == "--no-torch")
       torch = false;
     else {
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<tandem::kernels::Backend> backend = tandem::kernels::make_backend("cpu");
   tandem::model::Olmo3Model model(config, *backend);
   model.init_weights(1);
+  model.set_recompute(tandem::model::parse_recompute(recompute, "--recompute"));
   std::mt19937_64 rng(7);
   std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T));
   for (auto& id : ids)
@@ -96,6 +101,9 @@ int main(int argc, char** argv) {
   j["fraction_of_ceiling"] = gflops / ceiling;
   j["peak_gflops"] = peak;
   j["mfu"] = gflops / peak;
+  j["recompute"] = recompute;
+  j["activation_bytes"] = model.activation_bytes(B * T);
+  j["backend_peak_bytes"] = backend->peak_bytes();
   fmt::print(
       "tandem: {:.0f} tokens/s, {:.3f} s/step, {:.1f} GFLOP/s = MFU {:.1f}% of the stated peak "
       "({:.1f} GFLOP/s: {}) and {:.1f}% of the measured fp32 GEMM ceiling ({:.1f} GFLOP/s), {} "
@@ -103,6 +111,8 @@ int main(int argc, char** argv) {
       tokens_per_s, dt, gflops, 100.0 * gflops / peak, peak,
       backend->describe_peak(tandem::kernels::DType::f32), 100.0 * gflops / ceiling, ceiling,
       omp_get_max_threads());
+  fmt::print("recompute {}: {} bytes of activations kept, {} bytes at the backend's peak\n",
+             recompute, model.activation_bytes(B * T), backend->peak_bytes());
   if (torch) {
     std::string cmd = fmt::format(
         "python3 tools/bench_torch_train_step.py --config {} --batch {} --seq {} --steps {} "

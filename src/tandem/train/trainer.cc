@@ -61,6 +61,7 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
   fs::create_directories(run_dir_);
   backend_ = kernels::make_backend(config_.backend);
   model_ = std::make_unique<model::Olmo3Model>(config_.model, *backend_);
+  model_->set_recompute(config_.trainer.recompute);
   optimizer_ = make_optimizer(config_, *backend_, *model_, comm_);
   loader_ = std::make_unique<data::Loader>(config_.data);
   StepOptions options;
@@ -95,11 +96,12 @@ void Trainer::log_memory() const {
   const std::int64_t moments = optimizer_->moment_bytes(), full = optimizer_->full_moment_bytes();
   log(
       fmt::format("memory per rank: parameters {} (fp32), gradients {} (fp32), Adam moments {} "
-                  "(fp32{}), saved activations {} (fp32, {} tokens per micro-batch)",
+                  "(fp32{}), saved activations {} (fp32, {} tokens per micro-batch, recompute {})",
                   bytes(static_cast<std::int64_t>(model_->params().bytes())),
                   bytes(static_cast<std::int64_t>(model_->grads().bytes())), bytes(moments),
                   moments < full ? "; sharded, replicated " + bytes(full) : std::string(),
-                  bytes(model_->activation_bytes(rank_tokens)), rank_tokens));
+                  bytes(model_->activation_bytes(rank_tokens)), rank_tokens,
+                  model::recompute_name(model_->recompute())));
 }
 
 void Trainer::initialise_weights() {
