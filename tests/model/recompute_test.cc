@@ -79,6 +79,11 @@ Result run(const Case& c, Recompute policy) {
   r.held_bytes = backend->bytes_in_use();
   r.peak_bytes = backend->peak_bytes();
   r.activation_bytes = m.activation_bytes(N);
+  // Everything the backend holds is counted: parameters, gradients, activations, workspace, RoPE.
+  EXPECT_EQ(r.activation_bytes, model::Olmo3Model::activation_bytes(m.config(), policy, N));
+  EXPECT_EQ(r.held_bytes, 2 * 4 * m.layout().total() + r.activation_bytes +
+                              model::Olmo3Model::workspace_bytes(m.config(), N) +
+                              model::Olmo3Model::rope_table_bytes(m.config(), c.T));
   return r;
 }
 

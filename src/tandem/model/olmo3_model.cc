@@ -119,24 +119,23 @@ int saving_level(Recompute policy) {
 }
 }  // namespace
 
-std::vector<Olmo3Model::ActivationField> Olmo3Model::activation_fields() const {
-  const ModelConfig& c = config_;
+std::vector<Olmo3Model::ActivationField> Olmo3Model::activation_fields(const ModelConfig& c) {
   const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
   using A = BlockActivations;
   // Selective keeps the attention module's matmul outputs, the attention output and its lse
   // (the expensive part to recompute), and recomputes the norms, RoPE and the MLP.
   return {
-      {&A::input, d, 3},       {&A::q_proj, qw, 2},   {&A::k_proj, kw, 2},
-      {&A::q_rstd, 1, 1},      {&A::k_rstd, 1, 1},    {&A::q, qw, 1},
-      {&A::k, kw, 1},          {&A::v, kw, 2},        {&A::attn, qw, 2},
-      {&A::lse, c.n_heads, 2}, {&A::attn_proj, d, 2}, {&A::attn_proj_rstd, 1, 1},
-      {&A::h, d, 1},           {&A::gate, hid, 1},    {&A::up, hid, 1},
-      {&A::mlp_act, hid, 1},   {&A::mlp_proj, d, 1},  {&A::mlp_proj_rstd, 1, 1},
+      {&A::input, d, false, 3},      {&A::q_proj, qw, false, 2},   {&A::k_proj, kw, false, 2},
+      {&A::q_rstd, 1, true, 1},      {&A::k_rstd, 1, true, 1},     {&A::q, qw, false, 1},
+      {&A::k, kw, false, 1},         {&A::v, kw, false, 2},        {&A::attn, qw, false, 2},
+      {&A::lse, c.n_heads, true, 2}, {&A::attn_proj, d, false, 2}, {&A::attn_proj_rstd, 1, true, 1},
+      {&A::h, d, false, 1},          {&A::gate, hid, false, 1},    {&A::up, hid, false, 1},
+      {&A::mlp_act, hid, false, 1},  {&A::mlp_proj, d, false, 1},  {&A::mlp_proj_rstd, 1, true, 1},
   };
 }
 
-bool Olmo3Model::keeps(const ActivationField& f) const {
-  return saving_level(recompute_) < f.recomputed_from;
+bool Olmo3Model::keeps(Recompute policy, const ActivationField& f) {
+  return saving_level(policy) < f.recomputed_from;
 }
 
 void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
@@ -152,8 +151,8 @@ void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
   // Free first: the old and new sets never coexist.
   for (BlockActivations& a : blocks_) a = BlockActivations{};
   activation_buffers_.clear();
-  for (const ActivationField& f : activation_fields()) {
-    if (keeps(f)) {
+  for (const ActivationField& f : activation_fields(c)) {
+    if (keeps(recompute_, f)) {
       for (BlockActivations& a : blocks_) {
         activation_buffers_.push_back(f32(N * f.width));
         a.*f.member = activation_buffers_.back().tensor();
@@ -184,11 +183,26 @@ void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
   capacity_tokens_ = N;
 }
 
-std::int64_t Olmo3Model::activation_bytes(std::int64_t tokens) const {
-  std::int64_t per_token = 0;  // floats
-  for (const ActivationField& f : activation_fields())
-    per_token += keeps(f) ? f.width * config_.n_layers : (config_.n_layers > 0 ? f.width : 0);
-  return static_cast<std::int64_t>(sizeof(float)) * tokens * per_token;
+std::int64_t Olmo3Model::activation_bytes(const ModelConfig& c, Recompute policy,
+                                          std::int64_t tokens, std::int64_t value_bytes) {
+  std::int64_t per_token = 0;  // bytes
+  for (const ActivationField& f : activation_fields(c)) {
+    const std::int64_t sets = keeps(policy, f) ? c.n_layers : std::min<std::int64_t>(c.n_layers, 1);
+    per_token += sets * f.width * (f.statistic ? 4 : value_bytes);
+  }
+  return tokens * per_token;
+}
+
+std::int64_t Olmo3Model::workspace_bytes(const ModelConfig& c, std::int64_t tokens) {
+  const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
+  // ids, labels, doc_start, positions (i64); normed, final_input, final_normed, d_residual,
+  // d_branch; final_rstd; d_mlp_act, d_gate; d_attn, d_q; d_k, d_v (f32). As ensure_capacity.
+  return tokens * (4 * 8 + 4 * (5 * d + 1 + 2 * hid + 2 * qw + 2 * kw));
+}
+
+std::int64_t Olmo3Model::rope_table_bytes(const ModelConfig& c, std::int64_t T) {
+  const std::int64_t P = c.max_sequence_length > 0 ? c.max_sequence_length : T;
+  return 2 * 2 * P * (c.head_dim / 2) * 4;  // cos and sin, two attention types, f32
 }
 
 void Olmo3Model::attention_projections(std::int64_t l, std::int64_t N) {

@@ -79,7 +79,17 @@ class Olmo3Model {
   // Bytes of the activation buffers at B*T tokens under the current policy: what every block
   // keeps for its backward plus the one set the blocks share for what they recompute (exactly
   // what ensure_capacity allocates; the workspace is not included).
-  std::int64_t activation_bytes(std::int64_t tokens) const;
+  std::int64_t activation_bytes(std::int64_t tokens) const {
+    return activation_bytes(config_, recompute_, tokens);
+  }
+  // The same for any config and policy without a model (the planner, train/plan.h); with
+  // `value_bytes` 2 for a bf16 policy (norm statistics and the log-sum-exp stay fp32).
+  static std::int64_t activation_bytes(const ModelConfig& config, Recompute policy,
+                                       std::int64_t tokens, std::int64_t value_bytes = 4);
+  // Bytes of the scratch every block shares (Workspace) at `tokens` tokens, and of the RoPE
+  // tables for sequences of length T: the rest of what a forward and backward allocate.
+  static std::int64_t workspace_bytes(const ModelConfig& config, std::int64_t tokens);
+  static std::int64_t rope_table_bytes(const ModelConfig& config, std::int64_t T);
 
  private:
   // What one block's backward reads, named for what it holds: views of the activation buffers,
@@ -101,15 +111,17 @@ class Olmo3Model {
     kernels::Tensor mlp_proj;        // mlp_act w2^T, before feed_forward_norm kept by none
     kernels::Tensor mlp_proj_rstd;   // feed_forward_norm statistics           kept by none
   };
-  // One field of BlockActivations: its width per token and the first policy, in the order none
-  // (0) < selective (1) < full (2), that recomputes it (3: none does).
+  // One field of BlockActivations: its width per token, whether it is a statistic (kept fp32 under
+  // any precision), and the first policy, in the order none (0) < selective (1) < full (2), that
+  // recomputes it (3: none does).
   struct ActivationField {
     kernels::Tensor BlockActivations::*member;
     std::int64_t width;
+    bool statistic;
     int recomputed_from;
   };
-  std::vector<ActivationField> activation_fields() const;
-  bool keeps(const ActivationField& f) const;
+  static std::vector<ActivationField> activation_fields(const ModelConfig& config);
+  static bool keeps(Recompute policy, const ActivationField& f);
   // Scratch reused by every block.
   struct Workspace {
     kernels::Buffer ids, labels;            // the batch on the device (i64 [N])

@@ -35,6 +35,11 @@ std::vector<optim::ParamBuffer> parameter_buffers(const model::Olmo3Model& model
 std::unique_ptr<optim::Optimizer> make_optimizer(const RunConfig& config, kernels::Backend& backend,
                                                  model::Olmo3Model& model,
                                                  dist::Communicator& comm) {
+  TANDEM_CHECK(config.dist.strategy == dist::Strategy::kDdp ||
+                   config.dist.strategy == dist::Strategy::kZero1,
+               "{}: dist.strategy {} is not implemented by the trainer yet (ddp or zero1; `tandem "
+               "plan` models fsdp and hsdp)",
+               config.source, dist::strategy_name(config.dist.strategy));
   // ZeRO-1 with one rank is the replicated optimiser.
   if (config.dist.strategy == dist::Strategy::kZero1 && comm.world_size() > 1)
     return std::make_unique<dist::Zero1Optimizer>(backend, parameter_buffers(model), model.params(),
@@ -151,6 +156,8 @@ int Trainer::run() {
       config_.model.total_params(), max_steps, config_.data.global_batch_size,
       config_.data.instances_per_batch(), config_.data.sequence_length, comm_.world_size()));
   log_memory();
+  // The backend's peak from here on is the training step's (not the GEMM-ceiling measurement's).
+  backend_->reset_peak_bytes();
   double step_seconds = 0.0, step_comm_seconds = 0.0;
   while (counters_.step < max_steps) {
     int stop_signal = g_stop_signal.load();
@@ -174,6 +181,9 @@ int Trainer::run() {
     step_comm_seconds += comm_.seconds_in_collectives() - comm_before;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     step_seconds += dt;
+    if (counters_.step == first_step)  // what `tandem plan` predicts (docs/distributed.md)
+      log(fmt::format("backend memory per rank after the first step: {} held, peak {}",
+                      bytes(backend_->bytes_in_use()), bytes(backend_->peak_bytes())));
     ++counters_.step;
     counters_.tokens += r.tokens;
     if (r.skipped) ++counters_.skipped_steps;
