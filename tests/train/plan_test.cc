@@ -118,6 +118,21 @@ TEST(Plan, TheTrainerRefusesStrategiesItDoesNotImplement) {
   EXPECT_NE(r.output.find("dist.strategy fsdp is not implemented"), std::string::npos) << r.output;
 }
 
+TEST(Plan, TextReportNamesEveryItemAndComparesTheAlternatives) {
+  auto p = testing::run_tandem("plan " + std::string(TANDEM_SOURCE_DIR) +
+                               "/configs/olmo3-7b-stage1.yaml --world-size 64 --strategy fsdp "
+                               "--recompute selective --precision bf16");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  for (const char* text :
+       {"parameters", "gradients", "optimiser state", "activations", "workspace", "compute weights",
+        "unit gradients", "held by the backend", "fits of 141.00 GB", "tokens/s per device",
+        "does not shard", "alternatives at this world size", "zero1"})
+    EXPECT_NE(p.output.find(text), std::string::npos) << text << "\n" << p.output;
+  auto bad = testing::run_tandem("plan " + fixture("train/parity.yaml") + " --device tpu");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("unknown device 'tpu'"), std::string::npos) << bad.output;
+}
+
 TEST(Plan, DistKeysOfShardedStrategiesAreChecked) {
   auto parse = [](const std::string& yaml) {
     return dist::read_dist_config(io::ConfigSection(YAML::Load(yaml), "dist", "run.yaml"));
