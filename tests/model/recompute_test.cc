@@ -1,8 +1,9 @@
 // Activation recompute (model/recompute.h): with full and selective recompute the loss and every
 // gradient are bit-identical to keeping all activations on the CPU backend (deterministic at a
 // fixed thread count), on two small configs (GQA with sliding windows and intra-document masking;
-// plain MHA), over two accumulated micro-batches; and the activation memory the backend really
-// holds falls by exactly what Olmo3Model::activation_bytes says.
+// plain MHA), over two accumulated micro-batches, under the fp32 and the bf16 precision policy;
+// and the activation memory the backend really holds falls by exactly what
+// Olmo3Model::activation_bytes says.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -55,9 +56,9 @@ struct Result {
 };
 
 // Two micro-batches of random ids (fixed seed), gradients accumulated, on a backend of its own.
-Result run(const Case& c, Recompute policy) {
+Result run(const Case& c, Recompute policy, model::Precision precision = model::Precision::kFp32) {
   std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
-  model::Olmo3Model m(config_of(c), *backend);
+  model::Olmo3Model m(config_of(c), *backend, precision);
   m.init_weights(7);
   m.set_recompute(policy);
   const std::int64_t N = c.B * c.T;
@@ -80,33 +81,40 @@ Result run(const Case& c, Recompute policy) {
   r.peak_bytes = backend->peak_bytes();
   r.activation_bytes = m.activation_bytes(N);
   // Everything the backend holds is counted: parameters, gradients, activations, workspace, RoPE.
-  EXPECT_EQ(r.activation_bytes, model::Olmo3Model::activation_bytes(m.config(), policy, N));
-  EXPECT_EQ(r.held_bytes, 2 * 4 * m.layout().total() + r.activation_bytes +
-                              model::Olmo3Model::workspace_bytes(m.config(), N) +
+  const auto value_bytes =
+      static_cast<std::int64_t>(kernels::dtype_size(model::compute_dtype(precision)));
+  EXPECT_EQ(r.activation_bytes,
+            model::Olmo3Model::activation_bytes(m.config(), policy, N, value_bytes));
+  EXPECT_EQ(r.held_bytes, 2 * 4 * m.layout().total() + m.compute_weight_bytes() +
+                              r.activation_bytes +
+                              model::Olmo3Model::workspace_bytes(m.config(), N, value_bytes) +
                               model::Olmo3Model::rope_table_bytes(m.config(), c.T));
   return r;
 }
 
 TEST(Recompute, GradientsAreBitIdenticalToKeepingEveryActivation) {
-  for (const Case& c : cases()) {
-    const Result none = run(c, Recompute::kNone);
-    for (Recompute policy : {Recompute::kFull, Recompute::kSelective}) {
-      SCOPED_TRACE(fmt::format("{} {}", c.name, model::recompute_name(policy)));
-      const Result r = run(c, policy);
-      ASSERT_EQ(r.sums.size(), none.sums.size());
-      for (std::size_t i = 0; i < r.sums.size(); ++i) {
-        EXPECT_EQ(r.sums[i].ce_sum, none.sums[i].ce_sum);
-        EXPECT_EQ(r.sums[i].z_sum, none.sums[i].z_sum);
-        EXPECT_EQ(r.sums[i].count, none.sums[i].count);
+  for (const Case& c : cases())
+    for (model::Precision precision : {model::Precision::kFp32, model::Precision::kBf16}) {
+      const Result none = run(c, Recompute::kNone, precision);
+      for (Recompute policy : {Recompute::kFull, Recompute::kSelective}) {
+        SCOPED_TRACE(fmt::format("{} {} {}", c.name, model::precision_name(precision),
+                                 model::recompute_name(policy)));
+        const Result r = run(c, policy, precision);
+        ASSERT_EQ(r.sums.size(), none.sums.size());
+        for (std::size_t i = 0; i < r.sums.size(); ++i) {
+          EXPECT_EQ(r.sums[i].ce_sum, none.sums[i].ce_sum);
+          EXPECT_EQ(r.sums[i].z_sum, none.sums[i].z_sum);
+          EXPECT_EQ(r.sums[i].count, none.sums[i].count);
+        }
+        ASSERT_EQ(r.grads.size(), none.grads.size());
+        EXPECT_EQ(std::memcmp(r.grads.data(), none.grads.data(), r.grads.size() * sizeof(float)),
+                  0);
+        // The gradients are not trivially equal: something was computed.
+        double norm = 0;
+        for (float g : r.grads) norm += static_cast<double>(g) * g;
+        EXPECT_GT(norm, 0.0);
       }
-      ASSERT_EQ(r.grads.size(), none.grads.size());
-      EXPECT_EQ(std::memcmp(r.grads.data(), none.grads.data(), r.grads.size() * sizeof(float)), 0);
-      // The gradients are not trivially equal: something was computed.
-      double norm = 0;
-      for (float g : r.grads) norm += static_cast<double>(g) * g;
-      EXPECT_GT(norm, 0.0);
     }
-  }
 }
 
 TEST(Recompute, HeldActivationMemoryFallsByTheCountedBytes) {

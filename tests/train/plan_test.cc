@@ -1,10 +1,11 @@
 // `tandem plan` (train/plan.h) against the trainer's own accounting: on the curve-parity config,
-// for each recompute policy, the planned parameters, gradients, Adam moments and activations are
-// the numbers `tandem train` logs, and the planned backend memory is the backend's measured peak
-// during the first step, to the byte. Plus the planner's rules on configs too large to run here
-// (OLMo 3 7B): replicated state is 16 bytes per parameter, ZeRO-1 divides the moments, FSDP
-// divides parameters, gradients and moments, recompute lowers activations, and a batch that does
-// not split over the ranks is an error that says what would.
+// for each recompute policy under fp32 and two under bf16, the planned parameters, compute weights,
+// gradients, Adam moments and activations are the numbers `tandem train` logs, and the planned
+// backend memory is the backend's measured peak during the first step, to the byte. Plus the
+// planner's rules on configs too large to run here (OLMo 3 7B): replicated state is 16 bytes per
+// parameter, ZeRO-1 divides the moments, FSDP divides parameters, gradients and moments, recompute
+// lowers activations, and a batch that does not split over the ranks is an error that says what
+// would.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -25,22 +26,30 @@ std::int64_t logged(const std::string& output, const std::string& pattern) {
 }
 
 TEST(Plan, MatchesTheTrainersAccountingAndMeasuredBackendPeak) {
-  for (const std::string policy : {"none", "selective", "full"}) {
-    SCOPED_TRACE(policy);
+  const std::vector<std::pair<std::string, std::string>> runs = {{"none", "fp32"},
+                                                                 {"selective", "fp32"},
+                                                                 {"full", "fp32"},
+                                                                 {"none", "bf16"},
+                                                                 {"full", "bf16"}};
+  for (const auto& [policy, precision] : runs) {
+    SCOPED_TRACE(policy + " " + precision);
     auto p = testing::run_tandem("plan " + fixture("train/parity.yaml") +
-                                 " --device cpu --json --recompute " + policy);
+                                 " --device cpu --json --recompute " + policy + " --precision " +
+                                 precision);
     ASSERT_EQ(p.exit_code, 0) << p.output;
     const nlohmann::json plan = nlohmann::json::parse(p.output.substr(p.output.find('{')));
-    const std::string dir = testing::temp_dir("plan_" + policy);
+    const std::string dir = testing::temp_dir("plan_" + policy + "_" + precision);
     auto r = testing::run_tandem("train " + fixture("train/parity.yaml") +
                                  " trainer.save_folder=" + dir +
                                  " trainer.max_steps=1 evaluation.interval=0 "
                                  "trainer.peak_tflops=0.1 trainer.recompute=" +
-                                 policy);
+                                 policy + " precision=" + precision);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const nlohmann::json& mem = plan["memory"];
     EXPECT_EQ(mem["parameters"].get<double>(), logged(r.output, R"(parameters (\d+) B)"));
     EXPECT_EQ(mem["gradients"].get<double>(), logged(r.output, R"(gradients (\d+) B)"));
+    EXPECT_EQ(mem["compute weights"].get<double>(),
+              precision == "fp32" ? 0 : logged(r.output, R"(compute weights (\d+) B)"));
     EXPECT_EQ(mem["optimiser state"].get<double>(), logged(r.output, R"(Adam moments (\d+) B)"));
     EXPECT_EQ(mem["activations"].get<double>(), logged(r.output, R"(saved activations (\d+) B)"));
     EXPECT_EQ(plan["memory_backend"].get<double>(),

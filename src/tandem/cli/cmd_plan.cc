@@ -6,6 +6,7 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/model/precision.h"
 #include "tandem/train/plan.h"
 
 namespace tandem::cli {
@@ -50,11 +51,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       in.dist.shard_group_size = std::min(o->world_size, in.device.devices_per_node);
     if (!o->recompute.empty()) in.recompute = model::parse_recompute(o->recompute, "--recompute");
     if (o->micro_batch > 0) in.micro_batch_instances = o->micro_batch;
-    if (!o->precision.empty()) {
-      TANDEM_CHECK(o->precision == "fp32" || o->precision == "bf16",
-                   "--precision {}: expected fp32 or bf16", o->precision);
-      in.bf16 = o->precision == "bf16";
-    }
+    if (!o->precision.empty())
+      in.bf16 = model::parse_precision(o->precision) == model::Precision::kBf16;
     TANDEM_CHECK(o->efficiency > 0 && o->efficiency <= 1, "--efficiency {} must be in (0, 1]",
                  o->efficiency);
     in.efficiency = o->efficiency;

@@ -4,8 +4,10 @@
 //   h   = x + RMSNorm_attn(Attention(x))      q/k: RMSNorm over the whole projection, then RoPE
 //   out = h + RMSNorm_ffn(SwiGLU(h))
 // then a final RMSNorm and an untied lm_head. Parameters and gradients are two flat f32 buffers
-// of the backend laid out by ParameterLayout, seen through typed per-layer views. What the blocks
-// keep for backward follows the activation recompute policy (model/recompute.h).
+// of the backend laid out by ParameterLayout, seen through typed per-layer views. Under the bf16
+// precision policy (model/precision.h) the forward and backward read a bf16 copy of the
+// parameters and keep their activations in bf16; the gradients stay f32. What the blocks keep for
+// backward follows the activation recompute policy (model/recompute.h).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "tandem/kernels/rope_table.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/parameters.h"
+#include "tandem/model/precision.h"
 #include "tandem/model/recompute.h"
 
 namespace tandem::model {
@@ -28,11 +31,14 @@ kernels::RopeFrequencies rope_frequencies(const RopeConfig& rope, std::int64_t h
 
 class Olmo3Model {
  public:
-  Olmo3Model(ModelConfig config, kernels::Backend& backend);
+  Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision = Precision::kFp32);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
   kernels::Backend& backend() const { return backend_; }
+  Precision precision() const { return precision_; }
+  // Switches the policy (frees the activations; the masters are untouched).
+  void set_precision(Precision precision);
 
   // Flat parameter and gradient buffers (f32 [layout().total()], on the backend) and their
   // typed views.
@@ -51,6 +57,12 @@ class Olmo3Model {
 
   void zero_grads();
   void init_weights(std::uint64_t seed);
+
+  // A training step's bracket. Under bf16 every forward outside a step casts the masters to the
+  // bf16 compute weights (they may have changed); inside a step the first forward casts and the
+  // other micro-batches reuse the copy, as the masters change only after the step's backward.
+  void begin_step();
+  void end_step();
 
   // Every forward takes an optional doc_start[B*T] (host, model/documents.h): intra-document
   // masking as OLMo-core's doc_lens, attention kept inside each document and RoPE positions
@@ -76,19 +88,22 @@ class Olmo3Model {
   void set_recompute(Recompute policy);
   Recompute recompute() const { return recompute_; }
 
-  // Bytes of the activation buffers at B*T tokens under the current policy: what every block
-  // keeps for its backward plus the one set the blocks share for what they recompute (exactly
-  // what ensure_capacity allocates; the workspace is not included).
+  // Bytes of the activation buffers at B*T tokens under the current recompute and precision
+  // policies: what every block keeps for its backward plus the one set the blocks share for what
+  // they recompute (exactly what ensure_capacity allocates; the workspace is not included).
   std::int64_t activation_bytes(std::int64_t tokens) const {
-    return activation_bytes(config_, recompute_, tokens);
+    return activation_bytes(config_, recompute_, tokens, value_bytes());
   }
-  // The same for any config and policy without a model (the planner, train/plan.h); with
-  // `value_bytes` 2 for a bf16 policy (norm statistics and the log-sum-exp stay fp32).
+  // Bytes of the bf16 compute copy of the weights (0 under fp32).
+  std::int64_t compute_weight_bytes() const;
+  // The same for any config and policy without a model (the planner, train/plan.h);
+  // `value_bytes` is the compute dtype's size (norm statistics and the log-sum-exp stay fp32).
   static std::int64_t activation_bytes(const ModelConfig& config, Recompute policy,
-                                       std::int64_t tokens, std::int64_t value_bytes = 4);
+                                       std::int64_t tokens, std::int64_t value_bytes);
   // Bytes of the scratch every block shares (Workspace) at `tokens` tokens, and of the RoPE
   // tables for sequences of length T: the rest of what a forward and backward allocate.
-  static std::int64_t workspace_bytes(const ModelConfig& config, std::int64_t tokens);
+  static std::int64_t workspace_bytes(const ModelConfig& config, std::int64_t tokens,
+                                      std::int64_t value_bytes);
   static std::int64_t rope_table_bytes(const ModelConfig& config, std::int64_t T);
 
  private:
@@ -137,6 +152,10 @@ class Olmo3Model {
   };
 
   void ensure_capacity(std::int64_t B, std::int64_t T);
+  // The weights the forward and backward read: the masters (fp32) or their bf16 copy, cast here
+  // when stale.
+  void prepare_compute_weights();
+  std::int64_t value_bytes() const { return static_cast<std::int64_t>(kernels::dtype_size(act_)); }
   // RoPE tables of both attention types covering positions [0, T) on the backend.
   void ensure_rope_tables(std::int64_t T);
   // Runs the blocks and the final norm; leaves the lm_head's input in workspace_.final_normed.
@@ -166,6 +185,11 @@ class Olmo3Model {
   kernels::Backend& backend_;
   kernels::Buffer params_, grads_;
   ModelTensors weights_, weight_grads_;
+  Precision precision_ = Precision::kFp32;
+  kernels::DType act_ = kernels::DType::f32;  // activations and compute weights
+  kernels::Buffer compute_params_;            // bf16 copy of params_ (bf16 only)
+  ModelTensors compute_;                      // what the forward/backward read
+  bool in_step_ = false, cast_this_step_ = false;
   struct RopeTables {
     kernels::Buffer cos, sin;  // [positions, head_dim / 2]
     std::int64_t positions = 0;

@@ -119,7 +119,7 @@ DeviceSpec device_spec(const std::string& name) {
     d.memory_bytes = static_cast<double>(pages) * static_cast<double>(page);
     std::unique_ptr<kernels::Backend> cpu = kernels::make_backend("cpu");
     d.peak_flops_fp32 = cpu->peak_flops(kernels::DType::f32);  // OMP_NUM_THREADS cores
-    d.peak_flops_bf16 = d.peak_flops_fp32;                     // the CPU backend computes in fp32
+    d.peak_flops_bf16 = cpu->peak_flops(kernels::DType::bf16);
     // Ranks on one machine exchange data through shared memory: an assumed 5 GB/s per rank.
     d.intra_node_bandwidth = 5e9;
     d.inter_node_bandwidth = 1e9;
@@ -156,6 +156,9 @@ PlanInput read_plan_input(const std::string& path, const std::vector<std::string
   in.global_batch_instances = batch_tokens / in.sequence_length;  // 0: one micro-batch per rank
   in.micro_batch_instances = data_int("micro_batch_size", 0);
   if (root["dist"]) in.dist = dist::read_dist_config(top.section("dist"));
+  if (root["precision"])
+    in.bf16 =
+        model::parse_precision(root["precision"].as<std::string>()) == model::Precision::kBf16;
   if (root["trainer"] && root["trainer"]["recompute"])
     in.recompute = model::parse_recompute(root["trainer"]["recompute"].as<std::string>(),
                                           path + ": trainer.recompute");
@@ -243,10 +246,10 @@ Plan make_plan(const PlanInput& in) {
                    p.micro_batch_tokens),
        true});
   const double workspace =
-      static_cast<double>(model::Olmo3Model::workspace_bytes(c, p.micro_batch_tokens) +
+      static_cast<double>(model::Olmo3Model::workspace_bytes(c, p.micro_batch_tokens, value_bytes) +
                           model::Olmo3Model::rope_table_bytes(c, T));
   p.memory.push_back({"workspace", workspace,
-                      "fp32 gradient scratch shared by the blocks, batch ids/labels, RoPE tables",
+                      adt + " gradient scratch shared by the blocks, batch ids/labels, RoPE tables",
                       true});
 
   // ---- compute-weight copies, unit gradients, communication and kernel scratch at the peak ----
@@ -392,10 +395,6 @@ Plan make_plan(const PlanInput& in) {
     p.notes.push_back(
         "the trainer does not shard parameters yet (dist.strategy fsdp/hsdp is refused by "
         "`tandem train`): these figures model the FSDP schedule described in docs/distributed.md");
-  if (in.bf16)
-    p.notes.push_back(
-        "the trainer computes in fp32 today: bf16 figures model a bf16 compute policy with fp32 "
-        "master weights, gradients and moments (the model's buffers counted at 2 bytes)");
   if (in.dist.strategy == dist::Strategy::kHsdp && S > dev.devices_per_node)
     p.notes.push_back("shard groups span nodes: gathers run at the inter-node bandwidth");
   if (!p.fits)

@@ -1,6 +1,7 @@
 // bfloat16 on the CPU: storage as the upper 16 bits of an IEEE float, conversions with
-// round-to-nearest-even giving the same bits as torch's `.to(torch.bfloat16)` (NaN becomes the
-// canonical quiet NaN 0x7FC0, as torch's round_to_nearest_even), and bf16 GEMMs with fp32
+// round-to-nearest-even giving the same bits as torch's `.to(torch.bfloat16)` on the CPU (every NaN
+// becomes 0xFFFF, as ATen's vectorised conversion writes it; its scalar c10 helper would write
+// 0x7FC0, but tensors go through the vector path), and bf16 GEMMs with fp32
 // accumulation (oneDNN's bf16 matmul where the CPU has native bf16 instructions, else an exact
 // conversion to fp32 and the fp32 GEMM: a product of two bf16 values is exact in fp32).
 #pragma once
@@ -15,7 +16,7 @@ using bf16 = std::uint16_t;
 
 inline bf16 f32_to_bf16(float v) {
   std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0xFFFF;
   // Adding 0x7FFF plus the lowest kept bit rounds half to even; a carry into the exponent is the
   // correct result (up to infinity).
   bits += 0x7FFFu + ((bits >> 16) & 1u);
