@@ -233,6 +233,10 @@ TEST(Bf16, SwigluAddEmbeddingAndRowsAreTheRoundedFp32Result) {
   be().embedding_forward(id, table.f, out.f);
   be().embedding_forward(id, table.b, out.b);
   expect_rounded_equal(out, "embedding");
+  // A bf16 output read from the f32 table: the same bits as the bf16 table's lookup.
+  Buffer from_f32 = be().allocate(DType::bf16, Shape{5, d});
+  be().embedding_forward(id, table.f, from_f32);
+  EXPECT_EQ(host(from_f32), host(out.b));
   Pair dout = make_pair(Shape{5, d}, 19);
   Buffer dt_f = be().allocate(DType::f32, Shape{V, d}),
          dt_b = be().allocate(DType::f32, Shape{V, d});

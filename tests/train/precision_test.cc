@@ -46,7 +46,9 @@ Logged train(const char* precision) {
 TEST(Precision, Bf16SavesActivationMemoryAndStaysCloseToFp32) {
   Logged f = train("fp32"), b = train("bf16");
   EXPECT_EQ(f.compute_weights, 0);
-  EXPECT_EQ(b.compute_weights * 2, b.parameters);  // bf16 copy of the fp32 masters
+  // A bf16 copy of the fp32 masters but the embedding table (read from the masters).
+  EXPECT_GT(b.compute_weights, 0);
+  EXPECT_LT(b.compute_weights * 2, b.parameters);
   EXPECT_EQ(b.parameters, f.parameters);
   EXPECT_LT(b.activations, f.activations * 6 / 10);
   ASSERT_EQ(f.metrics.size(), 3u);

@@ -120,8 +120,10 @@ void Backend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy
 
 void Backend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
   expect_rank(ids, DType::i64, 1, "embedding_forward", "ids");
-  const DType act = activation_dtype(table, "embedding_forward", "table");
-  expect_rank(table, act, 2, "embedding_forward", "table");
+  // A bf16 output may read an f32 table (rows rounded as they are looked up).
+  const DType act = activation_dtype(out, "embedding_forward", "out");
+  expect_rank(table, table.dtype() == DType::f32 ? DType::f32 : act, 2, "embedding_forward",
+              "table");
   expect(out, act, shape2(ids.dim(0), table.dim(1)), "embedding_forward", "out");
   do_embedding_forward(ids, table, out);
 }

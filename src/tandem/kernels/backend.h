@@ -91,7 +91,8 @@ class Backend {
                        const Tensor& dw, bool accumulate_dx);
 
   // ---- embedding ----
-  // out[T,d] = table[ids[t]]; ids are i64, checked to lie in [0, V).
+  // out[T,d] = table[ids[t]]; ids are i64, checked to lie in [0, V). A bf16 out may read an f32
+  // table: each row is rounded as it is looked up (the same bits as a bf16 copy of the table).
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
   // dtable[ids[t]] += dout[t] (accumulated, in order of t).
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);

@@ -52,8 +52,13 @@ void Olmo3Model::set_precision(Precision precision) {
     compute_params_ = Buffer();
     compute_ = weights_;
   } else {
-    compute_params_ = backend_.allocate(act_, Shape{layout_.total()});
-    compute_ = model_tensors(layout_, compute_params_);
+    // The embedding table (first in the layout) stays out of the copy: its lookup rounds the
+    // f32 rows it reads, which gives the same bits and saves a bf16 table.
+    compute_first_ =
+        layout_.entry("embeddings.weight").offset + layout_.entry("embeddings.weight").numel;
+    compute_params_ = backend_.allocate(act_, Shape{layout_.total() - compute_first_});
+    compute_ = model_tensors_from(layout_, compute_params_, compute_first_);
+    compute_.embeddings = weights_.embeddings;
   }
   cast_this_step_ = false;
 }
@@ -67,8 +72,9 @@ void Olmo3Model::end_step() { in_step_ = false; }
 
 void Olmo3Model::prepare_compute_weights() {
   if (act_ == DType::f32 || (in_step_ && cast_this_step_)) return;
-  // One cast over the flat buffer: the alignment gaps are zero in both.
-  backend_.cast(compute_params_, params_);
+  // One cast over the flat buffer after the embedding table: the alignment gaps are zero in both.
+  backend_.cast(compute_params_,
+                params_.tensor().view(compute_first_, Shape{layout_.total() - compute_first_}));
   cast_this_step_ = true;
 }
 

@@ -94,7 +94,8 @@ class Olmo3Model {
   std::int64_t activation_bytes(std::int64_t tokens) const {
     return activation_bytes(config_, recompute_, tokens, value_bytes());
   }
-  // Bytes of the bf16 compute copy of the weights (0 under fp32).
+  // Bytes of the bf16 compute copy of the weights (0 under fp32; the embedding table is read
+  // from the masters, so it has no copy).
   std::int64_t compute_weight_bytes() const;
   // The same for any config and policy without a model (the planner, train/plan.h);
   // `value_bytes` is the compute dtype's size (norm statistics and the log-sum-exp stay fp32).
@@ -187,7 +188,8 @@ class Olmo3Model {
   ModelTensors weights_, weight_grads_;
   Precision precision_ = Precision::kFp32;
   kernels::DType act_ = kernels::DType::f32;  // activations and compute weights
-  kernels::Buffer compute_params_;            // bf16 copy of params_ (bf16 only)
+  kernels::Buffer compute_params_;            // bf16 copy of params_ past the embeddings
+  std::int64_t compute_first_ = 0;            // where that copy starts in the layout
   ModelTensors compute_;                      // what the forward/backward read
   bool in_step_ = false, cast_this_step_ = false;
   struct RopeTables {

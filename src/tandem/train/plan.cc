@@ -260,8 +260,11 @@ Plan make_plan(const PlanInput& in) {
   std::string copies_detail, grads_detail = "-", comm_detail;
   if (!sharded) {
     if (in.bf16) {
-      compute_copies = 2 * units.total;
-      copies_detail = "bf16 copy of every weight, cast once per step";
+      // The model's copy starts after the embedding table (first in the layout), whose lookup
+      // reads the fp32 masters.
+      const model::ParameterEntry& emb = model::ParameterLayout(c).entry("embeddings.weight");
+      compute_copies = 2 * (units.total - static_cast<double>(emb.offset + emb.numel));
+      copies_detail = "bf16 copy of every weight but the embedding table, cast once per step";
     } else {
       copies_detail = "none: the fp32 weights are the compute weights";
     }

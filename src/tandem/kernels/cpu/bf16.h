@@ -10,22 +10,18 @@
 #include <cstdint>
 #include <string>
 
+#include "tandem/core/bfloat16.h"
+
 namespace tandem::kernels::cpu {
 
 using bf16 = std::uint16_t;
 
 inline bf16 f32_to_bf16(float v) {
-  std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0xFFFF;
-  // Adding 0x7FFF plus the lowest kept bit rounds half to even; a carry into the exponent is the
-  // correct result (up to infinity).
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<bf16>(bits >> 16);
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
+  return core::is_nan_bits(bits) ? bf16{0xFFFF} : core::bf16_round_bits(bits);
 }
 
-inline float bf16_to_f32(bf16 v) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16);
-}
+inline float bf16_to_f32(bf16 v) { return core::bf16_bits_to_f32(v); }
 
 // n values, in parallel.
 void to_f32(const bf16* src, float* dst, std::int64_t n);

@@ -177,6 +177,9 @@ void CpuBackend::do_embedding_forward(const Tensor& ids, const Tensor& table, co
   if (is_bf16(table))
     return cpu::embedding_forward(i64p(ids), b16(table), b16(out_t), ids.dim(0), table.dim(1),
                                   table.dim(0));
+  if (is_bf16(out_t))
+    return cpu::embedding_forward(i64p(ids), f32(table), b16(out_t), ids.dim(0), table.dim(1),
+                                  table.dim(0));
   cpu::embedding_forward(i64p(ids), f32(table), f32(out_t), ids.dim(0), table.dim(1), table.dim(0));
 }
 

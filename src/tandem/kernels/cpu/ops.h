@@ -30,6 +30,10 @@ void embedding_forward(const std::int64_t* ids, const float* table, float* out, 
 // The same lookup of bf16 rows (16-bit values copied as they are).
 void embedding_forward(const std::int64_t* ids, const std::uint16_t* table, std::uint16_t* out,
                        i64 T, i64 d, i64 vocab);
+// fp32 rows rounded to bf16 as they are looked up: the same bits as a lookup in the table cast to
+// bf16, without a bf16 copy of the whole table.
+void embedding_forward(const std::int64_t* ids, const float* table, std::uint16_t* out, i64 T,
+                       i64 d, i64 vocab);
 // dtable[ids[t], :] += dout[t, :] (accumulate; deterministic: rows summed in order of t).
 void embedding_backward(const std::int64_t* ids, const float* dout, float* dtable, i64 T, i64 d);
 
