@@ -204,6 +204,9 @@ int Trainer::run() {
     checkpoints_->on_step_end(event);
   }
   checkpoints_->save(true);
+  if (const kernels::MemoryStats m = backend_->memory_stats(); m.peak_reserved > 0)
+    log(fmt::format("device memory: peak {} in use, peak {} reserved (caching allocator)",
+                    bytes(m.peak_in_use), bytes(m.peak_reserved)));
   const std::int64_t steps_this_run = counters_.step - first_step;
   if (comm_.world_size() > 1 && steps_this_run > 0) {
     // Step time and the share spent in collectives (bench/dist_step.sh reads this line).
