@@ -54,16 +54,26 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
     if (arg == "--help" || arg == "-h") return usage(), 0;
-    if (arg == "--config") a.config = next();
-    else if (arg == "--backend") a.backend = next();
-    else if (arg == "--label") a.label = next();
-    else if (arg == "--json") a.json_out = next();
-    else if (arg == "--batch") a.batch = std::stoll(next());
-    else if (arg == "--seq") a.seq = std::stoll(next());
-    else if (arg == "--micro-batch") a.micro_batch = std::stoll(next());
-    else if (arg == "--steps") a.steps = std::stoll(next());
-    else if (arg == "--warmup") a.warmup = std::stoll(next());
-    else if (arg == "--layers") a.layers = std::stoll(next());
+    if (arg == "--config")
+      a.config = next();
+    else if (arg == "--backend")
+      a.backend = next();
+    else if (arg == "--label")
+      a.label = next();
+    else if (arg == "--json")
+      a.json_out = next();
+    else if (arg == "--batch")
+      a.batch = std::stoll(next());
+    else if (arg == "--seq")
+      a.seq = std::stoll(next());
+    else if (arg == "--micro-batch")
+      a.micro_batch = std::stoll(next());
+    else if (arg == "--steps")
+      a.steps = std::stoll(next());
+    else if (arg == "--warmup")
+      a.warmup = std::stoll(next());
+    else if (arg == "--layers")
+      a.layers = std::stoll(next());
     else {
       fmt::print(stderr, "unknown argument {}\n", arg);
       usage();

@@ -47,12 +47,19 @@ inline std::unique_ptr<Backend> cuda_backend(std::string* why) {
 
 // In a test body: `REQUIRE_CUDA(gpu);` declares `gpu` (a Backend&) or skips the test with the
 // reason.
-#define REQUIRE_CUDA(name)                                               \
-  std::string name##_why;                                                \
-  std::unique_ptr<::tandem::kernels::Backend> name##_owner =             \
-      ::tandem::cuda_testing::cuda_backend(&name##_why);                 \
-  if (!name##_owner) GTEST_SKIP() << "no CUDA backend: " << name##_why;  \
+#define REQUIRE_CUDA(name)                                              \
+  std::string name##_why;                                               \
+  std::unique_ptr<::tandem::kernels::Backend> name##_owner =            \
+      ::tandem::cuda_testing::cuda_backend(&name##_why);                \
+  if (!name##_owner) GTEST_SKIP() << "no CUDA backend: " << name##_why; \
   ::tandem::kernels::Backend& name = *name##_owner
+
+// In a test body that only needs a GPU to exist (the backend is made and released here).
+#define REQUIRE_GPU()                                                                              \
+  do {                                                                                             \
+    std::string why_;                                                                              \
+    if (!::tandem::cuda_testing::cuda_backend(&why_)) GTEST_SKIP() << "no CUDA backend: " << why_; \
+  } while (0)
 
 inline std::vector<float> normal(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 gen(seed);

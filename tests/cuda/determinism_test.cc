@@ -42,7 +42,8 @@ std::vector<float> run_all(Backend& gpu) {
   append(y), append(rstd), append(dx), append(dw);
 
   std::vector<std::int64_t> ids(N), labels(N);
-  for (std::int64_t n = 0; n < N; ++n) ids[n] = (n * 7919) % V, labels[n] = n % 5 ? (n * 31) % V : -100;
+  for (std::int64_t n = 0; n < N; ++n)
+    ids[n] = (n * 7919) % V, labels[n] = n % 5 ? (n * 31) % V : -100;
   Buffer id = put_i64(gpu, Shape{N}, ids), label = put_i64(gpu, Shape{N}, labels);
   Buffer dtable = put(gpu, Shape{V, d}, normal(V * d, 9));
   gpu.embedding_backward(id, dy, dtable);
@@ -55,8 +56,10 @@ std::vector<float> run_all(Backend& gpu) {
   all.push_back(static_cast<float>(r.ce_sum));
   all.push_back(static_cast<float>(r.z_sum));
 
-  Buffer wl = put(gpu, Shape{96, d}, normal(96 * d, 12)), yl = gpu.allocate(DType::f32, Shape{N, 96});
-  Buffer dxl = gpu.allocate(DType::f32, Shape{N, d}), dwl = put(gpu, Shape{96, d}, normal(96 * d, 13));
+  Buffer wl = put(gpu, Shape{96, d}, normal(96 * d, 12)),
+         yl = gpu.allocate(DType::f32, Shape{N, 96});
+  Buffer dxl = gpu.allocate(DType::f32, Shape{N, d}),
+         dwl = put(gpu, Shape{96, d}, normal(96 * d, 13));
   gpu.linear_forward(x, wl, yl);
   gpu.linear_backward(x, wl, yl, dxl, dwl, false);
   append(yl), append(dxl), append(dwl);

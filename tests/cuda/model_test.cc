@@ -4,9 +4,12 @@
 // against the same model on the CPU backend: logits, loss and every gradient.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "../support/test_support.h"
 #include "cuda_test_util.h"
 #include "tandem/core/atomic_file.h"
+#include "tandem/core/ignore_index.h"
 #include "tandem/eval/parity.h"
 #include "tandem/io/npy.h"
 #include "tandem/model/documents.h"
@@ -27,7 +30,8 @@ TEST_P(CudaHfParity, LogitsAndGradientsMatchTransformers) {
   const std::int64_t V = model->config().embedding_size;
   std::vector<float> logits(static_cast<std::size_t>(B * T * V));
   model->forward_logits(ids.data(), B, T, logits.data());
-  eval::LogitParity p = eval::compare_logits(logits, V, io::read_npy(dir + "/logits.npy").as_f32(), V);
+  eval::LogitParity p =
+      eval::compare_logits(logits, V, io::read_npy(dir + "/logits.npy").as_f32(), V);
   EXPECT_LE(p.max_abs_diff, 1e-4 * p.max_ref_abs);
   EXPECT_LE(p.max_kl, 1e-6);
   EXPECT_EQ(p.top1_agreement, 1.0);
@@ -53,7 +57,8 @@ TEST(CudaModel, DocumentMaskMatchesAnExplicitMask) {
   const std::int64_t V = model->config().embedding_size;
   std::vector<float> logits(static_cast<std::size_t>(B * T * V));
   model->forward_logits(ids.data(), B, T, logits.data(), starts.data());
-  eval::LogitParity p = eval::compare_logits(logits, V, io::read_npy(dir + "/logits.npy").as_f32(), V);
+  eval::LogitParity p =
+      eval::compare_logits(logits, V, io::read_npy(dir + "/logits.npy").as_f32(), V);
   EXPECT_LE(p.max_kl, 1e-6);
   EXPECT_EQ(p.top1_agreement, 1.0);
   eval::GradParity g =
@@ -75,11 +80,14 @@ TEST(CudaModel, LossAndGradientsMatchTheCpuBackend) {
   for (std::int64_t n = 0; n < N; n += 5) labels[n] = core::kIgnoreIndex;
   std::vector<std::int64_t> starts(static_cast<std::size_t>(N));
   for (std::int64_t n = 0; n < N; ++n) starts[n] = (n % T) >= T / 2 ? T / 2 : 0;
-  for (const std::int64_t* docs : {static_cast<const std::int64_t*>(nullptr), starts.data()}) {
+  const std::int64_t* const document_options[] = {nullptr, starts.data()};
+  for (const std::int64_t* docs : document_options) {
     on_cpu->zero_grads();
     on_gpu->zero_grads();
-    const auto a = on_cpu->forward_backward(ids.data(), labels.data(), B, T, 1e-4f, 1.0f / N, true, docs);
-    const auto b = on_gpu->forward_backward(ids.data(), labels.data(), B, T, 1e-4f, 1.0f / N, true, docs);
+    const auto a =
+        on_cpu->forward_backward(ids.data(), labels.data(), B, T, 1e-4f, 1.0f / N, true, docs);
+    const auto b =
+        on_gpu->forward_backward(ids.data(), labels.data(), B, T, 1e-4f, 1.0f / N, true, docs);
     EXPECT_EQ(a.count, b.count);
     EXPECT_NEAR(b.ce_sum, a.ce_sum, 1e-5 * a.ce_sum);
     EXPECT_NEAR(b.z_sum, a.z_sum, 1e-5 * a.z_sum);
@@ -101,7 +109,8 @@ TEST(CudaModel, ScoresMatchTheCpuBackend) {
   const std::vector<std::int64_t> ids = ids_arr.as_i64();
   const std::int64_t B = ids_arr.shape[0], T = ids_arr.shape[1];
   std::vector<std::int64_t> positions, targets;
-  for (std::int64_t p = 0; p + 1 < B * T; p += 3) positions.push_back(p), targets.push_back(ids[p + 1]);
+  for (std::int64_t p = 0; p + 1 < B * T; p += 3)
+    positions.push_back(p), targets.push_back(ids[p + 1]);
   const auto a = on_cpu->token_log_probs(ids.data(), B, T, positions, targets);
   const auto b = on_gpu->token_log_probs(ids.data(), B, T, positions, targets);
   ASSERT_EQ(a.size(), b.size());

@@ -57,7 +57,8 @@ TEST(CudaOps, GemmAllTransposesMatchCpu) {
 TEST(CudaOps, LinearForwardAndBackwardMatchCpu) {
   REQUIRE_CUDA(gpu);
   const std::int64_t T = 45, in = 96, out = 80;
-  Both x = both(gpu, Shape{T, in}, normal(T * in, 5)), w = both(gpu, Shape{out, in}, normal(out * in, 6));
+  Both x = both(gpu, Shape{T, in}, normal(T * in, 5)),
+       w = both(gpu, Shape{out, in}, normal(out * in, 6));
   Both y = zeros(gpu, Shape{T, out});
   cpu().linear_forward(x.c, w.c, y.c);
   gpu.linear_forward(x.g, w.g, y.g);
@@ -176,7 +177,8 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   Both out = zeros(gpu, qs), lse = zeros(gpu, Shape{c.B, c.Hq, c.T});
   Both docs = both_i64(gpu, Shape{c.B * c.T}, doc_starts(c));
   const bool with_docs = !c.doc_begins.empty();
-  const Tensor dc = with_docs ? docs.c.tensor() : Tensor(), dg = with_docs ? docs.g.tensor() : Tensor();
+  const Tensor dc = with_docs ? docs.c.tensor() : Tensor(),
+               dg = with_docs ? docs.g.tensor() : Tensor();
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   cpu().attention_forward(q.c, k.c, v.c, out.c, lse.c, c.window, scale, dc);
   gpu.attention_forward(q.g, k.g, v.g, out.g, lse.g, c.window, scale, dg);
@@ -186,8 +188,10 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
 
   Both dout = both(gpu, qs, normal(qs.numel(), 24));
   Both dq = zeros(gpu, qs), dk = zeros(gpu, ks), dv = zeros(gpu, ks);
-  cpu().attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c, c.window, scale, dc);
-  gpu.attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g, c.window, scale, dg);
+  cpu().attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c, c.window, scale,
+                           dc);
+  gpu.attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g, c.window, scale,
+                         dg);
   // dP and delta are D-term sums; dK and dV sum over the group's queries.
   const double bound = reduction_bound(2 * c.D + (c.Hq / c.Hkv) * c.T);
   EXPECT_LE(diff(gpu, dq), bound);
@@ -197,11 +201,11 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttention,
-    ::testing::Values(AttentionCase{2, 77, 6, 2, 16, 0, {}},        // GQA, full causal
-                      AttentionCase{2, 77, 6, 2, 16, 5, {}},        // small window
-                      AttentionCase{1, 300, 4, 1, 128, 64, {}},     // OLMo head_dim, MQA
-                      AttentionCase{1, 150, 3, 3, 13, 0, {}},       // odd head_dim
-                      AttentionCase{1, 64, 2, 1, 256, 0, {}},       // the largest head_dim
+    ::testing::Values(AttentionCase{2, 77, 6, 2, 16, 0, {}},              // GQA, full causal
+                      AttentionCase{2, 77, 6, 2, 16, 5, {}},              // small window
+                      AttentionCase{1, 300, 4, 1, 128, 64, {}},           // OLMo head_dim, MQA
+                      AttentionCase{1, 150, 3, 3, 13, 0, {}},             // odd head_dim
+                      AttentionCase{1, 64, 2, 1, 256, 0, {}},             // the largest head_dim
                       AttentionCase{2, 100, 4, 2, 32, 20, {30, 31, 70}},  // documents + window
                       AttentionCase{1, 90, 2, 1, 64, 0, {1, 45, 89}}));   // one-token documents
 
@@ -211,7 +215,8 @@ TEST(CudaOps, AttentionRejectsBadDocumentStarts) {
   Buffer q = put(gpu, Shape{B, T, H, D}, normal(T * D, 25));
   Buffer out = put(gpu, Shape{B, T, H, D}, normal(T * D, 26));
   Buffer lse = put(gpu, Shape{B, H, T}, normal(T, 27));
-  Buffer docs = put_i64(gpu, Shape{B * T}, {0, 0, 0, 5, 4, 4, 4, 4});  // starts after t=3, decreases
+  Buffer docs =
+      put_i64(gpu, Shape{B * T}, {0, 0, 0, 5, 4, 4, 4, 4});  // starts after t=3, decreases
   EXPECT_THROW(
       {
         gpu.attention_forward(q, q, q, out, lse, 0, 0.5f, docs);
@@ -271,11 +276,14 @@ TEST(CudaOps, FusedCrossEntropyMatchesCpuOverSeveralChunks) {
   Both w = both(gpu, Shape{V, d}, normal(V * d, 35, 0.2f));
   Both label = both_i64(gpu, Shape{N}, labels);
   for (const char* chunk : {"64", ""}) {  // several chunks (one all-ignored), then the default
-    if (*chunk) setenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS", chunk, 1);
-    else unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
+    if (*chunk)
+      setenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS", chunk, 1);
+    else
+      unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
     Both dh = both(gpu, Shape{N, d}, normal(N * d, 36));  // overwritten
     Both dw = both(gpu, Shape{V, d}, normal(V * d, 37));  // accumulated
-    const auto rc = cpu().lm_head_cross_entropy(hidden.c, w.c, label.c, 1e-4f, 1.0f / N, dh.c, dw.c);
+    const auto rc =
+        cpu().lm_head_cross_entropy(hidden.c, w.c, label.c, 1e-4f, 1.0f / N, dh.c, dw.c);
     const auto rg = gpu.lm_head_cross_entropy(hidden.g, w.g, label.g, 1e-4f, 1.0f / N, dh.g, dw.g);
     EXPECT_EQ(rg.count, rc.count);
     EXPECT_NEAR(rg.ce_sum, rc.ce_sum, reduction_bound(d) * std::fabs(rc.ce_sum)) << chunk;

@@ -10,6 +10,7 @@
 
 #include "../support/test_support.h"
 #include "cuda_test_util.h"
+#include "tandem/core/atomic_file.h"
 
 namespace tandem {
 namespace {
@@ -19,8 +20,9 @@ using testing::run_tandem;
 
 std::string args(const std::string& backend, const std::string& run, int steps,
                  const std::string& extra = "") {
-  return "train " + fixture("train/parity.yaml") + " trainer.init_from=" + fixture("train/init_hf") +
-         " trainer.save_folder=" + run + " trainer.max_steps=" + std::to_string(steps) +
+  return "train " + fixture("train/parity.yaml") +
+         " trainer.init_from=" + fixture("train/init_hf") + " trainer.save_folder=" + run +
+         " trainer.max_steps=" + std::to_string(steps) +
          " trainer.progress=false evaluation.interval=0 backend=" + backend + " " + extra;
 }
 
@@ -34,14 +36,15 @@ std::vector<nlohmann::json> train(const std::string& backend, const std::string&
 double rel(double a, double b) { return std::fabs(a - b) / std::fabs(b); }
 
 TEST(CudaTraining, CurveFollowsThePyTorchReferenceAndTheCpuRun) {
-  REQUIRE_CUDA(gpu);
+  REQUIRE_GPU();
   const auto gpu_run = train("cuda", testing::temp_dir("cuda_curve"), 100);
   std::ifstream in(fixture("train/reference_losses.json"));
   const nlohmann::json ref = nlohmann::json::parse(in);
   ASSERT_EQ(gpu_run.size(), ref["steps"].size());
   double worst_ref = 0.0;
   for (std::size_t i = 0; i < gpu_run.size(); ++i) {
-    const double r = rel(gpu_run[i]["train/loss"].get<double>(), ref["steps"][i]["train/loss"].get<double>());
+    const double r =
+        rel(gpu_run[i]["train/loss"].get<double>(), ref["steps"][i]["train/loss"].get<double>());
     worst_ref = std::max(worst_ref, r);
     EXPECT_LE(r, 1e-4) << "step " << gpu_run[i]["step"];
   }
@@ -50,7 +53,8 @@ TEST(CudaTraining, CurveFollowsThePyTorchReferenceAndTheCpuRun) {
   ASSERT_EQ(cpu_run.size(), 30u);
   double worst_cpu = 0.0;
   for (std::size_t i = 0; i < cpu_run.size(); ++i) {
-    const double r = rel(gpu_run[i]["train/loss"].get<double>(), cpu_run[i]["train/loss"].get<double>());
+    const double r =
+        rel(gpu_run[i]["train/loss"].get<double>(), cpu_run[i]["train/loss"].get<double>());
     worst_cpu = std::max(worst_cpu, r);
     EXPECT_LE(r, 1e-4) << "step " << cpu_run[i]["step"];
     EXPECT_EQ(gpu_run[i]["tokens"], cpu_run[i]["tokens"]);
@@ -60,7 +64,7 @@ TEST(CudaTraining, CurveFollowsThePyTorchReferenceAndTheCpuRun) {
 }
 
 TEST(CudaTraining, RepeatedRunIsBitIdentical) {
-  REQUIRE_CUDA(gpu);
+  REQUIRE_GPU();
   const std::string a = testing::temp_dir("cuda_repeat_a"), b = testing::temp_dir("cuda_repeat_b");
   const auto ma = train("cuda", a, 20), mb = train("cuda", b, 20);
   ASSERT_EQ(ma.size(), mb.size());
@@ -86,18 +90,19 @@ void switch_backends(const std::string& first, const std::string& second) {
   for (std::size_t i = 12; i < full.size(); ++i) {
     EXPECT_EQ(resumed[i]["step"], full[i]["step"]);
     EXPECT_EQ(resumed[i]["tokens"], full[i]["tokens"]);  // the same data order
-    EXPECT_LE(rel(resumed[i]["train/loss"].get<double>(), full[i]["train/loss"].get<double>()), 1e-4)
+    EXPECT_LE(rel(resumed[i]["train/loss"].get<double>(), full[i]["train/loss"].get<double>()),
+              1e-4)
         << first << " -> " << second << " step " << full[i]["step"];
   }
 }
 
 TEST(CudaTraining, CpuCheckpointResumesOnTheGpu) {
-  REQUIRE_CUDA(gpu);
+  REQUIRE_GPU();
   switch_backends("cpu", "cuda");
 }
 
 TEST(CudaTraining, GpuCheckpointResumesOnTheCpu) {
-  REQUIRE_CUDA(gpu);
+  REQUIRE_GPU();
   switch_backends("cuda", "cpu");
 }
 

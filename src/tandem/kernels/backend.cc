@@ -280,8 +280,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   core::fail("unknown backend '{}' (available: cpu, cuda)", name);
 #else
   if (name == "cuda")
-    core::fail("backend 'cuda': this build has no CUDA backend (built without a CUDA compiler; "
-               "available: cpu)");
+    core::fail(
+        "backend 'cuda': this build has no CUDA backend (built without a CUDA compiler; "
+        "available: cpu)");
   core::fail("unknown backend '{}' (available: cpu)", name);
 #endif
 }

@@ -74,9 +74,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     forward_kernel(const T* q, const T* k, const T* v, T* out, float* lse, Geometry g) {
   extern __shared__ float smem[];
   const int D = static_cast<int>(g.D), ld = D + 1;
-  float* ks = smem;              // [kTile][ld]
-  float* vs = ks + kTile * ld;   // [kTile][ld]
-  float* qs = vs + kTile * ld;   // [kWarps][D]
+  float* ks = smem;             // [kTile][ld]
+  float* vs = ks + kTile * ld;  // [kTile][ld]
+  float* qs = vs + kTile * ld;  // [kWarps][D]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const i64 i0 = i64{blockIdx.x} * kWarps, h = blockIdx.y, b = blockIdx.z;
   const i64 kvh = h / (g.Hq / g.Hkv);
@@ -103,7 +103,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (!active) continue;
     const i64 j = jt + lane;
     float s = neg_inf();
-    if (j <= last && visible(i, j, g.window, doc_i)) s = dot_row(q_row, ks + lane * ld, D) * g.scale;
+    if (j <= last && visible(i, j, g.window, doc_i))
+      s = dot_row(q_row, ks + lane * ld, D) * g.scale;
     const float new_m = fmaxf(m, detail::warp_max(s));
     if (new_m == neg_inf()) continue;  // nothing visible to this row yet
     const float p = s == neg_inf() ? 0.0f : expf(s - new_m);
@@ -218,12 +219,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ float smem[];
   __shared__ i64 query_end;
   const int D = static_cast<int>(g.D), ld = D + 1;
-  float* qs = smem;                  // [kTile][ld] query rows
-  float* dos = qs + kTile * ld;      // [kTile][ld] their output gradients
-  float* lse_s = dos + kTile * ld;   // [kTile]
-  float* delta_s = lse_s + kTile;    // [kTile]
-  float* krs = delta_s + kTile;      // [kWarps][D]
-  float* vrs = krs + kWarps * D;     // [kWarps][D]
+  float* qs = smem;                 // [kTile][ld] query rows
+  float* dos = qs + kTile * ld;     // [kTile][ld] their output gradients
+  float* lse_s = dos + kTile * ld;  // [kTile]
+  float* delta_s = lse_s + kTile;   // [kTile]
+  float* krs = delta_s + kTile;     // [kWarps][D]
+  float* vrs = krs + kWarps * D;    // [kWarps][D]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const i64 j0 = i64{blockIdx.x} * kWarps, kvh = blockIdx.y, b = blockIdx.z;
   const i64 group = g.Hq / g.Hkv;
@@ -244,7 +245,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       i64 lo = last_key, hi = end;  // first i in [lo, hi) with doc_start > last_key
       while (lo < hi) {
         const i64 mid = lo + (hi - lo) / 2;
-        if (g.doc_start[b * g.T + mid] > last_key) hi = mid; else lo = mid + 1;
+        if (g.doc_start[b * g.T + mid] > last_key)
+          hi = mid;
+        else
+          lo = mid + 1;
       }
       end = lo;
     }
@@ -305,7 +309,8 @@ __global__ void check_doc_start_kernel(const i64* doc_start, i64 B, i64 T, Devic
   for (i64 e = blockIdx.x * i64{blockDim.x} + threadIdx.x; e < B * T;
        e += i64{gridDim.x} * blockDim.x) {
     const i64 t = e % T, s = doc_start[e];
-    if (s < 0 || s > t || (t > 0 && s < doc_start[e - 1])) detail::report(error, kBadDocStart, s, e);
+    if (s < 0 || s > t || (t > 0 && s < doc_start[e - 1]))
+      detail::report(error, kBadDocStart, s, e);
   }
 }
 
@@ -326,8 +331,8 @@ void allow_smem(Kernel kernel, std::size_t bytes) {
 template <typename T>
 void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Geometry& g,
              cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((g.T + kWarps - 1) / kWarps),
-                  static_cast<unsigned>(g.Hq), static_cast<unsigned>(g.B));
+  const dim3 grid(static_cast<unsigned>((g.T + kWarps - 1) / kWarps), static_cast<unsigned>(g.Hq),
+                  static_cast<unsigned>(g.B));
   const std::size_t smem = forward_smem(g.D);
   allow_smem(forward_kernel<T>, smem);
   forward_kernel<T><<<grid, kWarps * 32, smem, stream>>>(q, k, v, out, lse, g);
@@ -344,8 +349,8 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
   const unsigned tiles = static_cast<unsigned>((g.T + kWarps - 1) / kWarps);
   const std::size_t dq_bytes = dq_smem(g.D);
   allow_smem(dq_kernel<T>, dq_bytes);
-  dq_kernel<T><<<dim3(tiles, static_cast<unsigned>(g.Hq), static_cast<unsigned>(g.B)),
-                 kWarps * 32, dq_bytes, stream>>>(q, k, v, lse, dout, delta, dq, g);
+  dq_kernel<T><<<dim3(tiles, static_cast<unsigned>(g.Hq), static_cast<unsigned>(g.B)), kWarps * 32,
+                 dq_bytes, stream>>>(q, k, v, lse, dout, delta, dq, g);
   check_launch("attention_backward (dq)");
   const std::size_t dkdv_bytes = dkdv_smem(g.D);
   allow_smem(dkdv_kernel<T>, dkdv_bytes);
@@ -356,8 +361,7 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
 
 }  // namespace
 
-void check_doc_start(const i64* doc_start, i64 B, i64 T, DeviceError* error,
-                     cudaStream_t stream) {
+void check_doc_start(const i64* doc_start, i64 B, i64 T, DeviceError* error, cudaStream_t stream) {
   if (B * T == 0) return;
   check_doc_start_kernel<<<detail::grid_for(B * T, 256), 256, 0, stream>>>(doc_start, B, T, error);
   check_launch("attention (document starts)");

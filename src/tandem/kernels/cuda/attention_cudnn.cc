@@ -126,10 +126,14 @@ struct CudnnAttention::Impl {
     if (window > 0) options.set_sliding_window_length(static_cast<int>(window));
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
     dq->set_output(true).set_uid(kDQ).set_dim({B, Hq, T, D}).set_stride({T * Hq * D, D, Hq * D, 1});
-    dk->set_output(true).set_uid(kDK).set_dim({B, Hkv, T, D}).set_stride(
-        {T * Hkv * D, D, Hkv * D, 1});
-    dv->set_output(true).set_uid(kDV).set_dim({B, Hkv, T, D}).set_stride(
-        {T * Hkv * D, D, Hkv * D, 1});
+    dk->set_output(true)
+        .set_uid(kDK)
+        .set_dim({B, Hkv, T, D})
+        .set_stride({T * Hkv * D, D, Hkv * D, 1});
+    dv->set_output(true)
+        .set_uid(kDV)
+        .set_dim({B, Hkv, T, D})
+        .set_stride({T * Hkv * D, D, Hkv * D, 1});
     finish(e, g);
     return backward.emplace(key, std::move(e)).first->second;
   }
@@ -156,8 +160,8 @@ struct CudnnAttention::Impl {
 
   bool run(const Entry& e, std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*>& pack,
            std::string* refusal) {
-    void* workspace = e.workspace > 0 ? memory->allocate(static_cast<std::size_t>(e.workspace))
-                                      : nullptr;
+    void* workspace =
+        e.workspace > 0 ? memory->allocate(static_cast<std::size_t>(e.workspace)) : nullptr;
     auto status = e.graph->execute(handle, pack, workspace);
     if (workspace) memory->free(workspace);  // stream-ordered: safe to reuse after this call
     if (status.is_bad()) {
@@ -196,8 +200,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, Cachin
   try {
     const std::size_t version = fe::detail::get_backend_version();
     if (version < 90200) {
-      *why = fmt::format("cuDNN {} is older than 9.2, the first with sliding-window SDPA",
-                         version);
+      *why = fmt::format("cuDNN {} is older than 9.2, the first with sliding-window SDPA", version);
       return nullptr;
     }
     if (fe::detail::create_handle(&impl->handle) != CUDNN_STATUS_SUCCESS) {
@@ -224,9 +227,11 @@ bool CudnnAttention::forward(const void* q, const void* k, const void* v, void* 
     refusal_ = e.refusal;
     return false;
   }
-  std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack = {
-      {kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)}, {kV, const_cast<void*>(v)},
-      {kO, out},                  {kStats, lse}};
+  std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack = {{kQ, const_cast<void*>(q)},
+                                                                         {kK, const_cast<void*>(k)},
+                                                                         {kV, const_cast<void*>(v)},
+                                                                         {kO, out},
+                                                                         {kStats, lse}};
   return impl_->run(e, pack, &refusal_);
 }
 
@@ -239,10 +244,14 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
     return false;
   }
   std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack = {
-      {kQ, const_cast<void*>(q)},    {kK, const_cast<void*>(k)},
-      {kV, const_cast<void*>(v)},    {kO, const_cast<void*>(out)},
-      {kStats, const_cast<float*>(lse)}, {kDO, const_cast<void*>(dout)},
-      {kDQ, dq},                     {kDK, dk},
+      {kQ, const_cast<void*>(q)},
+      {kK, const_cast<void*>(k)},
+      {kV, const_cast<void*>(v)},
+      {kO, const_cast<void*>(out)},
+      {kStats, const_cast<float*>(lse)},
+      {kDO, const_cast<void*>(dout)},
+      {kDQ, dq},
+      {kDK, dk},
       {kDV, dv}};
   return impl_->run(e, pack, &refusal_);
 }

@@ -32,9 +32,9 @@ class CudnnAttention {
 
   // bf16 q[B,T,Hq,D], k,v[B,T,Hkv,D] -> out (bf16), lse[B,Hq,T] (f32). False when cuDNN has no
   // engine for this problem (nothing was written; the caller falls back), with the reason kept.
-  bool forward(const void* q, const void* k, const void* v, void* out, float* lse,
-               std::int64_t B, std::int64_t T, std::int64_t Hq, std::int64_t Hkv,
-               std::int64_t D, std::int64_t window, float scale);
+  bool forward(const void* q, const void* k, const void* v, void* out, float* lse, std::int64_t B,
+               std::int64_t T, std::int64_t Hq, std::int64_t Hkv, std::int64_t D,
+               std::int64_t window, float scale);
   bool backward(const void* q, const void* k, const void* v, const void* out, const float* lse,
                 const void* dout, void* dq, void* dk, void* dv, std::int64_t B, std::int64_t T,
                 std::int64_t Hq, std::int64_t Hkv, std::int64_t D, std::int64_t window,

@@ -12,9 +12,9 @@
 namespace tandem::kernels::cuda {
 
 struct MemoryCounters {
-  std::int64_t in_use = 0;         // bytes handed out (rounded sizes)
+  std::int64_t in_use = 0;  // bytes handed out (rounded sizes)
   std::int64_t peak_in_use = 0;
-  std::int64_t reserved = 0;       // bytes obtained from cudaMalloc
+  std::int64_t reserved = 0;  // bytes obtained from cudaMalloc
   std::int64_t peak_reserved = 0;
   std::int64_t driver_allocations = 0;  // cudaMalloc calls so far
 };
@@ -43,8 +43,8 @@ class CachingAllocator {
   static std::size_t round_size(std::size_t bytes);
 
  private:
-  std::multimap<std::size_t, void*> free_blocks_;      // size -> block
-  std::unordered_map<void*, std::size_t> live_;        // block -> size
+  std::multimap<std::size_t, void*> free_blocks_;  // size -> block
+  std::unordered_map<void*, std::size_t> live_;    // block -> size
   MemoryCounters counters_;
 };
 

@@ -25,8 +25,10 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) row_ce[r] = row_z[r] = 0.0;
     if (want_grads) {
       for (i64 c = threadIdx.x; c < V; c += blockDim.x) {
-        if (out16) out16[c] = __float2bfloat16_rn(0.0f);
-        else row[c] = 0.0f;
+        if (out16)
+          out16[c] = __float2bfloat16_rn(0.0f);
+        else
+          row[c] = 0.0f;
       }
     }
     return;
@@ -55,8 +57,10 @@ __global__ void __launch_bounds__(kThreads)
   for (i64 c = threadIdx.x; c < V; c += blockDim.x) {
     float g = row[c] * coef;
     if (c == label) g -= grad_scale;
-    if (out16) out16[c] = __float2bfloat16_rn(g);
-    else row[c] = g;
+    if (out16)
+      out16[c] = __float2bfloat16_rn(g);
+    else
+      row[c] = g;
   }
 }
 

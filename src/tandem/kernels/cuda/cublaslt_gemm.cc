@@ -87,22 +87,31 @@ const LtGemm::Plan& LtGemm::plan(const Key& key) {
                                        sizeof(ws));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                        &no_split_k, sizeof(no_split_k));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align_bytes, sizeof(align_bytes));
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
-  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c,
-                                                           pref, 1, &result, &count);
+  cublasStatus_t rc =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &count);
+  if (rc == CUBLAS_STATUS_SUCCESS && count == 0) {
+    // No kernel without split-K for this shape: allow cuBLASLt's split-K schemes, which reduce
+    // in a fixed order too (in place with ordering counters, or in a separate reduction kernel).
+    const std::uint32_t any = CUBLASLT_REDUCTION_SCHEME_MASK;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &any,
+                                         sizeof(any));
+    rc = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result,
+                                        &count);
+  }
   cublasLtMatmulPreferenceDestroy(pref);
   if (rc != CUBLAS_STATUS_SUCCESS || count == 0) {
-    core::fail("cuBLASLt has no algorithm for a {} gemm {}{} x {}{} -> [{}, {}] (lda {} ldb {} "
-               "ldc {}, alignment {} bytes): {}",
-               ab == CUDA_R_32F ? "fp32" : "bf16", trans_a ? "A^T" : "A",
-               fmt::format("[{}, {}]", M, K), trans_b ? "B^T" : "B", fmt::format("[{}, {}]", K, N),
-               M, N, lda, ldb, ldc, align, cublasLtGetStatusString(rc));
+    core::fail(
+        "cuBLASLt has no algorithm for a {} gemm {}{} x {}{} -> [{}, {}] (lda {} ldb {} "
+        "ldc {}, alignment {} bytes): {}",
+        ab == CUDA_R_32F ? "fp32" : "bf16", trans_a ? "A^T" : "A", fmt::format("[{}, {}]", M, K),
+        trans_b ? "B^T" : "B", fmt::format("[{}, {}]", K, N), M, N, lda, ldb, ldc, align,
+        cublasLtGetStatusString(rc));
   }
   p.algo = result.algo;
   (void)beta_zero;
@@ -110,11 +119,20 @@ const LtGemm::Plan& LtGemm::plan(const Key& key) {
 }
 
 void LtGemm::run(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const void* A,
-                 i64 lda, const void* B, i64 ldb, Elem ab, float beta, void* C, i64 ldc,
-                 Elem c) {
+                 i64 lda, const void* B, i64 ldb, Elem ab, float beta, void* C, i64 ldc, Elem c) {
   if (M == 0 || N == 0) return;
-  const Key key{trans_a, trans_b, M,    N,    K, lda, ldb, ldc, static_cast<int>(ab),
-                static_cast<int>(c), alignment(A, B, C), beta == 0.0f};
+  const Key key{trans_a,
+                trans_b,
+                M,
+                N,
+                K,
+                lda,
+                ldb,
+                ldc,
+                static_cast<int>(ab),
+                static_cast<int>(c),
+                alignment(A, B, C),
+                beta == 0.0f};
   const Plan& p = plan(key);
   check(cublasLtMatmul(handle_, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                        workspace_, workspace_bytes_, stream_),

@@ -2,9 +2,10 @@
 // fp32 accumulation. fp32 operands run in true fp32 (CUBLAS_COMPUTE_32F: TF32 is never used, the
 // parity mode); bf16 operands use the tensor cores with fp32 accumulation and an fp32 or bf16 C.
 //
-// Determinism: the algorithm for a shape is chosen once by cuBLASLt's heuristic and cached, and
-// only algorithms without split-K reductions are allowed (CUBLASLT_REDUCTION_SCHEME_NONE), so the
-// same call gives the same bits every time on the same GPU.
+// Determinism: the algorithm for a shape is chosen once by cuBLASLt's heuristic and cached (no
+// atomics mode is ever enabled), and algorithms without split-K are asked for first
+// (CUBLASLT_REDUCTION_SCHEME_NONE; cuBLASLt's split-K schemes, which also reduce in a fixed order,
+// only where none exists), so the same call gives the same bits every time on the same GPU.
 #pragma once
 
 #include <cublasLt.h>

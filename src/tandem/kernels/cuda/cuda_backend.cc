@@ -118,9 +118,10 @@ struct CudaBackend::State {
       case cuda::kBadRopePosition:
         core::fail("rope: position {} of token {} is outside the tables", e.value, e.where);
       case cuda::kBadDocStart:
-        core::fail("attention: document start {} at flat position {} is not in [0, t] or "
-                   "decreases along its row",
-                   e.value, e.where);
+        core::fail(
+            "attention: document start {} at flat position {} is not in [0, t] or "
+            "decreases along its row",
+            e.value, e.where);
       case cuda::kBadGatherIndex:
         core::fail("gather_rows: row {} (index {}) is outside the source", e.value, e.where);
       default:
@@ -160,9 +161,10 @@ CudaBackend::CudaBackend() : s_(std::make_unique<State>()) {
   } else {
     std::string reason;
     s_->cudnn = cuda::CudnnAttention::open(s_->stream, s_->memory, &reason);
-    s_->attention_note = s_->cudnn ? fmt::format("cuDNN {} fused SDPA for bf16 (deterministic "
-                                                 "backward), plain kernels for fp32 and documents",
-                                                 s_->cudnn->version())
+    s_->attention_note = s_->cudnn ? fmt::format(
+                                         "cuDNN {} fused SDPA for bf16 (deterministic "
+                                         "backward), plain kernels for fp32 and documents",
+                                         s_->cudnn->version())
                                    : fmt::format("plain kernels (cuDNN unavailable: {})", reason);
   }
 #else
@@ -304,12 +306,14 @@ void CudaBackend::do_zero(const Tensor& dst) {
 
 // ---- dense algebra ----
 
-void CudaBackend::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a,
-                          const Tensor& b, float beta, const Tensor& c) {
+void CudaBackend::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
+                          float beta, const Tensor& c) {
   const i64 m = c.dim(0), n = c.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
   if (k == 0) {  // C = beta * C, as a BLAS does
-    if (beta == 0.0f) do_zero(c);
-    else if (beta != 1.0f) cuda::scale(f32(c), beta, c.numel(), s_->stream);
+    if (beta == 0.0f)
+      do_zero(c);
+    else if (beta != 1.0f)
+      cuda::scale(f32(c), beta, c.numel(), s_->stream);
     return;
   }
   s_->gemm->run(trans_a, trans_b, m, n, k, alpha, a.data(), a.dim(1), b.data(), b.dim(1),
@@ -367,13 +371,14 @@ void CudaBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
                    [&](int a, int b) { return host_ids[a] < host_ids[b]; });
   std::vector<int> starts;
   for (i64 k = 0; k < T; ++k)
-    if (k == 0 || host_ids[order[k]] != host_ids[order[k - 1]]) starts.push_back(static_cast<int>(k));
+    if (k == 0 || host_ids[order[k]] != host_ids[order[k - 1]])
+      starts.push_back(static_cast<int>(k));
   const i64 segments = static_cast<i64>(starts.size());
   starts.push_back(static_cast<int>(T));
   State::Scratch order_d(s_->memory, order.size() * sizeof(int));
   State::Scratch starts_d(s_->memory, starts.size() * sizeof(int));
-  check(cudaMemcpyAsync(order_d.p, order.data(), order.size() * sizeof(int),
-                        cudaMemcpyHostToDevice, s_->stream),
+  check(cudaMemcpyAsync(order_d.p, order.data(), order.size() * sizeof(int), cudaMemcpyHostToDevice,
+                        s_->stream),
         "embedding_backward upload");
   check(cudaMemcpyAsync(starts_d.p, starts.data(), starts.size() * sizeof(int),
                         cudaMemcpyHostToDevice, s_->stream),
@@ -419,8 +424,10 @@ void CudaBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Te
 
 namespace {
 void check_head_dim(const Tensor& q, const char* op) {
-  TANDEM_CHECK(q.dim(3) <= cuda::kMaxHeadDim, "cuda {}: head_dim {} is larger than the {} the "
-               "attention kernels take", op, q.dim(3), cuda::kMaxHeadDim);
+  TANDEM_CHECK(q.dim(3) <= cuda::kMaxHeadDim,
+               "cuda {}: head_dim {} is larger than the {} the "
+               "attention kernels take",
+               op, q.dim(3), cuda::kMaxHeadDim);
 }
 }  // namespace
 
@@ -444,8 +451,7 @@ void CudaBackend::do_attention_forward(const Tensor& q, const Tensor& k, const T
 void CudaBackend::do_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& out, const Tensor& lse, const Tensor& dout,
                                         const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                        std::int64_t window, float scale,
-                                        const Tensor& doc_start) {
+                                        std::int64_t window, float scale, const Tensor& doc_start) {
   const i64 B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
   const Elem e = elem_of(q, "attention_backward");
   if (doc_start) cuda::check_doc_start(i64p(doc_start), B, T, s_->error, s_->stream);
@@ -517,9 +523,8 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
   const i64 chunk = std::min(N, chunk_rows);
   State::Scratch logits(s_->memory, static_cast<std::size_t>(chunk * V) * sizeof(float));
   // bf16 operands need a bf16 gradient for the two gradient gemms (cuBLASLt takes one type).
-  State::Scratch dlogits16(s_->memory, want_grads && e == Elem::bf16
-                                           ? static_cast<std::size_t>(chunk * V) * 2
-                                           : 0);
+  State::Scratch dlogits16(
+      s_->memory, want_grads && e == Elem::bf16 ? static_cast<std::size_t>(chunk * V) * 2 : 0);
   State::Scratch rows(s_->memory, static_cast<std::size_t>(2 * N) * sizeof(double));
   double* row_ce = rows.as<double>();
   double* row_z = row_ce + N;
@@ -542,8 +547,8 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
     s_->gemm->run(false, true, nc, V, d, 1.0f, hidden_chunk, d, w.data(), d, e, 0.0f, logits.p, V,
                   Elem::f32);
     cuda::cross_entropy_rows(logits.as<float>(), i64p(labels) + n0, nc, V, core::kIgnoreIndex,
-                             z_weight, grad_scale, want_grads, row_ce + n0, row_z + n0,
-                             dlogits16.p, s_->stream);
+                             z_weight, grad_scale, want_grads, row_ce + n0, row_z + n0, dlogits16.p,
+                             s_->stream);
     if (!want_grads) continue;
     const void* dlogits = e == Elem::bf16 ? dlogits16.p : logits.p;
     if (dhidden)
@@ -589,8 +594,9 @@ double CudaBackend::do_sum_of_squares(const Tensor& x) {
 
 void CudaBackend::do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m,
                                   const Tensor& v, const AdamWScalars& s) {
-  const cuda::AdamWArgs a{s.neg_step_size, s.bias_correction2_sqrt, s.decay_factor,
-                          s.one_minus_beta1, s.beta2, s.one_minus_beta2, s.eps, s.decay};
+  const cuda::AdamWArgs a{
+      s.neg_step_size, s.bias_correction2_sqrt, s.decay_factor, s.one_minus_beta1,
+      s.beta2,         s.one_minus_beta2,       s.eps,          s.decay};
   cuda::adamw_update(f32(p), f32(g), f32(m), f32(v), p.numel(), a, s_->stream);
 }
 

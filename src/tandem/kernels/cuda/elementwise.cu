@@ -106,8 +106,8 @@ void swiglu_forward(Elem t, const void* g, const void* u, void* h, i64 n, cudaSt
   check_launch("swiglu_forward");
 }
 
-void swiglu_backward(Elem t, const void* g, const void* u, const void* dh, void* dg, void* du, i64 n,
-                     cudaStream_t stream) {
+void swiglu_backward(Elem t, const void* g, const void* u, const void* dh, void* dg, void* du,
+                     i64 n, cudaStream_t stream) {
   if (t == Elem::f32)
     swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
         static_cast<const float*>(g), static_cast<const float*>(u), static_cast<const float*>(dh),

@@ -55,7 +55,8 @@ void embedding_forward(Elem t, const i64* ids, const void* table, void* out, i64
 void embedding_backward(const i64* ids, const float* dout, float* dtable, i64 d, const int* order,
                         const int* segment_start, i64 n_segments, cudaStream_t stream) {
   if (n_segments == 0 || d == 0) return;
-  const dim3 grid(static_cast<unsigned>(n_segments), static_cast<unsigned>((d + kThreads - 1) / kThreads));
+  const dim3 grid(static_cast<unsigned>(n_segments),
+                  static_cast<unsigned>((d + kThreads - 1) / kThreads));
   embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(ids, dout, dtable, d, order,
                                                            segment_start);
   check_launch("embedding_backward");

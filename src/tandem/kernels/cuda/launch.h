@@ -42,8 +42,8 @@ void fill(float* dst, float value, i64 n, cudaStream_t stream);
 void scale(float* x, float factor, i64 n, cudaStream_t stream);
 void add(Elem t, const void* a, const void* b, void* y, i64 n, cudaStream_t stream);
 void swiglu_forward(Elem t, const void* g, const void* u, void* h, i64 n, cudaStream_t stream);
-void swiglu_backward(Elem t, const void* g, const void* u, const void* dh, void* dg, void* du, i64 n,
-                     cudaStream_t stream);
+void swiglu_backward(Elem t, const void* g, const void* u, const void* dh, void* dg, void* du,
+                     i64 n, cudaStream_t stream);
 // dst[i, :] = src[index[i], :], rows of width d; an index outside [0, src_rows) sets the error.
 void gather_rows(Elem t, const void* src, i64 src_rows, i64 d, const i64* index, i64 n, void* dst,
                  DeviceError* error, cudaStream_t stream);
@@ -106,8 +106,8 @@ void token_log_probs(const float* logits, const i64* targets, i64 n, i64 V, doub
 constexpr i64 kSumOfSquaresChunk = i64{1} << 14;
 void sum_of_squares_chunks(const float* x, i64 n, double* partials, cudaStream_t stream);
 struct AdamWArgs {
-  float neg_step_size, bias_correction2_sqrt, decay_factor, one_minus_beta1, beta2,
-      one_minus_beta2, eps;
+  float neg_step_size, bias_correction2_sqrt, decay_factor, one_minus_beta1, beta2, one_minus_beta2,
+      eps;
   bool decay;
 };
 // torch's AdamW element update with the CPU kernel's exact operations (no contraction but the

@@ -7,8 +7,8 @@
 namespace tandem::kernels::cuda {
 namespace {
 
-constexpr int kLanes = 8;              // the CPU's accumulators per chunk
-constexpr int kChunksPerBlock = 32;    // 8 threads per chunk, 256 threads per block
+constexpr int kLanes = 8;            // the CPU's accumulators per chunk
+constexpr int kChunksPerBlock = 32;  // 8 threads per chunk, 256 threads per block
 
 // Thread (chunk, lane) sums x[chunk * 16K + 8 m + lane]^2 over m in double, as the CPU's lane
 // `lane` does; the chunk's last partial group of 8 goes to lane 0 after its full groups; lane 0

@@ -96,11 +96,11 @@ void rmsnorm_forward(Elem t, const void* x, const float* w, void* y, float* rstd
   if (rows == 0) return;
   const unsigned grid = static_cast<unsigned>(rows);
   if (t == Elem::f32)
-    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(
-        static_cast<const float*>(x), w, static_cast<float*>(y), rstd, d, eps);
+    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), w,
+                                                          static_cast<float*>(y), rstd, d, eps);
   else
-    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(
-        static_cast<const bf16*>(x), w, static_cast<bf16*>(y), rstd, d, eps);
+    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(x), w,
+                                                          static_cast<bf16*>(y), rstd, d, eps);
   check_launch("rmsnorm_forward");
 }
 
@@ -109,8 +109,7 @@ std::size_t rmsnorm_dw_partials(i64 rows, i64 d) {
 }
 
 void rmsnorm_backward(Elem t, const void* x, const float* w, const float* rstd, const void* dy,
-                      void* dx, float* dw, i64 rows, i64 d, double* partials,
-                      cudaStream_t stream) {
+                      void* dx, float* dw, i64 rows, i64 d, double* partials, cudaStream_t stream) {
   if (rows == 0) return;
   if (t == Elem::f32)
     backward(static_cast<const float*>(x), w, rstd, static_cast<const float*>(dy),
