@@ -88,46 +88,51 @@ except Exception:
 print(":".join(dirs))
 PY
 )"
-export LD_LIBRARY_PATH="$dest/lib${wheel_libs:+:$wheel_libs}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+# Only tandem's programs get this path (run through "${ours[@]}"): the carried libraries must not
+# replace the ones the device's Python and PyTorch load.
+ours_path="$dest/lib${wheel_libs:+:$wheel_libs}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ours=(env "LD_LIBRARY_PATH=$ours_path")
+cuda_only=(env "LD_LIBRARY_PATH=${wheel_libs:+$wheel_libs:}/usr/local/cuda/lib64")  # for Python
+echo "LD_LIBRARY_PATH for tandem's programs: $ours_path"
+echo "device C library: $(ldd --version 2>&1 | head -1); the programs need up to $(grep -m1 "^needs" "$dest/MANIFEST" | cut -d' ' -f2-)"
 missing=0
 for exe in "$bin"/*; do
-  if ldd "$exe" | grep "not found"; then
+  if "${ours[@]}" ldd "$exe" | grep "not found"; then
     echo "gpu_check: $(basename "$exe") has unresolved libraries (above)"
     missing=1
   fi
 done
 for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9; do
-  found="$(ldd "$bin/tandem" | awk -v l="$lib" '$1 == l {print $3}')"
-  [[ -z "$found" ]] && found="$(for d in ${LD_LIBRARY_PATH//:/ }; do [[ -e "$d/$lib" ]] && echo "$d/$lib" && break; done)"
+  found="$("${ours[@]}" ldd "$bin/tandem" | awk -v l="$lib" '$1 == l {print $3}')"
+  [[ -z "$found" ]] && found="$(for d in ${ours_path//:/ }; do [[ -e "$d/$lib" ]] && echo "$d/$lib" && break; done)"
   echo "$lib -> ${found:-not found}"
 done
-"$python" - <<'PY' 2>/dev/null || echo "cuDNN: libcudnn.so.9 not loadable (tandem then uses its own attention kernels)"
+"${cuda_only[@]}" "$python" - <<'PY' 2>/dev/null || echo "cuDNN: libcudnn.so.9 not loadable (tandem then uses its own attention kernels)"
 import ctypes
 v = ctypes.CDLL("libcudnn.so.9").cudnnGetVersion()
 print(f"cuDNN {v // 10000}.{v // 100 % 100}.{v % 100} (the one tandem opens at run time)")
 PY
 ((missing)) && exit 2
-"$bin/bench_gpu_train_step" --help | head -2
-"$bin/tandem" --help >/dev/null && echo "tandem --help: ok"
+"${ours[@]}" "$bin/bench_gpu_train_step" --help | head -2
+"${ours[@]}" "$bin/tandem" --help >/dev/null && echo "tandem --help: ok"
 
 export TANDEM_FIXTURES_DIR="$root/tests/fixtures" TANDEM_BINARY="$bin/tandem"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
 cd "$root"
 
 step "test_cuda"
-bounded 200 "$bin/test_cuda" --gtest_output="json:$out/test_cuda.json" 2>&1 |
+bounded 200 "${ours[@]}" "$bin/test_cuda" --gtest_output="json:$out/test_cuda.json" 2>&1 |
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|Expected|Which is|actual|no CUDA|rel|error" |
   head -150
 status[tests]=${PIPESTATUS[0]}
 
 gpu_visible=0
-"$python" -c 'import ctypes,sys; n=ctypes.c_int(0); r=ctypes.CDLL("libcudart.so.13").cudaGetDeviceCount(ctypes.byref(n)); sys.exit(0 if r==0 and n.value>0 else 1)' \
+"${cuda_only[@]}" "$python" -c 'import ctypes,sys; n=ctypes.c_int(0); r=ctypes.CDLL("libcudart.so.13").cudaGetDeviceCount(ctypes.byref(n)); sys.exit(0 if r==0 and n.value>0 else 1)' \
   2>/dev/null && gpu_visible=1
 
 step "tandem: OLMo 3-shaped 1B, full training step, seq 8192"
 if ((gpu_visible)); then
-  bounded 120 "$bin/bench_gpu_train_step" --config configs/models/olmo3-1b.yaml --label tandem-1b \
+  bounded 120 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-1b.yaml --label tandem-1b \
     --batch 1 --seq 8192 --steps 3 --warmup 1 --json "$out/bench_1b.json" | tail -2
   status[bench_1b]=${PIPESTATUS[0]}
 else
@@ -148,7 +153,7 @@ fi
 
 step "tandem: 7B-shaped layer stack (OLMo 3 7B dims, 8 layers), seq 8192"
 if ((gpu_visible)); then
-  bounded 100 "$bin/bench_gpu_train_step" --config configs/models/olmo3-7b.yaml --layers 8 \
+  bounded 100 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-7b.yaml --layers 8 \
     --label tandem-7b-8-layers --batch 1 --seq 8192 --steps 2 --warmup 1 \
     --json "$out/bench_7b_stack.json" | tail -2
   status[bench_7b]=${PIPESTATUS[0]}

@@ -60,6 +60,9 @@ strip --strip-unneeded "$pkg"/lib/* 2>/dev/null || true
   echo "commit $(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet || echo ' (with local changes)')"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) with $(nvcc --version | tail -1), $(c++ --version | head -1)"
   echo "march x86-64-v3, CUDA architectures 90a"
+  echo "needs $(for f in "$pkg"/bin/* "$pkg"/lib/*; do objdump -T "$f" 2>/dev/null; done |
+    grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1) and $(for f in "$pkg"/bin/* "$pkg"/lib/*; do
+    objdump -T "$f" 2>/dev/null; done | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)"
   (cd "$pkg" && find bin lib -type f -printf '%s %p\n' | sort -k2)
 } >"$pkg/MANIFEST"
 mkdir -p "$carry"
