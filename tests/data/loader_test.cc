@@ -72,19 +72,6 @@ TEST(Loader, RejectedInstancesAreMaskedAndTheirLabelsIgnored) {
   EXPECT_GT(kept, rejected);
 }
 
-TEST(Loader, MicroBatchesPartitionTheRankBatch) {
-  DataConfig config = set_a_config();
-  Loader loader(config);
-  Batch b = loader.next_batch(1, 2);
-  auto micro = b.micro_batches(2);
-  ASSERT_EQ(micro.size(), 2u);
-  EXPECT_EQ(micro[1].instance_ids[0], b.instance_ids[2]);
-  EXPECT_EQ(micro[1].input_ids.size(), 2u * config.sequence_length);
-  EXPECT_EQ(micro[1].input_ids.data(), b.input_ids.data() + 2 * config.sequence_length);
-  EXPECT_EQ(b.micro_batches(0).size(), 1u);
-  EXPECT_THROW(b.micro_batches(3), core::Error);
-}
-
 TEST(Loader, PrefetchGivesTheSameBatchesAsOnDemand) {
   DataConfig config = set_a_config();
   config.prefetch_batches = 3;

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "dist_test_util.h"
+#include "tandem/train/train_config.h"
 
 namespace fs = std::filesystem;
 
@@ -32,6 +33,27 @@ TEST(DataParallel, WorldSizes124GiveTheSameLosses) {
   }
   expect_close_losses(runs[0], runs[1], 0, "W=1 vs W=2");
   expect_close_losses(runs[0], runs[2], 0, "W=1 vs W=4");
+}
+
+// MFU with W ranks divides by the stated peak of all W devices: the global tokens/s of W ranks
+// doing the same per-rank work as one rank gives the same MFU, not W times it.
+TEST(DataParallel, MfuDividesByThePeakOfEveryRank) {
+  for (int world : {1, 2}) {
+    const std::string run = temp_dir("dist_mfu_w" + std::to_string(world));
+    auto r = run_shell(
+        tandem_command(world, "train " + train_args(run, 3) + " trainer.peak_tflops=0.05"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("MFU peak: 50.0 GFLOP/s per device x " + std::to_string(world)),
+              std::string::npos)
+        << r.output;
+    const train::RunConfig rc = train::load_run_config(fixture("train/parity.yaml"), {});
+    const double fpt = rc.model.flops_per_token(rc.data.sequence_length);
+    for (const auto& rec : read_metrics(run)) {
+      const double mfu = rec["mfu"].get<double>();
+      EXPECT_NEAR(mfu, rec["tokens_per_s"].get<double>() * fpt / (world * 0.05e12), 1e-9 * mfu)
+          << "W=" << world;
+    }
+  }
 }
 
 TEST(DataParallel, ElasticResumeFromW4AtW1AndW2) {

@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 
 #include "kernel_test_util.h"
@@ -204,16 +203,12 @@ TEST(Attention, BadHeadCountsAreErrors) {
       tandem::core::Error);
 }
 
-// Sliding window at long T: cost and memory follow T x window, so T = 4096 with window 64 is
-// quick (a T^2 implementation would need 16M scores per head); spot-check a few rows.
-TEST(Attention, LongSequenceWithSmallWindowIsLinear) {
+// Sliding window at long T (T = 4096, window 64): the tiled kernel's results are right far from the
+// start of the sequence too; spot-check a few rows. (Its speed is measured in bench/kernels.cc.)
+TEST(Attention, LongSequenceWithSmallWindow) {
   const Shape s{1, 4096, 2, 1, 16, 64};
   const float scale = 0.25f;
-  const auto start = std::chrono::steady_clock::now();
   AttentionRun r = run_kernels(s, scale, 42);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 10.0);  // about 0.1 s here; T^2 work would be ~100x more
   for (i64 i : {0, 63, 64, 2000, 4095}) {
     for (i64 h = 0; h < s.Hq; ++h) {
       // Reference row over the visible keys only.

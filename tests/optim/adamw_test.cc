@@ -173,9 +173,6 @@ TEST(AdamW, StateAccessorsAndErrors) {
   std::vector<float> p(5, 1.0f), g(5, 0.1f), q(3, 1.0f), h(3, 0.1f);
   AdamW opt(testing::cpu(), {param("a", p, g, true), param("b", q, h, true)}, AdamWHyper{});
   EXPECT_EQ(opt.total_size(), 8u);
-  EXPECT_EQ(opt.offset(1), 5u);
-  EXPECT_EQ(opt.index_of("b"), 1u);
-  EXPECT_THROW(opt.index_of("c"), core::Error);
   EXPECT_EQ(opt.exp_avg(1).numel(), 3);
   EXPECT_THROW(opt.step(-1.0), core::Error);
   EXPECT_THROW(opt.step(std::nan("")), core::Error);

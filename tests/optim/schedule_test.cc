@@ -121,6 +121,26 @@ TEST(Schedule, UnitsKey) {
   EXPECT_EQ(from_yaml("{name: constant, units: tokens}")->units(), ScheduleUnits::kTokens);
 }
 
+// units: tokens is what OLMo-core's trainer feeds its scheduler: tokens seen including this batch
+// against max_steps x the global batch; warmup and t_max in tokens. A token schedule whose warmup
+// is 10 batches is the step schedule with warmup 10.
+TEST(Schedule, TokenUnitsFollowTheTokensSeen) {
+  const std::int64_t batch = 4096, max_steps = 100;
+  auto tokens = from_yaml("{name: cos_with_warmup, units: tokens, warmup: 40960, alpha_f: 0.1}");
+  auto steps = from_yaml("{name: cos_with_warmup, warmup: 10, alpha_f: 0.1}");
+  for (std::int64_t s = 1; s <= max_steps + 2; ++s) {
+    const double a = scheduled_lr(*tokens, 1e-3, s, max_steps, batch);
+    const double b = scheduled_lr(*steps, 1e-3, s, max_steps, batch);
+    EXPECT_NEAR(a, b, 1e-15) << "step " << s;
+  }
+  // A warmup that ends inside a batch: at step 3 (12,288 tokens) of a 10,000-token warmup the
+  // warmup is over, where a step count would still be warming up.
+  auto uneven = from_yaml("{name: constant_with_warmup, units: tokens, warmup: 10000}");
+  EXPECT_DOUBLE_EQ(scheduled_lr(*uneven, 1e-3, 3, max_steps, batch), 1e-3);
+  EXPECT_LT(scheduled_lr(*uneven, 1e-3, 2, max_steps, batch), 1e-3);
+  EXPECT_THROW(scheduled_lr(*tokens, 1e-3, 1, max_steps, 0), core::Error);
+}
+
 void expect_config_error(const std::string& yaml, const std::string& fragment) {
   try {
     from_yaml(yaml);

@@ -5,25 +5,6 @@
 
 namespace tandem::data {
 
-std::vector<MicroBatch> Batch::micro_batches(std::size_t instances) const {
-  const std::size_t n = num_instances();
-  if (instances == 0) instances = n;
-  TANDEM_CHECK(instances > 0 && n % instances == 0,
-               "micro-batch size {} does not divide the rank batch of {} instances", instances, n);
-  const std::size_t seq = static_cast<std::size_t>(sequence_length);
-  std::vector<MicroBatch> out;
-  for (std::size_t start = 0; start < n; start += instances) {
-    MicroBatch mb;
-    mb.instance_ids = std::span<const std::uint64_t>(instance_ids).subspan(start, instances);
-    if (!input_ids.empty()) {
-      mb.input_ids = std::span<const std::int64_t>(input_ids).subspan(start * seq, instances * seq);
-      mb.instance_mask = std::span<const std::uint8_t>(instance_mask).subspan(start, instances);
-    }
-    out.push_back(mb);
-  }
-  return out;
-}
-
 Loader::Loader(const DataConfig& config, LoaderOptions options)
     : Loader(config, std::make_shared<TokenDataset>(config), options) {}
 

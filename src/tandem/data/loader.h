@@ -4,7 +4,7 @@
 //
 //   Loader loader(config);
 //   loader.restore(saved_state);              // optional, any world size
-//   Batch b = loader.next_batch(rank, world);  // then b.micro_batches(n)
+//   Batch b = loader.next_batch(rank, world);  // train/train_step splits it into micro-batches
 //   LoaderState s = loader.state();            // save with the checkpoint
 #pragma once
 
@@ -25,12 +25,6 @@
 
 namespace tandem::data {
 
-struct MicroBatch {
-  std::span<const std::uint64_t> instance_ids;
-  std::span<const std::int64_t> input_ids;  // [n, sequence_length]
-  std::span<const std::uint8_t> instance_mask;
-};
-
 // One rank's share of one global batch.
 struct Batch {
   std::uint64_t epoch = 0;  // 1-based
@@ -46,8 +40,6 @@ struct Batch {
   std::vector<std::uint8_t> instance_mask;
 
   std::size_t num_instances() const { return instance_ids.size(); }
-  // Consecutive micro-batches of `instances` each (0 = one micro-batch of everything).
-  std::vector<MicroBatch> micro_batches(std::size_t instances) const;
 };
 
 enum class LoaderFault {

@@ -41,12 +41,6 @@ AdamW::AdamW(kernels::Backend& backend, std::vector<ParamBuffer> params, AdamWHy
   backend_.zero(exp_avg_sq_);
 }
 
-std::size_t AdamW::index_of(std::string_view name) const {
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].name == name) return i;
-  core::fail("AdamW: unknown parameter '{}'", name);
-}
-
 kernels::Tensor AdamW::exp_avg(std::size_t i) const {
   const auto n = static_cast<std::int64_t>(params_.at(i).size());
   return exp_avg_.tensor().view(static_cast<std::int64_t>(offsets_.at(i)), kernels::Shape{n});

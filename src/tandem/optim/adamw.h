@@ -53,8 +53,6 @@ class AdamW {
 
   std::size_t num_params() const { return params_.size(); }
   const ParamBuffer& param(std::size_t i) const { return params_[i]; }
-  std::size_t index_of(std::string_view name) const;  // throws if unknown
-  std::size_t offset(std::size_t i) const { return offsets_[i]; }
   std::size_t total_size() const { return total_; }
   const AdamWHyper& hyper() const { return hyper_; }
 
