@@ -81,6 +81,21 @@ struct CudaBackend::State {
   std::unique_ptr<cuda::CudnnAttention> cudnn;
 #endif
   std::string attention_note;  // why bf16 attention takes the path it takes
+  bool refusal_reported = false;
+
+#ifdef TANDEM_HAVE_CUDNN_FRONTEND
+  // Says once, on stderr and in describe(), that cuDNN refused a problem and why.
+  void note_refusal(const char* pass, i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window) {
+    if (refusal_reported) return;
+    refusal_reported = true;
+    const std::string line = fmt::format(
+        "cuDNN refused attention {} for B={} T={} Hq={} Hkv={} D={} window={} ({}); the plain "
+        "kernels run instead",
+        pass, B, T, Hq, Hkv, D, window, cudnn->last_refusal());
+    fmt::print(stderr, "cuda: {}\n", line);
+    attention_note += "; " + line;
+  }
+#endif
 
   // A scratch block returned to the cache when it goes out of scope (stream order keeps it safe).
   struct Scratch {
@@ -438,10 +453,12 @@ void CudaBackend::do_attention_forward(const Tensor& q, const Tensor& k, const T
   const Elem e = elem_of(q, "attention_forward");
   if (doc_start) cuda::check_doc_start(i64p(doc_start), B, T, s_->error, s_->stream);
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  if (e == Elem::bf16 && !doc_start && s_->cudnn &&
-      s_->cudnn->forward(q.data(), k.data(), v.data(), out.data(), f32(lse), B, T, Hq, Hkv, D,
-                         window, scale))
-    return;
+  if (e == Elem::bf16 && !doc_start && s_->cudnn) {
+    if (s_->cudnn->forward(q.data(), k.data(), v.data(), out.data(), f32(lse), B, T, Hq, Hkv, D,
+                           window, scale))
+      return;
+    s_->note_refusal("forward", B, T, Hq, Hkv, D, window);
+  }
 #endif
   check_head_dim(q, "attention_forward");
   cuda::attention_forward(e, q.data(), k.data(), v.data(), out.data(), f32(lse), B, T, Hq, Hkv, D,
@@ -456,10 +473,12 @@ void CudaBackend::do_attention_backward(const Tensor& q, const Tensor& k, const 
   const Elem e = elem_of(q, "attention_backward");
   if (doc_start) cuda::check_doc_start(i64p(doc_start), B, T, s_->error, s_->stream);
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  if (e == Elem::bf16 && !doc_start && s_->cudnn &&
-      s_->cudnn->backward(q.data(), k.data(), v.data(), out.data(), f32(lse), dout.data(),
-                          dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D, window, scale))
-    return;
+  if (e == Elem::bf16 && !doc_start && s_->cudnn) {
+    if (s_->cudnn->backward(q.data(), k.data(), v.data(), out.data(), f32(lse), dout.data(),
+                            dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D, window, scale))
+      return;
+    s_->note_refusal("backward", B, T, Hq, Hkv, D, window);
+  }
 #endif
   check_head_dim(q, "attention_backward");
   State::Scratch delta(s_->memory, static_cast<std::size_t>(B * Hq * T) * sizeof(float));
