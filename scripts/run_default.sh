@@ -74,5 +74,5 @@ for stage in ("stage1", "stage2"):
         if k.startswith("eval/") and k.endswith("/loss") or k.startswith("downstream/") and k.endswith("/acc"):
             print(f"    {k} = {v:.4f}")
 PY
-echo "reports: $runs/stage1/report/summary.md and $runs/stage2/report/summary.md (plots beside them)"
+echo "reports: $runs/stage1/report/report.html and $runs/stage2/report/report.html (one page each; summary.md beside them)"
 exit $compare_rc

@@ -7,7 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev libopenblas-dev
   nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libzstd-dev libxxhash-dev libpcre2-dev
-  libcli11-dev libfmt-dev libssl-dev
+  libcli11-dev libfmt-dev libssl-dev libflatbuffers-dev
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-matplotlib
 )

@@ -163,10 +163,15 @@ TEST(CompareCommand, ReportWithPlotsAndExitCodes) {
       << out;
   std::string md = core::read_file(dir + "/r1/summary.md");
   EXPECT_NE(md.find("# Run comparison: PASS"), std::string::npos);
+  std::string html = core::read_file(dir + "/r1/report.html");
+  EXPECT_NE(html.find("Run comparison: <span class=\"pass\">PASS</span>"), std::string::npos);
+  EXPECT_NE(html.find("eval/val/loss"), std::string::npos);
+  EXPECT_EQ(html.find("data:image/png;base64,") != std::string::npos, plots);
   EXPECT_NE(md.find("Repeated-data alarm: clear"), std::string::npos);
   if (plots) {
+    // One figure per group of metrics, embedded in the one-page report.
     for (const char* png :
-         {"train_loss.png", "eval_val_loss.png", "lr.png", "downstream_arc_easy_rc_acc.png"}) {
+         {"figure-training.png", "figure-held-out-loss.png", "figure-downstream-acc.png"}) {
       std::string path = dir + "/r1/" + png;
       ASSERT_TRUE(std::filesystem::exists(path)) << path;
       EXPECT_EQ(core::read_file(path).substr(1, 3), "PNG");

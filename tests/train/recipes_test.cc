@@ -1,7 +1,8 @@
 // The shipped OLMo 3 7B recipes: their model sections are AI2's 7B; stage 1's stitched schedule
 // switches where the released run did (step 596,047, the checkpoint part 2 loaded) and joins the
 // first cosine at its midpoint; AI2's exact values (stage-2 lr, chunks of 8192, micro-batches of
-// 2 instances); and their data comes from an OLMo-core data-mix manifest in OLMo-core's order.
+// 2 instances); their data comes from an OLMo-core data-mix manifest in OLMo-core's order; and
+// they list AI2's in-loop downstream suite and padded held-out sets.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,8 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/data/data_config.h"
 #include "tandem/data/loader.h"
+#include "tandem/eval/downstream.h"
+#include "tandem/eval/inloop_tasks.h"
 #include "tandem/io/config.h"
 #include "tandem/model/model_config.h"
 #include "tandem/optim/schedule.h"
@@ -54,6 +57,22 @@ TEST(Recipes, Olmo3SevenBStageTwoAnneal) {
   EXPECT_NEAR(s->lr(lr, t_max / 2, t_max), lr / 2, 1e-3 * lr);
   EXPECT_NEAR(s->lr(lr, t_max, t_max), 0.0, 1e-12);
   EXPECT_TRUE(root["trainer"]["load_optimizer_state"].as<bool>());
+}
+
+TEST(Recipes, Olmo3SevenBListsAi2sInLoopSuite) {
+  for (const char* name : {"olmo3-7b-stage1.yaml", "olmo3-7b-stage2.yaml"}) {
+    YAML::Node root = io::load_yaml_config(recipe(name));
+    auto d = eval::parse_downstream_config(
+        io::ConfigSection(root["evaluation"]["downstream"], "evaluation.downstream"));
+    std::vector<std::string> labels;
+    for (const auto& t : d.tasks) labels.push_back(t.name);
+    EXPECT_EQ(labels, eval::olmo3_7b_inloop_suite()) << name;
+    EXPECT_EQ(d.options.max_length, 8192) << name;
+    const YAML::Node padded = root["evaluation"]["padded"];
+    EXPECT_EQ(padded["sequence_length"].as<std::int64_t>(), 8192) << name;
+    EXPECT_EQ(padded["mix"].as<std::string>(), "data/mixes/v3-small-ppl-validation.txt") << name;
+    EXPECT_EQ(padded["mix_tokenizer_id"].as<std::string>(), "dolma2-tokenizer") << name;
+  }
 }
 
 // Both recipes chunk by 8192 and split each rank's batch into micro-batches of 2 instances, as

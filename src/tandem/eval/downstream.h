@@ -17,13 +17,16 @@
 // the model's logits span them). Metrics: downstream_metrics.h.
 //
 // YAML (`evaluation.downstream:`, strict keys):
-//   tasks: [arc_easy:rc, hellaswag:rc, piqa:bpb]  # or "default" (10 OLMES tasks x rc/mc/bpb)
+//   tasks: [arc_easy:rc, hellaswag:rc, piqa:bpb]  # TASK:VARIANT or olmo-eval in-loop labels
+//                      # (arc_easy_test_bpb_5shot, ...); or a group: "default" (10 OLMES tasks
+//                      # x rc/mc/bpb), "olmo3-7b-in-loop" (the OLMo 3 7B scripts' suite)
 //   limit: 200         # documents per task (0 = all)
 //   interval: 1000     # evaluate every N steps (0 = only at the end of a stage)
 //   tokenizer: ...     # tokenizer.json; default ${TANDEM_DATA_DIR:-.cache/data}/tokenizers/
 //                      # allenai_dolma2.json
 //   tasks_dir: ...     # default $TANDEM_EVAL_TASKS or ${TANDEM_DATA_DIR:-.cache/data}/eval/
 //                      # oe_eval_tasks
+//   hf_datasets_dir: ...  # MMLU's data; default: hf_datasets beside tasks_dir
 //   max_length: 0      # query length cap; 0 = the model's max_sequence_length
 //   batch_tokens: 4096 # padded tokens per forward pass (memory: batch_tokens * vocab floats)
 #pragma once
@@ -36,6 +39,7 @@
 
 #include "tandem/eval/downstream_metrics.h"
 #include "tandem/eval/downstream_task.h"
+#include "tandem/eval/predictions.h"
 #include "tandem/io/config.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/tokenizer/tokenizer.h"
@@ -44,6 +48,7 @@ namespace tandem::eval {
 
 struct DownstreamOptions {
   std::string tasks_dir;        // empty: default_tasks_dir()
+  std::string hf_datasets_dir;  // empty: hf_datasets_dir_for(tasks_dir)
   std::int64_t limit = 0;       // documents per task; 0 = all
   std::int64_t max_length = 0;  // 0 = model max_sequence_length
   std::int64_t batch_tokens = 4096;
@@ -88,7 +93,9 @@ class DownstreamSuite {
  public:
   DownstreamSuite(const tokenizer::Tokenizer& tokenizer, const std::vector<TaskSpec>& specs,
                   const DownstreamOptions& options);
-  std::vector<TaskResult> evaluate(model::Olmo3Model& model) const;
+  // With `predictions`, also appends every task's per-request predictions.
+  std::vector<TaskResult> evaluate(model::Olmo3Model& model,
+                                   std::vector<TaskPredictions>* predictions = nullptr) const;
   std::int64_t total_requests() const;
 
  private:
@@ -103,7 +110,8 @@ class DownstreamSuite {
 std::vector<TaskResult> evaluate_downstream(model::Olmo3Model& model,
                                             const tokenizer::Tokenizer& tokenizer,
                                             const std::vector<TaskSpec>& specs,
-                                            const DownstreamOptions& options);
+                                            const DownstreamOptions& options,
+                                            std::vector<TaskPredictions>* predictions = nullptr);
 
 // {"downstream/<task>/<metric>": value, ...} for metrics.jsonl.
 nlohmann::json downstream_metrics_json(const std::vector<TaskResult>& results);

@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_set>
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/eval/mmlu.h"
 
 namespace tandem::eval {
 namespace {
@@ -48,9 +50,13 @@ void for_each_line(const std::string& path, Fn&& fn) {
   if (!line.empty()) fn(line, line_number + 1);
 }
 
-std::int64_t label_of(const nlohmann::json& value, bool bpb_only, const std::string& where) {
+// The label of a request line; nullopt for a string or list label (generation tasks), which
+// olmo-eval's bpb scoring keeps whatever the choice index.
+std::optional<std::int64_t> label_of(const nlohmann::json& value, bool bpb_only,
+                                     const std::string& where) {
   if (value.is_number_integer()) return value.get<std::int64_t>();
-  if (value.is_null() && bpb_only) return 0;  // olmo-eval: a missing label means choice 0
+  if (bpb_only && value.is_null()) return 0;  // olmo-eval: a missing label means choice 0
+  if (bpb_only && (value.is_string() || value.is_array())) return std::nullopt;
   core::fail("{}: \"label\" must be an integer choice index, got {}", where, value.dump());
 }
 
@@ -58,6 +64,20 @@ std::int64_t label_of(const nlohmann::json& value, bool bpb_only, const std::str
 
 TaskSpec parse_task_spec(const std::string& text) {
   auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    const InLoopTask* t = find_inloop_task(text);
+    TANDEM_CHECK(t != nullptr,
+                 "task '{}': neither TASK:VARIANT nor an olmo-eval in-loop label (the labels of "
+                 "OLMo-core's task groups; docs/evaluation.md lists them)",
+                 text);
+    TaskSpec spec;
+    spec.name = text;
+    spec.task = t->dataset;
+    spec.variant_dir = t->variant;
+    spec.bpb = t->metric_type == IclMetricType::kBpb;
+    spec.inloop = t;
+    return spec;
+  }
   TANDEM_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < text.size() &&
                    text.find(':', colon + 1) == std::string::npos,
                "task '{}': expected TASK:VARIANT (variant rc, mc, bpb or a folder such as "
@@ -114,11 +134,29 @@ std::vector<TaskSpec> default_task_specs() {
   return specs;
 }
 
+bool is_task_group(const std::string& name) {
+  return name == "default" || name == "olmo3-7b-in-loop";
+}
+
+std::vector<TaskSpec> task_group_specs(const std::string& name) {
+  if (name == "default") return default_task_specs();
+  TANDEM_CHECK(name == "olmo3-7b-in-loop", "unknown task group '{}'", name);
+  std::vector<TaskSpec> specs;
+  for (const auto& label : olmo3_7b_inloop_suite()) specs.push_back(parse_task_spec(label));
+  return specs;
+}
+
 std::string default_tasks_dir() {
   if (const char* dir = std::getenv("TANDEM_EVAL_TASKS"); dir && *dir) return dir;
   const char* data = std::getenv("TANDEM_DATA_DIR");
   std::string base = (data && *data) ? data : ".cache/data";
   return base + "/eval/oe_eval_tasks";
+}
+
+std::string hf_datasets_dir_for(const std::string& tasks_dir) {
+  std::filesystem::path p = std::filesystem::path(tasks_dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "…/oe_eval_tasks/"
+  return (p.parent_path() / "hf_datasets").string();
 }
 
 std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool bpb_only) {
@@ -146,7 +184,8 @@ std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool 
       r.doc_id = j.at("doc_id").get<std::int64_t>();
       if (r.doc_id >= kUncondDocIdOffset) return;  // unconditional requests: not scored here
       r.cont_id = j.at("idx").get<std::int64_t>();
-      r.label = label_of(j.at("label"), bpb_only, where);
+      const std::optional<std::int64_t> label = label_of(j.at("label"), bpb_only, where);
+      r.label = label.value_or(0);
       const auto& req = j.at("request");
       TANDEM_CHECK(req.is_object() && req.contains("context") && req.contains("continuation"),
                    "{}: \"request\" needs \"context\" and \"continuation\"", where);
@@ -155,7 +194,7 @@ std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool 
       TANDEM_CHECK(!r.continuation.empty(), "{}: empty continuation", where);
       TANDEM_CHECK(r.cont_id >= 0, "{}: negative idx", where);
       if (bpb_only) {
-        if (r.label != r.cont_id) return;  // only the gold continuation, as one choice
+        if (label && r.label != r.cont_id) return;  // only the gold continuation, as one choice
         r.cont_id = 0;
         r.label = 0;
       }
@@ -178,9 +217,47 @@ std::string metric_name_from_oe(const std::string& oe_metric, const std::string&
       where, oe_metric);
 }
 
+namespace {
+
+// Keeps the first `limit_docs` documents (all their requests) and counts the documents.
+void keep_documents(std::vector<DownstreamRequest>&& all, std::int64_t limit_docs,
+                    DownstreamTask& task) {
+  std::unordered_set<std::int64_t> kept_docs;
+  for (auto& r : all) {
+    if (!kept_docs.contains(r.doc_id)) {
+      if (limit_docs > 0 && static_cast<std::int64_t>(kept_docs.size()) >= limit_docs) continue;
+      kept_docs.insert(r.doc_id);
+    }
+    task.requests.push_back(std::move(r));
+  }
+  task.documents = static_cast<std::int64_t>(kept_docs.size());
+}
+
+DownstreamTask load_mmlu_task(const TaskSpec& spec, std::int64_t limit_docs,
+                              const std::string& hf_datasets_dir) {
+  const InLoopTask& t = *spec.inloop;
+  DownstreamTask task;
+  task.spec = spec;
+  task.dir = hf_datasets_dir + "/hails/mmlu_no_train (" + t.dataset + ", " + t.variant + ")";
+  task.oe_primary_metric = icl_metric_name(t.metric_type);
+  task.primary_metric = icl_metric_name(t.metric_type) + "_v2";
+  task.fast_mc = t.fast_mc;
+  MmluOptions options{t.dataset, t.variant, t.mc_labels, t.metric_type == IclMetricType::kBpb};
+  keep_documents(build_mmlu_requests(hf_datasets_dir, options, limit_docs), limit_docs, task);
+  TANDEM_CHECK(!task.requests.empty(), "task '{}': no MMLU questions in {}", spec.name, task.dir);
+  return task;
+}
+
+}  // namespace
+
 DownstreamTask load_task(const std::string& tasks_dir, const TaskSpec& spec,
-                         std::int64_t limit_docs) {
+                         std::int64_t limit_docs, const std::string& hf_datasets_dir) {
   namespace fs = std::filesystem;
+  if (spec.inloop && spec.inloop->source == InLoopTask::Source::kMmlu) {
+    return load_mmlu_task(
+        spec, limit_docs,
+        hf_datasets_dir.empty() ? hf_datasets_dir_for(tasks_dir) : hf_datasets_dir);
+  }
   DownstreamTask task;
   task.spec = spec;
   task.dir = (fs::path(tasks_dir) / spec.task / spec.variant_dir).string();
@@ -197,7 +274,12 @@ DownstreamTask load_task(const std::string& tasks_dir, const TaskSpec& spec,
                task.dir);
 
   std::string config_path = task.dir + "/config.json";
-  if (spec.bpb) {
+  if (spec.inloop) {
+    // The label fixes the metric type (OLMo-core logs every metric ICLMetric computes).
+    task.oe_primary_metric = icl_metric_name(spec.inloop->metric_type);
+    task.primary_metric = task.oe_primary_metric + "_v2";
+    task.fast_mc = spec.inloop->fast_mc;
+  } else if (spec.bpb) {
     task.oe_primary_metric = "logits_per_byte";
     task.primary_metric = "bpb";
   } else {
@@ -212,16 +294,7 @@ DownstreamTask load_task(const std::string& tasks_dir, const TaskSpec& spec,
     task.primary_metric = metric_name_from_oe(task.oe_primary_metric, config_path);
   }
 
-  std::vector<DownstreamRequest> all = read_requests_file(requests_path, spec.bpb);
-  std::unordered_set<std::int64_t> kept_docs;
-  for (auto& r : all) {
-    if (!kept_docs.contains(r.doc_id)) {
-      if (limit_docs > 0 && static_cast<std::int64_t>(kept_docs.size()) >= limit_docs) continue;
-      kept_docs.insert(r.doc_id);
-    }
-    task.requests.push_back(std::move(r));
-  }
-  task.documents = static_cast<std::int64_t>(kept_docs.size());
+  keep_documents(read_requests_file(requests_path, spec.bpb), limit_docs, task);
   TANDEM_CHECK(!task.requests.empty(), "task '{}': {} holds no requests", spec.name, requests_path);
   return task;
 }

@@ -24,6 +24,10 @@ EvaluationCallback::EvaluationCallback(const RunConfig& config, model::Olmo3Mode
   for (const auto& set : config_.eval.sets)
     heldout_.push_back(
         eval::open_heldout_set(set.name, set.files, config_.data, config_.eval.max_instances));
+  if (config_.eval.padded) {
+    padded_ = std::make_unique<eval::PaddedHeldout>(
+        *config_.eval.padded, eval::padded_dataset_options(*config_.eval.padded, config_.data));
+  }
   if (config_.eval.downstream) {
     const eval::DownstreamConfig& d = *config_.eval.downstream;
     tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(
@@ -37,11 +41,17 @@ void EvaluationCallback::on_step_end(StepEvent& e) {
   const std::int64_t step = e.counters.step;
   const bool last = step == e.max_steps;
   const std::int64_t interval = config_.eval.interval;
-  if (!heldout_.empty() && ((interval > 0 && step % interval == 0) || last)) {
+  if ((!heldout_.empty() || padded_) && ((interval > 0 && step % interval == 0) || last)) {
     for (const auto& set : heldout_) {
       eval::HeldoutResult h = eval::evaluate_heldout(model_, set, config_.eval.batch_instances);
       e.record["eval/" + h.name + "/loss"] = h.loss;
       e.record["eval/" + h.name + "/ppl"] = h.perplexity;
+    }
+    if (padded_) {
+      for (const auto& r : padded_->evaluate(model_)) {
+        e.record["eval/" + r.label + "/loss"] = r.loss;
+        e.record["eval/" + r.label + "/ppl"] = r.perplexity;
+      }
     }
   }
   const std::int64_t every = config_.eval.downstream ? config_.eval.downstream->interval : 0;

@@ -15,6 +15,7 @@
 #include "tandem/dist/communicator.h"
 #include "tandem/eval/downstream.h"
 #include "tandem/eval/heldout.h"
+#include "tandem/eval/padded_heldout.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/train/metrics_log.h"
@@ -50,7 +51,8 @@ class Callback {
 // Logs on rank 0 only.
 void log_line(const dist::Communicator& comm, const std::string& line);
 
-// Held-out sets every evaluation.interval steps and at the end; downstream tasks every
+// Held-out sets (chunked and padded) every evaluation.interval steps and at the end; downstream
+// tasks every
 // evaluation.downstream.interval steps and at the end.
 class EvaluationCallback final : public Callback {
  public:
@@ -63,6 +65,7 @@ class EvaluationCallback final : public Callback {
   model::Olmo3Model& model_;
   const dist::Communicator& comm_;
   std::vector<eval::HeldoutSet> heldout_;
+  std::unique_ptr<eval::PaddedHeldout> padded_;  // evaluation.padded
   std::unique_ptr<eval::DownstreamSuite> downstream_;
 };
 

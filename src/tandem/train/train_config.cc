@@ -75,6 +75,17 @@ EvalConfig parse_eval(io::ConfigSection s, const std::string& base_dir,
   } else {
     s.mark_used("sets");
   }
+  if (s.has("padded")) {
+    e.padded = eval::parse_padded_heldout_config(s.section("padded"), base_dir);
+    for (const auto& set : e.padded->sets) {
+      for (const auto& f : set.files) {
+        TANDEM_CHECK(!training.count(fs::weakly_canonical(f).string()),
+                     "{}: validation file {} is also a training file", s.where("padded"), f);
+      }
+    }
+  } else {
+    s.mark_used("padded");
+  }
   if (s.has("downstream") && !s.raw("downstream").IsNull())
     e.downstream = eval::parse_downstream_config(s.section("downstream"));
   else
@@ -108,6 +119,12 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   r.dist = dist::read_dist_config(top.section("dist"));
   r.trainer = parse_trainer(top.section("trainer"), base_dir);
   r.eval = parse_eval(top.section("evaluation"), base_dir, r.data.all_files());
+  if (r.eval.padded && r.eval.padded->sequence_length > 0) {
+    TANDEM_CHECK(r.eval.padded->sequence_length <= r.model.max_sequence_length,
+                 "{}: evaluation.padded.sequence_length ({}) exceeds model.max_sequence_length "
+                 "({})",
+                 path, r.eval.padded->sequence_length, r.model.max_sequence_length);
+  }
   top.finish();
   return r;
 }

@@ -11,6 +11,7 @@
 #include "tandem/data/data_config.h"
 #include "tandem/dist/dist_config.h"
 #include "tandem/eval/downstream.h"
+#include "tandem/eval/padded_heldout.h"
 #include "tandem/io/config.h"
 #include "tandem/model/model_config.h"
 #include "tandem/optim/optim_config.h"
@@ -27,7 +28,8 @@ struct EvalConfig {
   std::int64_t interval = 0;        // steps between held-out evaluations (0 = only at the end)
   std::int64_t max_instances = 64;  // first N instances of each set (fixed across evaluations)
   std::int64_t batch_instances = 8;
-  std::vector<HeldoutSetConfig> sets;
+  std::vector<HeldoutSetConfig> sets;                // chunked held-out sets (eval/heldout.h)
+  std::optional<eval::PaddedHeldoutConfig> padded;   // AI2's padded sets (eval/padded_heldout.h)
   std::optional<eval::DownstreamConfig> downstream;  // evaluation.downstream (eval/ parses it)
 };
 
