@@ -1,17 +1,22 @@
 // Training-step benchmark (forward + backward) of an OLMo 3-shaped model: tokens/s, achieved
 // GFLOP/s with the window-aware FLOP count, the measured fp32 GEMM ceiling and the fraction of it
-// reached, and, when torch + transformers are importable, HF Olmo3 (fp32, eager) doing the same
-// step on the same machine in the same run.
+// reached, the process's peak resident memory, and, when torch + transformers are importable, HF
+// Olmo3 (eager) doing the same step on the same machine in the same run: in fp32, or under
+// --precision bf16 both torch.autocast(cpu, bfloat16) and model.to(torch.bfloat16).
+// One precision per process, so that the peak memory is that precision's (bench/precision.sh
+// runs both).
 //
 // Usage: bench_train_step [--config configs/models/olmo3-50m.yaml] [--batch 4] [--seq 512]
-//                         [--steps 3] [--no-torch]
+//                         [--steps 3] [--precision fp32|bf16] [--no-torch]
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -39,6 +44,7 @@ int main(int argc, char** argv) {
   std::string config_path = "configs/models/olmo3-50m.yaml";
   std::int64_t B = 4, T = 512, steps = 3;
   bool torch = true;
+  std::string precision = "fp32";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -50,6 +56,8 @@ int main(int argc, char** argv) {
       T = std::stoll(next());
     else if (a == "--steps")
       steps = std::stoll(next());
+    else if (a == "--precision")
+      precision = next();
     else if (a == "--no-torch")
       torch = false;
     else {
@@ -59,7 +67,7 @@ int main(int argc, char** argv) {
   }
   tandem::model::ModelConfig config = tandem::model::load_model_config(config_path, {});
   std::unique_ptr<tandem::kernels::Backend> backend = tandem::kernels::make_backend("cpu");
-  tandem::model::Olmo3Model model(config, *backend);
+  tandem::model::Olmo3Model model(config, *backend, tandem::model::parse_precision(precision));
   model.init_weights(1);
   std::mt19937_64 rng(7);
   std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T));
@@ -80,11 +88,20 @@ int main(int argc, char** argv) {
   const double tokens_per_s = static_cast<double>(B * T) / dt;
   const double gflops = config.flops_per_token(T) * tokens_per_s / 1e9;
   const double ceiling = tandem::train::measure_gemm_flops(*backend, 2048, 2048, 2048, 1.0) / 1e9;
-  const double peak = backend->peak_flops(tandem::kernels::DType::f32) / 1e9;
+  const tandem::kernels::DType dtype = tandem::model::compute_dtype(model.precision());
+  const double peak = backend->peak_flops(dtype) / 1e9;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
 
   nlohmann::json j;
   j["config"] = config_path;
   j["params"] = config.total_params();
+  j["precision"] = precision;
+  j["backend"] = backend->describe();
+  j["tandem_peak_rss_mib"] = peak_rss_mib;
+  j["tandem_activation_bytes"] = model.activation_bytes(B * T);
+  j["tandem_compute_weight_bytes"] = model.compute_weight_bytes();
   j["batch"] = B;
   j["seq"] = T;
   j["threads"] = omp_get_max_threads();
@@ -97,32 +114,40 @@ int main(int argc, char** argv) {
   j["peak_gflops"] = peak;
   j["mfu"] = gflops / peak;
   fmt::print(
-      "tandem: {:.0f} tokens/s, {:.3f} s/step, {:.1f} GFLOP/s = MFU {:.1f}% of the stated peak "
-      "({:.1f} GFLOP/s: {}) and {:.1f}% of the measured fp32 GEMM ceiling ({:.1f} GFLOP/s), {} "
-      "threads\n",
-      tokens_per_s, dt, gflops, 100.0 * gflops / peak, peak,
-      backend->describe_peak(tandem::kernels::DType::f32), 100.0 * gflops / ceiling, ceiling,
-      omp_get_max_threads());
+      "tandem ({}): {:.0f} tokens/s, {:.3f} s/step, peak RSS {:.0f} MiB, {:.1f} GFLOP/s = MFU "
+      "{:.1f}% of the stated peak ({:.1f} GFLOP/s: {}) and {:.1f}% of the measured fp32 GEMM "
+      "ceiling ({:.1f} GFLOP/s), {} threads\n",
+      precision, tokens_per_s, dt, peak_rss_mib, gflops, 100.0 * gflops / peak, peak,
+      backend->describe_peak(dtype), 100.0 * gflops / ceiling, ceiling, omp_get_max_threads());
   if (torch) {
-    std::string cmd = fmt::format(
-        "python3 tools/bench_torch_train_step.py --config {} --batch {} --seq {} --steps {} "
-        "--threads {} 2>/dev/null",
-        config_path, B, T, steps, omp_get_max_threads());
-    std::string out = run_capture(cmd);
-    auto line = out.rfind('{');
-    if (line != std::string::npos) {
-      auto t = nlohmann::json::parse(out.substr(line), nullptr, false);
-      if (!t.is_discarded()) {
-        double torch_tps = t["tokens_per_s"].get<double>();
-        j["torch_tokens_per_s"] = torch_tps;
-        j["speedup_vs_torch"] = tokens_per_s / torch_tps;
-        j["torch_version"] = t["torch"];
-        fmt::print(
-            "pytorch (HF Olmo3, fp32 eager, torch {}): {:.0f} tokens/s -> tandem is {:.2f}x\n",
-            t["torch"].get<std::string>(), torch_tps, tokens_per_s / torch_tps);
+    // The PyTorch peers of this precision: fp32, or bf16 by autocast and by casting the model.
+    const std::vector<std::string> modes = precision == "bf16"
+                                               ? std::vector<std::string>{"autocast", "bf16"}
+                                               : std::vector<std::string>{"fp32"};
+    for (const std::string& mode : modes) {
+      std::string cmd = fmt::format(
+          "python3 tools/bench_torch_train_step.py --config {} --batch {} --seq {} --steps {} "
+          "--threads {} --dtype {} 2>/dev/null",
+          config_path, B, T, steps, omp_get_max_threads(), mode);
+      std::string out = run_capture(cmd);
+      auto line = out.rfind('{');
+      auto t = line != std::string::npos ? nlohmann::json::parse(out.substr(line), nullptr, false)
+                                         : nlohmann::json();
+      if (t.is_discarded() || !t.is_object()) {
+        fmt::print("pytorch ({}): not available (torch/transformers not importable); skipped\n",
+                   mode);
+        continue;
       }
-    } else {
-      fmt::print("pytorch: not available (torch/transformers not importable); ratio skipped\n");
+      const double torch_tps = t["tokens_per_s"].get<double>();
+      j["torch_" + mode + "_tokens_per_s"] = torch_tps;
+      j["torch_" + mode + "_peak_rss_mib"] = t["peak_rss_mib"];
+      j["speedup_vs_torch_" + mode] = tokens_per_s / torch_tps;
+      j["torch_version"] = t["torch"];
+      fmt::print(
+          "pytorch (HF Olmo3, eager, {}, torch {}): {:.0f} tokens/s, peak RSS {:.0f} MiB "
+          "-> tandem is {:.2f}x\n",
+          mode, t["torch"].get<std::string>(), torch_tps, t["peak_rss_mib"].get<double>(),
+          tokens_per_s / torch_tps);
     }
   }
   fmt::print("{}\n", j.dump());

@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""PyTorch peer for bench/train_step: HF transformers' Olmo3ForCausalLM (fp32, eager attention)
-doing the same training step (forward + backward of the next-token loss) on the same shapes.
+"""PyTorch peer for bench/train_step: HF transformers' Olmo3ForCausalLM (eager attention) doing
+the same training step (forward + backward of the next-token loss) on the same shapes, in fp32,
+under torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights, bf16 matmuls), or with the whole
+model cast by model.to(torch.bfloat16).
 
 Usage: bench_torch_train_step.py --config MODEL.yaml --batch B --seq T --steps N --threads K
-Prints one JSON line: {"tokens_per_s": ..., "step_s": ..., "torch": ..., "transformers": ...}.
+                                 [--dtype fp32|autocast|bf16]
+Prints one JSON line: {"tokens_per_s", "step_s", "peak_rss_mib", "dtype", "torch", "transformers"}.
 """
 import argparse
+import contextlib
 import json
+import resource
 import time
 
 import torch
@@ -54,16 +59,22 @@ def main():
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["fp32", "autocast", "bf16"], default="fp32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     with open(a.config) as f:
         m = yaml.safe_load(f)["model"]
     model = Olmo3ForCausalLM(hf_config(m)).float().train()
+    if a.dtype == "bf16":
+        model.to(torch.bfloat16)
     ids = torch.randint(0, m["vocab_size"], (a.batch, a.seq))
 
     def step():
         model.zero_grad(set_to_none=False)
-        out = model(input_ids=ids, labels=ids)
+        ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if a.dtype == "autocast"
+               else contextlib.nullcontext())
+        with ctx:
+            out = model(input_ids=ids, labels=ids)
         out.loss.backward()
 
     step()  # warm-up
@@ -71,7 +82,9 @@ def main():
     for _ in range(a.steps):
         step()
     dt = (time.perf_counter() - t0) / a.steps
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps({"tokens_per_s": a.batch * a.seq / dt, "step_s": dt,
+                      "peak_rss_mib": peak_rss_mib, "dtype": a.dtype,
                       "torch": torch.__version__, "transformers": transformers.__version__}))
 
 

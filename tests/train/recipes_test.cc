@@ -59,6 +59,14 @@ TEST(Recipes, Olmo3SevenBStageTwoAnneal) {
   EXPECT_TRUE(root["trainer"]["load_optimizer_state"].as<bool>());
 }
 
+TEST(Recipes, Olmo3SevenBRunsInBf16AsAi2Did) {
+  for (const char* name :
+       {"olmo3-7b-stage1.yaml", "olmo3-7b-stage2.yaml", "olmo3-7b-long-context.yaml"}) {
+    YAML::Node root = io::load_yaml_config(recipe(name));
+    EXPECT_EQ(root["precision"].as<std::string>(), "bf16") << name;
+  }
+}
+
 TEST(Recipes, Olmo3SevenBListsAi2sInLoopSuite) {
   for (const char* name : {"olmo3-7b-stage1.yaml", "olmo3-7b-stage2.yaml"}) {
     YAML::Node root = io::load_yaml_config(recipe(name));

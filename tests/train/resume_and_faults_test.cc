@@ -1,5 +1,6 @@
 // Checkpoint/resume and fault handling of `tandem train` on the small curve-parity data:
-// SIGKILL at random steps then resume gives bit-identical weights and metrics; a damaged
+// SIGKILL at random steps then resume gives bit-identical weights and metrics, in fp32 and under
+// the bf16 precision policy (the compute weights are recast from the restored masters); a damaged
 // checkpoint is named and the previous one used; a failed save (file-size limit, as a full disk)
 // leaves earlier checkpoints intact; repeated non-finite losses stop the run.
 #include <gtest/gtest.h>
@@ -70,24 +71,30 @@ void expect_same_run(const std::string& a, const std::string& b, int final_step)
   EXPECT_EQ(core::read_file(a + w + shard), core::read_file(b + w + shard));
 }
 
-TEST(Resume, SigkillAtRandomStepsThenResumeIsBitIdentical) {
-  const int steps = 18;
-  const std::string straight = testing::temp_dir("resume_straight");
-  auto r = run_tandem("train " + base_args(straight, steps));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+class ResumeIn : public ::testing::TestWithParam<const char*> {};
 
-  const std::string killed = testing::temp_dir("resume_killed");
+TEST_P(ResumeIn, SigkillAtRandomStepsThenResumeIsBitIdentical) {
+  const int steps = 18;
+  const std::string precision = std::string(" precision=") + GetParam();
+  const std::string straight = testing::temp_dir(std::string("resume_straight_") + GetParam());
+  auto r = run_tandem("train " + base_args(straight, steps) + precision);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(std::string("precision: ") + GetParam()), std::string::npos) << r.output;
+
+  const std::string killed = testing::temp_dir(std::string("resume_killed_") + GetParam());
   std::mt19937 rng(std::random_device{}());
   std::size_t at = 0;
   for (int round = 0; round < 3; ++round) {
     at = std::min<std::size_t>(steps - 1, at + 2 + rng() % 5);
-    kill_after(base_args(killed, steps), killed, at);
+    kill_after(base_args(killed, steps) + precision, killed, at);
   }
-  auto done = run_tandem("train " + base_args(killed, steps));
+  auto done = run_tandem("train " + base_args(killed, steps) + precision);
   ASSERT_EQ(done.exit_code, 0) << done.output;
   EXPECT_NE(done.output.find("resumed from"), std::string::npos) << done.output;
   expect_same_run(straight, killed, steps);
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ResumeIn, ::testing::Values("fp32", "bf16"));
 
 TEST(Resume, DamagedCheckpointIsNamedAndThePreviousOneUsed) {
   const std::string run = testing::temp_dir("resume_damaged");

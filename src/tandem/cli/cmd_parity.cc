@@ -18,7 +18,7 @@ namespace tandem::cli {
 namespace {
 
 struct ParityArgs {
-  std::string model, tokens, reference, grads, save_logits;
+  std::string model, tokens, reference, grads, save_logits, precision = "fp32";
   std::optional<std::int64_t> doc_eos, doc_bos;
   bool json = false;
   std::optional<double> max_kl, max_mean_kl, max_abs_diff_rel, max_grad_rel_l2, min_top1;
@@ -30,6 +30,7 @@ int run_parity(const ParityArgs& a) {
   TANDEM_CHECK(!a.doc_bos || a.doc_eos, "parity: --intra-doc-bos needs --intra-doc-eos");
   std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
   auto model = model::load_model(a.model, *backend);
+  model->set_precision(model::parse_precision(a.precision));
   io::NpyArray ids_arr = io::read_npy(a.tokens);
   TANDEM_CHECK(ids_arr.shape.size() == 2, "{}: token ids must be [B, T], got {} dims", a.tokens,
                ids_arr.shape.size());
@@ -77,6 +78,7 @@ int run_parity(const ParityArgs& a) {
   if (g) check(a.max_grad_rel_l2, g->max_rel_l2, "max_grad_rel_l2", true);
   if (!a.save_logits.empty()) j["saved_logits"] = a.save_logits;
   if (a.doc_eos) j["intra_doc_eos"] = *a.doc_eos;
+  j["precision"] = a.precision;
   j["pass"] = breaches.empty();
   j["breaches"] = breaches;
   if (a.json) {
@@ -114,6 +116,8 @@ void add_parity_command(CLI::App& app, int& exit_code) {
       "With --intra-doc-eos: a document ends only where EOS is followed by this BOS id");
   cmd->add_option("--grads", args->grads,
                   "Reference gradients (.safetensors, HF names) of HF's mean next-token CE");
+  cmd->add_option("--precision", args->precision,
+                  "fp32 (default) or bf16: the mixed-precision policy of docs/precision.md");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option("--max-kl", args->max_kl, "Fail if the max per-token KL exceeds this");
   cmd->add_option("--max-mean-kl", args->max_mean_kl, "Fail if the mean per-token KL exceeds this");

@@ -3,24 +3,19 @@
 #include <bit>
 #include <cstring>
 
+#include "tandem/core/bfloat16.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/io/safetensors_detail.h"
 
 namespace tandem::io {
 
-float bf16_to_f32(std::uint16_t v) { return std::bit_cast<float>(std::uint32_t{v} << 16); }
+float bf16_to_f32(std::uint16_t v) { return core::bf16_bits_to_f32(v); }
 
 std::uint16_t f32_to_bf16(float v) {
-  std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-    // Truncating a NaN could leave an all-zero mantissa (infinity); force the quiet bit.
-    return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
-  }
-  // Adding 0x7FFF plus the lowest kept bit rounds half to even; a carry into the exponent is the
-  // correct result (up to infinity).
-  std::uint32_t lowest_kept = (bits >> 16) & 1u;
-  bits += 0x7FFFu + lowest_kept;
-  return static_cast<std::uint16_t>(bits >> 16);
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(v);
+  // Truncating a NaN could leave an all-zero mantissa (infinity); force the quiet bit.
+  if (core::is_nan_bits(bits)) return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
+  return core::bf16_round_bits(bits);
 }
 
 float f16_to_f32(std::uint16_t v) {

@@ -31,6 +31,15 @@ void expect_same(const Tensor& t, const Tensor& like, const char* op, const char
 
 Shape shape2(std::int64_t a, std::int64_t b) { return Shape{a, b}; }
 
+// The precision policy's activation dtype of an op: f32, or bf16 under mixed precision. Every
+// activation, weight and activation gradient of one op shares it; weight gradients, statistics
+// (rstd, lse) and losses stay f32.
+DType activation_dtype(const Tensor& t, const char* op, const char* arg) {
+  TANDEM_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16,
+               "{}: {} must be f32 or bf16, got {}", op, arg, t.str());
+  return t.dtype();
+}
+
 }  // namespace
 
 void Backend::upload(const Tensor& dst, const void* host) {
@@ -73,10 +82,22 @@ void Backend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, con
   do_gemm(trans_a, trans_b, alpha, a, b, beta, c);
 }
 
+void Backend::cast(const Tensor& dst, const Tensor& src) {
+  activation_dtype(src, "cast", "src");
+  activation_dtype(dst, "cast", "dst");
+  TANDEM_CHECK(src.numel() == dst.numel(), "cast: {} into {}: sizes differ", src.str(), dst.str());
+  if (src.numel() == 0) return;
+  if (src.dtype() == dst.dtype())
+    do_copy(dst, src);
+  else
+    do_cast(dst, src);
+}
+
 void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) {
-  expect_rank(x, DType::f32, 2, "linear_forward", "x");
-  expect_rank(w, DType::f32, 2, "linear_forward", "w");
-  expect(y, DType::f32, shape2(x.dim(0), w.dim(0)), "linear_forward", "y");
+  const DType act = activation_dtype(x, "linear_forward", "x");
+  expect_rank(x, act, 2, "linear_forward", "x");
+  expect_rank(w, act, 2, "linear_forward", "w");
+  expect(y, act, shape2(x.dim(0), w.dim(0)), "linear_forward", "y");
   TANDEM_CHECK(x.dim(1) == w.dim(1), "linear_forward: x {} and w {} disagree on the input width",
                x.str(), w.str());
   do_linear_forward(x, w, y);
@@ -84,32 +105,38 @@ void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) 
 
 void Backend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Tensor& dx,
                               const Tensor& dw, bool accumulate_dx) {
-  expect_rank(x, DType::f32, 2, "linear_backward", "x");
-  expect_rank(w, DType::f32, 2, "linear_backward", "w");
-  expect(dy, DType::f32, shape2(x.dim(0), w.dim(0)), "linear_backward", "dy");
+  const DType act = activation_dtype(x, "linear_backward", "x");
+  expect_rank(x, act, 2, "linear_backward", "x");
+  expect_rank(w, act, 2, "linear_backward", "w");
+  expect(dy, act, shape2(x.dim(0), w.dim(0)), "linear_backward", "dy");
   if (dx) expect_same(dx, x, "linear_backward", "dx");
-  if (dw) expect_same(dw, w, "linear_backward", "dw");
+  if (dw) expect(dw, DType::f32, w.shape(), "linear_backward", "dw");
   do_linear_backward(x, w, dy, dx, dw, accumulate_dx);
 }
 
 void Backend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
   expect_rank(ids, DType::i64, 1, "embedding_forward", "ids");
-  expect_rank(table, DType::f32, 2, "embedding_forward", "table");
-  expect(out, DType::f32, shape2(ids.dim(0), table.dim(1)), "embedding_forward", "out");
+  // A bf16 output may read an f32 table (rows rounded as they are looked up).
+  const DType act = activation_dtype(out, "embedding_forward", "out");
+  expect_rank(table, table.dtype() == DType::f32 ? DType::f32 : act, 2, "embedding_forward",
+              "table");
+  expect(out, act, shape2(ids.dim(0), table.dim(1)), "embedding_forward", "out");
   do_embedding_forward(ids, table, out);
 }
 
 void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
   expect_rank(ids, DType::i64, 1, "embedding_backward", "ids");
   expect_rank(dtable, DType::f32, 2, "embedding_backward", "dtable");
-  expect(dout, DType::f32, shape2(ids.dim(0), dtable.dim(1)), "embedding_backward", "dout");
+  expect(dout, activation_dtype(dout, "embedding_backward", "dout"),
+         shape2(ids.dim(0), dtable.dim(1)), "embedding_backward", "dout");
   do_embedding_backward(ids, dout, dtable);
 }
 
 void Backend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
                               float eps) {
-  expect_rank(x, DType::f32, 2, "rmsnorm_forward", "x");
-  expect(w, DType::f32, Shape{x.dim(1)}, "rmsnorm_forward", "w");
+  const DType act = activation_dtype(x, "rmsnorm_forward", "x");
+  expect_rank(x, act, 2, "rmsnorm_forward", "x");
+  expect(w, act, Shape{x.dim(1)}, "rmsnorm_forward", "w");
   expect_same(y, x, "rmsnorm_forward", "y");
   expect(rstd, DType::f32, Shape{x.dim(0)}, "rmsnorm_forward", "rstd");
   do_rmsnorm_forward(x, w, y, rstd, eps);
@@ -117,19 +144,20 @@ void Backend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
 
 void Backend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                const Tensor& dy, const Tensor& dx, const Tensor& dw) {
-  expect_rank(x, DType::f32, 2, "rmsnorm_backward", "x");
-  expect(w, DType::f32, Shape{x.dim(1)}, "rmsnorm_backward", "w");
+  const DType act = activation_dtype(x, "rmsnorm_backward", "x");
+  expect_rank(x, act, 2, "rmsnorm_backward", "x");
+  expect(w, act, Shape{x.dim(1)}, "rmsnorm_backward", "w");
   expect(rstd, DType::f32, Shape{x.dim(0)}, "rmsnorm_backward", "rstd");
   expect_same(dy, x, "rmsnorm_backward", "dy");
   expect_same(dx, x, "rmsnorm_backward", "dx");
-  if (dw) expect_same(dw, w, "rmsnorm_backward", "dw");
+  if (dw) expect(dw, DType::f32, w.shape(), "rmsnorm_backward", "dw");
   do_rmsnorm_backward(x, w, rstd, dy, dx, dw);
 }
 
 namespace {
 void check_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
                 const char* op) {
-  expect_rank(x, DType::f32, 4, op, "x");
+  expect_rank(x, activation_dtype(x, op, "x"), 4, op, "x");
   expect_rank(cos, DType::f32, 2, op, "cos");
   expect_same(sin, cos, op, "sin");
   TANDEM_CHECK(x.dim(3) % 2 == 0 && cos.dim(1) == x.dim(3) / 2,
@@ -158,8 +186,9 @@ void Backend::rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& s
 namespace {
 void check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                      const Tensor& lse, const Tensor& doc_start, const char* op) {
-  expect_rank(q, DType::f32, 4, op, "q");
-  expect_rank(k, DType::f32, 4, op, "k");
+  const DType act = activation_dtype(q, op, "q");
+  expect_rank(q, act, 4, op, "q");
+  expect_rank(k, act, 4, op, "k");
   expect_same(v, k, op, "v");
   expect_same(out, q, op, "out");
   const std::int64_t B = q.dim(0), T = q.dim(1), Hq = q.dim(2), D = q.dim(3), Hkv = k.dim(2);
@@ -191,7 +220,7 @@ void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor&
 }
 
 void Backend::swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) {
-  TANDEM_CHECK(g.dtype() == DType::f32, "swiglu_forward: g must be f32, got {}", g.str());
+  activation_dtype(g, "swiglu_forward", "g");
   expect_same(u, g, "swiglu_forward", "u");
   expect_same(h, g, "swiglu_forward", "h");
   do_swiglu_forward(g, u, h);
@@ -199,7 +228,7 @@ void Backend::swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) 
 
 void Backend::swiglu_backward(const Tensor& g, const Tensor& u, const Tensor& dh, const Tensor& dg,
                               const Tensor& du) {
-  TANDEM_CHECK(g.dtype() == DType::f32, "swiglu_backward: g must be f32, got {}", g.str());
+  activation_dtype(g, "swiglu_backward", "g");
   expect_same(u, g, "swiglu_backward", "u");
   expect_same(dh, g, "swiglu_backward", "dh");
   expect_same(dg, g, "swiglu_backward", "dg");
@@ -208,7 +237,7 @@ void Backend::swiglu_backward(const Tensor& g, const Tensor& u, const Tensor& dh
 }
 
 void Backend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
-  TANDEM_CHECK(a.dtype() == DType::f32, "add: a must be f32, got {}", a.str());
+  activation_dtype(a, "add", "a");
   expect_same(b, a, "add", "b");
   expect_same(y, a, "add", "y");
   do_add(a, b, y);
@@ -220,27 +249,30 @@ void Backend::scale(const Tensor& x, float factor) {
 }
 
 void Backend::gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) {
-  expect_rank(src, DType::f32, 2, "gather_rows", "src");
+  const DType act = activation_dtype(src, "gather_rows", "src");
+  expect_rank(src, act, 2, "gather_rows", "src");
   expect_rank(index, DType::i64, 1, "gather_rows", "index");
-  expect(dst, DType::f32, shape2(index.dim(0), src.dim(1)), "gather_rows", "dst");
+  expect(dst, act, shape2(index.dim(0), src.dim(1)), "gather_rows", "dst");
   do_gather_rows(src, index, dst);
 }
 
 LossSums Backend::lm_head_cross_entropy(const Tensor& hidden, const Tensor& w, const Tensor& labels,
                                         float z_weight, float grad_scale, const Tensor& dhidden,
                                         const Tensor& dw) {
-  expect_rank(hidden, DType::f32, 2, "lm_head_cross_entropy", "hidden");
-  expect_rank(w, DType::f32, 2, "lm_head_cross_entropy", "w");
+  const DType act = activation_dtype(hidden, "lm_head_cross_entropy", "hidden");
+  expect_rank(hidden, act, 2, "lm_head_cross_entropy", "hidden");
+  expect_rank(w, act, 2, "lm_head_cross_entropy", "w");
   TANDEM_CHECK(w.dim(1) == hidden.dim(1), "lm_head_cross_entropy: hidden {} and w {} disagree",
                hidden.str(), w.str());
   expect(labels, DType::i64, Shape{hidden.dim(0)}, "lm_head_cross_entropy", "labels");
   if (dhidden) expect_same(dhidden, hidden, "lm_head_cross_entropy", "dhidden");
-  if (dw) expect_same(dw, w, "lm_head_cross_entropy", "dw");
+  if (dw) expect(dw, DType::f32, w.shape(), "lm_head_cross_entropy", "dw");
   return do_lm_head_cross_entropy(hidden, w, labels, z_weight, grad_scale, dhidden, dw);
 }
 
 std::vector<double> Backend::token_log_probs(const Tensor& logits, const Tensor& targets) {
-  expect_rank(logits, DType::f32, 2, "token_log_probs", "logits");
+  expect_rank(logits, activation_dtype(logits, "token_log_probs", "logits"), 2, "token_log_probs",
+              "logits");
   expect(targets, DType::i64, Shape{logits.dim(0)}, "token_log_probs", "targets");
   TANDEM_CHECK(logits.dim(1) > 0, "token_log_probs: empty vocabulary");
   return do_token_log_probs(logits, targets);

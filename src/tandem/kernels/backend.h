@@ -9,6 +9,11 @@
 // output named `d*` documented as "accumulated" is added to, every other output is overwritten; an
 // undefined (default) Tensor for an optional output skips it. Every op is deterministic for a
 // given backend and thread count (no atomics on floats, fixed reduction orders).
+//
+// Precision (docs/precision.md): the activations, weights and activation gradients of an op are
+// all f32 or all bf16 (the mixed-precision policy); weight gradients (dw, dtable), statistics
+// (rstd, lse), losses and the optimiser's tensors are always f32. A bf16 op computes in fp32 (GEMMs
+// accumulate in fp32) and rounds each bf16 output once.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +77,9 @@ class Backend {
   void copy(const Tensor& dst, const Tensor& src);  // device -> device, same dtype and numel
   void fill(const Tensor& dst, float value);        // f32 tensors
   void zero(const Tensor& dst);                     // any dtype: all bits zero
+  // dst = src converted between f32 and bf16 (round to nearest even, torch's bits); the same
+  // dtype is a copy.
+  void cast(const Tensor& dst, const Tensor& src);
   // Waits for queued work (a no-op where ops are synchronous).
   virtual void synchronize() {}
   // Device memory counters (zeros where the backend does not track them) and a reset of the peaks.
@@ -89,7 +97,8 @@ class Backend {
                        const Tensor& dw, bool accumulate_dx);
 
   // ---- embedding ----
-  // out[T,d] = table[ids[t]]; ids are i64, checked to lie in [0, V).
+  // out[T,d] = table[ids[t]]; ids are i64, checked to lie in [0, V). A bf16 out may read an f32
+  // table: each row is rounded as it is looked up (the same bits as a bf16 copy of the table).
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
   // dtable[ids[t]] += dout[t] (accumulated, in order of t).
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable);
@@ -169,6 +178,7 @@ class Backend {
   virtual void do_copy(const Tensor& dst, const Tensor& src) = 0;
   virtual void do_fill(const Tensor& dst, float value) = 0;
   virtual void do_zero(const Tensor& dst) = 0;
+  virtual void do_cast(const Tensor& dst, const Tensor& src) = 0;
   virtual void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                        float beta, const Tensor& c) = 0;
   virtual void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) = 0;

@@ -27,7 +27,7 @@ kernels::RopeFrequencies rope_frequencies(const RopeConfig& r, std::int64_t head
   return kernels::rope_yarn_frequencies(head_dim, r.theta, p);
 }
 
-Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend)
+Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision)
     : config_(std::move(config)), layout_(config_), backend_(backend) {
   config_.validate();
   params_ = backend_.allocate(DType::f32, Shape{layout_.total()});
@@ -38,6 +38,47 @@ Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend)
   weights_ = model_tensors(layout_, params_);
   weight_grads_ = model_tensors(layout_, grads_);
   blocks_.resize(static_cast<std::size_t>(config_.n_layers));
+  set_precision(precision);
+}
+
+void Olmo3Model::set_precision(Precision precision) {
+  precision_ = precision;
+  act_ = compute_dtype(precision);
+  for (BlockActivations& a : blocks_) a = BlockActivations{};
+  workspace_ = Workspace{};
+  capacity_tokens_ = -1;
+  if (act_ == DType::f32) {
+    compute_params_ = Buffer();
+    compute_ = weights_;
+  } else {
+    // The embedding table (first in the layout) stays out of the copy: its lookup rounds the
+    // f32 rows it reads, which gives the same bits and saves a bf16 table.
+    compute_first_ =
+        layout_.entry("embeddings.weight").offset + layout_.entry("embeddings.weight").numel;
+    compute_params_ = backend_.allocate(act_, Shape{layout_.total() - compute_first_});
+    compute_ = model_tensors_from(layout_, compute_params_, compute_first_);
+    compute_.embeddings = weights_.embeddings;
+  }
+  cast_this_step_ = false;
+}
+
+void Olmo3Model::begin_step() {
+  in_step_ = true;
+  cast_this_step_ = false;
+}
+
+void Olmo3Model::end_step() { in_step_ = false; }
+
+void Olmo3Model::prepare_compute_weights() {
+  if (act_ == DType::f32 || (in_step_ && cast_this_step_)) return;
+  // One cast over the flat buffer after the embedding table: the alignment gaps are zero in both.
+  backend_.cast(compute_params_,
+                params_.tensor().view(compute_first_, Shape{layout_.total() - compute_first_}));
+  cast_this_step_ = true;
+}
+
+std::int64_t Olmo3Model::compute_weight_bytes() const {
+  return compute_params_.tensor() ? static_cast<std::int64_t>(compute_params_.bytes()) : 0;
 }
 
 void Olmo3Model::ensure_rope_tables(std::int64_t T) {
@@ -101,26 +142,28 @@ void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
   if (N <= capacity_tokens_) return;
   const ModelConfig& c = config_;
   const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
+  // Statistics (rstd, lse) are f32 under every policy; the rest is in the compute dtype.
   auto f32 = [&](std::int64_t n) { return backend_.allocate(DType::f32, Shape{n}); };
+  auto act = [&](std::int64_t n) { return backend_.allocate(act_, Shape{n}); };
   for (BlockActivations& a : blocks_) {
     a = BlockActivations{};  // free first: the old and new sets never coexist
-    a.input = f32(N * d);
-    a.q_proj = f32(N * qw);
-    a.k_proj = f32(N * kw);
+    a.input = act(N * d);
+    a.q_proj = act(N * qw);
+    a.k_proj = act(N * kw);
     a.q_rstd = f32(N);
     a.k_rstd = f32(N);
-    a.q = f32(N * qw);
-    a.k = f32(N * kw);
-    a.v = f32(N * kw);
-    a.attn = f32(N * qw);
+    a.q = act(N * qw);
+    a.k = act(N * kw);
+    a.v = act(N * kw);
+    a.attn = act(N * qw);
     a.lse = f32(N * c.n_heads);
-    a.attn_proj = f32(N * d);
+    a.attn_proj = act(N * d);
     a.attn_proj_rstd = f32(N);
-    a.h = f32(N * d);
-    a.gate = f32(N * hid);
-    a.up = f32(N * hid);
-    a.mlp_act = f32(N * hid);
-    a.mlp_proj = f32(N * d);
+    a.h = act(N * d);
+    a.gate = act(N * hid);
+    a.up = act(N * hid);
+    a.mlp_act = act(N * hid);
+    a.mlp_proj = act(N * d);
     a.mlp_proj_rstd = f32(N);
   }
   Workspace& w = workspace_;
@@ -129,18 +172,18 @@ void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
   w.labels = backend_.allocate(DType::i64, Shape{N});
   w.doc_start = backend_.allocate(DType::i64, Shape{N});
   w.positions = backend_.allocate(DType::i64, Shape{N});
-  w.normed = f32(N * d);
-  w.final_input = f32(N * d);
+  w.normed = act(N * d);
+  w.final_input = act(N * d);
   w.final_rstd = f32(N);
-  w.final_normed = f32(N * d);
-  w.d_residual = f32(N * d);
-  w.d_branch = f32(N * d);
-  w.d_mlp_act = f32(N * hid);
-  w.d_gate = f32(N * hid);
-  w.d_attn = f32(N * qw);
-  w.d_q = f32(N * qw);
-  w.d_k = f32(N * kw);
-  w.d_v = f32(N * kw);
+  w.final_normed = act(N * d);
+  w.d_residual = act(N * d);
+  w.d_branch = act(N * d);
+  w.d_mlp_act = act(N * hid);
+  w.d_gate = act(N * hid);
+  w.d_attn = act(N * qw);
+  w.d_q = act(N * qw);
+  w.d_k = act(N * kw);
+  w.d_v = act(N * kw);
   capacity_tokens_ = N;
 }
 
@@ -148,15 +191,17 @@ std::int64_t Olmo3Model::activation_bytes(std::int64_t tokens) const {
   const ModelConfig& c = config_;
   const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
   // Per block: input, attn_proj, h, mlp_proj (d); q_proj, q, attn (qw); k_proj, k, v (kw);
-  // gate, up, mlp_act (hidden); five rstd rows and the lse (n_heads).
-  const std::int64_t per_token = 4 * d + 3 * qw + 3 * kw + 3 * hid + 5 + c.n_heads;
-  return static_cast<std::int64_t>(sizeof(float)) * tokens * per_token * c.n_layers;
+  // gate, up, mlp_act (hidden) in the compute dtype; four rstd rows and the lse (n_heads) in f32.
+  const std::int64_t act_values = 4 * d + 3 * qw + 3 * kw + 3 * hid;
+  const std::int64_t f32_values = 4 + c.n_heads;
+  const auto act_size = static_cast<std::int64_t>(kernels::dtype_size(act_));
+  return tokens * c.n_layers * (act_size * act_values + 4 * f32_values);
 }
 
 void Olmo3Model::forward_block(std::int64_t l, const Tensor& out, std::int64_t B, std::int64_t T) {
   kernels::Backend& k = backend_;
   BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
-  const BlockTensors& p = weights_.blocks[static_cast<std::size_t>(l)];
+  const BlockTensors& p = compute_.blocks[static_cast<std::size_t>(l)];
   const ModelConfig& c = config_;
   const std::int64_t N = B * T, d = c.d_model, qw = c.q_width(), kw = c.kv_width();
   const std::int64_t hid = c.hidden_size, D = c.head_dim;
@@ -208,7 +253,7 @@ void Olmo3Model::forward_block(std::int64_t l, const Tensor& out, std::int64_t B
 void Olmo3Model::backward_block(std::int64_t l, std::int64_t B, std::int64_t T) {
   kernels::Backend& k = backend_;
   BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
-  const BlockTensors& p = weights_.blocks[static_cast<std::size_t>(l)];
+  const BlockTensors& p = compute_.blocks[static_cast<std::size_t>(l)];
   const BlockTensors& g = weight_grads_.blocks[static_cast<std::size_t>(l)];
   Workspace& w = workspace_;
   const ModelConfig& c = config_;
@@ -266,6 +311,7 @@ void Olmo3Model::backward_block(std::int64_t l, std::int64_t B, std::int64_t T) 
 void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T,
                                 const std::int64_t* doc_start) {
   ensure_capacity(B, T);
+  prepare_compute_weights();
   const std::int64_t N = B * T, d = config_.d_model;
   Workspace& w = workspace_;
   backend_.upload(w.ids.tensor().view(0, Shape{N}), ids);
@@ -279,14 +325,14 @@ void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::in
   // Each block writes its output straight into the next block's input buffer.
   const Tensor first =
       blocks_.empty() ? rows(w.final_input, N, d) : rows(blocks_.front().input, N, d);
-  backend_.embedding_forward(w.ids.tensor().view(0, Shape{N}), weights_.embeddings, first);
+  backend_.embedding_forward(w.ids.tensor().view(0, Shape{N}), compute_.embeddings, first);
   for (std::int64_t l = 0; l < config_.n_layers; ++l) {
     const bool last = l + 1 == config_.n_layers;
     const Tensor out = last ? rows(w.final_input, N, d)
                             : rows(blocks_[static_cast<std::size_t>(l + 1)].input, N, d);
     forward_block(l, out, B, T);
   }
-  backend_.rmsnorm_forward(rows(w.final_input, N, d), weights_.final_norm,
+  backend_.rmsnorm_forward(rows(w.final_input, N, d), compute_.final_norm,
                            rows(w.final_normed, N, d), w.final_rstd.tensor().view(0, Shape{N}),
                            static_cast<float>(config_.layer_norm_eps));
 }
@@ -295,8 +341,14 @@ void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::in
                                 float* logits, const std::int64_t* doc_start) {
   forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T;
-  Buffer out = backend_.allocate(DType::f32, Shape{N, config_.embedding_size});
-  backend_.linear_forward(rows(workspace_.final_normed, N, config_.d_model), weights_.lm_head, out);
+  Buffer out = backend_.allocate(act_, Shape{N, config_.embedding_size});
+  backend_.linear_forward(rows(workspace_.final_normed, N, config_.d_model), compute_.lm_head, out);
+  if (act_ != DType::f32) {
+    // The logits in the compute dtype (as HF's bf16 model returns them), widened for the host.
+    Buffer wide = backend_.allocate(DType::f32, out.tensor().shape());
+    backend_.cast(wide, out);
+    out = std::move(wide);
+  }
   backend_.download(logits, out);
 }
 
@@ -314,10 +366,10 @@ std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::in
   Buffer target = backend_.allocate(DType::i64, Shape{n});
   backend_.upload(index, positions.data());
   backend_.upload(target, targets.data());
-  Buffer hidden = backend_.allocate(DType::f32, Shape{n, d});
+  Buffer hidden = backend_.allocate(act_, Shape{n, d});
   backend_.gather_rows(rows(workspace_.final_normed, B * T, d), index, hidden);
-  Buffer logits = backend_.allocate(DType::f32, Shape{n, config_.embedding_size});
-  backend_.linear_forward(hidden, weights_.lm_head, logits);
+  Buffer logits = backend_.allocate(act_, Shape{n, config_.embedding_size});
+  backend_.linear_forward(hidden, compute_.lm_head, logits);
   return backend_.token_log_probs(logits, target);
 }
 
@@ -332,11 +384,11 @@ LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_
   backend_.upload(label_t, labels);
   const Tensor d_res = rows(w.d_residual, N, d);
   LossSums sums = backend_.lm_head_cross_entropy(
-      rows(w.final_normed, N, d), weights_.lm_head, label_t, z_weight, grad_scale,
+      rows(w.final_normed, N, d), compute_.lm_head, label_t, z_weight, grad_scale,
       backward ? rows(w.d_branch, N, d) : Tensor(), backward ? weight_grads_.lm_head : Tensor());
   if (!backward) return sums;
 
-  backend_.rmsnorm_backward(rows(w.final_input, N, d), weights_.final_norm,
+  backend_.rmsnorm_backward(rows(w.final_input, N, d), compute_.final_norm,
                             w.final_rstd.tensor().view(0, Shape{N}), rows(w.d_branch, N, d), d_res,
                             weight_grads_.final_norm);
   for (std::int64_t l = config_.n_layers - 1; l >= 0; --l) backward_block(l, B, T);

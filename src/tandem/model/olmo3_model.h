@@ -4,7 +4,9 @@
 //   h   = x + RMSNorm_attn(Attention(x))      q/k: RMSNorm over the whole projection, then RoPE
 //   out = h + RMSNorm_ffn(SwiGLU(h))
 // then a final RMSNorm and an untied lm_head. Parameters and gradients are two flat f32 buffers
-// of the backend laid out by ParameterLayout, seen through typed per-layer views.
+// of the backend laid out by ParameterLayout, seen through typed per-layer views. Under the bf16
+// precision policy (model/precision.h) the forward and backward read a bf16 copy of the
+// parameters and keep their activations in bf16; the gradients stay f32.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "tandem/kernels/rope_table.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/parameters.h"
+#include "tandem/model/precision.h"
 
 namespace tandem::model {
 
@@ -26,11 +29,14 @@ kernels::RopeFrequencies rope_frequencies(const RopeConfig& rope, std::int64_t h
 
 class Olmo3Model {
  public:
-  Olmo3Model(ModelConfig config, kernels::Backend& backend);
+  Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision = Precision::kFp32);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
   kernels::Backend& backend() const { return backend_; }
+  Precision precision() const { return precision_; }
+  // Switches the policy (frees the activations; the masters are untouched).
+  void set_precision(Precision precision);
 
   // Flat parameter and gradient buffers (f32 [layout().total()], on the backend) and their
   // typed views.
@@ -49,6 +55,12 @@ class Olmo3Model {
 
   void zero_grads();
   void init_weights(std::uint64_t seed);
+
+  // A training step's bracket. Under bf16 every forward outside a step casts the masters to the
+  // bf16 compute weights (they may have changed); inside a step the first forward casts and the
+  // other micro-batches reuse the copy, as the masters change only after the step's backward.
+  void begin_step();
+  void end_step();
 
   // Every forward takes an optional doc_start[B*T] (host, model/documents.h): intra-document
   // masking as OLMo-core's doc_lens, attention kept inside each document and RoPE positions
@@ -69,8 +81,12 @@ class Olmo3Model {
                             std::int64_t T, float z_weight, float grad_scale, bool backward,
                             const std::int64_t* doc_start = nullptr);
 
-  // Bytes of activations kept for backward at B*T tokens (for memory accounting).
+  // Bytes of activations kept for backward at B*T tokens, by the precision policy (for memory
+  // accounting).
   std::int64_t activation_bytes(std::int64_t tokens) const;
+  // Bytes of the bf16 compute copy of the weights (0 under fp32; the embedding table is read
+  // from the masters, so it has no copy).
+  std::int64_t compute_weight_bytes() const;
 
  private:
   // What one block keeps for its backward pass, named for what it holds.
@@ -104,6 +120,9 @@ class Olmo3Model {
   };
 
   void ensure_capacity(std::int64_t B, std::int64_t T);
+  // The weights the forward and backward read: the masters (fp32) or their bf16 copy, cast here
+  // when stale.
+  void prepare_compute_weights();
   // RoPE tables of both attention types covering positions [0, T) on the backend.
   void ensure_rope_tables(std::int64_t T);
   // Runs the blocks and the final norm; leaves the lm_head's input in workspace_.final_normed.
@@ -121,6 +140,12 @@ class Olmo3Model {
   kernels::Backend& backend_;
   kernels::Buffer params_, grads_;
   ModelTensors weights_, weight_grads_;
+  Precision precision_ = Precision::kFp32;
+  kernels::DType act_ = kernels::DType::f32;  // activations and compute weights
+  kernels::Buffer compute_params_;            // bf16 copy of params_ past the embeddings
+  std::int64_t compute_first_ = 0;            // where that copy starts in the layout
+  ModelTensors compute_;                      // what the forward/backward read
+  bool in_step_ = false, cast_this_step_ = false;
   struct RopeTables {
     kernels::Buffer cos, sin;  // [positions, head_dim / 2]
     std::int64_t positions = 0;

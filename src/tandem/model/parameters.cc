@@ -62,7 +62,23 @@ kernels::Tensor parameter_view(const ParameterLayout& layout, const kernels::Ten
 }
 
 ModelTensors model_tensors(const ParameterLayout& layout, const kernels::Tensor& flat) {
-  auto view = [&](const std::string& name) { return parameter_view(layout, flat, name); };
+  TANDEM_CHECK(flat.numel() == layout.total(), "parameter buffer {} does not fit the layout ({})",
+               flat.str(), layout.total());
+  return model_tensors_from(layout, flat, 0);
+}
+
+ModelTensors model_tensors_from(const ParameterLayout& layout, const kernels::Tensor& flat,
+                                std::int64_t first) {
+  TANDEM_CHECK(flat.numel() == layout.total() - first,
+               "parameter buffer {} does not hold the layout ({}) from {} on", flat.str(),
+               layout.total(), first);
+  auto view = [&](const std::string& name) {
+    const ParameterEntry& e = layout.entry(name);
+    if (e.offset < first) return kernels::Tensor();
+    kernels::Shape shape =
+        e.shape.size() == 1 ? kernels::Shape{e.shape[0]} : kernels::Shape{e.shape[0], e.shape[1]};
+    return flat.view(e.offset - first, shape);
+  };
   ModelTensors t;
   t.embeddings = view("embeddings.weight");
   for (std::int64_t l = 0; layout.has(block_param(l, "attention.w_q.weight")); ++l) {

@@ -60,6 +60,10 @@ struct ModelTensors {
 kernels::Tensor parameter_view(const ParameterLayout& layout, const kernels::Tensor& flat,
                                const std::string& name);
 ModelTensors model_tensors(const ParameterLayout& layout, const kernels::Tensor& flat);
+// Views of a buffer holding the layout's values from offset `first` on (parameters that start
+// before it are left undefined): the bf16 compute copy, which leaves out the embedding table.
+ModelTensors model_tensors_from(const ParameterLayout& layout, const kernels::Tensor& flat,
+                                std::int64_t first);
 
 // OLMo-core init: truncated normal (std, cut at +-3 std) for every matrix, ones for norms.
 // Deterministic for a given seed, whatever the thread count.

@@ -105,6 +105,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   io::ConfigSection top(root, "", path);
   top.get_string("run_name", "");
   r.backend = top.get_string("backend", "cpu");
+  r.precision = model::parse_precision(top.get_string("precision", "fp32"));
   r.model = model::parse_model_config(top.section("model"));
   r.data = data::parse_data_config(top.section("data"), base_dir);
   TANDEM_CHECK(r.data.vocab_size <= r.model.vocab_size,

@@ -14,6 +14,7 @@
 #include "tandem/eval/padded_heldout.h"
 #include "tandem/io/config.h"
 #include "tandem/model/model_config.h"
+#include "tandem/model/precision.h"
 #include "tandem/optim/optim_config.h"
 #include "tandem/optim/schedule.h"
 
@@ -52,6 +53,7 @@ struct TrainerConfig {
 struct RunConfig {
   std::string source;           // config path
   std::string backend = "cpu";  // kernels/backend.h: cpu (cuda arrives with its own backend)
+  model::Precision precision = model::Precision::kFp32;  // model/precision.h, docs/precision.md
   model::ModelConfig model;
   data::DataConfig data;
   optim::OptimConfig optim;  // optim/optim_config.h, docs/optimizer.md

@@ -33,6 +33,7 @@ StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
   optim::BatchLoss loss(optim::loss_divisor(labels.data(), rows, T, keep), z_multiplier);
 
   model_.zero_grads();
+  model_.begin_step();
   const std::int64_t mb =
       options_.micro_batch_instances > 0 ? options_.micro_batch_instances : rows;
   TANDEM_CHECK(rows % mb == 0, "micro-batch size {} does not divide the rank batch of {} instances",
@@ -48,6 +49,7 @@ StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
         true, options_.intra_document ? doc_start.data() : nullptr);
     loss.add_micro_batch(s.ce_sum, s.z_sum);
   }
+  model_.end_step();
   optimizer_.reduce_gradients();
   double losses[2] = {loss.ce_loss(), loss.z_loss()};
   if (comm_.world_size() > 1) {

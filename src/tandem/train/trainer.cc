@@ -65,7 +65,7 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
                "backend '{}' with {} ranks: data-parallel training reduces host buffers, and this "
                "backend's gradients live on the device (one rank per run for now)",
                config_.backend, comm_.world_size());
-  model_ = std::make_unique<model::Olmo3Model>(config_.model, *backend_);
+  model_ = std::make_unique<model::Olmo3Model>(config_.model, *backend_, config_.precision);
   optimizer_ = make_optimizer(config_, *backend_, *model_, comm_);
   loader_ = std::make_unique<data::Loader>(config_.data);
   StepOptions options;
@@ -81,6 +81,7 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
                                                       *train_step_, counters_, comm_);
   peak_ = hardware_peak(*backend_, config_.trainer.peak_tflops, comm_.world_size());
   log(fmt::format("backend: {}", backend_->describe()));
+  log(fmt::format("precision: {}", model::precision_name(config_.precision)));
   log(fmt::format("data parallel: {} rank(s), {} optimiser ({})", comm_.world_size(),
                   optimizer_->name(), dist::strategy_name(config_.dist.strategy)));
   const double ceiling = measure_gemm_flops(*backend_, 1024, 1024, 1024, 0.3);
@@ -98,13 +99,18 @@ void Trainer::log_memory() const {
           ? config_.data.micro_batch_size * config_.data.sequence_length
           : config_.data.instances_per_batch() / comm_.world_size() * config_.data.sequence_length;
   const std::int64_t moments = optimizer_->moment_bytes(), full = optimizer_->full_moment_bytes();
-  log(
-      fmt::format("memory per rank: parameters {} (fp32), gradients {} (fp32), Adam moments {} "
-                  "(fp32{}), saved activations {} (fp32, {} tokens per micro-batch)",
-                  bytes(static_cast<std::int64_t>(model_->params().bytes())),
-                  bytes(static_cast<std::int64_t>(model_->grads().bytes())), bytes(moments),
-                  moments < full ? "; sharded, replicated " + bytes(full) : std::string(),
-                  bytes(model_->activation_bytes(rank_tokens)), rank_tokens));
+  const char* act = model::precision_name(model_->precision());
+  const std::string compute =
+      model_->compute_weight_bytes() > 0
+          ? fmt::format(", compute weights {} ({})", bytes(model_->compute_weight_bytes()), act)
+          : std::string();
+  log(fmt::format(
+      "memory per rank ({}): parameters {} (fp32 masters){}, gradients {} (fp32), Adam moments {} "
+      "(fp32{}), saved activations {} ({}, statistics fp32; {} tokens per micro-batch)",
+      act, bytes(static_cast<std::int64_t>(model_->params().bytes())), compute,
+      bytes(static_cast<std::int64_t>(model_->grads().bytes())), bytes(moments),
+      moments < full ? "; sharded, replicated " + bytes(full) : std::string(),
+      bytes(model_->activation_bytes(rank_tokens)), act, rank_tokens));
 }
 
 void Trainer::initialise_weights() {

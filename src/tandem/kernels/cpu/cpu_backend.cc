@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "tandem/core/error.h"
+#include "tandem/kernels/cpu/bf16.h"
 #include "tandem/kernels/cpu/cpu_features.h"
 #include "tandem/kernels/cpu/ops.h"
 
@@ -21,6 +22,8 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 
 float* f32(const Tensor& t) { return t ? t.ptr<float>() : nullptr; }
+cpu::bf16* b16(const Tensor& t) { return t ? t.ptr<std::uint16_t>() : nullptr; }
+bool is_bf16(const Tensor& t) { return t.dtype() == DType::bf16; }
 const std::int64_t* i64p(const Tensor& t) { return t ? t.ptr<std::int64_t>() : nullptr; }
 
 // Every position inside the tables (the CPU reads them directly; a bad one would read outside).
@@ -36,7 +39,8 @@ void check_positions(const Tensor& positions, std::int64_t table_rows) {
 }  // namespace
 
 std::string CpuBackend::describe() const {
-  return fmt::format("cpu: {} threads, {}", omp_get_max_threads(), cpu::describe_cpu_features());
+  return fmt::format("cpu: {} threads, {}; bf16 GEMMs: {}", omp_get_max_threads(),
+                     cpu::describe_cpu_features(), cpu::bf16_gemm_path_name());
 }
 
 namespace {
@@ -50,14 +54,24 @@ int cores_in_use() {
 }
 }  // namespace
 
-double CpuBackend::peak_flops(DType) const {
-  return cores_in_use() * cpu::cpu_features().clock_ghz * 1e9 *
-         cpu::fp32_flops_per_cycle_per_core();
+namespace {
+// Dense matmul FLOPs per cycle of one core in `dtype`: fp32 FMA units; bf16 on AMX tiles (1024
+// bf16 multiply-adds per cycle), with avx512_bf16 dot products (twice fp32), else computed in fp32.
+double flops_per_cycle(DType dtype) {
+  const double fp32 = cpu::fp32_flops_per_cycle_per_core();
+  if (dtype != DType::bf16 || cpu::bf16_gemm_path() == cpu::Bf16GemmPath::kFp32) return fp32;
+  if (cpu::cpu_features().amx_bf16) return 2048.0;
+  return 2.0 * fp32;
+}
+}  // namespace
+
+double CpuBackend::peak_flops(DType dtype) const {
+  return cores_in_use() * cpu::cpu_features().clock_ghz * 1e9 * flops_per_cycle(dtype);
 }
 
 std::string CpuBackend::describe_peak(DType dtype) const {
-  return fmt::format("{} core(s) x {:.2f} GHz x {:.0f} fp32 FLOP/cycle ({})", cores_in_use(),
-                     cpu::cpu_features().clock_ghz, cpu::fp32_flops_per_cycle_per_core(),
+  return fmt::format("{} core(s) x {:.2f} GHz x {:.0f} {} FLOP/cycle ({})", cores_in_use(),
+                     cpu::cpu_features().clock_ghz, flops_per_cycle(dtype), dtype_name(dtype),
                      cpu::describe_cpu_features());
 }
 
@@ -91,6 +105,43 @@ void CpuBackend::do_fill(const Tensor& dst, float value) {
 
 void CpuBackend::do_zero(const Tensor& dst) { std::memset(dst.data(), 0, dst.bytes()); }
 
+void CpuBackend::do_cast(const Tensor& dst, const Tensor& src) {
+  if (is_bf16(dst))
+    cpu::to_bf16(f32(src), b16(dst), src.numel());
+  else
+    cpu::to_f32(b16(src), f32(dst), src.numel());
+}
+
+// fp32 working copies of bf16 tensors: an f32 tensor is used in place; a bf16 one is converted
+// into a scratch slot (reused across ops: the backend is driven by one thread), and an output
+// slot is rounded into its tensor by `store`.
+const float* CpuBackend::in(const Tensor& t, int slot) {
+  if (!t) return nullptr;
+  if (!is_bf16(t)) return f32(t);
+  float* buf = scratch(slot, t.numel());
+  cpu::to_f32(b16(t), buf, t.numel());
+  return buf;
+}
+
+float* CpuBackend::out(const Tensor& t, int slot, bool keep_contents) {
+  if (!t) return nullptr;
+  if (!is_bf16(t)) return f32(t);
+  float* buf = scratch(slot, t.numel());
+  if (keep_contents) cpu::to_f32(b16(t), buf, t.numel());
+  return buf;
+}
+
+void CpuBackend::store(const Tensor& t, const float* values) {
+  if (t && is_bf16(t)) cpu::to_bf16(values, b16(t), t.numel());
+}
+
+float* CpuBackend::scratch(int slot, std::int64_t n) {
+  if (scratch_.size() <= static_cast<std::size_t>(slot)) scratch_.resize(slot + 1);
+  auto& v = scratch_[static_cast<std::size_t>(slot)];
+  if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
+  return v.data();
+}
+
 void CpuBackend::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                          float beta, const Tensor& c) {
   const std::int64_t m = c.dim(0), n = c.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
@@ -99,80 +150,129 @@ void CpuBackend::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
 }
 
 void CpuBackend::do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) {
-  cpu::linear_forward(f32(x), f32(w), f32(y), x.dim(0), x.dim(1), w.dim(0));
+  const std::int64_t T = x.dim(0), in_w = x.dim(1), out_w = w.dim(0);
+  if (!is_bf16(x)) return cpu::linear_forward(f32(x), f32(w), f32(y), T, in_w, out_w);
+  float* acc = scratch(0, T * out_w);
+  cpu::gemm_bf16(false, true, T, out_w, in_w, b16(x), in_w, b16(w), in_w, 0.0f, acc, out_w);
+  store(y, acc);
 }
 
 void CpuBackend::do_linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy,
                                     const Tensor& dx, const Tensor& dw, bool accumulate_dx) {
-  cpu::linear_backward(f32(x), f32(w), f32(dy), f32(dx), f32(dw), x.dim(0), x.dim(1), w.dim(0),
-                       accumulate_dx);
+  const std::int64_t T = x.dim(0), in_w = x.dim(1), out_w = w.dim(0);
+  if (!is_bf16(x))
+    return cpu::linear_backward(f32(x), f32(w), f32(dy), f32(dx), f32(dw), T, in_w, out_w,
+                                accumulate_dx);
+  if (dx) {
+    float* acc = out(dx, 0, accumulate_dx);
+    cpu::gemm_bf16(false, false, T, in_w, out_w, b16(dy), out_w, b16(w), in_w,
+                   accumulate_dx ? 1.0f : 0.0f, acc, in_w);
+    store(dx, acc);
+  }
+  if (dw)
+    cpu::gemm_bf16(true, false, out_w, in_w, T, b16(dy), out_w, b16(x), in_w, 1.0f, f32(dw), in_w);
 }
 
-void CpuBackend::do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  cpu::embedding_forward(i64p(ids), f32(table), f32(out), ids.dim(0), table.dim(1), table.dim(0));
+void CpuBackend::do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out_t) {
+  if (is_bf16(table))
+    return cpu::embedding_forward(i64p(ids), b16(table), b16(out_t), ids.dim(0), table.dim(1),
+                                  table.dim(0));
+  if (is_bf16(out_t))
+    return cpu::embedding_forward(i64p(ids), f32(table), b16(out_t), ids.dim(0), table.dim(1),
+                                  table.dim(0));
+  cpu::embedding_forward(i64p(ids), f32(table), f32(out_t), ids.dim(0), table.dim(1), table.dim(0));
 }
 
 void CpuBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
                                        const Tensor& dtable) {
-  cpu::embedding_backward(i64p(ids), f32(dout), f32(dtable), ids.dim(0), dtable.dim(1));
+  cpu::embedding_backward(i64p(ids), in(dout, 0), f32(dtable), ids.dim(0), dtable.dim(1));
 }
 
 void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                                     const Tensor& rstd, float eps) {
-  cpu::rmsnorm_forward(f32(x), f32(w), f32(y), f32(rstd), x.dim(0), x.dim(1), eps);
+  float* y32 = out(y, 2, false);
+  cpu::rmsnorm_forward(in(x, 0), in(w, 1), y32, f32(rstd), x.dim(0), x.dim(1), eps);
+  store(y, y32);
 }
 
 void CpuBackend::do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                      const Tensor& dy, const Tensor& dx, const Tensor& dw) {
-  cpu::rmsnorm_backward(f32(x), f32(w), f32(rstd), f32(dy), f32(dx), f32(dw), x.dim(0), x.dim(1));
+  float* dx32 = out(dx, 3, false);
+  cpu::rmsnorm_backward(in(x, 0), in(w, 1), f32(rstd), in(dy, 2), dx32, f32(dw), x.dim(0),
+                        x.dim(1));
+  store(dx, dx32);
 }
 
 void CpuBackend::do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
                                  const Tensor& positions) {
   check_positions(positions, cos.dim(0));
-  cpu::rope_forward(f32(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), f32(cos), f32(sin),
+  float* x32 = out(x, 0, true);
+  cpu::rope_forward(x32, x.dim(0), x.dim(1), x.dim(2), x.dim(3), f32(cos), f32(sin),
                     i64p(positions));
+  store(x, x32);
 }
 
 void CpuBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
                                   const Tensor& positions) {
   check_positions(positions, cos.dim(0));
-  cpu::rope_backward(f32(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), f32(cos), f32(sin),
+  float* dx32 = out(dx, 0, true);
+  cpu::rope_backward(dx32, dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), f32(cos), f32(sin),
                      i64p(positions));
+  store(dx, dx32);
 }
 
 void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Tensor& out, const Tensor& lse, std::int64_t window,
+                                      const Tensor& o, const Tensor& lse, std::int64_t window,
                                       float scale, const Tensor& doc_start) {
-  cpu::attention_forward(f32(q), f32(k), f32(v), f32(out), f32(lse), q.dim(0), q.dim(1), q.dim(2),
+  float* o32 = out(o, 3, false);
+  cpu::attention_forward(in(q, 0), in(k, 1), in(v, 2), o32, f32(lse), q.dim(0), q.dim(1), q.dim(2),
                          k.dim(2), q.dim(3), window, scale, i64p(doc_start));
+  store(o, o32);
 }
 
 void CpuBackend::do_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                       const Tensor& o, const Tensor& lse, const Tensor& dout,
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                        std::int64_t window, float scale, const Tensor& doc_start) {
-  cpu::attention_backward(f32(q), f32(k), f32(v), f32(out), f32(lse), f32(dout), f32(dq), f32(dk),
-                          f32(dv), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), window, scale,
+  float* dq32 = out(dq, 5, false);
+  float* dk32 = out(dk, 6, false);
+  float* dv32 = out(dv, 7, false);
+  cpu::attention_backward(in(q, 0), in(k, 1), in(v, 2), in(o, 3), f32(lse), in(dout, 4), dq32, dk32,
+                          dv32, q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), window, scale,
                           i64p(doc_start));
+  store(dq, dq32);
+  store(dk, dk32);
+  store(dv, dv32);
 }
 
 void CpuBackend::do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) {
-  cpu::swiglu_forward(f32(g), f32(u), f32(h), g.numel());
+  float* h32 = out(h, 2, false);
+  cpu::swiglu_forward(in(g, 0), in(u, 1), h32, g.numel());
+  store(h, h32);
 }
 
 void CpuBackend::do_swiglu_backward(const Tensor& g, const Tensor& u, const Tensor& dh,
                                     const Tensor& dg, const Tensor& du) {
-  cpu::swiglu_backward(f32(g), f32(u), f32(dh), f32(dg), f32(du), g.numel());
+  float* dg32 = out(dg, 3, false);
+  float* du32 = out(du, 4, false);
+  cpu::swiglu_backward(in(g, 0), in(u, 1), in(dh, 2), dg32, du32, g.numel());
+  store(dg, dg32);
+  store(du, du32);
 }
 
 void CpuBackend::do_add(const Tensor& a, const Tensor& b, const Tensor& y) {
-  cpu::add(f32(a), f32(b), f32(y), a.numel());
+  const float* a32 = in(a, 0);
+  const float* b32 = in(b, 1);
+  float* y32 = out(y, 2, false);
+  cpu::add(a32, b32, y32, a.numel());
+  store(y, y32);
 }
 
 void CpuBackend::do_scale(const Tensor& x, float factor) { cpu::scale(f32(x), factor, x.numel()); }
 
 void CpuBackend::do_gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  if (is_bf16(src))
+    return cpu::gather_rows(b16(src), src.dim(0), src.dim(1), i64p(index), index.dim(0), b16(dst));
   cpu::gather_rows(f32(src), src.dim(0), src.dim(1), i64p(index), index.dim(0), f32(dst));
 }
 
@@ -180,16 +280,20 @@ LossSums CpuBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tensor
                                               const Tensor& labels, float z_weight,
                                               float grad_scale, const Tensor& dhidden,
                                               const Tensor& dw) {
-  cpu::CrossEntropyResult r =
-      cpu::lm_head_cross_entropy(f32(hidden), f32(w), i64p(labels), hidden.dim(0), hidden.dim(1),
-                                 w.dim(0), z_weight, grad_scale, f32(dhidden), f32(dw));
+  const cpu::CrossEntropyResult r =
+      is_bf16(hidden) ? cpu::lm_head_cross_entropy(b16(hidden), b16(w), i64p(labels), hidden.dim(0),
+                                                   hidden.dim(1), w.dim(0), z_weight, grad_scale,
+                                                   b16(dhidden), f32(dw))
+                      : cpu::lm_head_cross_entropy(f32(hidden), f32(w), i64p(labels), hidden.dim(0),
+                                                   hidden.dim(1), w.dim(0), z_weight, grad_scale,
+                                                   f32(dhidden), f32(dw));
   return {r.ce_sum, r.z_sum, r.count};
 }
 
 std::vector<double> CpuBackend::do_token_log_probs(const Tensor& logits, const Tensor& targets) {
-  std::vector<double> out(static_cast<std::size_t>(logits.dim(0)));
-  cpu::token_log_probs(f32(logits), i64p(targets), logits.dim(0), logits.dim(1), out.data());
-  return out;
+  std::vector<double> result(static_cast<std::size_t>(logits.dim(0)));
+  cpu::token_log_probs(in(logits, 0), i64p(targets), logits.dim(0), logits.dim(1), result.data());
+  return result;
 }
 
 double CpuBackend::do_sum_of_squares(const Tensor& x) {

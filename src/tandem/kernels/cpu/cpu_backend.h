@@ -2,6 +2,8 @@
 // oneDNN sgemm, AVX2/AVX-512 through the compiler), deterministic for a given thread count.
 #pragma once
 
+#include <vector>
+
 #include "tandem/kernels/backend.h"
 
 namespace tandem::kernels {
@@ -22,6 +24,7 @@ class CpuBackend final : public Backend {
   void do_copy(const Tensor& dst, const Tensor& src) override;
   void do_fill(const Tensor& dst, float value) override;
   void do_zero(const Tensor& dst) override;
+  void do_cast(const Tensor& dst, const Tensor& src) override;
   void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                float beta, const Tensor& c) override;
   void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) override;
@@ -57,6 +60,14 @@ class CpuBackend final : public Backend {
   double do_sum_of_squares(const Tensor& x) override;
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& s) override;
+
+ private:
+  // bf16 tensors run the fp32 kernels on converted copies (kernels/cpu/bf16.h for GEMMs).
+  const float* in(const Tensor& t, int slot);
+  float* out(const Tensor& t, int slot, bool keep_contents);
+  void store(const Tensor& t, const float* values);
+  float* scratch(int slot, std::int64_t n);
+  std::vector<std::vector<float>> scratch_;
 };
 
 }  // namespace tandem::kernels

@@ -3,21 +3,50 @@
 #include <cstring>
 
 #include "tandem/core/error.h"
+#include "tandem/kernels/cpu/bf16.h"
 #include "tandem/kernels/cpu/ops.h"
 
 namespace tandem::kernels::cpu {
 
-void embedding_forward(const std::int64_t* ids, const float* table, float* out, i64 T, i64 d,
-                       i64 vocab) {
+namespace {
+
+void check_ids(const std::int64_t* ids, i64 tokens, i64 vocab) {
   // Validate everything first so a bad id leaves no half-written output behind.
-  for (i64 t = 0; t < T; ++t) {
+  for (i64 t = 0; t < tokens; ++t) {
     TANDEM_CHECK(ids[t] >= 0 && ids[t] < vocab,
                  "embedding: token id {} at position {} is outside the vocabulary [0, {})", ids[t],
                  t, vocab);
   }
+}
+
+template <typename T>
+void lookup(const std::int64_t* ids, const T* table, T* out, i64 tokens, i64 d, i64 vocab) {
+  check_ids(ids, tokens, vocab);
+#pragma omp parallel for schedule(static)
+  for (i64 t = 0; t < tokens; ++t) {
+    std::memcpy(out + t * d, table + ids[t] * d, static_cast<size_t>(d) * sizeof(T));
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const std::int64_t* ids, const float* table, float* out, i64 T, i64 d,
+                       i64 vocab) {
+  lookup(ids, table, out, T, d, vocab);
+}
+
+void embedding_forward(const std::int64_t* ids, const std::uint16_t* table, std::uint16_t* out,
+                       i64 T, i64 d, i64 vocab) {
+  lookup(ids, table, out, T, d, vocab);
+}
+
+void embedding_forward(const std::int64_t* ids, const float* table, std::uint16_t* out, i64 T,
+                       i64 d, i64 vocab) {
+  check_ids(ids, T, vocab);
 #pragma omp parallel for schedule(static)
   for (i64 t = 0; t < T; ++t) {
-    std::memcpy(out + t * d, table + ids[t] * d, static_cast<size_t>(d) * sizeof(float));
+    const float* row = table + ids[t] * d;
+    for (i64 j = 0; j < d; ++j) out[t * d + j] = f32_to_bf16(row[j]);
   }
 }
 

@@ -27,6 +27,13 @@ void linear_backward(const float* x, const float* w, const float* dy, float* dx,
 // out[T,d] = table[ids[t], :]. Throws tandem::core::Error if an id is outside [0, vocab).
 void embedding_forward(const std::int64_t* ids, const float* table, float* out, i64 T, i64 d,
                        i64 vocab);
+// The same lookup of bf16 rows (16-bit values copied as they are).
+void embedding_forward(const std::int64_t* ids, const std::uint16_t* table, std::uint16_t* out,
+                       i64 T, i64 d, i64 vocab);
+// fp32 rows rounded to bf16 as they are looked up: the same bits as a lookup in the table cast to
+// bf16, without a bf16 copy of the whole table.
+void embedding_forward(const std::int64_t* ids, const float* table, std::uint16_t* out, i64 T,
+                       i64 d, i64 vocab);
 // dtable[ids[t], :] += dout[t, :] (accumulate; deterministic: rows summed in order of t).
 void embedding_backward(const std::int64_t* ids, const float* dout, float* dtable, i64 T, i64 d);
 
@@ -76,6 +83,8 @@ void scale(float* x, float factor, i64 n);
 // dst[i, :] = src[index[i], :] for rows of width d (index checked against src_rows).
 void gather_rows(const float* src, i64 src_rows, i64 d, const std::int64_t* index, i64 n,
                  float* dst);
+void gather_rows(const std::uint16_t* src, i64 src_rows, i64 d, const std::int64_t* index, i64 n,
+                 std::uint16_t* dst);
 
 // Fused lm_head + cross-entropy + z-loss over hidden[N,d] and W[V,d] (logits = hidden * W^T),
 // labels[N] in [0,V) or core::kIgnoreIndex (-100, ignored). Works through the tokens in chunks so
@@ -91,6 +100,13 @@ struct CrossEntropyResult {
 CrossEntropyResult lm_head_cross_entropy(const float* hidden, const float* w,
                                          const std::int64_t* labels, i64 N, i64 d, i64 V,
                                          float z_weight, float grad_scale, float* dhidden,
+                                         float* dw);
+// The bf16 variant (hidden, w, dhidden bf16; dw fp32): bf16 GEMMs with fp32 accumulation, logits
+// rounded to bf16 as a bf16 lm_head produces them, then the same fp32/double loss; the logits'
+// gradient is rounded to bf16 for the two gradient GEMMs (as autograd of a bf16 model does).
+CrossEntropyResult lm_head_cross_entropy(const std::uint16_t* hidden, const std::uint16_t* w,
+                                         const std::int64_t* labels, i64 N, i64 d, i64 V,
+                                         float z_weight, float grad_scale, std::uint16_t* dhidden,
                                          float* dw);
 
 // out[i] = log_softmax(logits[i, :])[targets[i]] in double (downstream scoring).

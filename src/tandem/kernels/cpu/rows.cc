@@ -12,13 +12,25 @@ void scale(float* x, float factor, i64 n) {
   for (i64 i = 0; i < n; ++i) x[i] *= factor;
 }
 
-void gather_rows(const float* src, i64 src_rows, i64 d, const std::int64_t* index, i64 n,
-                 float* dst) {
+namespace {
+template <typename T>
+void gather(const T* src, i64 src_rows, i64 d, const std::int64_t* index, i64 n, T* dst) {
   for (i64 i = 0; i < n; ++i)
     TANDEM_CHECK(index[i] >= 0 && index[i] < src_rows, "gather_rows: row {} outside [0, {})",
                  index[i], src_rows);
 #pragma omp parallel for schedule(static)
   for (i64 i = 0; i < n; ++i) std::copy_n(src + index[i] * d, d, dst + i * d);
+}
+}  // namespace
+
+void gather_rows(const float* src, i64 src_rows, i64 d, const std::int64_t* index, i64 n,
+                 float* dst) {
+  gather(src, src_rows, d, index, n, dst);
+}
+
+void gather_rows(const std::uint16_t* src, i64 src_rows, i64 d, const std::int64_t* index, i64 n,
+                 std::uint16_t* dst) {
+  gather(src, src_rows, d, index, n, dst);
 }
 
 void token_log_probs(const float* logits, const std::int64_t* targets, i64 n, i64 V, double* out) {

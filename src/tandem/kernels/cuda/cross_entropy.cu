@@ -14,24 +14,28 @@ constexpr int kThreads = 512;
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows_kernel(float* logits, const i64* labels, i64 V, i64 ignore_index,
                               float z_weight, float grad_scale, bool want_grads, double* row_ce,
-                              double* row_z, bf16* dlogits_bf16) {
+                              double* row_z, bool bf16_logits, bf16* dlogits_bf16) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   const i64 r = blockIdx.x;
   float* row = logits + r * V;
-  bf16* out16 = dlogits_bf16 ? dlogits_bf16 + r * V : nullptr;
+  bf16* out16 = bf16_logits && want_grads ? dlogits_bf16 + r * V : nullptr;
   const i64 label = labels[r];
   if (label == ignore_index) {
     if (threadIdx.x == 0) row_ce[r] = row_z[r] = 0.0;
     if (want_grads) {
       for (i64 c = threadIdx.x; c < V; c += blockDim.x) {
         if (out16)
-          out16[c] = __float2bfloat16_rn(0.0f);
+          out16[c] = detail::to_bf16(0.0f);
         else
           row[c] = 0.0f;
       }
     }
     return;
+  }
+  if (bf16_logits) {  // the bf16 lm_head's output: every logit rounded once, before anything reads it
+    for (i64 c = threadIdx.x; c < V; c += blockDim.x) row[c] = __bfloat162float(detail::to_bf16(row[c]));
+    __syncthreads();
   }
   const float label_logit = row[label];  // read by every thread before the row is overwritten
   float row_max = detail::MaxF{}.identity();
@@ -58,29 +62,30 @@ __global__ void __launch_bounds__(kThreads)
     float g = row[c] * coef;
     if (c == label) g -= grad_scale;
     if (out16)
-      out16[c] = __float2bfloat16_rn(g);
+      out16[c] = detail::to_bf16(g);
     else
       row[c] = g;
   }
 }
 
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    token_log_probs_kernel(const float* logits, const i64* targets, i64 V, double* out) {
+    token_log_probs_kernel(const T* logits, const i64* targets, i64 V, double* out) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   const i64 r = blockIdx.x;
-  const float* row = logits + r * V;
+  const T* row = logits + r * V;
   float row_max = detail::MaxF{}.identity();
-  for (i64 c = threadIdx.x; c < V; c += blockDim.x) row_max = fmaxf(row_max, row[c]);
+  for (i64 c = threadIdx.x; c < V; c += blockDim.x) row_max = fmaxf(row_max, detail::load(row, c));
   row_max = detail::block_reduce(row_max, fscratch, detail::MaxF{});
   double sum = 0.0;
   for (i64 c = threadIdx.x; c < V; c += blockDim.x)
-    sum += exp(static_cast<double>(row[c]) - static_cast<double>(row_max));
+    sum += exp(static_cast<double>(detail::load(row, c)) - static_cast<double>(row_max));
   sum = detail::block_reduce(sum, dscratch, detail::SumD{});
   if (threadIdx.x == 0) {
     const i64 t = targets[r];
     // An out-of-range target is caught on the host before the launch (cuda_backend.cc).
-    out[r] = static_cast<double>(row[t]) - static_cast<double>(row_max) - log(sum);
+    out[r] = static_cast<double>(detail::load(row, t)) - static_cast<double>(row_max) - log(sum);
   }
 }
 
@@ -88,19 +93,24 @@ __global__ void __launch_bounds__(kThreads)
 
 void cross_entropy_rows(float* logits, const i64* labels, i64 rows, i64 V, i64 ignore_index,
                         float z_weight, float grad_scale, bool want_grads, double* row_ce,
-                        double* row_z, void* dlogits_bf16, cudaStream_t stream) {
+                        double* row_z, bool bf16_logits, void* dlogits_bf16, cudaStream_t stream) {
   if (rows == 0) return;
   cross_entropy_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      logits, labels, V, ignore_index, z_weight, grad_scale, want_grads, row_ce, row_z,
+      logits, labels, V, ignore_index, z_weight, grad_scale, want_grads, row_ce, row_z, bf16_logits,
       static_cast<bf16*>(dlogits_bf16));
   check_launch("lm_head_cross_entropy");
 }
 
-void token_log_probs(const float* logits, const i64* targets, i64 n, i64 V, double* out,
+void token_log_probs(Elem t, const void* logits, const i64* targets, i64 n, i64 V, double* out,
                      cudaStream_t stream) {
   if (n == 0) return;
-  token_log_probs_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(logits, targets, V,
-                                                                            out);
+  const unsigned grid = static_cast<unsigned>(n);
+  if (t == Elem::f32)
+    token_log_probs_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(logits),
+                                                          targets, V, out);
+  else
+    token_log_probs_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(logits),
+                                                          targets, V, out);
   check_launch("token_log_probs");
 }
 

@@ -319,6 +319,11 @@ void CudaBackend::do_zero(const Tensor& dst) {
   check(cudaMemsetAsync(dst.data(), 0, dst.bytes(), s_->stream), "zero");
 }
 
+void CudaBackend::do_cast(const Tensor& dst, const Tensor& src) {
+  cuda::cast(elem_of(src, "cast"), elem_of(dst, "cast"), src.data(), dst.data(), src.numel(),
+             s_->stream);
+}
+
 // ---- dense algebra ----
 
 void CudaBackend::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
@@ -362,8 +367,9 @@ void CudaBackend::do_linear_backward(const Tensor& x, const Tensor& w, const Ten
 // ---- embedding ----
 
 void CudaBackend::do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  cuda::embedding_forward(elem_of(table, "embedding_forward"), i64p(ids), table.data(), out.data(),
-                          ids.dim(0), table.dim(1), table.dim(0), s_->error, s_->stream);
+  cuda::embedding_forward(elem_of(table, "embedding_forward"), elem_of(out, "embedding_forward"),
+                          i64p(ids), table.data(), out.data(), ids.dim(0), table.dim(1),
+                          table.dim(0), s_->error, s_->stream);
   // A bad id is an input error: report it here, as the CPU backend does.
   s_->check_device_error("embedding_forward");
 }
@@ -398,18 +404,15 @@ void CudaBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
   check(cudaMemcpyAsync(starts_d.p, starts.data(), starts.size() * sizeof(int),
                         cudaMemcpyHostToDevice, s_->stream),
         "embedding_backward upload");
-  TANDEM_CHECK(dout.dtype() == DType::f32 && dtable.dtype() == DType::f32,
-               "cuda embedding_backward: gradients must be f32, got {} and {}", dout.str(),
-               dtable.str());
-  cuda::embedding_backward(i64p(ids), f32(dout), f32(dtable), d, order_d.as<int>(),
-                           starts_d.as<int>(), segments, s_->stream);
+  cuda::embedding_backward(elem_of(dout, "embedding_backward"), i64p(ids), dout.data(), f32(dtable),
+                           d, order_d.as<int>(), starts_d.as<int>(), segments, s_->stream);
 }
 
 // ---- normalisation ----
 
 void CudaBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                                      const Tensor& rstd, float eps) {
-  cuda::rmsnorm_forward(elem_of(x, "rmsnorm_forward"), x.data(), f32(w), y.data(), f32(rstd),
+  cuda::rmsnorm_forward(elem_of(x, "rmsnorm_forward"), x.data(), w.data(), y.data(), f32(rstd),
                         x.dim(0), x.dim(1), eps, s_->stream);
 }
 
@@ -417,7 +420,7 @@ void CudaBackend::do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Te
                                       const Tensor& dy, const Tensor& dx, const Tensor& dw) {
   const i64 rows = x.dim(0), d = x.dim(1);
   State::Scratch partials(s_->memory, dw ? cuda::rmsnorm_dw_partials(rows, d) * sizeof(double) : 0);
-  cuda::rmsnorm_backward(elem_of(x, "rmsnorm_backward"), x.data(), f32(w), f32(rstd), dy.data(),
+  cuda::rmsnorm_backward(elem_of(x, "rmsnorm_backward"), x.data(), w.data(), f32(rstd), dy.data(),
                          dx.data(), f32(dw), rows, d, partials.as<double>(), s_->stream);
 }
 
@@ -541,7 +544,9 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
     chunk_rows = std::max<i64>(1, std::atoll(env));
   const i64 chunk = std::min(N, chunk_rows);
   State::Scratch logits(s_->memory, static_cast<std::size_t>(chunk * V) * sizeof(float));
-  // bf16 operands need a bf16 gradient for the two gradient gemms (cuBLASLt takes one type).
+  // bf16 operands: the logits are rounded to bf16 (a bf16 lm_head's output) and their gradient is
+  // rounded to bf16 for the two gradient gemms (cuBLASLt takes one operand type), as the CPU's
+  // bf16 variant does (kernels/cpu/cross_entropy.cc).
   State::Scratch dlogits16(
       s_->memory, want_grads && e == Elem::bf16 ? static_cast<std::size_t>(chunk * V) * 2 : 0);
   State::Scratch rows(s_->memory, static_cast<std::size_t>(2 * N) * sizeof(double));
@@ -566,8 +571,8 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
     s_->gemm->run(false, true, nc, V, d, 1.0f, hidden_chunk, d, w.data(), d, e, 0.0f, logits.p, V,
                   Elem::f32);
     cuda::cross_entropy_rows(logits.as<float>(), i64p(labels) + n0, nc, V, core::kIgnoreIndex,
-                             z_weight, grad_scale, want_grads, row_ce + n0, row_z + n0, dlogits16.p,
-                             s_->stream);
+                             z_weight, grad_scale, want_grads, row_ce + n0, row_z + n0,
+                             e == Elem::bf16, dlogits16.p, s_->stream);
     if (!want_grads) continue;
     const void* dlogits = e == Elem::bf16 ? dlogits16.p : logits.p;
     if (dhidden)
@@ -593,7 +598,8 @@ std::vector<double> CudaBackend::do_token_log_probs(const Tensor& logits, const 
     TANDEM_CHECK(host_targets[i] >= 0 && host_targets[i] < V,
                  "token_log_probs: target {} outside [0, {})", host_targets[i], V);
   State::Scratch out(s_->memory, static_cast<std::size_t>(n) * sizeof(double));
-  cuda::token_log_probs(f32(logits), i64p(targets), n, V, out.as<double>(), s_->stream);
+  cuda::token_log_probs(elem_of(logits, "token_log_probs"), logits.data(), i64p(targets), n, V,
+                        out.as<double>(), s_->stream);
   return s_->to_host<double>(out.p, static_cast<std::size_t>(n), "token_log_probs");
 }
 

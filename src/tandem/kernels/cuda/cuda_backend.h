@@ -46,6 +46,7 @@ class CudaBackend final : public Backend {
   void do_copy(const Tensor& dst, const Tensor& src) override;
   void do_fill(const Tensor& dst, float value) override;
   void do_zero(const Tensor& dst) override;
+  void do_cast(const Tensor& dst, const Tensor& src) override;
   void do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                float beta, const Tensor& c) override;
   void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) override;

@@ -13,11 +13,30 @@ namespace tandem::kernels::cuda::detail {
 
 using bf16 = __nv_bfloat16;
 
+// fp32 -> bf16 with the CPU backend's bits (core/bfloat16.h, kernels/cpu/bf16.h): round to nearest,
+// ties to even, a carry into the exponent giving the correct result (up to infinity), and every
+// NaN written as 0xFFFF, as torch's vectorised .to(torch.bfloat16) writes it. (The intrinsic
+// __float2bfloat16_rn agrees on every non-NaN value but writes 0x7FFF for a NaN.)
+__device__ __forceinline__ bf16 to_bf16(float v) {
+  const unsigned bits = __float_as_uint(v);
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  const unsigned rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return __ushort_as_bfloat16(static_cast<unsigned short>(nan ? 0xFFFFu : rounded));
+}
+
 __device__ __forceinline__ float load(const float* p, i64 i) { return p[i]; }
 __device__ __forceinline__ float load(const bf16* p, i64 i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ void store(float* p, i64 i, float v) { p[i] = v; }
-// Round to nearest even (NaN stays NaN), as torch's .to(torch.bfloat16).
-__device__ __forceinline__ void store(bf16* p, i64 i, float v) { p[i] = __float2bfloat16_rn(v); }
+// Each bf16 output is rounded once, from the fp32 result.
+__device__ __forceinline__ void store(bf16* p, i64 i, float v) { p[i] = to_bf16(v); }
+
+// dst[j] = src[i]: the same storage type is copied bit for bit (a bf16 NaN keeps its payload, as
+// the CPU's memcpy does), an f32 source is rounded into a bf16 destination.
+__device__ __forceinline__ void move(float* dst, i64 j, const float* src, i64 i) { dst[j] = src[i]; }
+__device__ __forceinline__ void move(bf16* dst, i64 j, const bf16* src, i64 i) { dst[j] = src[i]; }
+__device__ __forceinline__ void move(bf16* dst, i64 j, const float* src, i64 i) {
+  dst[j] = to_bf16(src[i]);
+}
 
 // Butterfly sums and maxima: every lane ends with the same value, in the same order every run.
 __device__ __forceinline__ float warp_sum(float v) {

@@ -66,7 +66,7 @@ __global__ void gather_rows_kernel(const T* src, i64 src_rows, i64 d, const i64*
 
 __global__ void f32_to_bf16_kernel(const float* src, bf16* dst, i64 n) {
   for (i64 i = blockIdx.x * i64{blockDim.x} + threadIdx.x; i < n; i += i64{gridDim.x} * blockDim.x)
-    dst[i] = __float2bfloat16_rn(src[i]);
+    dst[i] = detail::to_bf16(src[i]);
 }
 
 __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, i64 n) {

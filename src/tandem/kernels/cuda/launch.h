@@ -47,25 +47,31 @@ void swiglu_backward(Elem t, const void* g, const void* u, const void* dh, void*
 // dst[i, :] = src[index[i], :], rows of width d; an index outside [0, src_rows) sets the error.
 void gather_rows(Elem t, const void* src, i64 src_rows, i64 d, const i64* index, i64 n, void* dst,
                  DeviceError* error, cudaStream_t stream);
-// f32 -> bf16 (round to nearest even, NaN kept) or bf16 -> f32 (exact).
+// f32 -> bf16 (round to nearest even with torch's bits, every NaN -> 0xFFFF) or bf16 -> f32
+// (exact); the same type is a copy.
 void cast(Elem from, Elem to, const void* src, void* dst, i64 n, cudaStream_t stream);
 
 // ---- embedding (embedding.cu) ----
-void embedding_forward(Elem t, const i64* ids, const void* table, void* out, i64 T, i64 d, i64 V,
-                       DeviceError* error, cudaStream_t stream);
+// The table is f32 or bf16; out has the table's type, or is bf16 from an f32 table (each value
+// rounded as it is looked up, the bits of a lookup in the table cast to bf16).
+void embedding_forward(Elem table_t, Elem out_t, const i64* ids, const void* table, void* out,
+                       i64 T, i64 d, i64 V, DeviceError* error, cudaStream_t stream);
 // dtable[id, :] += sum of dout rows with that id, added in token order. `order` holds the token
 // indices stably sorted by id and `segment_start` the first position in `order` of each distinct
 // id (n_segments + 1 entries, the last = T); the host makes both (cuda_backend.cc).
-void embedding_backward(const i64* ids, const float* dout, float* dtable, i64 d, const int* order,
-                        const int* segment_start, i64 n_segments, cudaStream_t stream);
+// dout is f32 or bf16 (`dout_t`), the table's gradient always f32.
+void embedding_backward(Elem dout_t, const i64* ids, const void* dout, float* dtable, i64 d,
+                        const int* order, const int* segment_start, i64 n_segments,
+                        cudaStream_t stream);
 
 // ---- RMSNorm (rmsnorm.cu) ----
-void rmsnorm_forward(Elem t, const void* x, const float* w, void* y, float* rstd, i64 rows, i64 d,
+// x, w, y (and dy, dx) share the storage type `t`; rstd and dw are f32.
+void rmsnorm_forward(Elem t, const void* x, const void* w, void* y, float* rstd, i64 rows, i64 d,
                      float eps, cudaStream_t stream);
 // dx overwritten; dw (optional) accumulated through `partials` (rmsnorm_dw_partials(rows, d)
 // doubles of scratch).
 std::size_t rmsnorm_dw_partials(i64 rows, i64 d);
-void rmsnorm_backward(Elem t, const void* x, const float* w, const float* rstd, const void* dy,
+void rmsnorm_backward(Elem t, const void* x, const void* w, const float* rstd, const void* dy,
                       void* dx, float* dw, i64 rows, i64 d, double* partials, cudaStream_t stream);
 
 // ---- RoPE (rope.cu): sign +1 forward rotation, -1 its inverse ----
@@ -91,12 +97,14 @@ void attention_backward(Elem t, const void* q, const void* k, const void* v, con
 // One chunk of the fused lm_head + CE + z-loss, in place on logits[rows, V] (fp32): per row
 // row_ce = lse - logit[label] and row_z = lse^2 (0 for ignored rows, label = ignore_index), and,
 // when want_grads, the row becomes grad_scale * (softmax * (1 + 2 z lse) - onehot) (zero for
-// ignored rows). When dlogits_bf16 is given the gradient row is written there in bf16 instead.
+// ignored rows). The bf16 path (`bf16_logits`, kernels/cpu/cross_entropy.cc's bf16 variant) first
+// rounds each logit to bf16, as a bf16 lm_head's output is, and writes the gradient row rounded to
+// bf16 into dlogits_bf16 (needed when want_grads) instead of in place.
 void cross_entropy_rows(float* logits, const i64* labels, i64 rows, i64 V, i64 ignore_index,
                         float z_weight, float grad_scale, bool want_grads, double* row_ce,
-                        double* row_z, void* dlogits_bf16, cudaStream_t stream);
-// out[i] = log_softmax(logits[i, :])[targets[i]] in double.
-void token_log_probs(const float* logits, const i64* targets, i64 n, i64 V, double* out,
+                        double* row_z, bool bf16_logits, void* dlogits_bf16, cudaStream_t stream);
+// out[i] = log_softmax(logits[i, :])[targets[i]] in double; logits f32 or bf16 (`t`).
+void token_log_probs(Elem t, const void* logits, const i64* targets, i64 n, i64 V, double* out,
                      cudaStream_t stream);
 
 // ---- optimiser (optimizer.cu) ----

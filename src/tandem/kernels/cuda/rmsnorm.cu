@@ -14,7 +14,7 @@ constexpr int kThreads = 256;
 constexpr i64 kRowChunk = 256;  // rows per partial sum of the weight gradient
 
 template <typename T>
-__global__ void rmsnorm_forward_kernel(const T* x, const float* w, T* y, float* rstd, i64 d,
+__global__ void rmsnorm_forward_kernel(const T* x, const T* w, T* y, float* rstd, i64 d,
                                        float eps) {
   __shared__ double scratch[32];
   const i64 r = blockIdx.x;
@@ -29,11 +29,11 @@ __global__ void rmsnorm_forward_kernel(const T* x, const float* w, T* y, float* 
   const float variance = static_cast<float>(sum_sq / static_cast<double>(d));
   const float inv = 1.0f / sqrtf(variance + eps);
   if (threadIdx.x == 0) rstd[r] = inv;
-  for (i64 c = threadIdx.x; c < d; c += blockDim.x) store(yr, c, w[c] * (load(xr, c) * inv));
+  for (i64 c = threadIdx.x; c < d; c += blockDim.x) store(yr, c, load(w, c) * (load(xr, c) * inv));
 }
 
 template <typename T>
-__global__ void rmsnorm_backward_dx_kernel(const T* x, const float* w, const float* rstd,
+__global__ void rmsnorm_backward_dx_kernel(const T* x, const T* w, const float* rstd,
                                            const T* dy, T* dx, i64 d) {
   __shared__ double scratch[32];
   const i64 r = blockIdx.x;
@@ -43,12 +43,12 @@ __global__ void rmsnorm_backward_dx_kernel(const T* x, const float* w, const flo
   const float inv = rstd[r];
   double dot = 0.0;
   for (i64 c = threadIdx.x; c < d; c += blockDim.x)
-    dot += static_cast<double>(load(dyr, c) * w[c] * (load(xr, c) * inv));
+    dot += static_cast<double>(load(dyr, c) * load(w, c) * (load(xr, c) * inv));
   dot = detail::block_reduce(dot, scratch, detail::SumD{});
   const float mean_dot = static_cast<float>(dot / static_cast<double>(d));
   // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w, xhat = x * rstd.
   for (i64 c = threadIdx.x; c < d; c += blockDim.x)
-    store(dxr, c, inv * (load(dyr, c) * w[c] - (load(xr, c) * inv) * mean_dot));
+    store(dxr, c, inv * (load(dyr, c) * load(w, c) - (load(xr, c) * inv) * mean_dot));
 }
 
 // partials[chunk * d + c] = sum over the chunk's rows of dy * xhat, in row order.
@@ -74,7 +74,7 @@ __global__ void rmsnorm_dw_finish_kernel(const double* partials, i64 chunks, i64
 }
 
 template <typename T>
-void backward(const T* x, const float* w, const float* rstd, const T* dy, T* dx, float* dw,
+void backward(const T* x, const T* w, const float* rstd, const T* dy, T* dx, float* dw,
               i64 rows, i64 d, double* partials, cudaStream_t stream) {
   rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, rstd, dy,
                                                                                    dx, d);
@@ -91,15 +91,17 @@ void backward(const T* x, const float* w, const float* rstd, const T* dy, T* dx,
 
 }  // namespace
 
-void rmsnorm_forward(Elem t, const void* x, const float* w, void* y, float* rstd, i64 rows, i64 d,
+void rmsnorm_forward(Elem t, const void* x, const void* w, void* y, float* rstd, i64 rows, i64 d,
                      float eps, cudaStream_t stream) {
   if (rows == 0) return;
   const unsigned grid = static_cast<unsigned>(rows);
   if (t == Elem::f32)
-    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), w,
+    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x),
+                                                          static_cast<const float*>(w),
                                                           static_cast<float*>(y), rstd, d, eps);
   else
-    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(x), w,
+    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(x),
+                                                          static_cast<const bf16*>(w),
                                                           static_cast<bf16*>(y), rstd, d, eps);
   check_launch("rmsnorm_forward");
 }
@@ -108,14 +110,14 @@ std::size_t rmsnorm_dw_partials(i64 rows, i64 d) {
   return static_cast<std::size_t>((rows + kRowChunk - 1) / kRowChunk * d);
 }
 
-void rmsnorm_backward(Elem t, const void* x, const float* w, const float* rstd, const void* dy,
+void rmsnorm_backward(Elem t, const void* x, const void* w, const float* rstd, const void* dy,
                       void* dx, float* dw, i64 rows, i64 d, double* partials, cudaStream_t stream) {
   if (rows == 0) return;
   if (t == Elem::f32)
-    backward(static_cast<const float*>(x), w, rstd, static_cast<const float*>(dy),
+    backward(static_cast<const float*>(x), static_cast<const float*>(w), rstd, static_cast<const float*>(dy),
              static_cast<float*>(dx), dw, rows, d, partials, stream);
   else
-    backward(static_cast<const bf16*>(x), w, rstd, static_cast<const bf16*>(dy),
+    backward(static_cast<const bf16*>(x), static_cast<const bf16*>(w), rstd, static_cast<const bf16*>(dy),
              static_cast<bf16*>(dx), dw, rows, d, partials, stream);
 }
 
