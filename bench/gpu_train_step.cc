@@ -3,9 +3,12 @@
 // the global gradient norm and clipping, and AdamW over every parameter, timed over several steps
 // after warm-up. Reports tokens/s, MFU with the window-aware FLOP count against the device's
 // stated dense peak (bf16 tensor-core peak and, separately, its fp32 peak), and peak device memory.
+// --precision chooses the precision policy (model/precision.h): bf16 (the default, as OLMo 3 is
+// trained) or fp32.
 //
-// Usage: bench_gpu_train_step --config MODEL.yaml [--backend cuda] [--batch 1] [--seq 8192]
-//          [--micro-batch 1] [--steps 5] [--warmup 2] [--layers N] [--label NAME] [--json FILE]
+// Usage: bench_gpu_train_step --config MODEL.yaml [--backend cuda] [--precision bf16|fp32]
+//          [--batch 1] [--seq 8192] [--micro-batch 1] [--steps 5] [--warmup 2] [--layers N]
+//          [--label NAME] [--json FILE]
 // --layers overrides the model's layer count (a 7B layer stack that fits in memory, say).
 // Prints one JSON object on the last line of stdout (and writes it to --json FILE).
 #include <algorithm>
@@ -31,6 +34,7 @@ namespace {
 struct Args {
   std::string config = "configs/models/olmo3-1b.yaml";
   std::string backend = "cuda";
+  std::string precision = "bf16";
   std::string label;
   std::string json_out;
   std::int64_t batch = 1, seq = 8192, micro_batch = 1, steps = 5, warmup = 2, layers = 0;
@@ -38,7 +42,8 @@ struct Args {
 
 void usage() {
   fmt::print(
-      "usage: bench_gpu_train_step --config MODEL.yaml [--backend cuda|cpu] [--batch B] "
+      "usage: bench_gpu_train_step --config MODEL.yaml [--backend cuda|cpu] "
+      "[--precision bf16|fp32] [--batch B] "
       "[--seq T] [--micro-batch M] [--steps N] [--warmup W] [--layers L] [--label NAME] "
       "[--json FILE]\n");
 }
@@ -58,6 +63,8 @@ int main(int argc, char** argv) {
       a.config = next();
     else if (arg == "--backend")
       a.backend = next();
+    else if (arg == "--precision")
+      a.precision = next();
     else if (arg == "--label")
       a.label = next();
     else if (arg == "--json")
@@ -88,7 +95,8 @@ int main(int argc, char** argv) {
                  a.batch, a.micro_batch);
     std::unique_ptr<kernels::Backend> backend = kernels::make_backend(a.backend);
     fmt::print("backend: {}\n", backend->describe());
-    model::Olmo3Model model(config, *backend);
+    const model::Precision precision = model::parse_precision(a.precision);
+    model::Olmo3Model model(config, *backend, precision);
     model.init_weights(1);
     std::vector<optim::ParamBuffer> params;
     for (const model::ParameterEntry& e : model.layout().entries())
@@ -144,7 +152,7 @@ int main(int argc, char** argv) {
     j["label"] = a.label;
     j["config"] = a.config;
     j["backend"] = backend->describe();
-    j["precision"] = "fp32";
+    j["precision"] = model::precision_name(precision);
     j["n_layers"] = config.n_layers;
     j["params"] = config.total_params();
     j["batch"] = B;
@@ -166,12 +174,13 @@ int main(int argc, char** argv) {
     j["last_loss"] = last_loss;
     j["last_grad_norm"] = last_norm;
     fmt::print(
-        "{}: {:.0f} tokens/s, {:.3f} s/step (median of {}), {:.1f} TFLOP/s = MFU {:.1f}% of the "
+        "{} ({}): {:.0f} tokens/s, {:.3f} s/step (median of {}), {:.1f} TFLOP/s = MFU {:.1f}% of "
+        "the "
         "bf16 peak ({:.0f} TFLOP/s), {:.1f}% of the fp32 peak; peak memory {:.1f} GiB in use, "
         "{:.1f} GiB reserved; loss {:.4f}\n",
-        a.label.empty() ? a.config : a.label, tokens_per_s, step_s, a.steps, achieved / 1e12,
-        100.0 * achieved / peak_bf16, peak_bf16 / 1e12, 100.0 * achieved / peak_fp32,
-        gib(mem.peak_in_use), gib(mem.peak_reserved), last_loss);
+        a.label.empty() ? a.config : a.label, model::precision_name(precision), tokens_per_s,
+        step_s, a.steps, achieved / 1e12, 100.0 * achieved / peak_bf16, peak_bf16 / 1e12,
+        100.0 * achieved / peak_fp32, gib(mem.peak_in_use), gib(mem.peak_reserved), last_loss);
     if (!a.json_out.empty()) std::ofstream(a.json_out) << j.dump(2) << "\n";
     fmt::print("{}\n", j.dump());
   } catch (const std::exception& e) {

@@ -2,7 +2,9 @@
 // run follows the PyTorch reference's losses as the CPU run does (1e-4 relative, fp32), follows
 // the CPU backend's run from the same weights and batches (1e-4 relative per step), repeats bit
 // for bit, and a checkpoint written on one backend resumes on the other and continues the curve
-// (checkpoints are host files, independent of the backend that wrote them).
+// (checkpoints are host files, independent of the backend that wrote them). The same under the
+// bf16 precision policy (precision=bf16), with the bound for a bf16 run against the CPU
+// backend's bf16 run: 1e-3 relative per step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,12 +79,14 @@ TEST(CudaTraining, RepeatedRunIsBitIdentical) {
 
 // Stage on one backend, continue on the other: the continued steps follow an uninterrupted run
 // on the first backend.
-void switch_backends(const std::string& first, const std::string& second) {
-  const std::string straight = testing::temp_dir("switch_straight_" + first);
-  const auto full = train(first, straight, 24);
-  const std::string run = testing::temp_dir("switch_" + first + "_to_" + second);
-  train(first, run, 12, "trainer.save_interval=12");
-  auto r = run_tandem(args(second, run, 24));
+void switch_backends(const std::string& first, const std::string& second,
+                     const std::string& extra = "", double bound = 1e-4) {
+  const std::string tag = first + (extra.empty() ? "" : "_bf16");
+  const std::string straight = testing::temp_dir("switch_straight_" + tag);
+  const auto full = train(first, straight, 24, extra);
+  const std::string run = testing::temp_dir("switch_" + tag + "_to_" + second);
+  train(first, run, 12, "trainer.save_interval=12 " + extra);
+  auto r = run_tandem(args(second, run, 24, extra));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
   const auto resumed = testing::read_metrics(run + "/metrics.jsonl");
@@ -91,7 +95,7 @@ void switch_backends(const std::string& first, const std::string& second) {
     EXPECT_EQ(resumed[i]["step"], full[i]["step"]);
     EXPECT_EQ(resumed[i]["tokens"], full[i]["tokens"]);  // the same data order
     EXPECT_LE(rel(resumed[i]["train/loss"].get<double>(), full[i]["train/loss"].get<double>()),
-              1e-4)
+              bound)
         << first << " -> " << second << " step " << full[i]["step"];
   }
 }
@@ -104,6 +108,43 @@ TEST(CudaTraining, CpuCheckpointResumesOnTheGpu) {
 TEST(CudaTraining, GpuCheckpointResumesOnTheCpu) {
   REQUIRE_GPU();
   switch_backends("cuda", "cpu");
+}
+
+// bf16: the GPU's run follows the CPU backend's bf16 run from the same weights and batches.
+TEST(CudaTraining, Bf16CurveFollowsTheCpuBf16Run) {
+  REQUIRE_GPU();
+  const auto gpu_run = train("cuda", testing::temp_dir("cuda_bf16_curve"), 30, "precision=bf16");
+  const auto cpu_run = train("cpu", testing::temp_dir("cpu_bf16_curve"), 30, "precision=bf16");
+  ASSERT_EQ(gpu_run.size(), 30u);
+  ASSERT_EQ(cpu_run.size(), 30u);
+  double worst = 0.0;
+  for (std::size_t i = 0; i < cpu_run.size(); ++i) {
+    const double r =
+        rel(gpu_run[i]["train/loss"].get<double>(), cpu_run[i]["train/loss"].get<double>());
+    worst = std::max(worst, r);
+    EXPECT_LE(r, 1e-3) << "step " << cpu_run[i]["step"];
+    EXPECT_EQ(gpu_run[i]["tokens"], cpu_run[i]["tokens"]);
+  }
+  RecordProperty("worst_bf16_loss_rel_vs_cpu", std::to_string(worst));
+}
+
+TEST(CudaTraining, Bf16RepeatedRunIsBitIdentical) {
+  REQUIRE_GPU();
+  const std::string a = testing::temp_dir("cuda_bf16_repeat_a"),
+                    b = testing::temp_dir("cuda_bf16_repeat_b");
+  const auto ma = train("cuda", a, 20, "precision=bf16"),
+             mb = train("cuda", b, 20, "precision=bf16");
+  ASSERT_EQ(ma.size(), mb.size());
+  for (std::size_t i = 0; i < ma.size(); ++i)
+    for (const char* key : {"train/loss", "train/z_loss", "train/grad_norm"})
+      EXPECT_EQ(ma[i][key], mb[i][key]) << key << " at step " << ma[i]["step"];
+  EXPECT_EQ(core::read_file(a + "/checkpoints/step-000020/model/model.safetensors"),
+            core::read_file(b + "/checkpoints/step-000020/model/model.safetensors"));
+}
+
+TEST(CudaTraining, Bf16CpuCheckpointResumesOnTheGpu) {
+  REQUIRE_GPU();
+  switch_backends("cpu", "cuda", "precision=bf16", 1e-3);
 }
 
 }  // namespace

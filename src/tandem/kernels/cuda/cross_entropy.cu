@@ -33,8 +33,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  if (bf16_logits) {  // the bf16 lm_head's output: every logit rounded once, before anything reads it
-    for (i64 c = threadIdx.x; c < V; c += blockDim.x) row[c] = __bfloat162float(detail::to_bf16(row[c]));
+  if (bf16_logits) {  // the bf16 lm_head's output: every logit rounded once, before anything reads
+                      // it
+    for (i64 c = threadIdx.x; c < V; c += blockDim.x)
+      row[c] = __bfloat162float(detail::to_bf16(row[c]));
     __syncthreads();
   }
   const float label_logit = row[label];  // read by every thread before the row is overwritten
@@ -109,8 +111,8 @@ void token_log_probs(Elem t, const void* logits, const i64* targets, i64 n, i64 
     token_log_probs_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(logits),
                                                           targets, V, out);
   else
-    token_log_probs_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(logits),
-                                                          targets, V, out);
+    token_log_probs_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(logits), targets,
+                                                          V, out);
   check_launch("token_log_probs");
 }
 

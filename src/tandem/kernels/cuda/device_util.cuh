@@ -32,7 +32,9 @@ __device__ __forceinline__ void store(bf16* p, i64 i, float v) { p[i] = to_bf16(
 
 // dst[j] = src[i]: the same storage type is copied bit for bit (a bf16 NaN keeps its payload, as
 // the CPU's memcpy does), an f32 source is rounded into a bf16 destination.
-__device__ __forceinline__ void move(float* dst, i64 j, const float* src, i64 i) { dst[j] = src[i]; }
+__device__ __forceinline__ void move(float* dst, i64 j, const float* src, i64 i) {
+  dst[j] = src[i];
+}
 __device__ __forceinline__ void move(bf16* dst, i64 j, const bf16* src, i64 i) { dst[j] = src[i]; }
 __device__ __forceinline__ void move(bf16* dst, i64 j, const float* src, i64 i) {
   dst[j] = to_bf16(src[i]);

@@ -63,11 +63,11 @@ void embedding_backward(Elem dout_t, const i64* ids, const void* dout, float* dt
   const dim3 grid(static_cast<unsigned>(n_segments),
                   static_cast<unsigned>((d + kThreads - 1) / kThreads));
   if (dout_t == Elem::f32)
-    embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(
-        ids, static_cast<const float*>(dout), dtable, d, order, segment_start);
+    embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(ids, static_cast<const float*>(dout),
+                                                             dtable, d, order, segment_start);
   else
-    embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(
-        ids, static_cast<const bf16*>(dout), dtable, d, order, segment_start);
+    embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(ids, static_cast<const bf16*>(dout),
+                                                             dtable, d, order, segment_start);
   check_launch("embedding_backward");
 }
 

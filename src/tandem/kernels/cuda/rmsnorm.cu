@@ -33,8 +33,8 @@ __global__ void rmsnorm_forward_kernel(const T* x, const T* w, T* y, float* rstd
 }
 
 template <typename T>
-__global__ void rmsnorm_backward_dx_kernel(const T* x, const T* w, const float* rstd,
-                                           const T* dy, T* dx, i64 d) {
+__global__ void rmsnorm_backward_dx_kernel(const T* x, const T* w, const float* rstd, const T* dy,
+                                           T* dx, i64 d) {
   __shared__ double scratch[32];
   const i64 r = blockIdx.x;
   const T* xr = x + r * d;
@@ -74,8 +74,8 @@ __global__ void rmsnorm_dw_finish_kernel(const double* partials, i64 chunks, i64
 }
 
 template <typename T>
-void backward(const T* x, const T* w, const float* rstd, const T* dy, T* dx, float* dw,
-              i64 rows, i64 d, double* partials, cudaStream_t stream) {
+void backward(const T* x, const T* w, const float* rstd, const T* dy, T* dx, float* dw, i64 rows,
+              i64 d, double* partials, cudaStream_t stream) {
   rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, rstd, dy,
                                                                                    dx, d);
   check_launch("rmsnorm_backward");
@@ -114,11 +114,11 @@ void rmsnorm_backward(Elem t, const void* x, const void* w, const float* rstd, c
                       void* dx, float* dw, i64 rows, i64 d, double* partials, cudaStream_t stream) {
   if (rows == 0) return;
   if (t == Elem::f32)
-    backward(static_cast<const float*>(x), static_cast<const float*>(w), rstd, static_cast<const float*>(dy),
-             static_cast<float*>(dx), dw, rows, d, partials, stream);
+    backward(static_cast<const float*>(x), static_cast<const float*>(w), rstd,
+             static_cast<const float*>(dy), static_cast<float*>(dx), dw, rows, d, partials, stream);
   else
-    backward(static_cast<const bf16*>(x), static_cast<const bf16*>(w), rstd, static_cast<const bf16*>(dy),
-             static_cast<bf16*>(dx), dw, rows, d, partials, stream);
+    backward(static_cast<const bf16*>(x), static_cast<const bf16*>(w), rstd,
+             static_cast<const bf16*>(dy), static_cast<bf16*>(dx), dw, rows, d, partials, stream);
 }
 
 }  // namespace tandem::kernels::cuda
