@@ -3,7 +3,7 @@
 # tandem's training step (forward + backward) tokens/s, peak RSS, saved-activation and
 # compute-weight bytes; with torch + transformers importable, HF Olmo3's same step in fp32, under
 # torch.autocast(cpu, bfloat16) and with model.to(bfloat16) on the same machine in the same run.
-# Writes one JSON object per precision to OUT (default: bench-precision.jsonl) and prints the
+# Writes one JSON object per precision to OUT (default: build/bench-precision.jsonl) and prints the
 # ratios.
 #
 # Usage: bench/precision.sh [CONFIG] [BATCH] [SEQ] [STEPS]
@@ -16,7 +16,7 @@ config="${1:-configs/models/olmo3-100m.yaml}"
 batch="${2:-4}"
 seq="${3:-512}"
 steps="${4:-3}"
-out="${OUT:-bench-precision.jsonl}"
+out="${OUT:-${TANDEM_BUILD_DIR:-build}/bench-precision.jsonl}"
 bench="${TANDEM_BUILD_DIR:-build}/bench/bench_train_step"
 [[ -x "$bench" ]] || { echo "build first: $bench is missing" >&2; exit 2; }
 if [[ -n "${PYTHON:-}" ]]; then PATH="$(dirname "$PYTHON"):$PATH"; fi

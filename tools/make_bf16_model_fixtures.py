@@ -25,7 +25,10 @@ import numpy as np
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import Olmo3Config, Olmo3ForCausalLM
+from transformers import Olmo3ForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_model_fixtures import hf_olmo3_config  # noqa: E402
 
 CONFIGS = {
     "gqa": dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -39,11 +42,6 @@ CONFIGS = {
                  rope_theta=1000.0, rms_norm_eps=1e-6, batch=4, seq=64),
 }
 TRAIN_STEPS = 150
-
-
-def olmo3_layer_types(n_layers):
-    return ["full_attention" if (i % 4 == 3 or i == n_layers - 1) else "sliding_attention"
-            for i in range(n_layers)]
 
 
 def markov_chain(vocab, seed):
@@ -71,14 +69,7 @@ def kl_per_token(ref_logits, logits):
 
 
 def make(name, spec, root, seed):
-    spec = dict(spec)
-    batch, seq = spec.pop("batch"), spec.pop("seq")
-    theta = spec.pop("rope_theta")
-    config = Olmo3Config(**spec, layer_types=olmo3_layer_types(spec["num_hidden_layers"]),
-                         rope_parameters={t: {"rope_type": "default", "rope_theta": theta}
-                                          for t in ("sliding_attention", "full_attention")},
-                         max_position_embeddings=256, pad_token_id=None, eos_token_id=None,
-                         bos_token_id=None, attn_implementation="eager")
+    config, batch, seq, _ = hf_olmo3_config(spec)
     torch.manual_seed(seed)
     model = Olmo3ForCausalLM(config).float()
     succ, g = markov_chain(config.vocab_size, seed)

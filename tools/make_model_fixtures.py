@@ -40,7 +40,8 @@ def olmo3_layer_types(n_layers):
             for i in range(n_layers)]
 
 
-def make(name, spec, out_root, seed):
+def hf_olmo3_config(spec):
+    """(Olmo3Config, batch, seq, theta) of a spec of CONFIGS (also tools/make_bf16_model_fixtures.py)."""
     spec = dict(spec)
     batch, seq = spec.pop("batch"), spec.pop("seq")
     theta = spec.pop("rope_theta")
@@ -49,6 +50,11 @@ def make(name, spec, out_root, seed):
                                           for t in ("sliding_attention", "full_attention")},
                          max_position_embeddings=256, pad_token_id=None, eos_token_id=None,
                          bos_token_id=None, attn_implementation="eager")
+    return config, batch, seq, theta
+
+
+def make(name, spec, out_root, seed):
+    config, batch, seq, theta = hf_olmo3_config(spec)
     torch.manual_seed(seed)
     model = Olmo3ForCausalLM(config).float().eval()
     # Larger-than-init random weights (and non-unit norms) so every term matters in the logits.

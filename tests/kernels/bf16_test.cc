@@ -251,6 +251,86 @@ TEST(Bf16, SwigluAddEmbeddingAndRowsAreTheRoundedFp32Result) {
   expect_rounded_equal(rows, "gather_rows");
 }
 
+// Micro-batches large enough that the backend widens bf16 operands block by block (rows, batch
+// rows or elements): still exactly bf16(fp32 result), and GEMMs within one rounding.
+TEST(Bf16, BlockedLargeOpsMatchTheFp32Result) {
+  const std::int64_t B = 3, T = 192, H = 8, D = 64, N = B * T, hid = 1400;
+  Pair g = make_pair(Shape{N, hid}, 30), u = make_pair(Shape{N, hid}, 31);
+  Pair h = make_outputs(Shape{N, hid});
+  ASSERT_GT(g.b.numel(), 1 << 18);
+  be().swiglu_forward(g.f, u.f, h.f);
+  be().swiglu_forward(g.b, u.b, h.b);
+  expect_rounded_equal(h, "swiglu (blocked)");
+  Pair sum = make_outputs(Shape{N, hid});
+  be().add(g.f, u.f, sum.f);
+  be().add(g.b, u.b, sum.b);
+  expect_rounded_equal(sum, "add (blocked)");
+
+  Pair x = make_pair(Shape{N, H * D}, 32), w = make_pair(Shape{H * D}, 33);
+  Pair y = make_outputs(Shape{N, H * D});
+  Buffer rf = be().allocate(DType::f32, Shape{N}), rb = be().allocate(DType::f32, Shape{N});
+  be().rmsnorm_forward(x.f, w.f, y.f, rf, 1e-6f);
+  be().rmsnorm_forward(x.b, w.b, y.b, rb, 1e-6f);
+  expect_rounded_equal(y, "rmsnorm (blocked)");
+  EXPECT_EQ(host(rb), host(rf));
+
+  const Shape s4{B, T, H, D};
+  Pair q = make_pair(s4, 34), k = make_pair(s4, 35), v = make_pair(s4, 36), o = make_outputs(s4);
+  ASSERT_GT(q.b.numel(), 1 << 18);
+  Buffer lf = be().allocate(DType::f32, Shape{B, H, T}),
+         lb = be().allocate(DType::f32, Shape{B, H, T});
+  const float scale = 0.125f;
+  std::vector<std::int64_t> docs(static_cast<std::size_t>(N));
+  for (std::int64_t i = 0; i < N; ++i) docs[i] = (i % T) < 70 ? 0 : 70;  // two documents per row
+  Buffer doc = be().allocate(DType::i64, Shape{N});
+  be().upload(doc, docs.data());
+  be().attention_forward(q.f, k.f, v.f, o.f, lf, 48, scale, doc);
+  be().attention_forward(q.b, k.b, v.b, o.b, lb, 48, scale, doc);
+  expect_rounded_equal(o, "attention (blocked)");
+  EXPECT_EQ(host(lb), host(lf));
+  be().cast(o.f, o.b);
+  Pair dout = make_pair(s4, 37), dq = make_outputs(s4), dk = make_outputs(s4),
+       dv = make_outputs(s4);
+  be().attention_backward(q.f, k.f, v.f, o.f, lf, dout.f, dq.f, dk.f, dv.f, 48, scale, doc);
+  be().attention_backward(q.b, k.b, v.b, o.b, lb, dout.b, dq.b, dk.b, dv.b, 48, scale, doc);
+  expect_rounded_equal(dq, "attention dq (blocked)");
+  expect_rounded_equal(dk, "attention dk (blocked)");
+  expect_rounded_equal(dv, "attention dv (blocked)");
+
+  std::vector<float> cos(T * D / 2), sin(T * D / 2);
+  for (std::size_t i = 0; i < cos.size(); ++i) {
+    cos[i] = std::cos(0.01f * static_cast<float>(i));
+    sin[i] = std::sin(0.01f * static_cast<float>(i));
+  }
+  Buffer c = be().allocate(DType::f32, Shape{T, D / 2}),
+         sn = be().allocate(DType::f32, Shape{T, D / 2});
+  be().upload(c, cos.data());
+  be().upload(sn, sin.data());
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(N));
+  for (std::int64_t i = 0; i < N; ++i) pos[i] = (i * 7) % T;
+  Buffer p = be().allocate(DType::i64, Shape{N});
+  be().upload(p, pos.data());
+  be().rope_forward(q.f, c, sn, p);
+  be().rope_forward(q.b, c, sn, p);
+  expect_rounded_equal(q, "rope (blocked)");
+
+  const std::int64_t rows = 2500, in_w = 64, out_w = 96;
+  Pair lx = make_pair(Shape{rows, in_w}, 38), lw = make_pair(Shape{out_w, in_w}, 39, 0.2f);
+  Pair ly = make_outputs(Shape{rows, out_w});
+  be().linear_forward(lx.f, lw.f, ly.f);
+  be().linear_forward(lx.b, lw.b, ly.b);
+  EXPECT_LE(rel_l2(host(ly.b), host(ly.f)), kUnitRoundoff + 1e-5);
+  Pair ldy = make_pair(Shape{rows, out_w}, 40), ldx = make_outputs(Shape{rows, in_w});
+  Buffer dwf = be().allocate(DType::f32, Shape{out_w, in_w}),
+         dwb = be().allocate(DType::f32, Shape{out_w, in_w});
+  be().zero(dwf);
+  be().zero(dwb);
+  be().linear_backward(lx.f, lw.f, ldy.f, ldx.f, dwf, false);
+  be().linear_backward(lx.b, lw.b, ldy.b, ldx.b, dwb, false);
+  EXPECT_LE(rel_l2(host(ldx.b), host(ldx.f)), kUnitRoundoff + 1e-5);
+  EXPECT_LE(rel_l2(host(dwb), host(dwf)), 1e-5);
+}
+
 TEST(Bf16, FusedCrossEntropyWithinItsRoundingBounds) {
   const std::int64_t N = 29, d = 48, V = 203;
   Pair hidden = make_pair(Shape{N, d}, 20), w = make_pair(Shape{V, d}, 21, 0.3f);

@@ -36,6 +36,28 @@ void check_positions(const Tensor& positions, std::int64_t table_rows) {
                  table_rows);
 }
 
+// bf16 ops widen their operands into fp32 scratch. Ops whose rows (tokens, or batch rows for
+// attention and RoPE) are independent run block by block, so the scratch is bounded by a block
+// instead of growing with the micro-batch and eating the memory bf16 saves; the results are the
+// same bits as one call over everything.
+constexpr std::int64_t kBlockElements = std::int64_t{1} << 18;
+constexpr std::int64_t kLinearBlockRows = 1024;
+
+bool needs_blocks(const Tensor& t, std::int64_t limit) { return is_bf16(t) && t.numel() > limit; }
+
+// [begin, end) elements of a flat view of t.
+Tensor elements(const Tensor& t, std::int64_t begin, std::int64_t end) {
+  return t ? t.reshape(Shape{t.numel()}).view(begin, Shape{end - begin}) : Tensor();
+}
+
+// Batch row b of a [B, ...] tensor, as a [1, ...] tensor.
+Tensor batch_row(const Tensor& t, std::int64_t b) { return t ? t.rows(b, b + 1) : Tensor(); }
+
+// Row b's slice of a [B*T] index tensor (positions, doc_start).
+Tensor index_row(const Tensor& t, std::int64_t b, std::int64_t T) {
+  return t ? t.view(b * T, Shape{T}) : Tensor();
+}
+
 }  // namespace
 
 std::string CpuBackend::describe() const {
@@ -152,6 +174,13 @@ void CpuBackend::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& 
 void CpuBackend::do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) {
   const std::int64_t T = x.dim(0), in_w = x.dim(1), out_w = w.dim(0);
   if (!is_bf16(x)) return cpu::linear_forward(f32(x), f32(w), f32(y), T, in_w, out_w);
+  if (T > kLinearBlockRows) {
+    for (std::int64_t r = 0; r < T; r += kLinearBlockRows) {
+      const std::int64_t e = std::min(T, r + kLinearBlockRows);
+      do_linear_forward(x.rows(r, e), w, y.rows(r, e));
+    }
+    return;
+  }
   float* acc = scratch(0, T * out_w);
   cpu::gemm_bf16(false, true, T, out_w, in_w, b16(x), in_w, b16(w), in_w, 0.0f, acc, out_w);
   store(y, acc);
@@ -163,14 +192,21 @@ void CpuBackend::do_linear_backward(const Tensor& x, const Tensor& w, const Tens
   if (!is_bf16(x))
     return cpu::linear_backward(f32(x), f32(w), f32(dy), f32(dx), f32(dw), T, in_w, out_w,
                                 accumulate_dx);
-  if (dx) {
-    float* acc = out(dx, 0, accumulate_dx);
-    cpu::gemm_bf16(false, false, T, in_w, out_w, b16(dy), out_w, b16(w), in_w,
-                   accumulate_dx ? 1.0f : 0.0f, acc, in_w);
-    store(dx, acc);
+  for (std::int64_t r = 0; r < T; r += kLinearBlockRows) {
+    const std::int64_t e = std::min(T, r + kLinearBlockRows), n = e - r;
+    const Tensor dy_b = dy.rows(r, e);
+    if (dx) {
+      const Tensor dx_b = dx.rows(r, e);
+      float* acc = out(dx_b, 0, accumulate_dx);
+      cpu::gemm_bf16(false, false, n, in_w, out_w, b16(dy_b), out_w, b16(w), in_w,
+                     accumulate_dx ? 1.0f : 0.0f, acc, in_w);
+      store(dx_b, acc);
+    }
+    // dW accumulates block by block into the fp32 gradient.
+    if (dw)
+      cpu::gemm_bf16(true, false, out_w, in_w, n, b16(dy_b), out_w, b16(x.rows(r, e)), in_w, 1.0f,
+                     f32(dw), in_w);
   }
-  if (dw)
-    cpu::gemm_bf16(true, false, out_w, in_w, T, b16(dy), out_w, b16(x), in_w, 1.0f, f32(dw), in_w);
 }
 
 void CpuBackend::do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out_t) {
@@ -190,6 +226,14 @@ void CpuBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
 
 void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                                     const Tensor& rstd, float eps) {
+  if (needs_blocks(x, kBlockElements) && x.dim(0) > 1) {
+    const std::int64_t rows = std::max<std::int64_t>(1, kBlockElements / x.dim(1));
+    for (std::int64_t r = 0; r < x.dim(0); r += rows) {
+      const std::int64_t e = std::min(x.dim(0), r + rows);
+      do_rmsnorm_forward(x.rows(r, e), w, y.rows(r, e), rstd.view(r, Shape{e - r}), eps);
+    }
+    return;
+  }
   float* y32 = out(y, 2, false);
   cpu::rmsnorm_forward(in(x, 0), in(w, 1), y32, f32(rstd), x.dim(0), x.dim(1), eps);
   store(y, y32);
@@ -206,6 +250,11 @@ void CpuBackend::do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Ten
 void CpuBackend::do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
                                  const Tensor& positions) {
   check_positions(positions, cos.dim(0));
+  if (needs_blocks(x, kBlockElements) && x.dim(0) > 1) {
+    for (std::int64_t b = 0; b < x.dim(0); ++b)
+      do_rope_forward(batch_row(x, b), cos, sin, index_row(positions, b, x.dim(1)));
+    return;
+  }
   float* x32 = out(x, 0, true);
   cpu::rope_forward(x32, x.dim(0), x.dim(1), x.dim(2), x.dim(3), f32(cos), f32(sin),
                     i64p(positions));
@@ -215,6 +264,11 @@ void CpuBackend::do_rope_forward(const Tensor& x, const Tensor& cos, const Tenso
 void CpuBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
                                   const Tensor& positions) {
   check_positions(positions, cos.dim(0));
+  if (needs_blocks(dx, kBlockElements) && dx.dim(0) > 1) {
+    for (std::int64_t b = 0; b < dx.dim(0); ++b)
+      do_rope_backward(batch_row(dx, b), cos, sin, index_row(positions, b, dx.dim(1)));
+    return;
+  }
   float* dx32 = out(dx, 0, true);
   cpu::rope_backward(dx32, dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), f32(cos), f32(sin),
                      i64p(positions));
@@ -224,6 +278,12 @@ void CpuBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Ten
 void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& o, const Tensor& lse, std::int64_t window,
                                       float scale, const Tensor& doc_start) {
+  if (needs_blocks(q, kBlockElements) && q.dim(0) > 1) {
+    for (std::int64_t b = 0; b < q.dim(0); ++b)
+      do_attention_forward(batch_row(q, b), batch_row(k, b), batch_row(v, b), batch_row(o, b),
+                           batch_row(lse, b), window, scale, index_row(doc_start, b, q.dim(1)));
+    return;
+  }
   float* o32 = out(o, 3, false);
   cpu::attention_forward(in(q, 0), in(k, 1), in(v, 2), o32, f32(lse), q.dim(0), q.dim(1), q.dim(2),
                          k.dim(2), q.dim(3), window, scale, i64p(doc_start));
@@ -234,6 +294,14 @@ void CpuBackend::do_attention_backward(const Tensor& q, const Tensor& k, const T
                                        const Tensor& o, const Tensor& lse, const Tensor& dout,
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                        std::int64_t window, float scale, const Tensor& doc_start) {
+  if (needs_blocks(q, kBlockElements) && q.dim(0) > 1) {
+    for (std::int64_t b = 0; b < q.dim(0); ++b)
+      do_attention_backward(batch_row(q, b), batch_row(k, b), batch_row(v, b), batch_row(o, b),
+                            batch_row(lse, b), batch_row(dout, b), batch_row(dq, b),
+                            batch_row(dk, b), batch_row(dv, b), window, scale,
+                            index_row(doc_start, b, q.dim(1)));
+    return;
+  }
   float* dq32 = out(dq, 5, false);
   float* dk32 = out(dk, 6, false);
   float* dv32 = out(dv, 7, false);
@@ -246,6 +314,13 @@ void CpuBackend::do_attention_backward(const Tensor& q, const Tensor& k, const T
 }
 
 void CpuBackend::do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) {
+  if (needs_blocks(g, kBlockElements)) {
+    for (std::int64_t i = 0; i < g.numel(); i += kBlockElements) {
+      const std::int64_t e = std::min(g.numel(), i + kBlockElements);
+      do_swiglu_forward(elements(g, i, e), elements(u, i, e), elements(h, i, e));
+    }
+    return;
+  }
   float* h32 = out(h, 2, false);
   cpu::swiglu_forward(in(g, 0), in(u, 1), h32, g.numel());
   store(h, h32);
@@ -253,6 +328,14 @@ void CpuBackend::do_swiglu_forward(const Tensor& g, const Tensor& u, const Tenso
 
 void CpuBackend::do_swiglu_backward(const Tensor& g, const Tensor& u, const Tensor& dh,
                                     const Tensor& dg, const Tensor& du) {
+  if (needs_blocks(g, kBlockElements)) {
+    for (std::int64_t i = 0; i < g.numel(); i += kBlockElements) {
+      const std::int64_t e = std::min(g.numel(), i + kBlockElements);
+      do_swiglu_backward(elements(g, i, e), elements(u, i, e), elements(dh, i, e),
+                         elements(dg, i, e), elements(du, i, e));
+    }
+    return;
+  }
   float* dg32 = out(dg, 3, false);
   float* du32 = out(du, 4, false);
   cpu::swiglu_backward(in(g, 0), in(u, 1), in(dh, 2), dg32, du32, g.numel());
@@ -261,6 +344,13 @@ void CpuBackend::do_swiglu_backward(const Tensor& g, const Tensor& u, const Tens
 }
 
 void CpuBackend::do_add(const Tensor& a, const Tensor& b, const Tensor& y) {
+  if (needs_blocks(a, kBlockElements)) {
+    for (std::int64_t i = 0; i < a.numel(); i += kBlockElements) {
+      const std::int64_t e = std::min(a.numel(), i + kBlockElements);
+      do_add(elements(a, i, e), elements(b, i, e), elements(y, i, e));
+    }
+    return;
+  }
   const float* a32 = in(a, 0);
   const float* b32 = in(b, 1);
   float* y32 = out(y, 2, false);
