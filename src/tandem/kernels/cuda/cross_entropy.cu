@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  if (bf16_logits) {  // the bf16 lm_head's output: every logit rounded once, before anything reads
-                      // it
+  // The bf16 lm_head's output: every logit rounded once, before anything reads it.
+  if (bf16_logits) {
     for (i64 c = threadIdx.x; c < V; c += blockDim.x)
       row[c] = __bfloat162float(detail::to_bf16(row[c]));
     __syncthreads();
