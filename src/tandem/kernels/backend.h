@@ -45,6 +45,15 @@ struct AdamWScalars {
   bool decay = false;  // apply decay_factor to this parameter
 };
 
+// Device memory of a backend that manages its own (the CUDA backend's caching allocator): bytes
+// handed out and bytes obtained from the driver, now and at their peak. Zero where not tracked.
+struct MemoryStats {
+  std::int64_t in_use = 0;
+  std::int64_t peak_in_use = 0;
+  std::int64_t reserved = 0;
+  std::int64_t peak_reserved = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -73,6 +82,9 @@ class Backend {
   void cast(const Tensor& dst, const Tensor& src);
   // Waits for queued work (a no-op where ops are synchronous).
   virtual void synchronize() {}
+  // Device memory counters (zeros where the backend does not track them) and a reset of the peaks.
+  virtual MemoryStats memory_stats() const { return {}; }
+  virtual void reset_peak_memory() {}
 
   // ---- dense algebra ----
   // C = alpha * op(A) * op(B) + beta * C for 2-D f32 tensors, op(X) = X or X^T.
