@@ -46,6 +46,15 @@ struct AdamWScalars {
   bool decay = false;  // apply decay_factor to this parameter
 };
 
+// Device memory of a backend that manages its own (the CUDA backend's caching allocator): bytes
+// handed out and bytes obtained from the driver, now and at their peak. Zero where not tracked.
+struct MemoryStats {
+  std::int64_t in_use = 0;
+  std::int64_t peak_in_use = 0;
+  std::int64_t reserved = 0;
+  std::int64_t peak_reserved = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -79,6 +88,9 @@ class Backend {
   std::int64_t bytes_in_use() const { return bytes_in_use_.load(); }
   std::int64_t peak_bytes() const { return peak_bytes_.load(); }
   void reset_peak_bytes() { peak_bytes_.store(bytes_in_use_.load()); }
+  // Device memory counters (zeros where the backend does not track them) and a reset of the peaks.
+  virtual MemoryStats memory_stats() const { return {}; }
+  virtual void reset_peak_memory() {}
 
   // ---- dense algebra ----
   // C = alpha * op(A) * op(B) + beta * C for 2-D f32 tensors, op(X) = X or X^T.

@@ -65,6 +65,11 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
     : config_(std::move(config)), comm_(comm), run_dir_(config_.trainer.save_folder) {
   fs::create_directories(run_dir_);
   backend_ = kernels::make_backend(config_.backend);
+  // The communicators reduce host memory; device buffers would need them on device pointers.
+  TANDEM_CHECK(backend_->host_accessible() || comm_.world_size() == 1,
+               "backend '{}' with {} ranks: data-parallel training reduces host buffers, and this "
+               "backend's gradients live on the device (one rank per run for now)",
+               config_.backend, comm_.world_size());
   model_ = std::make_unique<model::Olmo3Model>(config_.model, *backend_, config_.precision);
   model_->set_recompute(config_.trainer.recompute);
   optimizer_ = make_optimizer(config_, *backend_, *model_, comm_);
@@ -223,6 +228,9 @@ int Trainer::run() {
     checkpoints_->on_step_end(event);
   }
   checkpoints_->save(true);
+  if (const kernels::MemoryStats m = backend_->memory_stats(); m.peak_reserved > 0)
+    log(fmt::format("device memory: peak {} in use, peak {} reserved (caching allocator)",
+                    bytes(m.peak_in_use), bytes(m.peak_reserved)));
   const std::int64_t steps_this_run = counters_.step - first_step;
   if (comm_.world_size() > 1 && steps_this_run > 0) {
     // Step time and the share spent in collectives (bench/dist_step.sh reads this line).
