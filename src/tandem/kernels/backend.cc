@@ -42,6 +42,13 @@ DType activation_dtype(const Tensor& t, const char* op, const char* arg) {
 
 }  // namespace
 
+void Backend::count_allocation(std::int64_t bytes) {
+  const std::int64_t now = bytes_in_use_.fetch_add(bytes) + bytes;
+  std::int64_t peak = peak_bytes_.load();
+  while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now)) {
+  }
+}
+
 void Backend::upload(const Tensor& dst, const void* host) {
   if (dst.numel() == 0) return;
   TANDEM_CHECK(dst.data() && host, "upload: no memory for {}", dst.str());

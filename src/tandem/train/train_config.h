@@ -15,6 +15,7 @@
 #include "tandem/io/config.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/precision.h"
+#include "tandem/model/recompute.h"
 #include "tandem/optim/optim_config.h"
 #include "tandem/optim/schedule.h"
 
@@ -48,6 +49,8 @@ struct TrainerConfig {
   std::optional<double> peak_tflops;  // MFU denominator per device; default: the backend's peak
   bool save_initial = false;          // write step-000000 before training (for references)
   bool progress = true;               // console progress line
+  // Activation recompute (OLMo-core's activation checkpointing): none, full or selective.
+  model::Recompute recompute = model::Recompute::kNone;
 };
 
 struct RunConfig {
