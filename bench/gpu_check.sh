@@ -1,81 +1,227 @@
 #!/usr/bin/env bash
-# The NCCL communicator's checks on a machine with CUDA GPUs, in one go: configure and build with
-# NCCL, run the NCCL tests (selection, nccl_selftest on 1 and 2 ranks, `tandem train` over NCCL
-# against the MPI run), then one NCCL data-parallel run with its log. Two-rank checks need two
-# GPUs (NCCL will not put two ranks on one device); with one GPU they skip and say so.
-# Usage: bench/gpu_check.sh [BUILD_DIR]. NCCL outside the CUDA toolkit (e.g. the nvidia-nccl pip
-# wheel): NCCL_HOME=DIR (holding include/nccl.h and lib/libnccl.so*). Logs go to $OUT when it is
-# set, else to BUILD_DIR/gpu_check/.
-set -euo pipefail
+# Every GPU check and benchmark of the CUDA backend in one call on the device machine, within
+# about 8 minutes, results as JSON in $OUT:
+#   1. the machine: GPU, driver (and its CUDA version), PyTorch and its cuDNN;
+#   2. the programs bench/gpu_prepare.sh built and packed here (.gpu-carry/tandem-gpu.tar.xz),
+#      unpacked, with CUDA's libraries taken from PyTorch's wheels on the device and every
+#      program's libraries resolved before anything runs;
+#   3. test_cuda in two calls (GoogleTest JSON each, so a slow second call cannot lose the first's
+#      results): (a) every CUDA op against the CPU op in fp32 and in bf16 (bf16: the rounded fp32
+#      result bit for bit, the CPU's bf16 op within one bf16 step or its stated bound; cuDNN's
+#      attention), determinism in both precisions, the model against HF fixtures (fp32 and bf16)
+#      and against the CPU backend; (b) training on the GPU against the CPU backend and the
+#      PyTorch reference in fp32, against the CPU backend's bf16 run in bf16, repeated runs bit
+#      for bit, checkpoints moving between backends;
+#   4. throughput in bf16 (the precision policy OLMo 3 trains with): tandem's full training step on
+#      the OLMo 3-shaped 1B model (seq 8192), HF transformers' Olmo3ForCausalLM on the same config
+#      in the same call, and a 7B-shaped layer stack.
+# Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.json,
+# test_cuda_training.json, bench_1b.json, bench_7b_stack.json, hf_1b.json. Exit status 0 only when
+# the tests passed and the benchmarks ran.
+#
+# Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
+# Here (no GPU) the same command rehearses everything up to the GPU: unpacking, library
+# resolution, --help, and test_cuda starting and skipping every test with its reason.
+set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:-$root/build-gpu}"
-logs="${OUT:-$build/gpu_check}"
-mkdir -p "$logs"
-jobs="$(nproc)"
+out="${OUT:-$root/gpu_check_out}"
+mkdir -p "$out"
+exec > >(tee "$out/gpu_check.log") 2>&1
+budget="${GPU_CHECK_BUDGET_S:-480}"
+start=$SECONDS
+python="$(command -v python3 || command -v python)"
 
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== %s (t=%ds)\n' "$*" $((SECONDS - start)); }
+left() { echo $((budget - (SECONDS - start))); }
+# Runs a command with at most $1 seconds (and never past the budget).
+bounded() {
+  local limit=$1
+  shift
+  local remaining
+  remaining=$(left)
+  ((remaining < limit)) && limit=$remaining
+  if ((limit <= 5)); then
+    echo "skipped: the time budget is spent"
+    return 124
+  fi
+  timeout --kill-after=10 "$limit" "$@"
+}
+declare -A status=()
 
 step "machine"
-nvidia-smi -L || echo "nvidia-smi failed: no NVIDIA driver visible"
-command -v nvcc >/dev/null && nvcc --version | tail -1 || echo "nvcc not on PATH"
-missing=()
-for tool in cmake c++ mpirun; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-if ((${#missing[@]})); then
-  echo "gpu_check: missing ${missing[*]}; tandem also needs the libraries of scripts/setup.sh"
-  exit 2
-fi
-
-step "configure and build (NCCL on)"
-nccl_args=()
-if [[ -n "${NCCL_HOME:-}" ]]; then
-  lib="$(ls "$NCCL_HOME"/lib/libnccl.so* | head -1)"
-  nccl_args=(-DNCCL_INCLUDE_DIR="$NCCL_HOME/include" -DNCCL_LIBRARY="$lib")
-  export LD_LIBRARY_PATH="$NCCL_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTANDEM_BUILD_BENCH=OFF \
-  "${nccl_args[@]}" > "$logs/configure.log" 2>&1; then
-  tail -30 "$logs/configure.log"
-  echo "gpu_check: configure failed (full log: $logs/configure.log)"
-  exit 2
-fi
-grep "NCCL communicator:" "$logs/configure.log"
-if ! grep -q "NCCL communicator: on" "$logs/configure.log"; then
-  echo "gpu_check: CMake did not find CUDA with NCCL; set NCCL_HOME or install NCCL"
-  exit 2
-fi
-if ! cmake --build "$build" -j"$jobs" --target tandem test_dist nccl_selftest \
-  > "$logs/build.log" 2>&1; then
-  grep -E "error|Error" "$logs/build.log" | head -30
-  echo "gpu_check: build failed (full log: $logs/build.log)"
-  exit 2
-fi
-echo "built"
-
-step "NCCL tests (ctest)"
-status=0
-ctest --test-dir "$build" -R 'CommunicatorSelection|NcclCommunicator|NcclTraining' -V \
-  > "$logs/ctest.log" 2>&1 || status=$?
-grep -E "^[0-9]+/[0-9]+ Test|Skipped|SKIPPED|tests passed|FAILED|nccl_selftest:" \
-  "$logs/ctest.log" || true
-
-step "one NCCL data-parallel run (curve-parity fixture, 20 steps)"
-gpus="$(nvidia-smi -L 2>/dev/null | wc -l)"
-world=$((gpus >= 2 ? 2 : 1))
-run="$(mktemp -d)"
-trap 'rm -rf "$run"' EXIT
-fixtures="$root/tests/fixtures"
-TANDEM_COMMUNICATOR=nccl TANDEM_DIST_TIMEOUT_S=120 OMP_NUM_THREADS=1 \
-  mpirun --oversubscribe --allow-run-as-root -np "$world" "$build/tandem" train \
-  "$fixtures/train/parity.yaml" trainer.init_from="$fixtures/train/init_hf" \
-  trainer.save_folder="$run" trainer.max_steps=20 trainer.progress=false \
-  evaluation.interval=0 data.micro_batch_size=2 > "$logs/nccl_train.log" 2>&1 || status=$?
-grep -E "NCCL|rank\(s\)|data-parallel:|error" "$logs/nccl_train.log" || true
-[[ -f "$run/metrics.jsonl" ]] && cp "$run/metrics.jsonl" "$logs/nccl_train_metrics.jsonl"
-
-step "result"
-if ((status == 0)); then
-  echo "gpu_check: passed (W=$world for the run above; logs in $logs)"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  nvidia-smi | grep -o "CUDA Version: [0-9.]*" | head -1 | sed 's/^/driver /'
 else
-  echo "gpu_check: FAILED (logs in $logs)"
+  echo "nvidia-smi: not found (no NVIDIA driver here)"
 fi
-exit "$status"
+"$python" - <<'PY' 2>&1 | tee "$out/torch_info.txt"
+try:
+    import torch
+    print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), cuDNN {torch.backends.cudnn.version()}, "
+          f"GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none visible'}")
+except Exception as e:
+    print(f"torch: not importable ({e})")
+PY
+
+step "unpack the programs"
+package="$root/.gpu-carry/tandem-gpu.tar.xz"
+dest="${TMPDIR:-/tmp}/tandem-gpu"
+if [[ ! -f "$package" ]]; then
+  echo "gpu_check: $package is missing: run bench/gpu_prepare.sh here first and carry .gpu-carry"
+  exit 2
+fi
+rm -rf "$dest"
+tar -C "$(dirname "$dest")" -xJf "$package" || exit 2
+head -3 "$dest/MANIFEST"
+bin="$dest/bin"
+
+step "libraries"
+# CUDA's libraries from PyTorch's wheels (nvidia-* packages), then the toolkit's, after ours.
+wheel_libs="$("$python" - <<'PY' 2>/dev/null
+import glob, os
+dirs = []
+try:
+    import nvidia
+    for base in list(nvidia.__path__):
+        for so in sorted(glob.glob(os.path.join(base, "**", "lib*.so*"), recursive=True)):
+            d = os.path.dirname(so)
+            if d not in dirs:
+                dirs.append(d)
+except Exception:
+    pass
+print(":".join(dirs))
+PY
+)"
+# Only tandem's programs get this path (run through "${ours[@]}"): the carried libraries must not
+# replace the ones the device's Python and PyTorch load.
+ours_path="$dest/lib${wheel_libs:+:$wheel_libs}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ours=(env "LD_LIBRARY_PATH=$ours_path")
+cuda_only=(env "LD_LIBRARY_PATH=${wheel_libs:+$wheel_libs:}/usr/local/cuda/lib64")  # for Python
+echo "LD_LIBRARY_PATH for tandem's programs: $ours_path"
+echo "device C library: $(ldd --version 2>&1 | head -1); the programs need up to $(grep -m1 "^needs" "$dest/MANIFEST" | cut -d' ' -f2-)"
+missing=0
+for exe in "$bin"/*; do
+  if "${ours[@]}" ldd "$exe" | grep "not found"; then
+    echo "gpu_check: $(basename "$exe") has unresolved libraries (above)"
+    missing=1
+  fi
+done
+for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2 libcudnn.so.9; do
+  found="$("${ours[@]}" ldd "$bin/tandem" | awk -v l="$lib" '$1 == l {print $3}')"
+  [[ -z "$found" ]] && found="$(for d in ${ours_path//:/ }; do [[ -e "$d/$lib" ]] && echo "$d/$lib" && break; done)"
+  echo "$lib -> ${found:-not found}"
+done
+"${cuda_only[@]}" "$python" - <<'PY' 2>/dev/null || echo "cuDNN: libcudnn.so.9 not loadable (tandem then uses its own attention kernels)"
+import ctypes
+v = ctypes.CDLL("libcudnn.so.9").cudnnGetVersion()
+print(f"cuDNN {v // 10000}.{v // 100 % 100}.{v % 100} (the one tandem opens at run time)")
+PY
+((missing)) && exit 2
+"${ours[@]}" "$bin/bench_gpu_train_step" --help | head -2
+"${ours[@]}" "$bin/tandem" --help >/dev/null && echo "tandem --help: ok"
+
+export TANDEM_FIXTURES_DIR="$root/tests/fixtures" TANDEM_BINARY="$bin/tandem"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
+cd "$root"
+
+filter_test_output() {
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|Expected|Which is|actual|no CUDA|rel|error|differ|step" |
+    head -150
+}
+step "test_cuda: ops (fp32 and bf16), determinism, model parity"
+bounded 110 "${ours[@]}" "$bin/test_cuda" --gtest_filter='-CudaTraining.*' \
+  --gtest_output="json:$out/test_cuda.json" 2>&1 | filter_test_output
+status[tests]=${PIPESTATUS[0]}
+
+step "test_cuda: training (fp32 and bf16) against the CPU backend and the reference, resumes"
+bounded 140 "${ours[@]}" "$bin/test_cuda" --gtest_filter='CudaTraining.*' \
+  --gtest_output="json:$out/test_cuda_training.json" 2>&1 | filter_test_output
+status[tests_training]=${PIPESTATUS[0]}
+
+gpu_visible=0
+"${cuda_only[@]}" "$python" -c 'import ctypes,sys; n=ctypes.c_int(0); r=ctypes.CDLL("libcudart.so.13").cudaGetDeviceCount(ctypes.byref(n)); sys.exit(0 if r==0 and n.value>0 else 1)' \
+  2>/dev/null && gpu_visible=1
+
+step "tandem: OLMo 3-shaped 1B, full training step in bf16, seq 8192"
+if ((gpu_visible)); then
+  bounded 80 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-1b.yaml --label tandem-1b \
+    --precision bf16 \
+    --batch 1 --seq 8192 --steps 3 --warmup 1 --json "$out/bench_1b.json" | tail -2
+  status[bench_1b]=${PIPESTATUS[0]}
+else
+  echo "no GPU visible: skipped"
+  status[bench_1b]=skipped
+fi
+
+step "HF transformers Olmo3ForCausalLM: same config, batch and sequence"
+if ((gpu_visible)); then
+  bounded 100 "$python" tools/bench_hf_gpu_train_step.py --config configs/models/olmo3-1b.yaml \
+    --batch 1 --seq 8192 --steps 3 --attn sdpa,flex_attention --json "$out/hf_1b.json" |
+    grep -v '^{"torch"' | cut -c1-300
+  status[hf_1b]=${PIPESTATUS[0]}
+else
+  echo "no GPU visible: skipped"
+  status[hf_1b]=skipped
+fi
+
+step "tandem: 7B-shaped layer stack (OLMo 3 7B dims, 8 layers) in bf16, seq 8192"
+if ((gpu_visible)); then
+  bounded 70 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-7b.yaml --layers 8 \
+    --precision bf16 \
+    --label tandem-7b-8-layers --batch 1 --seq 8192 --steps 2 --warmup 1 \
+    --json "$out/bench_7b_stack.json" | tail -2
+  status[bench_7b]=${PIPESTATUS[0]}
+else
+  echo "no GPU visible: skipped"
+  status[bench_7b]=skipped
+fi
+
+step "summary"
+for k in "${!status[@]}"; do echo "$k=${status[$k]}"; done >"$out/status.txt"
+"$python" - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except Exception:
+        return None
+status = dict(line.strip().split("=", 1) for line in open(os.path.join(out, "status.txt")) if "=" in line)
+tests = [t for t in (load("test_cuda.json"), load("test_cuda_training.json")) if t]
+counts = None
+if tests:
+    cases = [c for t in tests for s in t.get("testsuites", []) for c in s.get("testsuite", [])]
+    skipped = [c for c in cases if c.get("result") == "SKIPPED"]
+    failed = [c for c in cases if c.get("failures")]
+    counts = {"tests": len(cases), "failed": len(failed), "skipped": len(skipped),
+              "failed_names": [f"{c.get('classname')}.{c.get('name')}" for c in failed]}
+b1, b7, hf = load("bench_1b.json"), load("bench_7b_stack.json"), load("hf_1b.json")
+summary = {"status": status, "tests": counts, "tandem_1b": b1, "tandem_7b_stack": b7, "hf_1b": hf}
+if b1 and hf and hf.get("best"):
+    summary["tandem_over_hf_tokens_per_s"] = b1["tokens_per_s"] / hf["best"]["tokens_per_s"]
+try:
+    summary["machine"] = open(os.path.join(out, "torch_info.txt")).read().strip()
+except Exception:
+    pass
+with open(os.path.join(out, "gpu_check.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+print("tests:", counts)
+for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7)):
+    if b:
+        print(f"{name}: {b['tokens_per_s']:.0f} tokens/s, MFU {100 * b['mfu_vs_bf16_peak']:.1f}% of "
+              f"{b['peak_bf16_tflops']:.0f} TFLOP/s ({b['precision']}), peak memory "
+              f"{b['peak_memory_reserved_gib']:.1f} GiB")
+if hf and hf.get("best"):
+    best = hf["best"]
+    print(f"HF 1B: {best['tokens_per_s']:.0f} tokens/s ({best['attn_implementation']}, "
+          f"compiled={best['compiled']}), peak {best['peak_memory_gib']:.1f} GiB")
+if "tandem_over_hf_tokens_per_s" in summary:
+    print(f"tandem / HF tokens/s: {summary['tandem_over_hf_tokens_per_s']:.2f}x")
+PY
+echo "gpu_check: done in $((SECONDS - start)) s; results in $out"
+ok=0
+[[ "${status[tests]}" == 0 && "${status[tests_training]}" == 0 ]] || ok=1
+for k in bench_1b hf_1b bench_7b; do [[ "${status[$k]}" == 0 || "${status[$k]}" == skipped ]] || ok=1; done
+exit $ok

@@ -8,7 +8,9 @@
 // runs both).
 //
 // Usage: bench_train_step [--config configs/models/olmo3-50m.yaml] [--batch 4] [--seq 512]
-//                         [--steps 3] [--precision fp32|bf16] [--no-torch]
+//                         [--steps 3] [--precision fp32|bf16]
+//                         [--recompute none|full|selective] [--no-torch]
+// It also prints the activation bytes kept under the recompute policy and the backend's peak.
 #include <omp.h>
 
 #include <chrono>
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
   std::int64_t B = 4, T = 512, steps = 3;
   bool torch = true;
   std::string precision = "fp32";
+  std::string recompute = "none";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -78,6 +81,8 @@ int main(int argc, char** argv) {
       steps = std::stoll(next());
     else if (a == "--precision")
       precision = next();
+    else if (a == "--recompute")
+      recompute = next();
     else if (a == "--no-torch")
       torch = false;
     else {
@@ -89,6 +94,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<tandem::kernels::Backend> backend = tandem::kernels::make_backend("cpu");
   tandem::model::Olmo3Model model(config, *backend, tandem::model::parse_precision(precision));
   model.init_weights(1);
+  model.set_recompute(tandem::model::parse_recompute(recompute, "--recompute"));
   std::mt19937_64 rng(7);
   std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T));
   for (auto& id : ids)
@@ -132,12 +138,16 @@ int main(int argc, char** argv) {
   j["fraction_of_ceiling"] = gflops / ceiling;
   j["peak_gflops"] = peak;
   j["mfu"] = gflops / peak;
+  j["recompute"] = recompute;
+  j["backend_peak_bytes"] = backend->peak_bytes();
   fmt::print(
       "tandem ({}): {:.0f} tokens/s, {:.3f} s/step, peak RSS {:.0f} MiB, {:.1f} GFLOP/s = MFU "
       "{:.1f}% of the stated peak ({:.1f} GFLOP/s: {}) and {:.1f}% of the measured fp32 GEMM "
       "ceiling ({:.1f} GFLOP/s), {} threads\n",
       precision, tokens_per_s, dt, step_peak_rss_mib, gflops, 100.0 * gflops / peak, peak,
       backend->describe_peak(dtype), 100.0 * gflops / ceiling, ceiling, omp_get_max_threads());
+  fmt::print("recompute {}: {} bytes of activations kept, {} bytes at the backend's peak\n",
+             recompute, model.activation_bytes(B * T), backend->peak_bytes());
   if (torch) {
     // The PyTorch peers of this precision: fp32, or bf16 by autocast and by casting the model.
     const std::vector<std::string> modes = precision == "bf16"

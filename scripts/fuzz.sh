@@ -16,7 +16,7 @@ JOBS=${TANDEM_FUZZ_JOBS:-$(nproc)}
 
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DTANDEM_FUZZ=ON -DTANDEM_WITH_NCCL=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
+    -DTANDEM_FUZZ=ON -DTANDEM_WITH_NCCL=OFF -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
 fi
 cmake --build "$BUILD_DIR" --target fuzz_all -j "$(nproc)"
 

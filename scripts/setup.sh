@@ -31,3 +31,9 @@ if ((${#missing[@]})); then
 else
   echo "setup: all Debian packages present"
 fi
+
+# Where a CUDA compiler is installed, the CUDA backend is built too; its cuDNN attention needs the
+# cuDNN frontend's headers (from PyPI, not committed). Never fatal.
+if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  bash "$(dirname "$0")/fetch_cudnn_frontend.sh"
+fi

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${TANDEM_ASAN_BUILD_DIR:-build-asan}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DTANDEM_SANITIZE=ON \
-  -DTANDEM_BUILD_BENCH=OFF >/dev/null
+  -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
 cd "$BUILD_DIR"
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=0"

@@ -119,7 +119,9 @@ TEST(Cli, BatchesPrintsTheTokenIdsOlmoCoreHandsOut) {
         EXPECT_FALSE(line.contains("instance_mask"));
       }
     }
-    if (fx["instance_filter"].get<bool>()) EXPECT_GT(rejected, 0);
+    if (fx["instance_filter"].get<bool>()) {
+      EXPECT_GT(rejected, 0);
+    }
   }
 }
 

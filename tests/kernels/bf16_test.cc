@@ -96,7 +96,9 @@ TEST(Bf16, RoundingGivesTorchsBits) {
   // Widening is exact: bf16 -> f32 -> bf16 is the identity on every non-NaN pattern.
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
     const float f = cpu::bf16_to_f32(static_cast<cpu::bf16>(b));
-    if (!std::isnan(f)) ASSERT_EQ(cpu::f32_to_bf16(f), b);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(cpu::f32_to_bf16(f), b);
+    }
   }
 }
 

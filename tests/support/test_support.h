@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,9 +22,19 @@
 
 namespace tandem::testing {
 
-inline std::string fixture(const std::string& rel) {
-  return std::string(TANDEM_FIXTURES_DIR) + "/" + rel;
+// The fixtures folder and the `tandem` binary are compiled in; the environment variables of the
+// same names override them, for test programs that run on another machine than the one that built
+// them (bench/gpu_check.sh carries its test binaries to a GPU machine).
+inline std::string fixtures_dir() {
+  const char* env = std::getenv("TANDEM_FIXTURES_DIR");
+  return env && *env ? env : TANDEM_FIXTURES_DIR;
 }
+inline std::string tandem_binary() {
+  const char* env = std::getenv("TANDEM_BINARY");
+  return env && *env ? env : TANDEM_BINARY;
+}
+
+inline std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
 
 // A fresh empty directory under the system temp dir, unique per name, process and running test.
 inline std::string temp_dir(const std::string& name) {
@@ -74,7 +85,7 @@ inline CommandResult run_shell(const std::string& cmd) {
 }
 
 inline CommandResult run_tandem(const std::string& args) {
-  return run_shell(std::string(TANDEM_BINARY) + " " + args);
+  return run_shell(tandem_binary() + " " + args);
 }
 
 inline std::vector<nlohmann::json> read_metrics(const std::string& path) {

@@ -12,6 +12,7 @@ void add_convert_command(CLI::App& app, int& exit_code);
 void add_train_command(CLI::App& app, int& exit_code);
 void add_eval_command(CLI::App& app, int& exit_code);
 void add_compare_command(CLI::App& app, int& exit_code);
+void add_plan_command(CLI::App& app, int& exit_code);
 // Under `tandem data`:
 void add_data_tokenize_command(CLI::App& data, int& exit_code);
 void add_data_inspect_command(CLI::App& data, int& exit_code);

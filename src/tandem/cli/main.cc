@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   tandem::cli::add_train_command(app, exit_code);
   tandem::cli::add_eval_command(app, exit_code);
   tandem::cli::add_compare_command(app, exit_code);
+  tandem::cli::add_plan_command(app, exit_code);
   CLI::App* data = app.add_subcommand("data", "Tokenize, inspect, batch and audit training data");
   data->require_subcommand(1);
   tandem::cli::add_data_tokenize_command(*data, exit_code);

@@ -6,6 +6,9 @@
 
 #include "tandem/core/error.h"
 #include "tandem/kernels/cpu/cpu_backend.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "tandem/kernels/cuda/cuda_backend.h"
+#endif
 
 namespace tandem::kernels {
 namespace {
@@ -38,6 +41,13 @@ DType activation_dtype(const Tensor& t, const char* op, const char* arg) {
 }
 
 }  // namespace
+
+void Backend::count_allocation(std::int64_t bytes) {
+  const std::int64_t now = bytes_in_use_.fetch_add(bytes) + bytes;
+  std::int64_t peak = peak_bytes_.load();
+  while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now)) {
+  }
+}
 
 void Backend::upload(const Tensor& dst, const void* host) {
   if (dst.numel() == 0) return;
@@ -289,13 +299,31 @@ void Backend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, co
   if (p.numel() > 0) do_adamw_update(p, g, m, v, s);
 }
 
-std::vector<std::string> available_backends() { return {"cpu"}; }
+std::vector<std::string> available_backends() {
+#ifdef TANDEM_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return std::make_unique<CpuBackend>();
+#ifdef TANDEM_HAVE_CUDA
+  if (name == "cuda") {
+    std::string why;
+    if (cuda_device_count(&why) == 0)
+      core::fail("backend 'cuda': no CUDA GPU is visible ({})", why);
+    return std::make_unique<CudaBackend>();
+  }
+  core::fail("unknown backend '{}' (available: cpu, cuda)", name);
+#else
   if (name == "cuda")
-    core::fail("backend 'cuda': this build has no CUDA backend yet (available: cpu)");
+    core::fail(
+        "backend 'cuda': this build has no CUDA backend (built without a CUDA compiler; "
+        "available: cpu)");
   core::fail("unknown backend '{}' (available: cpu)", name);
+#endif
 }
 
 std::vector<float> to_host_f32(Backend& backend, const Tensor& t) {

@@ -16,6 +16,7 @@
 // accumulate in fp32) and rounds each bf16 output once.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +44,15 @@ struct AdamWScalars {
   float one_minus_beta2 = 0.0f;
   float eps = 0.0f;
   bool decay = false;  // apply decay_factor to this parameter
+};
+
+// Device memory of a backend that manages its own (the CUDA backend's caching allocator): bytes
+// handed out and bytes obtained from the driver, now and at their peak. Zero where not tracked.
+struct MemoryStats {
+  std::int64_t in_use = 0;
+  std::int64_t peak_in_use = 0;
+  std::int64_t reserved = 0;
+  std::int64_t peak_reserved = 0;
 };
 
 class Backend {
@@ -73,6 +83,14 @@ class Backend {
   void cast(const Tensor& dst, const Tensor& src);
   // Waits for queued work (a no-op where ops are synchronous).
   virtual void synchronize() {}
+  // Bytes held by this backend's live Buffers, and the most held at once since construction or
+  // the last reset_peak_bytes() (what `tandem plan` predicts; kernels' own scratch not included).
+  std::int64_t bytes_in_use() const { return bytes_in_use_.load(); }
+  std::int64_t peak_bytes() const { return peak_bytes_.load(); }
+  void reset_peak_bytes() { peak_bytes_.store(bytes_in_use_.load()); }
+  // Device memory counters (zeros where the backend does not track them) and a reset of the peaks.
+  virtual MemoryStats memory_stats() const { return {}; }
+  virtual void reset_peak_memory() {}
 
   // ---- dense algebra ----
   // C = alpha * op(A) * op(B) + beta * C for 2-D f32 tensors, op(X) = X or X^T.
@@ -159,6 +177,7 @@ class Backend {
 
  protected:
   friend class Buffer;
+  void count_allocation(std::int64_t bytes);  // Buffer: +bytes on allocation, -bytes on release
   virtual void* do_allocate(std::size_t bytes) = 0;
   virtual void do_free(void* data) = 0;
   virtual void do_upload(const Tensor& dst, const void* host) = 0;
@@ -203,6 +222,10 @@ class Backend {
   virtual double do_sum_of_squares(const Tensor& x) = 0;
   virtual void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                                const AdamWScalars& s) = 0;
+
+ private:
+  std::atomic<std::int64_t> bytes_in_use_{0};
+  std::atomic<std::int64_t> peak_bytes_{0};
 };
 
 // The names `backend:` accepts in a config, and the backends built into this binary.

@@ -105,6 +105,7 @@ Buffer::Buffer(Backend* backend, DType dtype, Shape shape) : backend_(backend) {
   const std::size_t bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
   void* data = bytes > 0 ? backend_->do_allocate(bytes) : nullptr;
   tensor_ = Tensor(data, dtype, shape);
+  if (data) backend_->count_allocation(static_cast<std::int64_t>(bytes));
 }
 
 Buffer::~Buffer() { release(); }
@@ -126,7 +127,10 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 }
 
 void Buffer::release() {
-  if (backend_ && tensor_.data()) backend_->do_free(tensor_.data());
+  if (backend_ && tensor_.data()) {
+    backend_->do_free(tensor_.data());
+    backend_->count_allocation(-static_cast<std::int64_t>(tensor_.bytes()));
+  }
   backend_ = nullptr;
   tensor_ = Tensor();
 }

@@ -45,6 +45,7 @@ void Olmo3Model::set_precision(Precision precision) {
   precision_ = precision;
   act_ = compute_dtype(precision);
   for (BlockActivations& a : blocks_) a = BlockActivations{};
+  activation_buffers_.clear();
   workspace_ = Workspace{};
   capacity_tokens_ = -1;
   if (act_ == DType::f32) {
@@ -133,6 +134,52 @@ Tensor Olmo3Model::rows(const Buffer& b, std::int64_t n, std::int64_t width) con
   return b.tensor().view(0, Shape{n, width});
 }
 
+Tensor Olmo3Model::rows(const Tensor& t, std::int64_t n, std::int64_t width) const {
+  return t.view(0, Shape{n, width});
+}
+
+void Olmo3Model::set_recompute(Recompute policy) {
+  if (policy == recompute_) return;
+  recompute_ = policy;
+  for (BlockActivations& a : blocks_) a = BlockActivations{};
+  activation_buffers_.clear();
+  capacity_tokens_ = -1;  // the next forward allocates the new policy's buffers
+}
+
+namespace {
+// none < selective < full in what they recompute.
+int saving_level(Recompute policy) {
+  switch (policy) {
+    case Recompute::kSelective:
+      return 1;
+    case Recompute::kFull:
+      return 2;
+    case Recompute::kNone:
+      break;
+  }
+  return 0;
+}
+}  // namespace
+
+std::vector<Olmo3Model::ActivationField> Olmo3Model::activation_fields(const ModelConfig& c) {
+  const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
+  using A = BlockActivations;
+  // Selective keeps the attention module's matmul outputs, the attention output and its lse
+  // (the expensive part to recompute), and recomputes the norms, RoPE and the MLP.
+  return {
+      {&A::input, d, false, 3},      {&A::q_proj, qw, false, 2},   {&A::k_proj, kw, false, 2},
+      {&A::q_rstd, 1, true, 1},      {&A::k_rstd, 1, true, 1},     {&A::q, qw, false, 1},
+      {&A::k, kw, false, 1},         {&A::v, kw, false, 2},        {&A::attn, qw, false, 2},
+      {&A::lse, c.n_heads, true, 2}, {&A::attn_proj, d, false, 2}, {&A::attn_proj_rstd, 1, true, 1},
+      {&A::h, d, false, 1},          {&A::gate, hid, false, 1},    {&A::up, hid, false, 1},
+      {&A::mlp_act, hid, false, 1},  {&A::mlp_proj, d, false, 1},  {&A::mlp_proj_rstd, 1, true, 1},
+  };
+}
+
+bool Olmo3Model::keeps(Recompute policy, const ActivationField& f) {
+  return saving_level(policy) < f.recomputed_from;
+}
+
 void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
   TANDEM_CHECK(config_.accepts_sequence_length(T),
                "sequence length {} exceeds the model's max_sequence_length {}", T,
@@ -145,26 +192,20 @@ void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
   // Statistics (rstd, lse) are f32 under every policy; the rest is in the compute dtype.
   auto f32 = [&](std::int64_t n) { return backend_.allocate(DType::f32, Shape{n}); };
   auto act = [&](std::int64_t n) { return backend_.allocate(act_, Shape{n}); };
-  for (BlockActivations& a : blocks_) {
-    a = BlockActivations{};  // free first: the old and new sets never coexist
-    a.input = act(N * d);
-    a.q_proj = act(N * qw);
-    a.k_proj = act(N * kw);
-    a.q_rstd = f32(N);
-    a.k_rstd = f32(N);
-    a.q = act(N * qw);
-    a.k = act(N * kw);
-    a.v = act(N * kw);
-    a.attn = act(N * qw);
-    a.lse = f32(N * c.n_heads);
-    a.attn_proj = act(N * d);
-    a.attn_proj_rstd = f32(N);
-    a.h = act(N * d);
-    a.gate = act(N * hid);
-    a.up = act(N * hid);
-    a.mlp_act = act(N * hid);
-    a.mlp_proj = act(N * d);
-    a.mlp_proj_rstd = f32(N);
+  // Free first: the old and new sets never coexist.
+  for (BlockActivations& a : blocks_) a = BlockActivations{};
+  activation_buffers_.clear();
+  for (const ActivationField& f : activation_fields(c)) {
+    auto make = [&] { return f.statistic ? f32(N * f.width) : act(N * f.width); };
+    if (keeps(recompute_, f)) {
+      for (BlockActivations& a : blocks_) {
+        activation_buffers_.push_back(make());
+        a.*f.member = activation_buffers_.back().tensor();
+      }
+    } else if (!blocks_.empty()) {
+      activation_buffers_.push_back(make());
+      for (BlockActivations& a : blocks_) a.*f.member = activation_buffers_.back().tensor();
+    }
   }
   Workspace& w = workspace_;
   w = Workspace{};
@@ -187,72 +228,136 @@ void Olmo3Model::ensure_capacity(std::int64_t B, std::int64_t T) {
   capacity_tokens_ = N;
 }
 
-std::int64_t Olmo3Model::activation_bytes(std::int64_t tokens) const {
-  const ModelConfig& c = config_;
-  const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
-  // Per block: input, attn_proj, h, mlp_proj (d); q_proj, q, attn (qw); k_proj, k, v (kw);
-  // gate, up, mlp_act (hidden) in the compute dtype; four rstd rows and the lse (n_heads) in f32.
-  const std::int64_t act_values = 4 * d + 3 * qw + 3 * kw + 3 * hid;
-  const std::int64_t f32_values = 4 + c.n_heads;
-  const auto act_size = static_cast<std::int64_t>(kernels::dtype_size(act_));
-  return tokens * c.n_layers * (act_size * act_values + 4 * f32_values);
+std::int64_t Olmo3Model::activation_bytes(const ModelConfig& c, Recompute policy,
+                                          std::int64_t tokens, std::int64_t value_bytes) {
+  std::int64_t per_token = 0;  // bytes
+  for (const ActivationField& f : activation_fields(c)) {
+    const std::int64_t sets = keeps(policy, f) ? c.n_layers : std::min<std::int64_t>(c.n_layers, 1);
+    per_token += sets * f.width * (f.statistic ? 4 : value_bytes);
+  }
+  return tokens * per_token;
 }
 
-void Olmo3Model::forward_block(std::int64_t l, const Tensor& out, std::int64_t B, std::int64_t T) {
-  kernels::Backend& k = backend_;
-  BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
+std::int64_t Olmo3Model::workspace_bytes(const ModelConfig& c, std::int64_t tokens,
+                                         std::int64_t value_bytes) {
+  const std::int64_t d = c.d_model, qw = c.q_width(), kw = c.kv_width(), hid = c.hidden_size;
+  // ids, labels, doc_start, positions (i64); final_rstd (f32); normed, final_input,
+  // final_normed, d_residual, d_branch; d_mlp_act, d_gate; d_attn, d_q; d_k, d_v (the compute
+  // dtype). As ensure_capacity.
+  return tokens * (4 * 8 + 4 + value_bytes * (5 * d + 2 * hid + 2 * qw + 2 * kw));
+}
+
+std::int64_t Olmo3Model::rope_table_bytes(const ModelConfig& c, std::int64_t T) {
+  const std::int64_t P = c.max_sequence_length > 0 ? c.max_sequence_length : T;
+  return 2 * 2 * P * (c.head_dim / 2) * 4;  // cos and sin, two attention types, f32
+}
+
+void Olmo3Model::attention_projections(std::int64_t l, std::int64_t N) {
+  const BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
+  const BlockTensors& p = compute_.blocks[static_cast<std::size_t>(l)];
+  const std::int64_t d = config_.d_model, qw = config_.q_width(), kw = config_.kv_width();
+  const Tensor x = rows(a.input, N, d);
+  backend_.linear_forward(x, p.w_q, rows(a.q_proj, N, qw));
+  backend_.linear_forward(x, p.w_k, rows(a.k_proj, N, kw));
+  backend_.linear_forward(x, p.w_v, rows(a.v, N, kw));
+}
+
+void Olmo3Model::qk_norm_rope(std::int64_t l, std::int64_t B, std::int64_t T) {
+  const BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
   const BlockTensors& p = compute_.blocks[static_cast<std::size_t>(l)];
   const ModelConfig& c = config_;
-  const std::int64_t N = B * T, d = c.d_model, qw = c.q_width(), kw = c.kv_width();
-  const std::int64_t hid = c.hidden_size, D = c.head_dim;
+  const std::int64_t N = B * T, qw = c.q_width(), kw = c.kv_width(), D = c.head_dim;
   const float eps = static_cast<float>(c.layer_norm_eps);
-  const Tensor x = rows(a.input, N, d);
-
-  // Attention branch.
-  const Tensor q_proj = rows(a.q_proj, N, qw), k_proj = rows(a.k_proj, N, kw);
-  const Tensor q = rows(a.q, N, qw), kk = rows(a.k, N, kw), v = rows(a.v, N, kw);
-  k.linear_forward(x, p.w_q, q_proj);
-  k.linear_forward(x, p.w_k, k_proj);
-  k.linear_forward(x, p.w_v, v);
-  k.rmsnorm_forward(q_proj, p.q_norm, q, a.q_rstd.tensor().view(0, Shape{N}), eps);
-  k.rmsnorm_forward(k_proj, p.k_norm, kk, a.k_rstd.tensor().view(0, Shape{N}), eps);
-  const Tensor q4 = q.reshape(Shape{B, T, c.n_heads, D});
-  const Tensor k4 = kk.reshape(Shape{B, T, c.n_kv_heads, D});
-  const Tensor v4 = v.reshape(Shape{B, T, c.n_kv_heads, D});
+  const Tensor q = rows(a.q, N, qw), kk = rows(a.k, N, kw);
+  backend_.rmsnorm_forward(rows(a.q_proj, N, qw), p.q_norm, q, a.q_rstd.view(0, Shape{N}), eps);
+  backend_.rmsnorm_forward(rows(a.k_proj, N, kw), p.k_norm, kk, a.k_rstd.view(0, Shape{N}), eps);
   const RopeTables& rope = rope_of_layer(l);
   const Tensor positions =
       intra_document_ ? workspace_.positions.tensor().view(0, Shape{N}) : Tensor();
+  backend_.rope_forward(q.reshape(Shape{B, T, c.n_heads, D}), rope.cos, rope.sin, positions);
+  backend_.rope_forward(kk.reshape(Shape{B, T, c.n_kv_heads, D}), rope.cos, rope.sin, positions);
+}
+
+void Olmo3Model::attention(std::int64_t l, std::int64_t B, std::int64_t T) {
+  const BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
+  const BlockTensors& p = compute_.blocks[static_cast<std::size_t>(l)];
+  const ModelConfig& c = config_;
+  const std::int64_t N = B * T, d = c.d_model, qw = c.q_width(), kw = c.kv_width();
+  const std::int64_t D = c.head_dim;
+  const Tensor q4 = rows(a.q, N, qw).reshape(Shape{B, T, c.n_heads, D});
+  const Tensor k4 = rows(a.k, N, kw).reshape(Shape{B, T, c.n_kv_heads, D});
+  const Tensor v4 = rows(a.v, N, kw).reshape(Shape{B, T, c.n_kv_heads, D});
   const Tensor doc_start =
       intra_document_ ? workspace_.doc_start.tensor().view(0, Shape{N}) : Tensor();
-  k.rope_forward(q4, rope.cos, rope.sin, positions);
-  k.rope_forward(k4, rope.cos, rope.sin, positions);
   const Tensor attn = rows(a.attn, N, qw);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  k.attention_forward(q4, k4, v4, attn.reshape(Shape{B, T, c.n_heads, D}),
-                      a.lse.tensor().view(0, Shape{B, c.n_heads, T}),
-                      c.layer_windows[static_cast<std::size_t>(l)], scale, doc_start);
-  const Tensor attn_proj = rows(a.attn_proj, N, d), normed = rows(workspace_.normed, N, d);
-  k.linear_forward(attn, p.w_out, attn_proj);
-  k.rmsnorm_forward(attn_proj, p.attention_norm, normed,
-                    a.attn_proj_rstd.tensor().view(0, Shape{N}), eps);
-  const Tensor h = rows(a.h, N, d);
-  k.add(x, normed, h);
+  backend_.attention_forward(q4, k4, v4, attn.reshape(Shape{B, T, c.n_heads, D}),
+                             a.lse.view(0, Shape{B, c.n_heads, T}),
+                             c.layer_windows[static_cast<std::size_t>(l)], scale, doc_start);
+  backend_.linear_forward(attn, p.w_out, rows(a.attn_proj, N, d));
+}
 
-  // MLP branch.
-  const Tensor gate = rows(a.gate, N, hid), up = rows(a.up, N, hid);
+void Olmo3Model::attention_residual(std::int64_t l, std::int64_t N) {
+  const BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
+  const BlockTensors& p = compute_.blocks[static_cast<std::size_t>(l)];
+  const std::int64_t d = config_.d_model;
+  const Tensor normed = rows(workspace_.normed, N, d);
+  backend_.rmsnorm_forward(rows(a.attn_proj, N, d), p.attention_norm, normed,
+                           a.attn_proj_rstd.view(0, Shape{N}),
+                           static_cast<float>(config_.layer_norm_eps));
+  backend_.add(rows(a.input, N, d), normed, rows(a.h, N, d));
+}
+
+void Olmo3Model::mlp(std::int64_t l, std::int64_t N, const Tensor* out) {
+  const BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
+  const BlockTensors& p = compute_.blocks[static_cast<std::size_t>(l)];
+  const std::int64_t d = config_.d_model, hid = config_.hidden_size;
+  kernels::Backend& k = backend_;
+  const Tensor h = rows(a.h, N, d), gate = rows(a.gate, N, hid), up = rows(a.up, N, hid);
   const Tensor mlp_act = rows(a.mlp_act, N, hid), mlp_proj = rows(a.mlp_proj, N, d);
+  const Tensor normed = rows(workspace_.normed, N, d);
   k.linear_forward(h, p.w1, gate);
   k.linear_forward(h, p.w3, up);
   k.swiglu_forward(gate, up, mlp_act);
   k.linear_forward(mlp_act, p.w2, mlp_proj);
-  k.rmsnorm_forward(mlp_proj, p.feed_forward_norm, normed,
-                    a.mlp_proj_rstd.tensor().view(0, Shape{N}), eps);
-  k.add(h, normed, out);
+  k.rmsnorm_forward(mlp_proj, p.feed_forward_norm, normed, a.mlp_proj_rstd.view(0, Shape{N}),
+                    static_cast<float>(config_.layer_norm_eps));
+  if (out) k.add(h, normed, *out);
+}
+
+void Olmo3Model::forward_block(std::int64_t l, const Tensor& out, std::int64_t B, std::int64_t T) {
+  const std::int64_t N = B * T;
+  attention_projections(l, N);
+  qk_norm_rope(l, B, T);
+  attention(l, B, T);
+  attention_residual(l, N);
+  mlp(l, N, &out);
+}
+
+void Olmo3Model::recompute_block(std::int64_t l, std::int64_t B, std::int64_t T) {
+  const std::int64_t N = B * T;
+  switch (recompute_) {
+    case Recompute::kNone:
+      return;
+    case Recompute::kFull:
+      // The block's output (the next block's input) is not needed again: not written.
+      attention_projections(l, N);
+      qk_norm_rope(l, B, T);
+      attention(l, B, T);
+      attention_residual(l, N);
+      mlp(l, N, nullptr);
+      return;
+    case Recompute::kSelective:
+      qk_norm_rope(l, B, T);
+      attention_residual(l, N);
+      mlp(l, N, nullptr);
+      return;
+  }
 }
 
 void Olmo3Model::backward_block(std::int64_t l, std::int64_t B, std::int64_t T) {
   kernels::Backend& k = backend_;
-  BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
+  const BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
   const BlockTensors& p = compute_.blocks[static_cast<std::size_t>(l)];
   const BlockTensors& g = weight_grads_.blocks[static_cast<std::size_t>(l)];
   Workspace& w = workspace_;
@@ -262,9 +367,8 @@ void Olmo3Model::backward_block(std::int64_t l, std::int64_t B, std::int64_t T) 
   const Tensor d_res = rows(w.d_residual, N, d), d_branch = rows(w.d_branch, N, d);
 
   // out = h + norm_ffn(mlp_proj): d_res becomes dL/dh as the MLP's input gradients add in.
-  k.rmsnorm_backward(rows(a.mlp_proj, N, d), p.feed_forward_norm,
-                     a.mlp_proj_rstd.tensor().view(0, Shape{N}), d_res, d_branch,
-                     g.feed_forward_norm);
+  k.rmsnorm_backward(rows(a.mlp_proj, N, d), p.feed_forward_norm, a.mlp_proj_rstd.view(0, Shape{N}),
+                     d_res, d_branch, g.feed_forward_norm);
   const Tensor mlp_act = rows(a.mlp_act, N, hid), d_mlp_act = rows(w.d_mlp_act, N, hid);
   k.linear_backward(mlp_act, p.w2, d_branch, d_mlp_act, g.w2, false);
   // mlp_act is dead once w2's gradient is taken: its memory receives d_up.
@@ -276,31 +380,29 @@ void Olmo3Model::backward_block(std::int64_t l, std::int64_t B, std::int64_t T) 
   k.linear_backward(h, p.w3, d_up, d_res, g.w3, true);
 
   // h = x + norm_attn(attn_proj): d_res becomes dL/dx as the attention's input gradients add in.
-  k.rmsnorm_backward(rows(a.attn_proj, N, d), p.attention_norm,
-                     a.attn_proj_rstd.tensor().view(0, Shape{N}), d_res, d_branch,
-                     g.attention_norm);
+  k.rmsnorm_backward(rows(a.attn_proj, N, d), p.attention_norm, a.attn_proj_rstd.view(0, Shape{N}),
+                     d_res, d_branch, g.attention_norm);
   const Tensor attn = rows(a.attn, N, qw), d_attn = rows(w.d_attn, N, qw);
   k.linear_backward(attn, p.w_out, d_branch, d_attn, g.w_out, false);
   const Shape q_shape{B, T, c.n_heads, D}, kv_shape{B, T, c.n_kv_heads, D};
-  const Tensor q4 = a.q.tensor().view(0, q_shape), k4 = a.k.tensor().view(0, kv_shape);
-  const Tensor v4 = a.v.tensor().view(0, kv_shape);
+  const Tensor q4 = a.q.view(0, q_shape), k4 = a.k.view(0, kv_shape);
+  const Tensor v4 = a.v.view(0, kv_shape);
   const Tensor d_q4 = w.d_q.tensor().view(0, q_shape), d_k4 = w.d_k.tensor().view(0, kv_shape);
   const Tensor d_v4 = w.d_v.tensor().view(0, kv_shape);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const Tensor positions = intra_document_ ? w.positions.tensor().view(0, Shape{N}) : Tensor();
   const Tensor doc_start = intra_document_ ? w.doc_start.tensor().view(0, Shape{N}) : Tensor();
-  k.attention_backward(q4, k4, v4, attn.reshape(q_shape),
-                       a.lse.tensor().view(0, Shape{B, c.n_heads, T}), d_attn.reshape(q_shape),
-                       d_q4, d_k4, d_v4, c.layer_windows[static_cast<std::size_t>(l)], scale,
-                       doc_start);
+  k.attention_backward(q4, k4, v4, attn.reshape(q_shape), a.lse.view(0, Shape{B, c.n_heads, T}),
+                       d_attn.reshape(q_shape), d_q4, d_k4, d_v4,
+                       c.layer_windows[static_cast<std::size_t>(l)], scale, doc_start);
   const RopeTables& rope = rope_of_layer(l);
   k.rope_backward(d_q4, rope.cos, rope.sin, positions);
   k.rope_backward(d_k4, rope.cos, rope.sin, positions);
   // d_attn and k are dead now: their memory receives the gradients before QK-norm.
   const Tensor d_q_proj = d_attn, d_k_proj = rows(a.k, N, kw);
-  k.rmsnorm_backward(rows(a.q_proj, N, qw), p.q_norm, a.q_rstd.tensor().view(0, Shape{N}),
+  k.rmsnorm_backward(rows(a.q_proj, N, qw), p.q_norm, a.q_rstd.view(0, Shape{N}),
                      d_q4.reshape(Shape{N, qw}), d_q_proj, g.q_norm);
-  k.rmsnorm_backward(rows(a.k_proj, N, kw), p.k_norm, a.k_rstd.tensor().view(0, Shape{N}),
+  k.rmsnorm_backward(rows(a.k_proj, N, kw), p.k_norm, a.k_rstd.view(0, Shape{N}),
                      d_k4.reshape(Shape{N, kw}), d_k_proj, g.k_norm);
   const Tensor x = rows(a.input, N, d);
   k.linear_backward(x, p.w_q, d_q_proj, d_res, g.w_q, true);
@@ -391,7 +493,10 @@ LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_
   backend_.rmsnorm_backward(rows(w.final_input, N, d), compute_.final_norm,
                             w.final_rstd.tensor().view(0, Shape{N}), rows(w.d_branch, N, d), d_res,
                             weight_grads_.final_norm);
-  for (std::int64_t l = config_.n_layers - 1; l >= 0; --l) backward_block(l, B, T);
+  for (std::int64_t l = config_.n_layers - 1; l >= 0; --l) {
+    recompute_block(l, B, T);
+    backward_block(l, B, T);
+  }
   backend_.embedding_backward(w.ids.tensor().view(0, Shape{N}), d_res, weight_grads_.embeddings);
   return sums;
 }

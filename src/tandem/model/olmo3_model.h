@@ -6,7 +6,8 @@
 // then a final RMSNorm and an untied lm_head. Parameters and gradients are two flat f32 buffers
 // of the backend laid out by ParameterLayout, seen through typed per-layer views. Under the bf16
 // precision policy (model/precision.h) the forward and backward read a bf16 copy of the
-// parameters and keep their activations in bf16; the gradients stay f32.
+// parameters and keep their activations in bf16; the gradients stay f32. What the blocks keep for
+// backward follows the activation recompute policy (model/recompute.h).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "tandem/model/model_config.h"
 #include "tandem/model/parameters.h"
 #include "tandem/model/precision.h"
+#include "tandem/model/recompute.h"
 
 namespace tandem::model {
 
@@ -81,30 +83,61 @@ class Olmo3Model {
                             std::int64_t T, float z_weight, float grad_scale, bool backward,
                             const std::int64_t* doc_start = nullptr);
 
-  // Bytes of activations kept for backward at B*T tokens, by the precision policy (for memory
-  // accounting).
-  std::int64_t activation_bytes(std::int64_t tokens) const;
+  // The activation recompute policy (default none). Changing it frees the activation buffers;
+  // the next forward allocates them for the new policy.
+  void set_recompute(Recompute policy);
+  Recompute recompute() const { return recompute_; }
+
+  // Bytes of the activation buffers at B*T tokens under the current recompute and precision
+  // policies: what every block keeps for its backward plus the one set the blocks share for what
+  // they recompute (exactly what ensure_capacity allocates; the workspace is not included).
+  std::int64_t activation_bytes(std::int64_t tokens) const {
+    return activation_bytes(config_, recompute_, tokens, value_bytes());
+  }
   // Bytes of the bf16 compute copy of the weights (0 under fp32; the embedding table is read
   // from the masters, so it has no copy).
   std::int64_t compute_weight_bytes() const;
+  // The same for any config and policy without a model (the planner, train/plan.h);
+  // `value_bytes` is the compute dtype's size (norm statistics and the log-sum-exp stay fp32).
+  static std::int64_t activation_bytes(const ModelConfig& config, Recompute policy,
+                                       std::int64_t tokens, std::int64_t value_bytes);
+  // Bytes of the scratch every block shares (Workspace) at `tokens` tokens, and of the RoPE
+  // tables for sequences of length T: the rest of what a forward and backward allocate.
+  static std::int64_t workspace_bytes(const ModelConfig& config, std::int64_t tokens,
+                                      std::int64_t value_bytes);
+  static std::int64_t rope_table_bytes(const ModelConfig& config, std::int64_t T);
 
  private:
-  // What one block keeps for its backward pass, named for what it holds.
+  // What one block's backward reads, named for what it holds: views of the activation buffers,
+  // the block's own where the recompute policy keeps the value, else the set shared by every
+  // block (written again by the block's recompute just before its backward).
   struct BlockActivations {
-    kernels::Buffer input;           // x, the block input [N, d]
-    kernels::Buffer q_proj, k_proj;  // x w_q^T, x w_k^T before QK-norm
-    kernels::Buffer q_rstd, k_rstd;  // QK-norm statistics [N]
-    kernels::Buffer q, k, v;         // q, k after QK-norm and RoPE [N, heads * head_dim]; v
-    kernels::Buffer attn;            // attention output [N, q width]
-    kernels::Buffer lse;             // attention log-sum-exp [B, n_heads, T]
-    kernels::Buffer attn_proj;       // attn w_out^T, before attention_norm [N, d]
-    kernels::Buffer attn_proj_rstd;  // attention_norm statistics
-    kernels::Buffer h;               // x + attention_norm(attn_proj) [N, d]
-    kernels::Buffer gate, up;        // h w1^T, h w3^T [N, hidden]
-    kernels::Buffer mlp_act;         // silu(gate) * up [N, hidden]
-    kernels::Buffer mlp_proj;        // mlp_act w2^T, before feed_forward_norm [N, d]
-    kernels::Buffer mlp_proj_rstd;   // feed_forward_norm statistics
+    kernels::Tensor input;           // x, the block input [N, d]              kept always
+    kernels::Tensor q_proj, k_proj;  // x w_q^T, x w_k^T before QK-norm        kept unless full
+    kernels::Tensor q_rstd, k_rstd;  // QK-norm statistics [N]                 kept by none
+    kernels::Tensor q, k;            // q, k after QK-norm and RoPE            kept by none
+    kernels::Tensor v;               // x w_v^T [N, kv width]                  kept unless full
+    kernels::Tensor attn;            // attention output [N, q width]          kept unless full
+    kernels::Tensor lse;             // attention log-sum-exp [B, n_heads, T]  kept unless full
+    kernels::Tensor attn_proj;       // attn w_out^T, before attention_norm    kept unless full
+    kernels::Tensor attn_proj_rstd;  // attention_norm statistics              kept by none
+    kernels::Tensor h;               // x + attention_norm(attn_proj) [N, d]   kept by none
+    kernels::Tensor gate, up;        // h w1^T, h w3^T [N, hidden]             kept by none
+    kernels::Tensor mlp_act;         // silu(gate) * up [N, hidden]            kept by none
+    kernels::Tensor mlp_proj;        // mlp_act w2^T, before feed_forward_norm kept by none
+    kernels::Tensor mlp_proj_rstd;   // feed_forward_norm statistics           kept by none
   };
+  // One field of BlockActivations: its width per token, whether it is a statistic (kept fp32 under
+  // any precision), and the first policy, in the order none (0) < selective (1) < full (2), that
+  // recomputes it (3: none does).
+  struct ActivationField {
+    kernels::Tensor BlockActivations::*member;
+    std::int64_t width;
+    bool statistic;
+    int recomputed_from;
+  };
+  static std::vector<ActivationField> activation_fields(const ModelConfig& config);
+  static bool keeps(Recompute policy, const ActivationField& f);
   // Scratch reused by every block.
   struct Workspace {
     kernels::Buffer ids, labels;            // the batch on the device (i64 [N])
@@ -123,6 +156,7 @@ class Olmo3Model {
   // The weights the forward and backward read: the masters (fp32) or their bf16 copy, cast here
   // when stale.
   void prepare_compute_weights();
+  std::int64_t value_bytes() const { return static_cast<std::int64_t>(kernels::dtype_size(act_)); }
   // RoPE tables of both attention types covering positions [0, T) on the backend.
   void ensure_rope_tables(std::int64_t T);
   // Runs the blocks and the final norm; leaves the lm_head's input in workspace_.final_normed.
@@ -130,10 +164,22 @@ class Olmo3Model {
   void forward_hidden(const std::int64_t* ids, std::int64_t B, std::int64_t T,
                       const std::int64_t* doc_start);
   void forward_block(std::int64_t l, const kernels::Tensor& out, std::int64_t B, std::int64_t T);
+  // The stages of forward_block, in order. The backward's recompute runs the stages whose
+  // outputs the policy did not keep, with the same kernels on the same inputs, so the values are
+  // bit-identical to the forward's.
+  void attention_projections(std::int64_t l, std::int64_t N);         // q_proj, k_proj, v
+  void qk_norm_rope(std::int64_t l, std::int64_t B, std::int64_t T);  // q, k and their rstd
+  void attention(std::int64_t l, std::int64_t B, std::int64_t T);     // attn, lse, attn_proj
+  void attention_residual(std::int64_t l, std::int64_t N);            // h and its norm's rstd
+  // gate, up, mlp_act, mlp_proj and its norm's rstd; then out = h + norm(mlp_proj) if `out`.
+  void mlp(std::int64_t l, std::int64_t N, const kernels::Tensor* out);
+  // Before backward_block(l): writes again what the policy did not keep of block l.
+  void recompute_block(std::int64_t l, std::int64_t B, std::int64_t T);
   // On entry d_residual holds dL/d(output of block l); on exit dL/d(input of block l).
   void backward_block(std::int64_t l, std::int64_t B, std::int64_t T);
   // [N, width] view of a buffer sized for the capacity.
   kernels::Tensor rows(const kernels::Buffer& b, std::int64_t n, std::int64_t width) const;
+  kernels::Tensor rows(const kernels::Tensor& t, std::int64_t n, std::int64_t width) const;
 
   ModelConfig config_;
   ParameterLayout layout_;
@@ -155,7 +201,9 @@ class Olmo3Model {
   }
   RopeTables rope_full_, rope_sliding_;
   bool intra_document_ = false;  // the current forward's doc_start was given
+  Recompute recompute_ = Recompute::kNone;
   std::vector<BlockActivations> blocks_;
+  std::vector<kernels::Buffer> activation_buffers_;  // what blocks_ views
   Workspace workspace_;
   std::int64_t capacity_tokens_ = -1;
   std::int64_t capacity_batch_ = -1;

@@ -15,6 +15,7 @@
 #include "tandem/io/config.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/precision.h"
+#include "tandem/model/recompute.h"
 #include "tandem/optim/optim_config.h"
 #include "tandem/optim/schedule.h"
 
@@ -52,6 +53,8 @@ struct TrainerConfig {
   // move to <save_folder>/previous-N/. Without it, a directory whose checkpoints all fail
   // verification is an error (never a silent restart).
   bool fresh_start = false;
+  // Activation recompute (OLMo-core's activation checkpointing): none, full or selective.
+  model::Recompute recompute = model::Recompute::kNone;
 };
 
 struct RunConfig {

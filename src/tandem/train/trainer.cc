@@ -35,6 +35,11 @@ std::vector<optim::ParamBuffer> parameter_buffers(const model::Olmo3Model& model
 std::unique_ptr<optim::Optimizer> make_optimizer(const RunConfig& config, kernels::Backend& backend,
                                                  model::Olmo3Model& model,
                                                  dist::Communicator& comm) {
+  TANDEM_CHECK(config.dist.strategy == dist::Strategy::kDdp ||
+                   config.dist.strategy == dist::Strategy::kZero1,
+               "{}: dist.strategy {} is not implemented by the trainer yet (ddp or zero1; `tandem "
+               "plan` models fsdp and hsdp)",
+               config.source, dist::strategy_name(config.dist.strategy));
   // ZeRO-1 with one rank is the replicated optimiser.
   if (config.dist.strategy == dist::Strategy::kZero1 && comm.world_size() > 1)
     return std::make_unique<dist::Zero1Optimizer>(backend, parameter_buffers(model), model.params(),
@@ -61,7 +66,13 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
     : config_(std::move(config)), comm_(comm), run_dir_(config_.trainer.save_folder) {
   fs::create_directories(run_dir_);
   backend_ = kernels::make_backend(config_.backend);
+  // The communicators reduce host memory; device buffers would need them on device pointers.
+  TANDEM_CHECK(backend_->host_accessible() || comm_.world_size() == 1,
+               "backend '{}' with {} ranks: data-parallel training reduces host buffers, and this "
+               "backend's gradients live on the device (one rank per run for now)",
+               config_.backend, comm_.world_size());
   model_ = std::make_unique<model::Olmo3Model>(config_.model, *backend_, config_.precision);
+  model_->set_recompute(config_.trainer.recompute);
   optimizer_ = make_optimizer(config_, *backend_, *model_, comm_);
   loader_ = std::make_unique<data::Loader>(config_.data);
   StepOptions options;
@@ -102,11 +113,13 @@ void Trainer::log_memory() const {
           : std::string();
   log(fmt::format(
       "memory per rank ({}): parameters {} (fp32 masters){}, gradients {} (fp32), Adam moments {} "
-      "(fp32{}), saved activations {} ({}, statistics fp32; {} tokens per micro-batch)",
+      "(fp32{}), saved activations {} ({}, statistics fp32; {} tokens per micro-batch, recompute "
+      "{})",
       act, bytes(static_cast<std::int64_t>(model_->params().bytes())), compute,
       bytes(static_cast<std::int64_t>(model_->grads().bytes())), bytes(moments),
       moments < full ? "; sharded, replicated " + bytes(full) : std::string(),
-      bytes(model_->activation_bytes(rank_tokens)), act, rank_tokens));
+      bytes(model_->activation_bytes(rank_tokens)), act, rank_tokens,
+      model::recompute_name(model_->recompute())));
 }
 
 void Trainer::initialise_weights() {
@@ -155,6 +168,8 @@ int Trainer::run() {
       config_.model.total_params(), max_steps, config_.data.global_batch_size,
       config_.data.instances_per_batch(), config_.data.sequence_length, comm_.world_size()));
   log_memory();
+  // The backend's peak from here on is the training step's (not the GEMM-ceiling measurement's).
+  backend_->reset_peak_bytes();
   double step_seconds = 0.0, step_comm_seconds = 0.0;
   while (counters_.step < max_steps) {
     int stop_signal = g_stop_signal.load();
@@ -178,6 +193,9 @@ int Trainer::run() {
     step_comm_seconds += comm_.seconds_in_collectives() - comm_before;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     step_seconds += dt;
+    if (counters_.step == first_step)  // what `tandem plan` predicts (docs/distributed.md)
+      log(fmt::format("backend memory per rank after the first step: {} held, peak {}",
+                      bytes(backend_->bytes_in_use()), bytes(backend_->peak_bytes())));
     ++counters_.step;
     counters_.tokens += r.tokens;
     if (r.skipped) ++counters_.skipped_steps;
@@ -210,6 +228,9 @@ int Trainer::run() {
     checkpoints_->on_step_end(event);
   }
   checkpoints_->save(true);
+  if (const kernels::MemoryStats m = backend_->memory_stats(); m.peak_reserved > 0)
+    log(fmt::format("device memory: peak {} in use, peak {} reserved (caching allocator)",
+                    bytes(m.peak_in_use), bytes(m.peak_reserved)));
   const std::int64_t steps_this_run = counters_.step - first_step;
   if (comm_.world_size() > 1 && steps_this_run > 0) {
     // Step time and the share spent in collectives (bench/dist_step.sh reads this line).

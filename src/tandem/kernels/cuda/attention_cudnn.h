@@ -1,0 +1,52 @@
+// cuDNN's fused attention (SDPA through the cuDNN frontend's graph API) for bf16 q/k/v: causal,
+// sliding window (cuDNN's diagonal band: key j visible to query i iff i - window < j <= i), GQA,
+// lse saved as cuDNN's softmax stats (the natural-log log-sum-exp of the scaled scores, the same
+// quantity the plain kernels save, so either backward can follow either forward). The backward
+// asks for cuDNN's deterministic algorithm; intra-document masking is not expressed here (the
+// backend uses the plain kernels for it).
+//
+// libcudnn is opened at run time (the frontend's dynamic loading), so a binary built with this
+// file runs where cuDNN is missing; open() then says why and the backend keeps its own kernels.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tandem::kernels::cuda {
+
+class CachingAllocator;
+
+class CudnnAttention {
+ public:
+  // Null (and `why` filled) when libcudnn cannot be opened or is older than the frontend needs.
+  static std::unique_ptr<CudnnAttention> open(cudaStream_t stream, CachingAllocator& memory,
+                                              std::string* why);
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  std::string version() const;  // "9.10.2"
+
+  // bf16 q[B,T,Hq,D], k,v[B,T,Hkv,D] -> out (bf16), lse[B,Hq,T] (f32). False when cuDNN has no
+  // engine for this problem (nothing was written; the caller falls back), with the reason kept.
+  bool forward(const void* q, const void* k, const void* v, void* out, float* lse, std::int64_t B,
+               std::int64_t T, std::int64_t Hq, std::int64_t Hkv, std::int64_t D,
+               std::int64_t window, float scale);
+  bool backward(const void* q, const void* k, const void* v, const void* out, const float* lse,
+                const void* dout, void* dq, void* dk, void* dv, std::int64_t B, std::int64_t T,
+                std::int64_t Hq, std::int64_t Hkv, std::int64_t D, std::int64_t window,
+                float scale);
+  // Why the last forward or backward returned false.
+  const std::string& last_refusal() const { return refusal_; }
+
+ private:
+  struct Impl;
+  explicit CudnnAttention(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::string refusal_;
+};
+
+}  // namespace tandem::kernels::cuda

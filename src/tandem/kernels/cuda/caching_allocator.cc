@@ -1,0 +1,87 @@
+#include "tandem/kernels/cuda/caching_allocator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "tandem/core/error.h"
+
+namespace tandem::kernels::cuda {
+namespace {
+
+constexpr std::size_t kSmall = std::size_t{1} << 20;
+constexpr std::size_t kSmallGrain = 512;
+constexpr std::size_t kLargeGrain = std::size_t{2} << 20;
+
+double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+}  // namespace
+
+std::size_t CachingAllocator::round_size(std::size_t bytes) {
+  const std::size_t grain = bytes < kSmall ? kSmallGrain : kLargeGrain;
+  return (std::max<std::size_t>(bytes, 1) + grain - 1) / grain * grain;
+}
+
+CachingAllocator::~CachingAllocator() {
+  // The device may already be gone at exit; nothing useful can be done about an error here.
+  for (auto& [size, p] : free_blocks_) cudaFree(p);
+  for (auto& [p, size] : live_) cudaFree(p);
+}
+
+void* CachingAllocator::allocate(std::size_t bytes) {
+  const std::size_t size = round_size(bytes);
+  auto it = free_blocks_.lower_bound(size);
+  void* p = nullptr;
+  std::size_t block = size;
+  if (it != free_blocks_.end() && size >= it->first - it->first / 4) {
+    block = it->first;
+    p = it->second;
+    free_blocks_.erase(it);
+  } else {
+    cudaError_t rc = cudaMalloc(&p, size);
+    if (rc == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error state of the failed call
+      release_cached();
+      rc = cudaMalloc(&p, size);
+    }
+    if (rc != cudaSuccess) {
+      cudaGetLastError();
+      std::size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      core::fail(
+          "cuda: cannot allocate {:.3f} GiB of device memory ({}): {:.3f} GiB in use by tandem, "
+          "{:.3f} GiB reserved, {:.3f} of {:.3f} GiB free on the device",
+          gib(static_cast<std::int64_t>(size)), cudaGetErrorString(rc), gib(counters_.in_use),
+          gib(counters_.reserved), gib(static_cast<std::int64_t>(free_bytes)),
+          gib(static_cast<std::int64_t>(total_bytes)));
+    }
+    counters_.reserved += static_cast<std::int64_t>(size);
+    counters_.peak_reserved = std::max(counters_.peak_reserved, counters_.reserved);
+    ++counters_.driver_allocations;
+  }
+  live_.emplace(p, block);
+  counters_.in_use += static_cast<std::int64_t>(block);
+  counters_.peak_in_use = std::max(counters_.peak_in_use, counters_.in_use);
+  return p;
+}
+
+void CachingAllocator::free(void* p) {
+  auto it = live_.find(p);
+  TANDEM_CHECK(it != live_.end(), "cuda: freeing memory the allocator did not hand out");
+  counters_.in_use -= static_cast<std::int64_t>(it->second);
+  free_blocks_.emplace(it->second, p);
+  live_.erase(it);
+}
+
+void CachingAllocator::release_cached() {
+  if (free_blocks_.empty()) return;
+  // Queued kernels may still use a block that was freed on the host: wait for them first.
+  cudaDeviceSynchronize();
+  for (auto& [size, p] : free_blocks_) {
+    cudaFree(p);
+    counters_.reserved -= static_cast<std::int64_t>(size);
+  }
+  free_blocks_.clear();
+}
+
+}  // namespace tandem::kernels::cuda

@@ -1,0 +1,51 @@
+// Device memory for the CUDA backend: one caching allocator in front of cudaMalloc, so that the
+// buffers a training step frees and asks for again (logits chunks, scratch, per-call outputs) are
+// reused instead of going back to the driver. All work runs on one stream, so a block freed on
+// the host can be handed out again at once: later kernels are ordered after earlier ones.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+
+namespace tandem::kernels::cuda {
+
+struct MemoryCounters {
+  std::int64_t in_use = 0;  // bytes handed out (rounded sizes)
+  std::int64_t peak_in_use = 0;
+  std::int64_t reserved = 0;  // bytes obtained from cudaMalloc
+  std::int64_t peak_reserved = 0;
+  std::int64_t driver_allocations = 0;  // cudaMalloc calls so far
+};
+
+class CachingAllocator {
+ public:
+  CachingAllocator() = default;
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // A block of at least `bytes` (256-byte aligned). When the device is full, the cached free
+  // blocks are released and the allocation tried once more; then it throws naming the sizes.
+  void* allocate(std::size_t bytes);
+  void free(void* p);
+  // Returns every cached (free) block to the driver.
+  void release_cached();
+  const MemoryCounters& counters() const { return counters_; }
+  void reset_peak() {
+    counters_.peak_in_use = counters_.in_use;
+    counters_.peak_reserved = counters_.reserved;
+  }
+
+  // Sizes are rounded up to 512 bytes below 1 MiB and to 2 MiB above, and a cached block is
+  // reused for a request that needs at least 3/4 of it (so little memory is wasted).
+  static std::size_t round_size(std::size_t bytes);
+
+ private:
+  std::multimap<std::size_t, void*> free_blocks_;  // size -> block
+  std::unordered_map<void*, std::size_t> live_;    // block -> size
+  MemoryCounters counters_;
+};
+
+}  // namespace tandem::kernels::cuda

@@ -1,0 +1,129 @@
+// The CUDA kernels' launchers: plain C++ declarations over raw device pointers, so that the
+// backend (cuda_backend.cc, compiled by the host compiler) never sees device code and each .cu
+// file stays small. Every launcher enqueues on the given stream and returns at once; sizes are
+// checked by the Backend interface before they get here. Elementwise and row kernels take an
+// `Elem` and are instantiated for fp32 and bf16 storage (arithmetic is always fp32 or wider).
+//
+// Determinism: no kernel uses floating-point atomics; every reduction has a fixed shape and order
+// (warp shuffles in a fixed butterfly, block trees, partial sums added in index order), so a
+// launch repeated on the same GPU gives the same bits.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::kernels::cuda {
+
+using i64 = std::int64_t;
+
+// Storage type of an activation tensor.
+enum class Elem : int { f32 = 0, bf16 = 1 };
+
+// Set (first writer wins) by a kernel that meets an index outside its range; the backend reads it
+// back at its next synchronisation point and raises the error there.
+struct DeviceError {
+  int code;
+  int unused;
+  long long value;  // the offending index
+  long long where;  // its position
+};
+enum DeviceErrorCode : int {
+  kNoError = 0,
+  kBadEmbeddingId = 1,
+  kBadRopePosition = 2,
+  kBadDocStart = 3,
+  kBadGatherIndex = 4,
+};
+
+// ---- elementwise (elementwise.cu) ----
+void fill(float* dst, float value, i64 n, cudaStream_t stream);
+void scale(float* x, float factor, i64 n, cudaStream_t stream);
+void add(Elem t, const void* a, const void* b, void* y, i64 n, cudaStream_t stream);
+void swiglu_forward(Elem t, const void* g, const void* u, void* h, i64 n, cudaStream_t stream);
+void swiglu_backward(Elem t, const void* g, const void* u, const void* dh, void* dg, void* du,
+                     i64 n, cudaStream_t stream);
+// dst[i, :] = src[index[i], :], rows of width d; an index outside [0, src_rows) sets the error.
+void gather_rows(Elem t, const void* src, i64 src_rows, i64 d, const i64* index, i64 n, void* dst,
+                 DeviceError* error, cudaStream_t stream);
+// f32 -> bf16 (round to nearest even with torch's bits, every NaN -> 0xFFFF) or bf16 -> f32
+// (exact); the same type is a copy.
+void cast(Elem from, Elem to, const void* src, void* dst, i64 n, cudaStream_t stream);
+
+// ---- embedding (embedding.cu) ----
+// The table is f32 or bf16; out has the table's type, or is bf16 from an f32 table (each value
+// rounded as it is looked up, the bits of a lookup in the table cast to bf16).
+void embedding_forward(Elem table_t, Elem out_t, const i64* ids, const void* table, void* out,
+                       i64 T, i64 d, i64 V, DeviceError* error, cudaStream_t stream);
+// dtable[id, :] += sum of dout rows with that id, added in token order. `order` holds the token
+// indices stably sorted by id and `segment_start` the first position in `order` of each distinct
+// id (n_segments + 1 entries, the last = T); the host makes both (cuda_backend.cc).
+// dout is f32 or bf16 (`dout_t`), the table's gradient always f32.
+void embedding_backward(Elem dout_t, const i64* ids, const void* dout, float* dtable, i64 d,
+                        const int* order, const int* segment_start, i64 n_segments,
+                        cudaStream_t stream);
+
+// ---- RMSNorm (rmsnorm.cu) ----
+// x, w, y (and dy, dx) share the storage type `t`; rstd and dw are f32.
+void rmsnorm_forward(Elem t, const void* x, const void* w, void* y, float* rstd, i64 rows, i64 d,
+                     float eps, cudaStream_t stream);
+// dx overwritten; dw (optional) accumulated through `partials` (rmsnorm_dw_partials(rows, d)
+// doubles of scratch).
+std::size_t rmsnorm_dw_partials(i64 rows, i64 d);
+void rmsnorm_backward(Elem t, const void* x, const void* w, const float* rstd, const void* dy,
+                      void* dx, float* dw, i64 rows, i64 d, double* partials, cudaStream_t stream);
+
+// ---- RoPE (rope.cu): sign +1 forward rotation, -1 its inverse ----
+void rope(Elem t, void* x, i64 B, i64 T, i64 H, i64 D, const float* cos, const float* sin,
+          i64 table_rows, const i64* positions, float sign, DeviceError* error,
+          cudaStream_t stream);
+
+// ---- attention (attention.cu): the plain deterministic kernels ----
+// Checks doc_start (each in [0, t], non-decreasing along a row) and sets the error otherwise.
+void check_doc_start(const i64* doc_start, i64 B, i64 T, DeviceError* error, cudaStream_t stream);
+// Largest head_dim the plain kernels take.
+constexpr i64 kMaxHeadDim = 256;
+void attention_forward(Elem t, const void* q, const void* k, const void* v, void* out, float* lse,
+                       i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                       const i64* doc_start, cudaStream_t stream);
+// delta: B * Hq * T floats of scratch.
+void attention_backward(Elem t, const void* q, const void* k, const void* v, const void* out,
+                        const float* lse, const void* dout, void* dq, void* dk, void* dv, i64 B,
+                        i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                        const i64* doc_start, float* delta, cudaStream_t stream);
+
+// ---- losses (cross_entropy.cu) ----
+// One chunk of the fused lm_head + CE + z-loss, in place on logits[rows, V] (fp32): per row
+// row_ce = lse - logit[label] and row_z = lse^2 (0 for ignored rows, label = ignore_index), and,
+// when want_grads, the row becomes grad_scale * (softmax * (1 + 2 z lse) - onehot) (zero for
+// ignored rows). The bf16 path (`bf16_logits`, kernels/cpu/cross_entropy.cc's bf16 variant) first
+// rounds each logit to bf16, as a bf16 lm_head's output is, and writes the gradient row rounded to
+// bf16 into dlogits_bf16 (needed when want_grads) instead of in place.
+void cross_entropy_rows(float* logits, const i64* labels, i64 rows, i64 V, i64 ignore_index,
+                        float z_weight, float grad_scale, bool want_grads, double* row_ce,
+                        double* row_z, bool bf16_logits, void* dlogits_bf16, cudaStream_t stream);
+// out[i] = log_softmax(logits[i, :])[targets[i]] in double; logits f32 or bf16 (`t`).
+void token_log_probs(Elem t, const void* logits, const i64* targets, i64 n, i64 V, double* out,
+                     cudaStream_t stream);
+
+// ---- optimiser (optimizer.cu) ----
+// The CPU's chunking (kernels/cpu/optimizer_ops.cc): one double per 16K-element chunk, each the
+// sum of 8 lane accumulators in order, with the CPU's exact operations; the host adds them in
+// chunk order, so the result equals the CPU's bit for bit.
+constexpr i64 kSumOfSquaresChunk = i64{1} << 14;
+void sum_of_squares_chunks(const float* x, i64 n, double* partials, cudaStream_t stream);
+struct AdamWArgs {
+  float neg_step_size, bias_correction2_sqrt, decay_factor, one_minus_beta1, beta2, one_minus_beta2,
+      eps;
+  bool decay;
+};
+// torch's AdamW element update with the CPU kernel's exact operations (no contraction but the
+// lerp's fused multiply-add), so p, m and v equal the CPU's bit for bit.
+void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const AdamWArgs& a,
+                  cudaStream_t stream);
+
+// The last launch's error (a bad configuration, a missing kernel image), as the runtime says it.
+void check_launch(const char* kernel);
+
+}  // namespace tandem::kernels::cuda

@@ -1,0 +1,104 @@
+// Helpers for the CUDA backend's tests: the backend (or the reason to skip: built without CUDA, or
+// no GPU visible), host <-> backend copies, relative L2 errors, and the error bounds the tests use.
+//
+// Bounds are derived, not tuned: u = 2^-24 is fp32's unit roundoff. A sum of K fp32 terms computed
+// in any order is within K u of the exact sum relative to the sum of the terms' magnitudes; with
+// standard normal inputs that is within a small factor of the result's own norm, so two fp32
+// implementations of a K-term reduction agree within 2 K u in relative L2 (kernels that add in
+// double contribute nothing at this scale). Elementwise ops differ by a few roundings (nvcc's
+// fused multiply-adds, expf within 2 ulp against the CPU's 1-ulp exp): 16 u. A wrong index, a
+// missing term or a transposed operand gives errors of order 1e-1..1, far above every bound.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/kernels/backend.h"
+
+namespace tandem::cuda_testing {
+
+using kernels::Backend;
+using kernels::Buffer;
+using kernels::DType;
+using kernels::Shape;
+using kernels::Tensor;
+
+constexpr double kU = 5.9604644775390625e-08;  // 2^-24
+constexpr double kElementwise = 16 * kU;
+inline double reduction_bound(double terms) { return 2.0 * terms * kU; }
+
+// The CUDA backend, or null with the reason in `why`.
+inline std::unique_ptr<Backend> cuda_backend(std::string* why) {
+  try {
+    return kernels::make_backend("cuda");
+  } catch (const core::Error& e) {
+    *why = e.what();
+    return nullptr;
+  }
+}
+
+// In a test body: `REQUIRE_CUDA(gpu);` declares `gpu` (a Backend&) or skips the test with the
+// reason.
+#define REQUIRE_CUDA(name)                                              \
+  std::string name##_why;                                               \
+  std::unique_ptr<::tandem::kernels::Backend> name##_owner =            \
+      ::tandem::cuda_testing::cuda_backend(&name##_why);                \
+  if (!name##_owner) GTEST_SKIP() << "no CUDA backend: " << name##_why; \
+  ::tandem::kernels::Backend& name = *name##_owner
+
+// In a test body that only needs a GPU to exist (the backend is made and released here).
+#define REQUIRE_GPU()                                                                              \
+  do {                                                                                             \
+    std::string why_;                                                                              \
+    if (!::tandem::cuda_testing::cuda_backend(&why_)) GTEST_SKIP() << "no CUDA backend: " << why_; \
+  } while (0)
+
+inline std::vector<float> normal(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> out(n);
+  for (float& x : out) x = dist(gen);
+  return out;
+}
+
+// A buffer on `b` holding `values`.
+inline Buffer put(Backend& b, Shape shape, const std::vector<float>& values) {
+  Buffer buf = b.allocate(DType::f32, shape);
+  EXPECT_EQ(static_cast<std::int64_t>(values.size()), buf.numel());
+  b.upload(buf, values.data());
+  return buf;
+}
+inline Buffer put_i64(Backend& b, Shape shape, const std::vector<std::int64_t>& values) {
+  Buffer buf = b.allocate(DType::i64, shape);
+  EXPECT_EQ(static_cast<std::int64_t>(values.size()), buf.numel());
+  b.upload(buf, values.data());
+  return buf;
+}
+inline std::vector<float> get(Backend& b, const Tensor& t) { return kernels::to_host_f32(b, t); }
+
+// ||a - b|| / ||b|| (0 when both are zero).
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    diff += d * d;
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  if (std::isnan(diff)) return INFINITY;
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+inline bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace tandem::cuda_testing

@@ -1,0 +1,374 @@
+// Every op of the CUDA backend against the CPU backend's op on the same random inputs (fp32),
+// within the bounds of cuda_test_util.h; ops whose arithmetic is written to be the CPU's exactly
+// (embedding backward, sum of squares, AdamW) must match bit for bit. Without a GPU every test
+// skips and says why.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "cuda_test_util.h"
+#include "tandem/kernels/cpu/cpu_backend.h"
+
+namespace tandem::cuda_testing {
+namespace {
+
+Backend& cpu() {
+  static kernels::CpuBackend backend;
+  return backend;
+}
+
+// The same values on both backends.
+struct Both {
+  Buffer c, g;
+};
+Both both(Backend& gpu, Shape shape, const std::vector<float>& values) {
+  return {put(cpu(), shape, values), put(gpu, shape, values)};
+}
+Both both_i64(Backend& gpu, Shape shape, const std::vector<std::int64_t>& values) {
+  return {put_i64(cpu(), shape, values), put_i64(gpu, shape, values)};
+}
+Both zeros(Backend& gpu, Shape shape) {
+  return both(gpu, shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.0f));
+}
+// rel-L2 of the GPU result against the CPU result.
+double diff(Backend& gpu, const Both& x) { return rel_l2(get(gpu, x.g), get(cpu(), x.c)); }
+
+TEST(CudaOps, GemmAllTransposesMatchCpu) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t M = 37, N = 53, K = 129;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Shape sa = ta ? Shape{K, M} : Shape{M, K}, sb = tb ? Shape{N, K} : Shape{K, N};
+      Both a = both(gpu, sa, normal(M * K, 1)), b = both(gpu, sb, normal(K * N, 2));
+      Both c = both(gpu, Shape{M, N}, normal(M * N, 3));
+      cpu().gemm(ta, tb, 0.75f, a.c, b.c, 0.5f, c.c);
+      gpu.gemm(ta, tb, 0.75f, a.g, b.g, 0.5f, c.g);
+      EXPECT_LE(diff(gpu, c), reduction_bound(K)) << "trans_a " << ta << " trans_b " << tb;
+    }
+  }
+  // K = 0: C = beta * C.
+  Both a = both(gpu, Shape{M, 0}, {}), b = both(gpu, Shape{0, N}, {});
+  Both c = both(gpu, Shape{M, N}, normal(M * N, 4));
+  cpu().gemm(false, false, 1.0f, a.c, b.c, 0.5f, c.c);
+  gpu.gemm(false, false, 1.0f, a.g, b.g, 0.5f, c.g);
+  EXPECT_TRUE(bit_identical(get(gpu, c.g), get(cpu(), c.c)));
+}
+
+TEST(CudaOps, LinearForwardAndBackwardMatchCpu) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t T = 45, in = 96, out = 80;
+  Both x = both(gpu, Shape{T, in}, normal(T * in, 5)),
+       w = both(gpu, Shape{out, in}, normal(out * in, 6));
+  Both y = zeros(gpu, Shape{T, out});
+  cpu().linear_forward(x.c, w.c, y.c);
+  gpu.linear_forward(x.g, w.g, y.g);
+  EXPECT_LE(diff(gpu, y), reduction_bound(in));
+  for (bool accumulate : {false, true}) {
+    Both dy = both(gpu, Shape{T, out}, normal(T * out, 7));
+    Both dx = both(gpu, Shape{T, in}, normal(T * in, 8));
+    Both dw = both(gpu, Shape{out, in}, normal(out * in, 9));
+    cpu().linear_backward(x.c, w.c, dy.c, dx.c, dw.c, accumulate);
+    gpu.linear_backward(x.g, w.g, dy.g, dx.g, dw.g, accumulate);
+    EXPECT_LE(diff(gpu, dx), reduction_bound(out + 1)) << "accumulate " << accumulate;
+    EXPECT_LE(diff(gpu, dw), reduction_bound(T + 1));
+  }
+}
+
+TEST(CudaOps, EmbeddingMatchesCpuBitForBit) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t V = 50, d = 300, T = 400;  // d spans two column blocks
+  std::vector<std::int64_t> ids(T);
+  for (std::int64_t t = 0; t < T; ++t) ids[t] = (t * 7919 + t / 3) % V;  // many repeats
+  Both id = both_i64(gpu, Shape{T}, ids);
+  Both table = both(gpu, Shape{V, d}, normal(V * d, 10));
+  Both out = zeros(gpu, Shape{T, d});
+  cpu().embedding_forward(id.c, table.c, out.c);
+  gpu.embedding_forward(id.g, table.g, out.g);
+  EXPECT_TRUE(bit_identical(get(gpu, out.g), get(cpu(), out.c)));
+  Both dout = both(gpu, Shape{T, d}, normal(T * d, 11));
+  Both dtable = both(gpu, Shape{V, d}, normal(V * d, 12));
+  cpu().embedding_backward(id.c, dout.c, dtable.c);
+  gpu.embedding_backward(id.g, dout.g, dtable.g);
+  EXPECT_TRUE(bit_identical(get(gpu, dtable.g), get(cpu(), dtable.c)))
+      << "rel L2 " << diff(gpu, dtable);
+
+  ids[17] = V;  // out of range: an error naming the id, as on the CPU
+  Buffer bad = put_i64(gpu, Shape{T}, ids);
+  EXPECT_THROW(gpu.embedding_forward(bad, table.g, out.g), core::Error);
+}
+
+TEST(CudaOps, RmsNormMatchesCpu) {
+  REQUIRE_CUDA(gpu);
+  for (std::int64_t d : {13, 512}) {  // a model width and an odd one
+    const std::int64_t rows = 300;    // more rows than one dw chunk
+    Both x = both(gpu, Shape{rows, d}, normal(rows * d, 13, 2.0f));
+    Both w = both(gpu, Shape{d}, normal(d, 14));
+    Both y = zeros(gpu, Shape{rows, d}), rstd = zeros(gpu, Shape{rows});
+    cpu().rmsnorm_forward(x.c, w.c, y.c, rstd.c, 1e-6f);
+    gpu.rmsnorm_forward(x.g, w.g, y.g, rstd.g, 1e-6f);
+    EXPECT_LE(diff(gpu, y), kElementwise) << d;
+    EXPECT_LE(diff(gpu, rstd), kElementwise) << d;
+    Both dy = both(gpu, Shape{rows, d}, normal(rows * d, 15));
+    Both dx = zeros(gpu, Shape{rows, d});
+    Both dw = both(gpu, Shape{d}, normal(d, 16));
+    cpu().rmsnorm_backward(x.c, w.c, rstd.c, dy.c, dx.c, dw.c);
+    gpu.rmsnorm_backward(x.g, w.g, rstd.g, dy.g, dx.g, dw.g);
+    EXPECT_LE(diff(gpu, dx), kElementwise) << d;  // sums in double on both sides
+    EXPECT_LE(diff(gpu, dw), kElementwise) << d;
+  }
+}
+
+TEST(CudaOps, RopeMatchesCpuWithAndWithoutPositions) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t B = 2, T = 17, H = 3, D = 10, P = 40;
+  Both cos = both(gpu, Shape{P, D / 2}, normal(P * D / 2, 17));
+  Both sin = both(gpu, Shape{P, D / 2}, normal(P * D / 2, 18));
+  std::vector<std::int64_t> pos(B * T);
+  for (std::int64_t i = 0; i < B * T; ++i) pos[i] = (i * 13) % P;
+  Both positions = both_i64(gpu, Shape{B * T}, pos);
+  for (bool with_positions : {false, true}) {
+    Both x = both(gpu, Shape{B, T, H, D}, normal(B * T * H * D, 19));
+    const Tensor pc = with_positions ? positions.c.tensor() : Tensor();
+    const Tensor pg = with_positions ? positions.g.tensor() : Tensor();
+    cpu().rope_forward(x.c, cos.c, sin.c, pc);
+    gpu.rope_forward(x.g, cos.g, sin.g, pg);
+    EXPECT_LE(diff(gpu, x), kElementwise);
+    cpu().rope_backward(x.c, cos.c, sin.c, pc);
+    gpu.rope_backward(x.g, cos.g, sin.g, pg);
+    EXPECT_LE(diff(gpu, x), kElementwise);
+  }
+  pos[5] = P;  // outside the tables: reported at the next synchronisation
+  Buffer bad = put_i64(gpu, Shape{B * T}, pos);
+  Buffer x = put(gpu, Shape{B, T, H, D}, normal(B * T * H * D, 20));
+  EXPECT_THROW(
+      {
+        gpu.rope_forward(x, cos.g, sin.g, bad);
+        gpu.synchronize();
+      },
+      core::Error);
+}
+
+struct AttentionCase {
+  std::int64_t B, T, Hq, Hkv, D, window;
+  std::vector<std::int64_t> doc_begins;  // document starts inside each row (besides 0)
+};
+
+std::vector<std::int64_t> doc_starts(const AttentionCase& c) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    std::int64_t cur = 0;
+    for (std::int64_t t = 0; t < c.T; ++t) {
+      for (std::int64_t x : c.doc_begins)
+        if (x == t) cur = t;
+      out.push_back(cur);
+    }
+  }
+  return out;
+}
+
+class CudaAttention : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
+  REQUIRE_CUDA(gpu);
+  const AttentionCase& c = GetParam();
+  const Shape qs{c.B, c.T, c.Hq, c.D}, ks{c.B, c.T, c.Hkv, c.D};
+  Both q = both(gpu, qs, normal(qs.numel(), 21)), k = both(gpu, ks, normal(ks.numel(), 22));
+  Both v = both(gpu, ks, normal(ks.numel(), 23));
+  Both out = zeros(gpu, qs), lse = zeros(gpu, Shape{c.B, c.Hq, c.T});
+  Both docs = both_i64(gpu, Shape{c.B * c.T}, doc_starts(c));
+  const bool with_docs = !c.doc_begins.empty();
+  const Tensor dc = with_docs ? docs.c.tensor() : Tensor(),
+               dg = with_docs ? docs.g.tensor() : Tensor();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  cpu().attention_forward(q.c, k.c, v.c, out.c, lse.c, c.window, scale, dc);
+  gpu.attention_forward(q.g, k.g, v.g, out.g, lse.g, c.window, scale, dg);
+  // Scores are D-term sums, outputs T-term weighted sums.
+  EXPECT_LE(diff(gpu, out), reduction_bound(c.D + c.T));
+  EXPECT_LE(diff(gpu, lse), reduction_bound(c.D + c.T));
+
+  Both dout = both(gpu, qs, normal(qs.numel(), 24));
+  Both dq = zeros(gpu, qs), dk = zeros(gpu, ks), dv = zeros(gpu, ks);
+  cpu().attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c, c.window, scale,
+                           dc);
+  gpu.attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g, c.window, scale,
+                         dg);
+  // dP and delta are D-term sums; dK and dV sum over the group's queries.
+  const double bound = reduction_bound(2 * c.D + (c.Hq / c.Hkv) * c.T);
+  EXPECT_LE(diff(gpu, dq), bound);
+  EXPECT_LE(diff(gpu, dk), bound);
+  EXPECT_LE(diff(gpu, dv), bound);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttention,
+    ::testing::Values(AttentionCase{2, 77, 6, 2, 16, 0, {}},              // GQA, full causal
+                      AttentionCase{2, 77, 6, 2, 16, 5, {}},              // small window
+                      AttentionCase{1, 300, 4, 1, 128, 64, {}},           // OLMo head_dim, MQA
+                      AttentionCase{1, 150, 3, 3, 13, 0, {}},             // odd head_dim
+                      AttentionCase{1, 64, 2, 1, 256, 0, {}},             // the largest head_dim
+                      AttentionCase{2, 100, 4, 2, 32, 20, {30, 31, 70}},  // documents + window
+                      AttentionCase{1, 90, 2, 1, 64, 0, {1, 45, 89}}));   // one-token documents
+
+TEST(CudaOps, AttentionRejectsBadDocumentStarts) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t B = 1, T = 8, H = 1, D = 8;
+  Buffer q = put(gpu, Shape{B, T, H, D}, normal(T * D, 25));
+  Buffer out = put(gpu, Shape{B, T, H, D}, normal(T * D, 26));
+  Buffer lse = put(gpu, Shape{B, H, T}, normal(T, 27));
+  Buffer docs =
+      put_i64(gpu, Shape{B * T}, {0, 0, 0, 5, 4, 4, 4, 4});  // starts after t=3, decreases
+  EXPECT_THROW(
+      {
+        gpu.attention_forward(q, q, q, out, lse, 0, 0.5f, docs);
+        gpu.synchronize();
+      },
+      core::Error);
+}
+
+TEST(CudaOps, ElementwiseOpsMatchCpu) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t n = 1000;
+  Both g = both(gpu, Shape{n}, normal(n, 28, 3.0f)), u = both(gpu, Shape{n}, normal(n, 29));
+  Both h = zeros(gpu, Shape{n});
+  cpu().swiglu_forward(g.c, u.c, h.c);
+  gpu.swiglu_forward(g.g, u.g, h.g);
+  EXPECT_LE(diff(gpu, h), kElementwise);
+  Both dh = both(gpu, Shape{n}, normal(n, 30)), dg = zeros(gpu, Shape{n});
+  cpu().swiglu_backward(g.c, u.c, dh.c, dg.c, u.c);  // du aliasing u, as the model does
+  gpu.swiglu_backward(g.g, u.g, dh.g, dg.g, u.g);
+  EXPECT_LE(diff(gpu, dg), kElementwise);
+  EXPECT_LE(diff(gpu, u), kElementwise);
+
+  Both a = both(gpu, Shape{n}, normal(n, 31)), b = both(gpu, Shape{n}, normal(n, 32));
+  cpu().add(a.c, b.c, a.c);  // y aliasing a
+  gpu.add(a.g, b.g, a.g);
+  EXPECT_TRUE(bit_identical(get(gpu, a.g), get(cpu(), a.c)));
+  cpu().scale(a.c, 0.3f);
+  gpu.scale(a.g, 0.3f);
+  EXPECT_TRUE(bit_identical(get(gpu, a.g), get(cpu(), a.c)));
+  cpu().fill(b.c, -2.5f);
+  gpu.fill(b.g, -2.5f);
+  EXPECT_TRUE(bit_identical(get(gpu, b.g), get(cpu(), b.c)));
+
+  const std::int64_t rows = 40, d = 33;
+  Both src = both(gpu, Shape{rows, d}, normal(rows * d, 33));
+  Both index = both_i64(gpu, Shape{5}, {39, 0, 7, 7, 12});
+  Both dst = zeros(gpu, Shape{5, d});
+  cpu().gather_rows(src.c, index.c, dst.c);
+  gpu.gather_rows(src.g, index.g, dst.g);
+  EXPECT_TRUE(bit_identical(get(gpu, dst.g), get(cpu(), dst.c)));
+  Buffer bad = put_i64(gpu, Shape{5}, {1, 2, 40, 3, 4});
+  EXPECT_THROW(
+      {
+        gpu.gather_rows(src.g, bad, dst.g);
+        get(gpu, dst.g);
+      },
+      core::Error);
+}
+
+TEST(CudaOps, FusedCrossEntropyMatchesCpuOverSeveralChunks) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t N = 300, d = 64, V = 1000;
+  std::vector<std::int64_t> labels(N);
+  for (std::int64_t n = 0; n < N; ++n) labels[n] = n % 7 == 3 ? -100 : (n * 31 + 5) % V;
+  for (std::int64_t n = 128; n < 192; ++n) labels[n] = -100;  // a whole chunk of 64 ignored
+  Both hidden = both(gpu, Shape{N, d}, normal(N * d, 34));
+  Both w = both(gpu, Shape{V, d}, normal(V * d, 35, 0.2f));
+  Both label = both_i64(gpu, Shape{N}, labels);
+  for (const char* chunk : {"64", ""}) {  // several chunks (one all-ignored), then the default
+    if (*chunk)
+      setenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS", chunk, 1);
+    else
+      unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
+    Both dh = both(gpu, Shape{N, d}, normal(N * d, 36));  // overwritten
+    Both dw = both(gpu, Shape{V, d}, normal(V * d, 37));  // accumulated
+    const auto rc =
+        cpu().lm_head_cross_entropy(hidden.c, w.c, label.c, 1e-4f, 1.0f / N, dh.c, dw.c);
+    const auto rg = gpu.lm_head_cross_entropy(hidden.g, w.g, label.g, 1e-4f, 1.0f / N, dh.g, dw.g);
+    EXPECT_EQ(rg.count, rc.count);
+    EXPECT_NEAR(rg.ce_sum, rc.ce_sum, reduction_bound(d) * std::fabs(rc.ce_sum)) << chunk;
+    EXPECT_NEAR(rg.z_sum, rc.z_sum, reduction_bound(d) * std::fabs(rc.z_sum)) << chunk;
+    EXPECT_LE(diff(gpu, dh), reduction_bound(V + d)) << chunk;
+    EXPECT_LE(diff(gpu, dw), reduction_bound(N + d)) << chunk;
+    // Loss only: no gradient outputs.
+    const auto lg = gpu.lm_head_cross_entropy(hidden.g, w.g, label.g, 1e-4f, 1.0f, {}, {});
+    EXPECT_EQ(lg.ce_sum, rg.ce_sum);
+  }
+  unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
+  labels[3] = V;
+  Buffer bad = put_i64(gpu, Shape{N}, labels);
+  EXPECT_THROW(gpu.lm_head_cross_entropy(hidden.g, w.g, bad, 0.0f, 1.0f, {}, {}), core::Error);
+}
+
+TEST(CudaOps, TokenLogProbsMatchCpu) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t n = 20, V = 1000;
+  Both logits = both(gpu, Shape{n, V}, normal(n * V, 38, 3.0f));
+  std::vector<std::int64_t> t(n);
+  for (std::int64_t i = 0; i < n; ++i) t[i] = (i * 97) % V;
+  Both targets = both_i64(gpu, Shape{n}, t);
+  const auto a = cpu().token_log_probs(logits.c, targets.c);
+  const auto b = gpu.token_log_probs(logits.g, targets.g);
+  ASSERT_EQ(a.size(), b.size());
+  // Both in double over fp32 logits: V-term double sums, far below fp32 rounding.
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-12 * (1 + std::fabs(a[i])));
+}
+
+TEST(CudaOps, SumOfSquaresAndAdamWMatchCpuBitForBit) {
+  REQUIRE_CUDA(gpu);
+  for (std::int64_t n : {5, 16384 * 3 + 1234}) {
+    Both x = both(gpu, Shape{n}, normal(n, 39));
+    EXPECT_EQ(gpu.sum_of_squares(x.g), cpu().sum_of_squares(x.c)) << n;
+  }
+  const std::int64_t n = 10007;
+  std::vector<float> v0 = normal(n, 43);
+  for (float& x : v0) x = x * x * 1e-4f;  // second moments are non-negative
+  for (bool decay : {false, true}) {
+    Both p = both(gpu, Shape{n}, normal(n, 40)), g = both(gpu, Shape{n}, normal(n, 41, 0.01f));
+    Both m = both(gpu, Shape{n}, normal(n, 42, 0.001f)), v = both(gpu, Shape{n}, v0);
+    kernels::AdamWScalars s;
+    s.neg_step_size = static_cast<float>(-(1e-3 / (1 - 0.9 * 0.9)));
+    s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1 - 0.95 * 0.95));
+    s.decay_factor = static_cast<float>(1 - 1e-3 * 0.1);
+    s.one_minus_beta1 = 0.1f;
+    s.beta2 = 0.95f;
+    s.one_minus_beta2 = static_cast<float>(1 - 0.95);
+    s.eps = 1e-8f;
+    s.decay = decay;
+    cpu().adamw_update(p.c, g.c, m.c, v.c, s);
+    gpu.adamw_update(p.g, g.g, m.g, v.g, s);
+    EXPECT_TRUE(bit_identical(get(gpu, p.g), get(cpu(), p.c))) << "decay " << decay;
+    EXPECT_TRUE(bit_identical(get(gpu, m.g), get(cpu(), m.c)));
+    EXPECT_TRUE(bit_identical(get(gpu, v.g), get(cpu(), v.c)));
+  }
+}
+
+TEST(CudaOps, MemoryRoundTripsAndCachingAllocator) {
+  REQUIRE_CUDA(gpu);
+  EXPECT_FALSE(gpu.host_accessible());
+  const std::vector<float> values = normal(5000, 44);
+  Buffer a = put(gpu, Shape{5000}, values);
+  Buffer b = gpu.allocate(DType::f32, Shape{5000});
+  gpu.copy(b, a);
+  EXPECT_TRUE(bit_identical(get(gpu, b), values));
+  gpu.zero(b);
+  EXPECT_EQ(get(gpu, b), std::vector<float>(5000, 0.0f));
+  const kernels::MemoryStats before = gpu.memory_stats();
+  EXPECT_GT(before.in_use, 0);
+  EXPECT_GE(before.peak_in_use, before.in_use);
+  EXPECT_GE(before.reserved, before.in_use);
+  // A freed block of the same size is reused: no new device memory for a repeated allocation.
+  for (int i = 0; i < 10; ++i) {
+    Buffer t = gpu.allocate(DType::f32, Shape{1 << 20});
+    gpu.zero(t);
+  }
+  const kernels::MemoryStats after = gpu.memory_stats();
+  EXPECT_LE(after.reserved, before.reserved + (std::int64_t{4} << 20) + (std::int64_t{2} << 20));
+  EXPECT_EQ(after.in_use, before.in_use);
+  EXPECT_GT(gpu.peak_flops(DType::f32), 1e12);
+  EXPECT_GT(gpu.peak_flops(DType::bf16), gpu.peak_flops(DType::f32));
+  EXPECT_NE(gpu.describe().find("cuda: "), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::cuda_testing

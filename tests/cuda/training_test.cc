@@ -1,0 +1,151 @@
+// `tandem train` with `backend: cuda` on the curve-parity recipe (tests/fixtures/train): the GPU
+// run follows the PyTorch reference's losses as the CPU run does (1e-4 relative, fp32), follows
+// the CPU backend's run from the same weights and batches (1e-4 relative per step), repeats bit
+// for bit, and a checkpoint written on one backend resumes on the other and continues the curve
+// (checkpoints are host files, independent of the backend that wrote them). The same under the
+// bf16 precision policy (precision=bf16), with the bound for a bf16 run against the CPU
+// backend's bf16 run: 1e-3 relative per step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "../support/test_support.h"
+#include "cuda_test_util.h"
+#include "tandem/core/atomic_file.h"
+
+namespace tandem {
+namespace {
+
+using testing::fixture;
+using testing::run_tandem;
+
+std::string args(const std::string& backend, const std::string& run, int steps,
+                 const std::string& extra = "") {
+  return "train " + fixture("train/parity.yaml") +
+         " trainer.init_from=" + fixture("train/init_hf") + " trainer.save_folder=" + run +
+         " trainer.max_steps=" + std::to_string(steps) +
+         " trainer.progress=false evaluation.interval=0 backend=" + backend + " " + extra;
+}
+
+std::vector<nlohmann::json> train(const std::string& backend, const std::string& run, int steps,
+                                  const std::string& extra = "") {
+  auto r = run_tandem(args(backend, run, steps, extra));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return testing::read_metrics(run + "/metrics.jsonl");
+}
+
+double rel(double a, double b) { return std::fabs(a - b) / std::fabs(b); }
+
+TEST(CudaTraining, CurveFollowsThePyTorchReferenceAndTheCpuRun) {
+  REQUIRE_GPU();
+  const auto gpu_run = train("cuda", testing::temp_dir("cuda_curve"), 100);
+  std::ifstream in(fixture("train/reference_losses.json"));
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  ASSERT_EQ(gpu_run.size(), ref["steps"].size());
+  double worst_ref = 0.0;
+  for (std::size_t i = 0; i < gpu_run.size(); ++i) {
+    const double r =
+        rel(gpu_run[i]["train/loss"].get<double>(), ref["steps"][i]["train/loss"].get<double>());
+    worst_ref = std::max(worst_ref, r);
+    EXPECT_LE(r, 1e-4) << "step " << gpu_run[i]["step"];
+  }
+  // The CPU backend's run of the first 30 steps from the same weights and batches.
+  const auto cpu_run = train("cpu", testing::temp_dir("cpu_curve"), 30);
+  ASSERT_EQ(cpu_run.size(), 30u);
+  double worst_cpu = 0.0;
+  for (std::size_t i = 0; i < cpu_run.size(); ++i) {
+    const double r =
+        rel(gpu_run[i]["train/loss"].get<double>(), cpu_run[i]["train/loss"].get<double>());
+    worst_cpu = std::max(worst_cpu, r);
+    EXPECT_LE(r, 1e-4) << "step " << cpu_run[i]["step"];
+    EXPECT_EQ(gpu_run[i]["tokens"], cpu_run[i]["tokens"]);
+  }
+  RecordProperty("worst_loss_rel_vs_reference", std::to_string(worst_ref));
+  RecordProperty("worst_loss_rel_vs_cpu", std::to_string(worst_cpu));
+}
+
+TEST(CudaTraining, RepeatedRunIsBitIdentical) {
+  REQUIRE_GPU();
+  const std::string a = testing::temp_dir("cuda_repeat_a"), b = testing::temp_dir("cuda_repeat_b");
+  const auto ma = train("cuda", a, 20), mb = train("cuda", b, 20);
+  ASSERT_EQ(ma.size(), mb.size());
+  for (std::size_t i = 0; i < ma.size(); ++i)
+    for (const char* key : {"train/loss", "train/z_loss", "train/grad_norm"})
+      EXPECT_EQ(ma[i][key], mb[i][key]) << key << " at step " << ma[i]["step"];
+  EXPECT_EQ(core::read_file(a + "/checkpoints/step-000020/model/model.safetensors"),
+            core::read_file(b + "/checkpoints/step-000020/model/model.safetensors"));
+}
+
+// Stage on one backend, continue on the other: the continued steps follow an uninterrupted run
+// on the first backend.
+void switch_backends(const std::string& first, const std::string& second,
+                     const std::string& extra = "", double bound = 1e-4) {
+  const std::string tag = first + (extra.empty() ? "" : "_bf16");
+  const std::string straight = testing::temp_dir("switch_straight_" + tag);
+  const auto full = train(first, straight, 24, extra);
+  const std::string run = testing::temp_dir("switch_" + tag + "_to_" + second);
+  train(first, run, 12, "trainer.save_interval=12 " + extra);
+  auto r = run_tandem(args(second, run, 24, extra));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  const auto resumed = testing::read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(resumed.size(), full.size());
+  for (std::size_t i = 12; i < full.size(); ++i) {
+    EXPECT_EQ(resumed[i]["step"], full[i]["step"]);
+    EXPECT_EQ(resumed[i]["tokens"], full[i]["tokens"]);  // the same data order
+    EXPECT_LE(rel(resumed[i]["train/loss"].get<double>(), full[i]["train/loss"].get<double>()),
+              bound)
+        << first << " -> " << second << " step " << full[i]["step"];
+  }
+}
+
+TEST(CudaTraining, CpuCheckpointResumesOnTheGpu) {
+  REQUIRE_GPU();
+  switch_backends("cpu", "cuda");
+}
+
+TEST(CudaTraining, GpuCheckpointResumesOnTheCpu) {
+  REQUIRE_GPU();
+  switch_backends("cuda", "cpu");
+}
+
+// bf16: the GPU's run follows the CPU backend's bf16 run from the same weights and batches.
+TEST(CudaTraining, Bf16CurveFollowsTheCpuBf16Run) {
+  REQUIRE_GPU();
+  const auto gpu_run = train("cuda", testing::temp_dir("cuda_bf16_curve"), 30, "precision=bf16");
+  const auto cpu_run = train("cpu", testing::temp_dir("cpu_bf16_curve"), 30, "precision=bf16");
+  ASSERT_EQ(gpu_run.size(), 30u);
+  ASSERT_EQ(cpu_run.size(), 30u);
+  double worst = 0.0;
+  for (std::size_t i = 0; i < cpu_run.size(); ++i) {
+    const double r =
+        rel(gpu_run[i]["train/loss"].get<double>(), cpu_run[i]["train/loss"].get<double>());
+    worst = std::max(worst, r);
+    EXPECT_LE(r, 1e-3) << "step " << cpu_run[i]["step"];
+    EXPECT_EQ(gpu_run[i]["tokens"], cpu_run[i]["tokens"]);
+  }
+  RecordProperty("worst_bf16_loss_rel_vs_cpu", std::to_string(worst));
+}
+
+TEST(CudaTraining, Bf16RepeatedRunIsBitIdentical) {
+  REQUIRE_GPU();
+  const std::string a = testing::temp_dir("cuda_bf16_repeat_a"),
+                    b = testing::temp_dir("cuda_bf16_repeat_b");
+  const auto ma = train("cuda", a, 20, "precision=bf16"),
+             mb = train("cuda", b, 20, "precision=bf16");
+  ASSERT_EQ(ma.size(), mb.size());
+  for (std::size_t i = 0; i < ma.size(); ++i)
+    for (const char* key : {"train/loss", "train/z_loss", "train/grad_norm"})
+      EXPECT_EQ(ma[i][key], mb[i][key]) << key << " at step " << ma[i]["step"];
+  EXPECT_EQ(core::read_file(a + "/checkpoints/step-000020/model/model.safetensors"),
+            core::read_file(b + "/checkpoints/step-000020/model/model.safetensors"));
+}
+
+TEST(CudaTraining, Bf16CpuCheckpointResumesOnTheGpu) {
+  REQUIRE_GPU();
+  switch_backends("cpu", "cuda", "precision=bf16", 1e-3);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,167 @@
+// `tandem plan` (train/plan.h) against the trainer's own accounting: on the curve-parity config,
+// for each recompute policy under fp32 and two under bf16, the planned parameters, compute weights,
+// gradients, Adam moments and activations are the numbers `tandem train` logs, and the planned
+// backend memory is the backend's measured peak during the first step, to the byte. Plus the
+// planner's rules on configs too large to run here (OLMo 3 7B): replicated state is 16 bytes per
+// parameter, ZeRO-1 divides the moments, FSDP divides parameters, gradients and moments, recompute
+// lowers activations, and a batch that does not split over the ranks is an error that says what
+// would.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "../support/test_support.h"
+#include "tandem/core/error.h"
+#include "tandem/train/plan.h"
+
+namespace tandem {
+namespace {
+
+using testing::fixture;
+
+std::int64_t logged(const std::string& output, const std::string& pattern) {
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(output, m, std::regex(pattern))) << pattern << "\n" << output;
+  return m.empty() ? -1 : std::stoll(m[1]);
+}
+
+TEST(Plan, MatchesTheTrainersAccountingAndMeasuredBackendPeak) {
+  const std::vector<std::pair<std::string, std::string>> runs = {{"none", "fp32"},
+                                                                 {"selective", "fp32"},
+                                                                 {"full", "fp32"},
+                                                                 {"none", "bf16"},
+                                                                 {"full", "bf16"}};
+  for (const auto& [policy, precision] : runs) {
+    SCOPED_TRACE(policy + " " + precision);
+    auto p = testing::run_tandem("plan " + fixture("train/parity.yaml") +
+                                 " --device cpu --json --recompute " + policy + " --precision " +
+                                 precision);
+    ASSERT_EQ(p.exit_code, 0) << p.output;
+    const nlohmann::json plan = nlohmann::json::parse(p.output.substr(p.output.find('{')));
+    const std::string dir = testing::temp_dir("plan_" + policy + "_" + precision);
+    auto r = testing::run_tandem("train " + fixture("train/parity.yaml") +
+                                 " trainer.save_folder=" + dir +
+                                 " trainer.max_steps=1 evaluation.interval=0 "
+                                 "trainer.peak_tflops=0.1 trainer.recompute=" +
+                                 policy + " precision=" + precision);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json& mem = plan["memory"];
+    EXPECT_EQ(mem["parameters"].get<double>(), logged(r.output, R"(parameters (\d+) B)"));
+    EXPECT_EQ(mem["gradients"].get<double>(), logged(r.output, R"(gradients (\d+) B)"));
+    EXPECT_EQ(mem["compute weights"].get<double>(),
+              precision == "fp32" ? 0 : logged(r.output, R"(compute weights (\d+) B)"));
+    EXPECT_EQ(mem["optimiser state"].get<double>(), logged(r.output, R"(Adam moments (\d+) B)"));
+    EXPECT_EQ(mem["activations"].get<double>(), logged(r.output, R"(saved activations (\d+) B)"));
+    EXPECT_EQ(plan["memory_backend"].get<double>(),
+              logged(r.output, R"(after the first step: \d+ B \([\d.]+ MiB\) held, peak (\d+) B)"));
+  }
+}
+
+train::PlanInput olmo3_7b(int world, dist::Strategy strategy, model::Recompute recompute) {
+  train::PlanInput in =
+      train::read_plan_input(std::string(TANDEM_SOURCE_DIR) + "/configs/olmo3-7b-stage1.yaml", {});
+  in.world_size = world;
+  in.device = train::device_spec("h200");
+  in.dist.strategy = strategy;
+  in.recompute = recompute;
+  in.bf16 = true;
+  return in;
+}
+
+double item(const train::Plan& p, const std::string& name) {
+  for (const auto& m : p.memory)
+    if (m.name == name) return m.bytes;
+  ADD_FAILURE() << "no memory item " << name;
+  return 0;
+}
+
+TEST(Plan, StrategiesAndRecomputeOnOlmo3_7B) {
+  using dist::Strategy;
+  using model::Recompute;
+  const train::Plan ddp = train::make_plan(olmo3_7b(8, Strategy::kDdp, Recompute::kNone));
+  const double n = static_cast<double>(ddp.input.model.total_params());
+  EXPECT_GT(n, 7e9);
+  // Replicated fp32 weights, gradients and two moments: 16 bytes per parameter (~117 GB), which
+  // with activations cannot fit an H200.
+  EXPECT_NEAR(item(ddp, "parameters") + item(ddp, "gradients") + item(ddp, "optimiser state"),
+              16 * n, 0.001 * 16 * n);
+  EXPECT_FALSE(ddp.fits);
+  const train::Plan zero1 = train::make_plan(olmo3_7b(8, Strategy::kZero1, Recompute::kNone));
+  EXPECT_NEAR(item(zero1, "optimiser state"), 8 * n / 8, 0.001 * n);
+  EXPECT_EQ(item(zero1, "parameters"), item(ddp, "parameters"));
+  const train::Plan fsdp = train::make_plan(olmo3_7b(64, Strategy::kFsdp, Recompute::kSelective));
+  EXPECT_NEAR(item(fsdp, "parameters"), 4 * n / 64, 0.01 * 4 * n / 64);
+  EXPECT_NEAR(item(fsdp, "optimiser state"), 8 * n / 64, 0.01 * 8 * n / 64);
+  EXPECT_TRUE(fsdp.fits);
+  EXPECT_LT(fsdp.total_bytes, 141e9);
+  // Recompute: full < selective < none in activations, and costs executed FLOPs.
+  const train::Plan none = train::make_plan(olmo3_7b(64, Strategy::kFsdp, Recompute::kNone));
+  const train::Plan full = train::make_plan(olmo3_7b(64, Strategy::kFsdp, Recompute::kFull));
+  EXPECT_LT(item(full, "activations"), item(fsdp, "activations"));
+  EXPECT_LT(item(fsdp, "activations"), item(none, "activations"));
+  EXPECT_GT(full.executed_flops_per_token, fsdp.executed_flops_per_token);
+  EXPECT_GT(fsdp.executed_flops_per_token, none.executed_flops_per_token);
+  EXPECT_EQ(none.executed_flops_per_token, none.model_flops_per_token);
+  // Unimplemented strategies say so in the plan.
+  ASSERT_FALSE(fsdp.notes.empty());
+  EXPECT_NE(fsdp.notes[0].find("does not shard"), std::string::npos) << fsdp.notes[0];
+}
+
+TEST(Plan, ABatchThatDoesNotSplitNamesTheBatchThatWould) {
+  try {
+    train::make_plan(olmo3_7b(1024, dist::Strategy::kFsdp, model::Recompute::kFull));
+    FAIL() << "no error";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.global_batch_size=8388608"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(train::device_spec("tpu"), core::Error);
+}
+
+TEST(Plan, TheTrainerRefusesStrategiesItDoesNotImplement) {
+  const std::string dir = testing::temp_dir("plan_fsdp");
+  auto r =
+      testing::run_tandem("train " + fixture("train/parity.yaml") + " trainer.save_folder=" + dir +
+                          " trainer.max_steps=1 dist.strategy=fsdp");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("dist.strategy fsdp is not implemented"), std::string::npos) << r.output;
+}
+
+TEST(Plan, TextReportNamesEveryItemAndComparesTheAlternatives) {
+  auto p = testing::run_tandem("plan " + std::string(TANDEM_SOURCE_DIR) +
+                               "/configs/olmo3-7b-stage1.yaml --world-size 64 --strategy fsdp "
+                               "--recompute selective --precision bf16");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  for (const char* text :
+       {"parameters", "gradients", "optimiser state", "activations", "workspace", "compute weights",
+        "unit gradients", "held by the backend", "fits of 141.00 GB", "tokens/s per device",
+        "does not shard", "alternatives at this world size", "zero1"})
+    EXPECT_NE(p.output.find(text), std::string::npos) << text << "\n" << p.output;
+  auto bad = testing::run_tandem("plan " + fixture("train/parity.yaml") + " --device tpu");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("unknown device 'tpu'"), std::string::npos) << bad.output;
+}
+
+TEST(Plan, DistKeysOfShardedStrategiesAreChecked) {
+  auto parse = [](const std::string& yaml) {
+    return dist::read_dist_config(io::ConfigSection(YAML::Load(yaml), "dist", "run.yaml"));
+  };
+  const dist::DistConfig hsdp = parse("{strategy: hsdp, shard_group_size: 4}");
+  EXPECT_EQ(hsdp.strategy, dist::Strategy::kHsdp);
+  EXPECT_EQ(dist::shard_group_size(hsdp, 8), 4);
+  EXPECT_EQ(dist::shard_group_size(parse("{strategy: fsdp}"), 8), 8);
+  EXPECT_EQ(dist::shard_group_size(parse("{strategy: zero1}"), 8), 1);
+  EXPECT_THROW(dist::shard_group_size(hsdp, 6), core::Error);  // 4 does not divide 6
+  for (const char* bad :
+       {"{strategy: hsdp}", "{strategy: fsdp, shard_group_size: 2}", "{strategy: zero3}"}) {
+    try {
+      parse(bad);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dist"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem
