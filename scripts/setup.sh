@@ -10,6 +10,8 @@ packages=(
   libcli11-dev libfmt-dev libssl-dev libflatbuffers-dev
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-matplotlib
+  # fuzz/ (libFuzzer with ASan + UBSan) and OpenMP for clang: scripts/fuzz.sh
+  clang libclang-rt-dev libomp-dev
 )
 
 missing=()

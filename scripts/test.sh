@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# README command 2: install what is missing, build, run the whole test suite.
+# README command 2 and CI (.ci/run): install what is missing, build, run the whole test suite;
+# then the same suite under ASan + UBSan (scripts/test_sanitized.sh) and every fuzz target for
+# a short fixed time (scripts/fuzz.sh). docs/reliability.md explains the budget.
+#   TANDEM_CI_SANITIZE=0          skip the sanitizer stage
+#   TANDEM_CI_FUZZ_SECONDS=N      seconds per fuzz target (default 20; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 # Real data the parity tests read (dolma2 tokenizer, Debian-doc corpus); cached after the first run.
 bash scripts/fetch_data.sh
-cd "${TANDEM_BUILD_DIR:-build}"
-# Passive OpenMP waits: two test processes share the cores without spinning against each other.
-OMP_WAIT_POLICY=passive ctest --output-on-failure -j "$(nproc)" --timeout 900
+(
+  cd "${TANDEM_BUILD_DIR:-build}"
+  # Passive OpenMP waits: two test processes share the cores without spinning against each other.
+  OMP_WAIT_POLICY=passive ctest --output-on-failure -j "$(nproc)" --timeout 900
+)
+if [[ "${TANDEM_CI_SANITIZE:-1}" != 0 ]]; then
+  bash scripts/test_sanitized.sh
+fi
+fuzz_seconds=${TANDEM_CI_FUZZ_SECONDS:-20}
+if [[ "$fuzz_seconds" != 0 ]]; then
+  bash scripts/fuzz.sh "$fuzz_seconds"
+fi

@@ -81,6 +81,18 @@ TEST_F(DataMixErrors, MalformedLinesNameTheLine) {
   EXPECT_NE(error_of("# nothing\n").find("lists no files"), std::string::npos);
 }
 
+// Paths from the manifest stay inside mix_base_dir (docs/reliability.md).
+TEST_F(DataMixErrors, PathsThatLeaveTheBaseDirectoryAreRefused) {
+  EXPECT_NE(error_of("a,x/{TOKENIZER}/a.npy\nb,../{TOKENIZER}/a.npy\n")
+                .find("line 2: the path '../{TOKENIZER}/a.npy' is absolute or climbs out"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of("a,/etc/{TOKENIZER}/a.npy\n").find("line 1: the path '/etc/{TOKENIZER}/a.npy'"),
+      std::string::npos);
+  EXPECT_NE(error_of("a,x/{TOKENIZER}/../../../a.npy\n").find("climbs out with '..'"),
+            std::string::npos);
+}
+
 TEST_F(DataMixErrors, ConfigErrorsNameTheKeyOrFile) {
   const std::string m = manifest("src,x/{TOKENIZER}/a.npy\nsrc,x/{TOKENIZER}/missing.npy\n");
   auto err = [&](const std::string& keys) -> std::string {

@@ -64,5 +64,29 @@ TEST(ArrowStream, ErrorsNameTheFileOrColumn) {
   std::filesystem::remove(tmp);
 }
 
+// state.json names the Arrow files: a name leading out of the folder is refused, and a wrong
+// type is named instead of escaping as a library exception.
+TEST(ArrowStream, DataFileNamesStayInsideTheFolder) {
+  const auto dir = std::filesystem::temp_directory_path() / "tandem_arrow_state_names";
+  std::filesystem::create_directories(dir);
+  const std::string state = (dir / "state.json").string();
+  auto error_of = [&](const std::string& json) {
+    core::write_file_atomic(state, json);
+    try {
+      read_hf_dataset_dir(dir.string());
+    } catch (const core::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(R"({"_data_files": [{"filename": "../outside.arrow"}]})").find("'..'"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"_data_files": [{"filename": "/etc/passwd"}]})").find("absolute path"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"_data_files": [{"filename": 3}]})").find("field 'filename'"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem::io

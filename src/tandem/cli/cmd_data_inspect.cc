@@ -11,6 +11,7 @@
 #include "tandem/core/error.h"
 #include "tandem/io/token_file.h"
 #include "tandem/io/token_file_writer.h"
+#include "tandem/io/token_sidecar.h"
 #include "tandem/tokenizer/tokenizer.h"
 
 namespace tandem::cli {
@@ -30,34 +31,33 @@ nlohmann::json inspect(const InspectArgs& a) {
   TANDEM_CHECK(std::filesystem::exists(a.file), "token file {} does not exist", a.file);
   std::optional<tokenizer::Tokenizer> tok;
   if (!a.tokenizer.empty()) tok.emplace(tokenizer::Tokenizer::from_file(a.tokenizer));
-  nlohmann::json sidecar;
+  std::optional<io::TokenSidecar> sidecar;
   std::string sidecar_path = io::sidecar_path_for(a.file);
-  if (std::filesystem::exists(sidecar_path)) {
-    try {
-      sidecar = nlohmann::json::parse(core::read_file(sidecar_path));
-    } catch (const nlohmann::json::exception& e) {
-      core::fail("{}: invalid sidecar JSON: {}", sidecar_path, e.what());
-    }
-  }
+  if (std::filesystem::exists(sidecar_path))
+    sidecar = io::parse_token_sidecar(core::read_file(sidecar_path), sidecar_path);
   // dtype: flag, else sidecar, else the tokenizer's vocabulary.
   std::string dtype_name = a.dtype;
-  if (dtype_name.empty() && sidecar.is_object()) dtype_name = sidecar.value("dtype", "");
+  if (dtype_name.empty() && sidecar) dtype_name = io::token_dtype_name(sidecar->dtype);
   if (dtype_name.empty() && tok)
     dtype_name = io::token_dtype_name(io::token_dtype_for_vocab(tok->vocab_size()));
   TANDEM_CHECK(!dtype_name.empty(),
                "cannot tell the dtype of {} (no sidecar): pass --dtype or --tokenizer", a.file);
   io::TokenFile file(a.file, io::token_dtype_from_name(dtype_name));
   std::int64_t eos = a.eos_id;
-  if (eos < 0 && sidecar.is_object() && sidecar.contains("eos_id"))
-    eos = sidecar["eos_id"].get<std::int64_t>();
+  if (eos < 0 && sidecar) eos = static_cast<std::int64_t>(sidecar->eos_id);
   if (eos < 0 && tok && tok->eos_id()) eos = *tok->eos_id();
   if (eos < 0) eos = 100257;  // dolma2
 
   std::uint64_t documents = 0, max_id = 0;
-  for (std::uint64_t i = 0; i < file.num_tokens(); ++i) {
-    std::uint64_t t = file.token(i);
-    documents += t == static_cast<std::uint64_t>(eos);
-    max_id = std::max(max_id, t);
+  std::vector<std::int64_t> block;
+  for (std::uint64_t start = 0; start < file.num_tokens(); start += 1 << 16) {
+    block.resize(std::min<std::uint64_t>(1 << 16, file.num_tokens() - start));
+    file.read(start, block.size(), block.data());
+    for (std::int64_t id : block) {
+      const auto t = static_cast<std::uint64_t>(id);
+      documents += t == static_cast<std::uint64_t>(eos);
+      max_id = std::max(max_id, t);
+    }
   }
   nlohmann::json out = {
       {"file", a.file},
@@ -68,11 +68,10 @@ nlohmann::json inspect(const InspectArgs& a) {
       {"max_id", max_id},
       {"ends_with_eos", file.num_tokens() > 0 &&
                             file.token(file.num_tokens() - 1) == static_cast<std::uint64_t>(eos)}};
-  if (sidecar.is_object()) {
+  if (sidecar) {
     out["sidecar"] = sidecar_path;
-    bool ok = sidecar.value("tokens", std::uint64_t{0}) == file.num_tokens() &&
-              (file.num_tokens() == 0 ||
-               sidecar.value("checksum", "") == io::token_file_checksum(a.file));
+    bool ok = sidecar->tokens == file.num_tokens() && sidecar->dtype == file.dtype() &&
+              (file.num_tokens() == 0 || sidecar->checksum == io::token_file_checksum(a.file));
     out["sidecar_matches"] = ok;
   }
   std::vector<std::uint32_t> sample(std::min<std::uint64_t>(a.sample_tokens, file.num_tokens()));

@@ -40,6 +40,7 @@ int run_parity(const ParityArgs& a) {
     TANDEM_CHECK(ids[i] >= 0 && ids[i] < model->config().vocab_size,
                  "{}: token id {} at position {} is outside the vocabulary [0, {})", a.tokens,
                  ids[i], i, model->config().vocab_size);
+  TANDEM_CHECK(B > 0 && T > 0, "{}: token ids of shape [{}, {}] hold no tokens", a.tokens, B, T);
   std::vector<std::int64_t> doc_start;
   if (a.doc_eos) doc_start = model::document_starts(ids.data(), B, T, *a.doc_eos, a.doc_bos);
   const std::int64_t* docs = a.doc_eos ? doc_start.data() : nullptr;
@@ -59,6 +60,13 @@ int run_parity(const ParityArgs& a) {
   io::NpyArray ref_arr = io::read_npy(a.reference);
   TANDEM_CHECK(ref_arr.shape.size() == 3 && ref_arr.shape[0] == B && ref_arr.shape[1] == T,
                "{}: reference logits must be [{}, {}, V]", a.reference, B, T);
+  // V is the model's vocabulary, or its padded embedding size: fewer columns would leave
+  // tokens out of the comparison.
+  const std::int64_t ref_vocab = ref_arr.shape[2];
+  TANDEM_CHECK(
+      ref_vocab == model->config().vocab_size || ref_vocab == model->config().embedding_size,
+      "{}: reference logits have {} columns; the model's vocabulary is {} (padded {})", a.reference,
+      ref_vocab, model->config().vocab_size, model->config().embedding_size);
   eval::LogitParity p = eval::compare_logits(logits, V, ref_arr.as_f32(), ref_arr.shape[2]);
   std::optional<eval::GradParity> g;
   if (!a.grads.empty()) g = eval::compare_gradients(*model, ids, B, T, a.grads, docs);

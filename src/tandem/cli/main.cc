@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <new>
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
@@ -30,6 +32,16 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const tandem::core::Error& e) {
     fmt::print(stderr, "tandem: error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Inputs are checked before sizes taken from them are allocated; what is left is a run
+    // too large for this machine's memory.
+    fmt::print(stderr,
+               "tandem: error: out of memory (the model, batch or data is too large for this "
+               "machine; check the sizes in the config)\n");
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    fmt::print(stderr, "tandem: error: {}\n", e.what());  // names the path(s) and the reason
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "tandem: unexpected error: {}\n", e.what());

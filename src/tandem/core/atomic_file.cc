@@ -1,16 +1,17 @@
 #include "tandem/core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/fault_injection.h"
 
 namespace tandem::core {
 
@@ -27,6 +28,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 }
 
 void AtomicFileWriter::write(const void* data, std::size_t n) {
+  fault_point("atomic_file.write");
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     ssize_t w = ::write(fd_, p, n);
@@ -66,13 +68,36 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   w.commit();
 }
 
+void for_each_file_chunk(const std::string& path, const char* purpose,
+                         const std::function<void(const char*, std::size_t)>& consume) {
+  // POSIX rather than iostreams: a directory or an I/O error becomes a message naming the path
+  // (iostreams report "basic_filebuf::underflow" or nothing at all).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open {} to {}: {}", path, purpose, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    fail("cannot {} {}: it is a directory, expected a file", purpose, path);
+  }
+  std::vector<char> buffer(1 << 20);
+  while (true) {
+    ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      fail("cannot {} {}: {}", purpose, path, std::strerror(err));
+    }
+    if (n == 0) break;
+    consume(buffer.data(), static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+}
+
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TANDEM_CHECK(in.good(), "cannot open {}", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  TANDEM_CHECK(!in.bad(), "error while reading {}", path);
-  return ss.str();
+  std::string out;
+  for_each_file_chunk(path, "read", [&](const char* data, std::size_t n) { out.append(data, n); });
+  return out;
 }
 
 }  // namespace tandem::core

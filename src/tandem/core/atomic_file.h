@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,6 +32,11 @@ class AtomicFileWriter {
 
 // Convenience: atomically replace `path` with `contents`.
 void write_file_atomic(const std::string& path, std::string_view contents);
-std::string read_file(const std::string& path);  // whole file; throws Error naming the path
+// Whole file; throws Error naming the path (missing, a directory, unreadable, an I/O error).
+std::string read_file(const std::string& path);
+// Streams a file through `consume` in chunks, with the same errors; `purpose` is the verb of the
+// message ("read", "hash": "cannot hash X: it is a directory").
+void for_each_file_chunk(const std::string& path, const char* purpose,
+                         const std::function<void(const char*, std::size_t)>& consume);
 
 }  // namespace tandem::core

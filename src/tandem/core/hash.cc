@@ -3,12 +3,12 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
-#include <fstream>
 #include <memory>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 
 namespace tandem::core {
@@ -47,15 +47,8 @@ std::string sha256_hex(std::string_view text) {
 }
 
 std::string sha256_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TANDEM_CHECK(in.good(), "cannot open {} to hash it", path);
   DigestContext d;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    d.update(buf.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  TANDEM_CHECK(in.eof(), "error while reading {} to hash it", path);
+  for_each_file_chunk(path, "hash", [&](const char* data, std::size_t n) { d.update(data, n); });
   return d.hex();
 }
 
@@ -66,19 +59,12 @@ std::uint64_t xxh64(std::span<const std::uint8_t> bytes, std::uint64_t seed) {
 std::string to_hex64(std::uint64_t value) { return fmt::format("{:016x}", value); }
 
 std::string xxh64_file_hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TANDEM_CHECK(in.good(), "cannot open {} to checksum it", path);
-  XXH64_state_t* state = XXH64_createState();
-  XXH64_reset(state, 0);
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    XXH64_update(state, buf.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  std::uint64_t h = XXH64_digest(state);
-  XXH64_freeState(state);
-  TANDEM_CHECK(in.eof(), "error while reading {} to checksum it", path);
-  return to_hex64(h);
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(),
+                                                                   &XXH64_freeState);
+  XXH64_reset(state.get(), 0);
+  for_each_file_chunk(path, "checksum",
+                      [&](const char* data, std::size_t n) { XXH64_update(state.get(), data, n); });
+  return to_hex64(XXH64_digest(state.get()));
 }
 
 }  // namespace tandem::core

@@ -116,8 +116,15 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
                  "{} ({}) must be a multiple of sequence_length ({})",
                  s.where("max_target_sequence_length"), m, c.sequence_length);
   }
+  // Buffers of global_batch_size tokens are allocated per batch: bound it (and the sequence
+  // length) far above any real recipe but below what would overflow or exhaust memory.
+  TANDEM_CHECK(c.sequence_length <= (std::int64_t{1} << 24), "{} ({}) is above the limit of 2^24",
+               s.where("sequence_length"), c.sequence_length);
   c.global_batch_size = s.get_int("global_batch_size");
   check_positive(c.global_batch_size, s.where("global_batch_size"));
+  TANDEM_CHECK(c.global_batch_size <= (std::int64_t{1} << 32),
+               "{} ({} tokens) is above the limit of 2^32", s.where("global_batch_size"),
+               c.global_batch_size);
   TANDEM_CHECK(c.global_batch_size % c.sequence_length == 0,
                "{} ({} tokens) must be a multiple of sequence_length ({})",
                s.where("global_batch_size"), c.global_batch_size, c.sequence_length);
@@ -127,6 +134,11 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
   check_positive(c.vocab_size, s.where("vocab_size"));
   c.dtype = s.has("dtype") ? io::token_dtype_from_name(s.get_string("dtype"))
                            : io::token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size));
+  // A dtype too narrow for the vocabulary would read another file's ids as garbage.
+  const io::TokenDtype needed = io::token_dtype_for_vocab(static_cast<std::uint64_t>(c.vocab_size));
+  TANDEM_CHECK(io::token_dtype_size(c.dtype) >= io::token_dtype_size(needed),
+               "{}: {} cannot hold the ids of vocab_size {} (needs {})", s.where("dtype"),
+               io::token_dtype_name(c.dtype), c.vocab_size, io::token_dtype_name(needed));
   s.mark_used("dtype");
   c.eos_token_id = s.get_int("eos_token_id");
   c.pad_token_id = s.get_int("pad_token_id");

@@ -1,5 +1,7 @@
 #include "tandem/data/data_mix.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <string_view>
 
 #include "tandem/core/atomic_file.h"
@@ -51,6 +53,15 @@ std::vector<MixEntry> read_data_mix(const std::string& manifest, const std::stri
     TANDEM_CHECK(path.find(kPlaceholder) != std::string_view::npos,
                  "{} line {}: the path '{}' has no {{TOKENIZER}} placeholder (OLMo-core refuses "
                  "such a line)",
+                 manifest, line_no, path);
+    // Names from a file stay inside its base directory (docs/reliability.md): OLMo-core's
+    // manifests hold relative paths without '..'.
+    const std::filesystem::path relative{std::string(path)};
+    TANDEM_CHECK(!relative.is_absolute() &&
+                     std::none_of(relative.begin(), relative.end(),
+                                  [](const std::filesystem::path& p) { return p == ".."; }),
+                 "{} line {}: the path '{}' is absolute or climbs out with '..'; paths are "
+                 "relative to mix_base_dir",
                  manifest, line_no, path);
     out.push_back({std::string(line.substr(0, comma)),
                    base + replace_all(std::string(path), kPlaceholder, tokenizer_id), line_no});

@@ -6,18 +6,15 @@
 #include "tandem/core/error.h"
 #include "tandem/data/data_config.h"
 #include "tandem/data/token_dataset.h"
+#include "tandem/io/json.h"
 
 namespace tandem::data {
 namespace {
 
+// Strict types: a negative count or a fractional seed is an error, not a wrapped value.
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const std::string& where) {
-  TANDEM_CHECK(j.contains(key), "{}: missing field '{}'", where, key);
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    core::fail("{}: field '{}' has the wrong type ({})", where, key, j.at(key).dump());
-  }
+  return io::json_field<T>(j, key, where);
 }
 
 std::string describe_file_changes(const std::vector<LoaderState::File>& saved,
@@ -80,7 +77,9 @@ LoaderState LoaderState::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("global_batch_size"))
     s.global_batch_size = field<std::int64_t>(j, "global_batch_size", where);
   if (j.contains("files")) {
-    for (const auto& f : field<nlohmann::json>(j, "files", where)) {
+    const auto files = field<nlohmann::json>(j, "files", where);
+    TANDEM_CHECK(files.is_array(), "{}: field 'files' must be a list", where);
+    for (const auto& f : files) {
       File file;
       file.name = field<std::string>(f, "name", where + " files[]");
       file.size_bytes = field<std::uint64_t>(f, "size", where + " files[]");
@@ -91,14 +90,7 @@ LoaderState LoaderState::from_json(const nlohmann::json& j, const std::string& w
 }
 
 LoaderState LoaderState::read(const std::string& path) {
-  std::string text = core::read_file(path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    core::fail("{}: invalid JSON: {}", path, e.what());
-  }
-  return from_json(j, path);
+  return from_json(io::read_json_file(path), path);
 }
 
 void LoaderState::write(const std::string& path) const {

@@ -66,8 +66,18 @@ void TokenDataset::read_instance(std::uint64_t instance, std::span<std::int64_t>
                "read_instance: buffer of {} tokens for sequence_length {}", out.size(),
                sequence_length_);
   InstanceLocation loc = locate(instance);
-  files_[loc.file]->read(loc.local_index * static_cast<std::uint64_t>(sequence_length_),
-                         static_cast<std::uint64_t>(sequence_length_), out.data());
+  const std::uint64_t start = loc.local_index * static_cast<std::uint64_t>(sequence_length_);
+  files_[loc.file]->read(start, static_cast<std::uint64_t>(sequence_length_), out.data());
+  // Every id that reaches a batch is checked (validate_token_ids scans all of them up front):
+  // an id past the vocabulary would index a padding row of the embedding silently.
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (static_cast<std::uint64_t>(out[i]) >= vocab_size_) {
+      core::fail(
+          "{}: token id {} at token offset {} is >= vocab_size {} (a corrupt or foreign token "
+          "file?)",
+          files_[loc.file]->path(), out[i], start + i, vocab_size_);
+    }
+  }
 }
 
 void TokenDataset::validate_token_ids() const {

@@ -30,7 +30,7 @@ class TokenDataset {
   std::int64_t sequence_length() const { return sequence_length_; }
   std::size_t num_files() const { return files_.size(); }
   const io::TokenFile& file(std::size_t i) const { return *files_[i]; }
-  std::uint64_t file_size_bytes(std::size_t i) const { return files_[i]->mapped().size(); }
+  std::uint64_t file_size_bytes(std::size_t i) const { return files_[i]->size_bytes(); }
   std::uint64_t file_instances(std::size_t i) const { return offsets_[i + 1] - offsets_[i]; }
   const std::string& source_label(std::size_t file) const { return labels_[file]; }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/leak_check_pause.h"
 
 namespace tandem::dist {
 
@@ -52,7 +53,10 @@ bool launched_under_mpi() {
 MpiCommunicator::MpiCommunicator() {
   int initialised = 0;
   MPI_Initialized(&initialised);
-  if (!initialised) check_mpi(MPI_Init(nullptr, nullptr), "MPI_Init");
+  if (!initialised) {
+    core::LeakCheckPause pause;  // OpenMPI keeps what it allocates here until exit
+    check_mpi(MPI_Init(nullptr, nullptr), "MPI_Init");
+  }
   // Errors come back as codes (then tandem::core::Error) instead of MPI's default silent abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -83,6 +87,7 @@ MpiCommunicator::~MpiCommunicator() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  core::LeakCheckPause pause;
   MPI_Finalize();
 }
 

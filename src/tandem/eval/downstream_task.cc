@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_set>
@@ -11,17 +12,22 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/eval/mmlu.h"
+#include "tandem/io/json.h"
 
 namespace tandem::eval {
 namespace {
 
-constexpr std::int64_t kUncondDocIdOffset = 1000000;  // oe-eval's unconditional requests
+constexpr std::int64_t kUncondDocIdOffset = 1000000;         // oe-eval's unconditional requests
+constexpr std::size_t kMaxLineBytes = std::size_t{1} << 28;  // one request, never near this
 
 // Calls fn(line, line_number) for every line of a plain or gzip file (zlib reads both).
 template <typename Fn>
 void for_each_line(const std::string& path, Fn&& fn) {
   gzFile file = gzopen(path.c_str(), "rb");
   TANDEM_CHECK(file != nullptr, "{}: cannot open", path);
+  // Closed however the loop ends: `fn` throws on a malformed line (LeakSanitizer found the file
+  // and zlib's buffers left open then).
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> closer(file, &gzclose);
   std::string line;
   std::int64_t line_number = 0;
   char buffer[1 << 16];
@@ -40,12 +46,15 @@ void for_each_line(const std::string& path, Fn&& fn) {
         line.clear();
       } else {
         line.push_back(buffer[i]);
+        TANDEM_CHECK(line.size() <= kMaxLineBytes,
+                     "{}: line {} is longer than {} bytes (not a requests file?)", path,
+                     line_number + 1, kMaxLineBytes);
       }
     }
   }
   int errnum = 0;
   std::string message = ok ? "" : gzerror(file, &errnum);
-  gzclose(file);
+  closer.reset();
   TANDEM_CHECK(ok, "{}: read error after line {} ({})", path, line_number, message);
   if (!line.empty()) fn(line, line_number + 1);
 }
@@ -57,7 +66,8 @@ std::optional<std::int64_t> label_of(const nlohmann::json& value, bool bpb_only,
   if (value.is_number_integer()) return value.get<std::int64_t>();
   if (bpb_only && value.is_null()) return 0;  // olmo-eval: a missing label means choice 0
   if (bpb_only && (value.is_string() || value.is_array())) return std::nullopt;
-  core::fail("{}: \"label\" must be an integer choice index, got {}", where, value.dump());
+  core::fail("{}: \"label\" must be an integer choice index, got {}", where,
+             io::json_excerpt(value));
 }
 
 }  // namespace
@@ -164,33 +174,29 @@ std::vector<DownstreamRequest> read_requests_file(const std::string& path, bool 
   for_each_line(path, [&](const std::string& line, std::int64_t line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) return;
     std::string where = fmt::format("{}: line {}", path, line_number);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      core::fail("{}: malformed JSON ({})", where, e.what());
-    }
+    // Strict: a repeated key or absurd nesting is an error; ids must be integers.
+    const nlohmann::json j = io::parse_json(line, where);
     try {
       TANDEM_CHECK(j.is_object(), "{}: expected a JSON object", where);
       for (const char* key : {"request", "doc_id", "idx", "label"}) {
         TANDEM_CHECK(j.contains(key), "{}: missing key \"{}\"", where, key);
       }
       if (j.contains("request_type")) {
-        std::string type = j.at("request_type").get<std::string>();
+        std::string type = io::json_field<std::string>(j, "request_type", where);
         TANDEM_CHECK(type == "loglikelihood" || type == "generate_until_and_loglikelihood",
                      "{}: unsupported request_type \"{}\"", where, type);
       }
       DownstreamRequest r;
-      r.doc_id = j.at("doc_id").get<std::int64_t>();
+      r.doc_id = io::json_field<std::int64_t>(j, "doc_id", where);
       if (r.doc_id >= kUncondDocIdOffset) return;  // unconditional requests: not scored here
-      r.cont_id = j.at("idx").get<std::int64_t>();
+      r.cont_id = io::json_field<std::int64_t>(j, "idx", where);
       const std::optional<std::int64_t> label = label_of(j.at("label"), bpb_only, where);
       r.label = label.value_or(0);
       const auto& req = j.at("request");
       TANDEM_CHECK(req.is_object() && req.contains("context") && req.contains("continuation"),
                    "{}: \"request\" needs \"context\" and \"continuation\"", where);
-      r.context = req.at("context").get<std::string>();
-      r.continuation = req.at("continuation").get<std::string>();
+      r.context = io::json_field<std::string>(req, "context", where + ": request");
+      r.continuation = io::json_field<std::string>(req, "continuation", where + ": request");
       TANDEM_CHECK(!r.continuation.empty(), "{}: empty continuation", where);
       TANDEM_CHECK(r.cont_id >= 0, "{}: negative idx", where);
       if (bpb_only) {
@@ -286,8 +292,10 @@ DownstreamTask load_task(const std::string& tasks_dir, const TaskSpec& spec,
     TANDEM_CHECK(fs::exists(config_path), "task '{}': {} missing", spec.name, config_path);
     nlohmann::json config;
     try {
-      config = nlohmann::json::parse(core::read_file(config_path));
-      task.oe_primary_metric = config.at("task_config").at("primary_metric").get<std::string>();
+      config = io::read_json_file(config_path);
+      task.oe_primary_metric = io::json_field<std::string>(
+          io::json_field<nlohmann::json>(config, "task_config", config_path), "primary_metric",
+          config_path + ": task_config");
     } catch (const nlohmann::json::exception& e) {
       core::fail("{}: cannot read task_config.primary_metric ({})", config_path, e.what());
     }

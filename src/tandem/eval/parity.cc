@@ -32,10 +32,30 @@ std::int64_t argmax(const float* row, std::int64_t n) {
 LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_vocab,
                            const std::vector<float>& ref, std::int64_t ref_vocab) {
   TANDEM_CHECK(ours_vocab > 0 && ref_vocab > 0, "empty vocabulary in parity comparison");
+  // A comparison that cannot fail is not a pass: one column has KL 0 whatever the logits, and
+  // no tokens or NaN logits (NaN loses every max()) would report perfect agreement.
+  TANDEM_CHECK(ref_vocab >= 2,
+               "parity: the reference has {} vocabulary column(s); a softmax over "
+               "fewer than 2 is constant, so nothing would be compared",
+               ref_vocab);
+  TANDEM_CHECK(ref.size() % static_cast<std::size_t>(ref_vocab) == 0 &&
+                   ours.size() % static_cast<std::size_t>(ours_vocab) == 0,
+               "parity: logits are not whole rows ({} reference values for {} columns, {} of ours "
+               "for {})",
+               ref.size(), ref_vocab, ours.size(), ours_vocab);
   const std::int64_t tokens = static_cast<std::int64_t>(ref.size()) / ref_vocab;
+  TANDEM_CHECK(tokens > 0, "parity: the reference holds no tokens");
   TANDEM_CHECK(static_cast<std::int64_t>(ours.size()) / ours_vocab == tokens,
                "parity: {} reference tokens but {} of ours", tokens,
                static_cast<std::int64_t>(ours.size()) / ours_vocab);
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    TANDEM_CHECK(std::isfinite(ref[i]), "parity: reference logit {} (token {}, column {}) is {}", i,
+                 i / static_cast<std::size_t>(ref_vocab), i % static_cast<std::size_t>(ref_vocab),
+                 ref[i]);
+  for (std::size_t i = 0; i < ours.size(); ++i)
+    TANDEM_CHECK(std::isfinite(ours[i]), "parity: our logit {} (token {}, column {}) is {}", i,
+                 i / static_cast<std::size_t>(ours_vocab), i % static_cast<std::size_t>(ours_vocab),
+                 ours[i]);
   const std::int64_t V = std::min(ours_vocab, ref_vocab);
   LogitParity p;
   p.tokens = tokens;
@@ -77,11 +97,19 @@ GradParity compare_gradients(model::Olmo3Model& model, const std::vector<std::in
   for (const model::ParameterEntry& e : model.layout().entries()) {
     const std::string hf = model::hf_name_of(e.name);
     TANDEM_CHECK(ref.has(hf), "{}: no reference gradient for '{}'", ref_grads_path, hf);
+    // The reference's shape is HF's: ours, with the vocabulary rows cut to vocab_size.
+    std::vector<std::int64_t> expected = e.shape;
+    if (e.name == "embeddings.weight" || e.name == "lm_head.w_out.weight")
+      expected[0] = model.config().vocab_size;
+    TANDEM_CHECK(ref.info(hf).shape == expected,
+                 "{}: reference gradient '{}' has shape [{}], expected [{}]", ref_grads_path, hf,
+                 fmt::join(ref.info(hf).shape, ", "), fmt::join(expected, ", "));
     std::vector<float> r = ref.read_f32(hf);
     const float* ours = grads.data() + e.offset;
-    TANDEM_CHECK(static_cast<std::int64_t>(r.size()) <= e.numel,
-                 "{}: reference gradient '{}' has {} values, ours {}", ref_grads_path, hf, r.size(),
-                 e.numel);
+    for (std::size_t i = 0; i < r.size(); ++i)
+      TANDEM_CHECK(std::isfinite(r[i]) && std::isfinite(ours[i]),
+                   "{}: gradient '{}' element {} is not finite (reference {}, ours {})",
+                   ref_grads_path, hf, i, r[i], ours[i]);
     double diff = 0.0, norm = 0.0;
     for (std::size_t i = 0; i < r.size(); ++i) {  // padded vocab rows, if any, are past the end
       double dlt = static_cast<double>(ours[i]) - r[i];

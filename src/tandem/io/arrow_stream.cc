@@ -9,6 +9,8 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/core/mapped_file.h"
+#include "tandem/core/path_inside.h"
+#include "tandem/io/json.h"
 
 namespace tandem::io {
 namespace {
@@ -442,13 +444,14 @@ ArrowTable read_hf_dataset_dir(const std::string& dir) {
   TANDEM_CHECK(fs::exists(state_path), "{}: no state.json (not a datasets save_to_disk folder)",
                dir);
   std::vector<std::string> files;
-  try {
-    auto state = nlohmann::json::parse(core::read_file(state_path));
-    for (const auto& f : state.at("_data_files")) {
-      files.push_back((fs::path(dir) / f.at("filename").get<std::string>()).string());
-    }
-  } catch (const nlohmann::json::exception& e) {
-    core::fail("{}: cannot read _data_files ({})", state_path, e.what());
+  const nlohmann::json state = read_json_file(state_path);
+  const auto data_files = json_field<nlohmann::json>(state, "_data_files", state_path);
+  TANDEM_CHECK(data_files.is_array(), "{}: _data_files is not a list", state_path);
+  for (const auto& f : data_files) {
+    // A file name read from a file stays inside the dataset's folder (docs/reliability.md).
+    files.push_back(core::path_inside(
+        dir, json_field<std::string>(f, "filename", state_path + ": _data_files entry"),
+        state_path));
   }
   TANDEM_CHECK(!files.empty(), "{}: _data_files is empty", state_path);
   ArrowTable table;

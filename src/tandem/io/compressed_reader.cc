@@ -168,6 +168,11 @@ bool LineReader::next(std::string& line) {
       return true;
     }
     scanned_ = buffer_.size() - pos_;
+    // A "line" this long is not a JSONL record (a binary or one-line file): an error, not an
+    // allocation that grows until the process dies.
+    if (scanned_ > max_line_bytes_)
+      core::fail("{}: line {} is longer than {} bytes without a newline (not JSONL?)",
+                 source_.path(), line_number_ + 1, max_line_bytes_);
     buffer_.erase(0, pos_);
     pos_ = 0;
     std::size_t old = buffer_.size();

@@ -29,12 +29,15 @@ std::string strip_compression_suffix(const std::string& path);
 // Splits a byte source into lines ('\n' removed; a trailing '\r' is kept as part of the text).
 class LineReader {
  public:
-  explicit LineReader(ByteSource& source) : source_(source) {}
+  static constexpr std::size_t kMaxLineBytes = std::size_t{1} << 30;
+  explicit LineReader(ByteSource& source, std::size_t max_line_bytes = kMaxLineBytes)
+      : source_(source), max_line_bytes_(max_line_bytes) {}
   bool next(std::string& line);
   std::uint64_t line_number() const { return line_number_; }  // of the line last returned (1-based)
 
  private:
   ByteSource& source_;
+  std::size_t max_line_bytes_;
   std::string buffer_;
   std::size_t pos_ = 0;
   std::size_t scanned_ = 0;  // bytes of buffer_ already searched for '\n'

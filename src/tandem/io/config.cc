@@ -1,6 +1,9 @@
 #include "tandem/io/config.h"
 
 #include <filesystem>
+#include <map>
+
+#include "tandem/core/atomic_file.h"
 
 #include "tandem/core/error.h"
 
@@ -9,24 +12,63 @@ namespace {
 
 template <typename T>
 T convert_or_fail(const YAML::Node& node, const std::string& where, const char* type_name) {
-  try {
-    return node.as<T>();
-  } catch (const YAML::Exception&) {
-    core::fail("{}: expected {}, got '{}'", where, type_name, YAML::Dump(node));
+  return yaml_as<T>(node, where, type_name);
+}
+
+// A config holds a few hundred nodes; aliases can make a small file expand exponentially.
+constexpr std::size_t kMaxYamlNodes = 1'000'000;
+constexpr int kMaxYamlDepth = 256;
+
+void check_node(const YAML::Node& node, const std::string& where, int depth, std::size_t& visited) {
+  TANDEM_CHECK(++visited <= kMaxYamlNodes,
+               "{}: more than {} YAML nodes (aliases expanding without bound?)", where,
+               kMaxYamlNodes);
+  TANDEM_CHECK(depth <= kMaxYamlDepth, "{}: line {}: nested more than {} levels deep", where,
+               node.Mark().line + 1, kMaxYamlDepth);
+  if (node.IsMap()) {
+    std::map<std::string, int> first_line;
+    for (const auto& kv : node) {
+      const int line = kv.first.Mark().line + 1;
+      TANDEM_CHECK(kv.first.IsScalar(), "{}: line {}: a mapping key must be a plain name, not {}",
+                   where, line, kv.first.IsSequence() ? "a list" : "a mapping");
+      const std::string& key = kv.first.Scalar();
+      auto [it, inserted] = first_line.emplace(key, line);
+      TANDEM_CHECK(inserted,
+                   "{}: line {}: key '{}' appears twice in one mapping (first at line {})", where,
+                   line, key, it->second);
+      check_node(kv.second, where, depth + 1, visited);
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) check_node(item, where, depth + 1, visited);
   }
 }
 
 }  // namespace
 
-YAML::Node load_yaml_config(const std::string& path, const std::vector<std::string>& overrides) {
+void throw_config_error(const std::string& where, const char* type_name, const std::string& shown) {
+  core::fail("{}: expected {}, got '{}'", where, type_name, shown);
+}
+
+void check_yaml_document(const YAML::Node& root, const std::string& where) {
+  std::size_t visited = 0;
+  check_node(root, where, 0, visited);
+}
+
+YAML::Node load_yaml_file(const std::string& path) {
+  // read_file names a missing file or a directory; yaml-cpp only says "bad file".
+  const std::string text = core::read_file(path);
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    core::fail("cannot read config {}", path);
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     core::fail("{}: invalid YAML: {}", path, e.what());
   }
+  check_yaml_document(root, path);
+  return root;
+}
+
+YAML::Node load_yaml_config(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root = load_yaml_file(path);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   TANDEM_CHECK(root.IsMap(), "{}: the top level must be a mapping", path);
   for (const auto& o : overrides) apply_override(root, o);
@@ -44,6 +86,7 @@ void apply_override(YAML::Node& root, const std::string& text) {
   } catch (const YAML::Exception& e) {
     core::fail("override '{}': value is not valid YAML: {}", text, e.what());
   }
+  check_yaml_document(value, "override '" + text + "'");
   // Walk a.b.c, creating mappings as needed. yaml-cpp nodes are handles, so reassigning
   // `node` must go through a fresh copy rather than operator= (which would overwrite).
   std::vector<std::string> parts;
@@ -117,7 +160,7 @@ bool ConfigSection::get_bool(const std::string& key, bool fallback) {
 std::string ConfigSection::get_string(const std::string& key) {
   YAML::Node n = require(key);
   TANDEM_CHECK(n.IsScalar(), "{}: expected a string", where(key));
-  return n.as<std::string>();
+  return n.Scalar();
 }
 std::string ConfigSection::get_string(const std::string& key, const std::string& fallback) {
   used_.insert(key);
@@ -125,12 +168,12 @@ std::string ConfigSection::get_string(const std::string& key, const std::string&
 }
 std::vector<std::string> ConfigSection::get_string_list(const std::string& key) {
   YAML::Node n = require(key);
-  if (n.IsScalar()) return {n.as<std::string>()};
+  if (n.IsScalar()) return {n.Scalar()};
   TANDEM_CHECK(n.IsSequence(), "{}: expected a list of strings", where(key));
   std::vector<std::string> out;
   for (const auto& item : n) {
     TANDEM_CHECK(item.IsScalar(), "{}: expected a list of strings", where(key));
-    out.push_back(item.as<std::string>());
+    out.push_back(item.Scalar());
   }
   return out;
 }
@@ -157,7 +200,7 @@ ConfigSection ConfigSection::section(const std::string& key) {
 void ConfigSection::finish() const {
   std::string unknown;
   for (const auto& kv : node_) {
-    std::string k = kv.first.as<std::string>();
+    std::string k = kv.first.IsScalar() ? kv.first.Scalar() : YAML::Dump(kv.first);
     if (!used_.count(k)) unknown += (unknown.empty() ? "" : ", ") + where(k);
   }
   TANDEM_CHECK(unknown.empty(), "unknown config key(s): {}", unknown);

@@ -12,6 +12,18 @@
 
 namespace tandem::io {
 
+// Loads a YAML file strictly: errors name the file and line for invalid YAML, a key repeated in
+// one mapping (yaml-cpp would silently let the first one win), a key that is not a plain
+// scalar, and documents too large to be a config (e.g. exponential alias expansion).
+YAML::Node load_yaml_file(const std::string& path);
+// The same checks for a node parsed from other text (an override value); `where` names it.
+void check_yaml_document(const YAML::Node& root, const std::string& where);
+
+// `node` converted to T, or an Error "`where`: expected `type_name`, got '...'" (instead of
+// yaml-cpp's "bad conversion" without a key or file).
+template <typename T>
+T yaml_as(const YAML::Node& node, const std::string& where, const char* type_name);
+
 // Loads `path` and applies overrides of the form "a.b.c=value" (value parsed as YAML, so
 // "x=3", "x=[1,2]" and "x=abc" all work). Throws Error naming the file or the override.
 YAML::Node load_yaml_config(const std::string& path,
@@ -23,6 +35,9 @@ std::string resolve_config_path(const std::string& base_dir, const std::string& 
 
 // A view of one mapping in the config. Reads record which keys were used; finish() throws if any
 // key was not read (a typo such as "d_modle" is caught instead of silently ignored).
+[[noreturn]] void throw_config_error(const std::string& where, const char* type_name,
+                                     const std::string& shown);
+
 class ConfigSection {
  public:
   ConfigSection(YAML::Node node, std::string path, std::string source = "");
@@ -53,5 +68,17 @@ class ConfigSection {
   std::string source_;
   std::set<std::string> used_;
 };
+
+template <typename T>
+T yaml_as(const YAML::Node& node, const std::string& where, const char* type_name) {
+  try {
+    if (!node.IsScalar()) throw YAML::BadConversion(node.Mark());
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    std::string shown = node.IsDefined() ? YAML::Dump(node) : "nothing";
+    if (shown.size() > 80) shown = shown.substr(0, 80) + "...";
+    throw_config_error(where, type_name, shown);
+  }
+}
 
 }  // namespace tandem::io

@@ -6,9 +6,9 @@
 #include <array>
 #include <bit>
 #include <cstring>
-#include <set>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 #include "tandem/io/safetensors_detail.h"
 
 namespace tandem::io {
@@ -35,31 +35,7 @@ const DTypeSpec* find_dtype(std::string_view name) {
 }
 
 nlohmann::json parse_json_strict(std::string_view text, const std::string& where) {
-  // One set of keys per open object; a repeated key is an error instead of "last one wins".
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event,
-                      nlohmann::json& parsed) -> bool {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) {
-      open_objects.emplace_back();
-    } else if (event == Event::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == Event::key && !open_objects.empty()) {
-      std::string key = parsed.get<std::string>();
-      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
-  nlohmann::json result;
-  try {
-    result = nlohmann::json::parse(text.begin(), text.end(), callback);
-  } catch (const nlohmann::json::exception& e) {
-    core::fail("{}: invalid JSON: {}", where, e.what());
-  }
-  if (!duplicate.empty())
-    core::fail("{}: invalid JSON: key '{}' appears twice in one object", where, duplicate);
-  return result;
+  return parse_json(text, where);
 }
 
 }  // namespace safetensors_detail

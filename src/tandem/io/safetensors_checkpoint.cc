@@ -5,6 +5,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/core/path_inside.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/io/safetensors_detail.h"
 
@@ -52,18 +53,13 @@ void SafetensorsCheckpoint::open_index(const std::string& dir, const std::string
                  "a shard file name",
                  index_path, tensor, shard_value.type_name());
     std::string shard = shard_value.get<std::string>();
-    fs::path relative(shard);
-    bool escapes = relative.is_absolute() || shard.empty();
-    for (const fs::path& part : relative) escapes = escapes || part == "..";
-    TANDEM_CHECK(!escapes,
-                 "{}: tensor '{}' maps to shard '{}', which is not a file name inside "
-                 "the checkpoint directory",
-                 index_path, tensor, shard);
+    // Absolute names, '..' and symbolic links out of the directory are refused.
+    core::path_inside(dir, shard, fmt::format("{}: tensor '{}'", index_path, tensor));
     shard_of[tensor] = shard;
     file_index.emplace(shard, 0);
   }
   for (auto& [shard, position] : file_index) {
-    fs::path shard_path = fs::path(dir) / shard;
+    fs::path shard_path = core::path_inside(dir, shard, index_path);
     if (!fs::is_regular_file(shard_path)) {
       std::string example;
       for (const auto& [tensor, s] : shard_of) {

@@ -26,8 +26,8 @@ struct DTypeSpec {
 // nullptr for a spelling the format does not define.
 const DTypeSpec* find_dtype(std::string_view name);
 
-// Parses JSON text, rejecting a key repeated within one object (nlohmann would keep the last one
-// silently). Errors are tandem::core::Error prefixed with `where` (a file name).
+// parse_json (io/json.h): a key repeated within one object or nesting beyond a bound is an
+// error. Errors are tandem::core::Error prefixed with `where` (a file name).
 nlohmann::json parse_json_strict(std::string_view text, const std::string& where);
 
 // Converts `count` elements of `dtype` at `src` (any alignment) to fp32.

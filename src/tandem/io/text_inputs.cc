@@ -9,6 +9,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/utf8.h"
+#include "tandem/io/json.h"
 
 namespace tandem::io {
 namespace fs = std::filesystem;
@@ -130,8 +131,9 @@ bool DocumentReader::next(Document& doc) {
     }
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line_);
-    } catch (const nlohmann::json::parse_error& e) {
+      // Strict: a record with two "text" keys, or nested absurdly deep, is malformed.
+      j = parse_json(line_, "record");
+    } catch (const core::Error& e) {
       std::string what = e.what();
       bool surrogate = what.find("surrogate") != std::string::npos;
       problem(n, surrogate ? "non_utf8" : "malformed_json",

@@ -39,7 +39,7 @@ struct Document {
 struct InputProblem {
   std::string path;
   std::uint64_t line = 0;
-  std::string kind;  // "malformed_json", "missing_text", "non_utf8"
+  std::string kind;  // "malformed_json", "missing_text", "non_utf8", "encode_error"
   std::string message;
 };
 

@@ -1,6 +1,13 @@
 #include "tandem/io/token_file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "tandem/core/error.h"
 
@@ -49,65 +56,118 @@ TokenDtype token_dtype_from_name(const std::string& name) {
   core::fail("unknown token dtype '{}' (expected uint8, uint16, uint32 or uint64)", name);
 }
 
-TokenFile::TokenFile(const std::string& path, TokenDtype dtype) : file_(path), dtype_(dtype) {
+namespace {
+
+std::int64_t mtime_ns(const struct stat& st) {
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+TokenFile::TokenFile(const std::string& path, TokenDtype dtype) : path_(path), dtype_(dtype) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) core::fail("cannot open token file {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    core::fail("token file {} is not a regular file{}", path,
+               err ? std::string(": ") + std::strerror(err) : std::string());
+  }
+  size_bytes_ = static_cast<std::uint64_t>(st.st_size);
+  mtime_ns_ = mtime_ns(st);
   std::size_t item = token_dtype_size(dtype);
-  TANDEM_CHECK(file_.size() % item == 0,
-               "{}: size {} bytes is not a multiple of the {} item size ({} bytes)", path,
-               file_.size(), token_dtype_name(dtype), item);
-  num_tokens_ = file_.size() / item;
+  if (size_bytes_ % item != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    core::fail("{}: size {} bytes is not a multiple of the {} item size ({} bytes)", path,
+               size_bytes_, token_dtype_name(dtype), item);
+  }
+  num_tokens_ = size_bytes_ / item;
+}
+
+TokenFile::~TokenFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TokenFile::read_bytes(std::uint64_t offset, std::size_t n, void* out) const {
+  TANDEM_CHECK(offset <= size_bytes_ && n <= size_bytes_ - offset,
+               "{}: read of bytes [{}, {}) past the end ({} bytes)", path_, offset, offset + n,
+               size_bytes_);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0)
+    core::fail("cannot stat token file {}: {}", path_, std::strerror(errno));
+  if (static_cast<std::uint64_t>(st.st_size) != size_bytes_ || mtime_ns(st) != mtime_ns_) {
+    core::fail(
+        "token file {} changed while it was being read (it was {} bytes, it is now {}{}): the "
+        "data order of this run no longer matches it; restore it, or start a new run",
+        path_, size_bytes_, st.st_size, mtime_ns(st) != mtime_ns_ ? ", and was rewritten" : "");
+  }
+  auto* dst = static_cast<char*>(out);
+  while (n > 0) {
+    ssize_t got = ::pread(fd_, dst, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) core::fail("cannot read token file {}: {}", path_, std::strerror(errno));
+    if (got == 0)
+      core::fail(
+          "token file {} ends at byte {}, before the {} bytes it had when opened: it was "
+          "truncated during the run",
+          path_, offset, size_bytes_);
+    dst += got;
+    offset += static_cast<std::uint64_t>(got);
+    n -= static_cast<std::size_t>(got);
+  }
 }
 
 std::uint64_t TokenFile::token(std::uint64_t i) const {
   TANDEM_CHECK(i < num_tokens_, "{}: token index {} out of range ({} tokens)", path(), i,
                num_tokens_);
-  const std::uint8_t* p = file_.data() + i * token_dtype_size(dtype_);
-  switch (dtype_) {
-    case TokenDtype::kU8:
-      return *p;
-    case TokenDtype::kU16: {
-      std::uint16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
-    case TokenDtype::kU32: {
-      std::uint32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case TokenDtype::kU64: {
-      std::uint64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-  }
-  return 0;
+  const std::size_t item = token_dtype_size(dtype_);
+  std::uint64_t v = 0;  // little-endian: the low bytes of a uint64
+  read_bytes(i * item, item, &v);
+  return v;
 }
 
 namespace {
+template <typename In, typename Out>
+void widen(const std::uint8_t* src, std::uint64_t n, Out* out) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    In v;
+    std::memcpy(&v, src + i * sizeof(In), sizeof(In));
+    out[i] = static_cast<Out>(v);
+  }
+}
+
 template <typename Out>
 void read_widened(const TokenFile& f, std::uint64_t start, std::uint64_t count, Out* out) {
-  TANDEM_CHECK(start + count <= f.num_tokens(), "{}: read of [{}, {}) past the end ({} tokens)",
-               f.path(), start, start + count, f.num_tokens());
-  const std::uint8_t* base = f.mapped().data();
-  switch (f.dtype()) {
-    case TokenDtype::kU8:
-      for (std::uint64_t i = 0; i < count; ++i) out[i] = static_cast<Out>(base[start + i]);
-      break;
-    case TokenDtype::kU16: {
-      const std::uint16_t* p = reinterpret_cast<const std::uint16_t*>(base) + start;
-      for (std::uint64_t i = 0; i < count; ++i) out[i] = static_cast<Out>(p[i]);
-      break;
+  TANDEM_CHECK(start <= f.num_tokens() && count <= f.num_tokens() - start,
+               "{}: read of [{}, {}) past the end ({} tokens)", f.path(), start, start + count,
+               f.num_tokens());
+  const std::size_t item = token_dtype_size(f.dtype());
+  // Blocks of 64K tokens through a scratch buffer, each id widened from its little-endian bytes.
+  constexpr std::uint64_t kBlock = 1 << 16;
+  thread_local std::vector<std::uint8_t> scratch;  // reused: no allocation per instance
+  for (std::uint64_t done = 0; done < count;) {
+    const std::uint64_t n = std::min(kBlock, count - done);
+    scratch.resize(static_cast<std::size_t>(n * item));
+    f.read_bytes((start + done) * item, scratch.size(), scratch.data());
+    Out* dst = out + done;
+    switch (f.dtype()) {
+      case TokenDtype::kU8:
+        widen<std::uint8_t>(scratch.data(), n, dst);
+        break;
+      case TokenDtype::kU16:
+        widen<std::uint16_t>(scratch.data(), n, dst);
+        break;
+      case TokenDtype::kU32:
+        widen<std::uint32_t>(scratch.data(), n, dst);
+        break;
+      case TokenDtype::kU64:
+        widen<std::uint64_t>(scratch.data(), n, dst);
+        break;
     }
-    case TokenDtype::kU32: {
-      const std::uint32_t* p = reinterpret_cast<const std::uint32_t*>(base) + start;
-      for (std::uint64_t i = 0; i < count; ++i) out[i] = static_cast<Out>(p[i]);
-      break;
-    }
-    case TokenDtype::kU64: {
-      const std::uint64_t* p = reinterpret_cast<const std::uint64_t*>(base) + start;
-      for (std::uint64_t i = 0; i < count; ++i) out[i] = static_cast<Out>(p[i]);
-      break;
-    }
+    done += n;
   }
 }
 }  // namespace

@@ -4,9 +4,11 @@
 
 #include <xxhash.h>
 
+#include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/core/mapped_file.h"
+#include "tandem/io/token_sidecar.h"
 
 namespace tandem::io {
 
@@ -77,20 +79,18 @@ std::string token_file_checksum(const std::string& path) {
 nlohmann::json verified_sidecar(const std::string& token_file_path) {
   std::string sidecar_path = sidecar_path_for(token_file_path);
   std::error_code ec;
-  if (!std::filesystem::exists(sidecar_path, ec) || !std::filesystem::exists(token_file_path, ec))
+  if (!std::filesystem::is_regular_file(sidecar_path, ec) ||
+      !std::filesystem::is_regular_file(token_file_path, ec))
     return nullptr;
-  nlohmann::json sidecar;
   try {
-    sidecar = nlohmann::json::parse(core::read_file(sidecar_path));
+    TokenSidecar sidecar = parse_token_sidecar(core::read_file(sidecar_path), sidecar_path);
     auto size = std::filesystem::file_size(token_file_path);
-    if (size != sidecar.at("bytes").get<std::uint64_t>()) return nullptr;
-    if (size > 0 &&
-        token_file_checksum(token_file_path) != sidecar.at("checksum").get<std::string>())
-      return nullptr;
-  } catch (const std::exception&) {
-    return nullptr;
+    if (size != sidecar.bytes) return nullptr;
+    if (size > 0 && token_file_checksum(token_file_path) != sidecar.checksum) return nullptr;
+    return sidecar.json;
+  } catch (const core::Error&) {
+    return nullptr;  // damaged or not ours: the caller redoes the part
   }
-  return sidecar;
 }
 
 }  // namespace tandem::io

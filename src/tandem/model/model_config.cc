@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 
 namespace tandem::model {
 namespace {
@@ -207,6 +208,25 @@ void ModelConfig::validate() const {
   TANDEM_CHECK(max_sequence_length > 0 || max_sequence_length == -1,
                "model config key 'max_sequence_length' must be positive or -1 (no limit), got {}",
                max_sequence_length);
+  // Sizes multiply into buffer lengths: bound each one and the total so that no product
+  // overflows 64 bits (a typo such as d_model: 40960000 is an error, not a crash).
+  constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
+  for (auto [v, key] : {std::pair{d_model, "d_model"},
+                        {n_layers, "n_layers"},
+                        {n_heads, "n_heads"},
+                        {head_dim, "head_dim"},
+                        {hidden_size, "hidden_size"},
+                        {embedding_size, "embedding_size"},
+                        {max_sequence_length, "max_sequence_length"}})
+    TANDEM_CHECK(v <= kMaxDim, "model config key '{}' is {}, above the limit of {}", key, v,
+                 kMaxDim);
+  const double params = static_cast<double>(embedding_size) * static_cast<double>(d_model) * 2 +
+                        static_cast<double>(n_layers) *
+                            (static_cast<double>(d_model) * static_cast<double>(head_dim) *
+                                 static_cast<double>(2 * n_heads + 2 * n_kv_heads) +
+                             3.0 * static_cast<double>(d_model) * static_cast<double>(hidden_size));
+  TANDEM_CHECK(params < 0x1p40, "model config: about {:.3g} parameters, above the limit of 2^40",
+               params);
 }
 
 std::int64_t ModelConfig::matmul_params() const {

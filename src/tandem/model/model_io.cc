@@ -6,6 +6,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 #include "tandem/model/hf_config.h"
 
 namespace fs = std::filesystem;
@@ -32,10 +33,10 @@ bool is_embedding_like(const std::string& name) {
   return name == "embeddings.weight" || name == "lm_head.w_out.weight";
 }
 
-io::DType dtype_from_name(const std::string& name) {
+io::DType dtype_from_name(const std::string& name, const std::string& where) {
   for (io::DType d : {io::DType::kF32, io::DType::kBF16, io::DType::kF16})
     if (io::dtype_name(d) == name) return d;
-  core::fail("unknown dtype '{}'", name);
+  core::fail("{}: unknown dtype '{}' (expected F32, BF16 or F16)", where, name);
 }
 
 void check_finite(const std::vector<float>& values, const std::string& tensor,
@@ -84,12 +85,7 @@ ModelWeights read_model_weights(const std::string& path, const LoadOptions& opti
   ModelConfig config;
   if (hf) {
     std::string cfg_path = (fs::path(path) / "config.json").string();
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(core::read_file(cfg_path));
-    } catch (const nlohmann::json::exception& e) {
-      core::fail("{}: invalid JSON: {}", cfg_path, e.what());
-    }
+    const nlohmann::json j = io::read_json_file(cfg_path);
     config = model_config_from_hf(j, cfg_path);
     TANDEM_CHECK(options.pad_vocab_multiple > 0, "pad_vocab_multiple must be positive");
     config.embedding_size = (config.vocab_size + options.pad_vocab_multiple - 1) /
@@ -123,7 +119,9 @@ ModelWeights read_model_weights(const std::string& path, const LoadOptions& opti
   if (!hf) {
     const auto& meta = weights.file_of("embeddings.weight").metadata();
     auto it = meta.find(kSourceDtypeKey);
-    if (it != meta.end()) seen = dtype_from_name(it->second);
+    if (it != meta.end())
+      seen = dtype_from_name(it->second, weights.file_of("embeddings.weight").path() +
+                                             ": metadata '" + kSourceDtypeKey + "'");
   }
   out.source_dtype = seen;
   out.config = std::move(config);
@@ -137,6 +135,27 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, kernels::Backend
   model->params_from_host(w.flat);
   if (source_dtype) *source_dtype = w.source_dtype;
   return model;
+}
+
+void check_same_architecture(const ModelConfig& found, const ModelConfig& expected,
+                             const std::string& source) {
+  std::string differences;
+  auto compare = [&](const char* key, std::int64_t a, std::int64_t b) {
+    if (a != b)
+      differences +=
+          fmt::format("{}{} {} (config: {})", differences.empty() ? "" : ", ", key, a, b);
+  };
+  compare("d_model", found.d_model, expected.d_model);
+  compare("n_layers", found.n_layers, expected.n_layers);
+  compare("n_heads", found.n_heads, expected.n_heads);
+  compare("n_kv_heads", found.n_kv_heads, expected.n_kv_heads);
+  compare("head_dim", found.head_dim, expected.head_dim);
+  compare("hidden_size", found.hidden_size, expected.hidden_size);
+  compare("vocab_size", found.vocab_size, expected.vocab_size);
+  compare("embedding_size", found.embedding_size, expected.embedding_size);
+  TANDEM_CHECK(differences.empty(),
+               "{} holds a model of another architecture than the config's model: {}", source,
+               differences);
 }
 
 void save_tandem_model(const std::string& dir, const Olmo3Model& model, io::DType source_dtype) {

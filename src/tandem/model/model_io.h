@@ -42,6 +42,15 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, kernels::Backend
                                        const LoadOptions& options = {},
                                        io::DType* source_dtype = nullptr);
 
+// Weights from `source` may seed a model of `expected` only when every field that decides how the
+// flat parameter buffer is cut into tensors and used matches: d_model, n_layers, n_heads,
+// n_kv_heads, head_dim, hidden_size, vocab_size, embedding_size. An equal parameter count is not
+// enough (n_heads 4 x head_dim 8 and 8 x 4 even give the same tensor shapes). RoPE theta, norm
+// epsilon, windows and max_sequence_length may differ (a later stage may change them). Throws
+// core::Error naming `source` and each field that differs.
+void check_same_architecture(const ModelConfig& found, const ModelConfig& expected,
+                             const std::string& source);
+
 void save_tandem_model(const std::string& dir, const ModelConfig& config,
                        std::span<const float> flat, io::DType source_dtype = io::DType::kF32);
 void save_tandem_model(const std::string& dir, const Olmo3Model& model,

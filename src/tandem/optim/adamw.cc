@@ -11,14 +11,6 @@ bool olmo_weight_decay_applies(std::string_view name) {
   return name != "embeddings.weight" && name != "model.embed_tokens.weight";
 }
 
-void AdamWHyper::validate() const {
-  TANDEM_CHECK(beta1 >= 0.0 && beta1 < 1.0, "AdamW: beta1 must be in [0, 1), got {}", beta1);
-  TANDEM_CHECK(beta2 >= 0.0 && beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got {}", beta2);
-  TANDEM_CHECK(eps >= 0.0 && std::isfinite(eps), "AdamW: eps must be >= 0, got {}", eps);
-  TANDEM_CHECK(weight_decay >= 0.0 && std::isfinite(weight_decay),
-               "AdamW: weight_decay must be >= 0, got {}", weight_decay);
-}
-
 AdamW::AdamW(kernels::Backend& backend, std::vector<ParamBuffer> params, AdamWHyper hyper)
     : backend_(backend), params_(std::move(params)), hyper_(hyper) {
   hyper_.validate();

@@ -31,12 +31,8 @@ OptimConfig read_optim_config(io::ConfigSection s) {
   if (s.has("betas")) {
     YAML::Node b = s.raw("betas");
     TANDEM_CHECK(b.IsSequence() && b.size() == 2, "{}: expected [beta1, beta2]", s.where("betas"));
-    try {
-      c.adamw.beta1 = b[0].as<double>();
-      c.adamw.beta2 = b[1].as<double>();
-    } catch (const YAML::Exception&) {
-      core::fail("{}: expected two numbers", s.where("betas"));
-    }
+    c.adamw.beta1 = io::yaml_as<double>(b[0], s.where("betas[0]"), "a number");
+    c.adamw.beta2 = io::yaml_as<double>(b[1], s.where("betas[1]"), "a number");
   }
   s.mark_used("betas");
   c.adamw.eps = s.get_double("eps", c.adamw.eps);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/io/config.h"
 
 namespace tandem::report {
 
@@ -18,22 +19,17 @@ Tolerances Tolerances::defaults() {
 
 Tolerances Tolerances::from_file(const std::string& path) {
   Tolerances t = defaults();
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    core::fail("{}: cannot read tolerances ({})", path, e.what());
-  }
+  YAML::Node root = io::load_yaml_file(path);
   TANDEM_CHECK(root.IsMap(), "{}: expected a mapping with key \"tolerances\"", path);
   for (const auto& kv : root) {
-    std::string key = kv.first.as<std::string>();
+    std::string key = kv.first.Scalar();  // load_yaml_file: keys are scalars
     TANDEM_CHECK(key == "tolerances", "{}: unknown key \"{}\" (expected \"tolerances\")", path,
                  key);
   }
   YAML::Node tols = root["tolerances"];
   TANDEM_CHECK(tols && tols.IsMap(), "{}: \"tolerances\" must be a mapping", path);
   for (const auto& kv : tols) {
-    std::string pattern = kv.first.as<std::string>();
+    std::string pattern = kv.first.Scalar();
     if (kv.second.IsNull()) {
       t.by_pattern[pattern] = std::nullopt;
       continue;

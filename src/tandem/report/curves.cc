@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 
 namespace tandem::report {
 namespace {
@@ -82,12 +84,7 @@ Curves load_metrics_jsonl(const std::string& path, bool strict) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string where = fmt::format("{}: line {}", path, n);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      core::fail("{}: malformed JSON ({})", where, e.what());
-    }
+    const nlohmann::json j = io::parse_json(line, where);
     TANDEM_CHECK(j.is_object(), "{}: expected a JSON object", where);
     std::map<std::string, double> row;
     for (const auto& [key, value] : j.items()) {
@@ -135,8 +132,8 @@ Curves load_metrics_csv(const std::string& path) {
       if (cells[i].empty()) continue;  // metric not measured at this point
       char* end = nullptr;
       double v = std::strtod(cells[i].c_str(), &end);
-      TANDEM_CHECK(end && *end == '\0', "{}: column \"{}\": \"{}\" is not a number", where,
-                   header[i], cells[i]);
+      TANDEM_CHECK(end && *end == '\0' && std::isfinite(v),
+                   "{}: column \"{}\": \"{}\" is not a finite number", where, header[i], cells[i]);
       row[header[i]] = v;
     }
     add_row(curves, row, where, true);

@@ -8,6 +8,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 
 namespace tandem::report {
 namespace {
@@ -190,7 +191,7 @@ void attach_audit_counts(const std::string& run_dir, AlarmResult& result) {
     return;
   }
   try {
-    auto j = nlohmann::json::parse(core::read_file(path));
+    auto j = io::read_json_file(path);
     // `tandem data audit --json` nests them under "duplicates"; AuditReport fields are flat.
     if (j.contains("duplicates") && j.at("duplicates").is_object()) {
       const auto& d = j.at("duplicates");

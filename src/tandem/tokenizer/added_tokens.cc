@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 #include "tandem/tokenizer/pcre_regex.h"
 
 namespace tandem::tokenizer {
@@ -52,19 +53,23 @@ bool is_word_char(std::string_view s, std::size_t i) {
 AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string& source) {
   if (added.is_null()) return;
   TANDEM_CHECK(added.is_array(), "{}: added_tokens is not an array", source);
-  for (const auto& t : added) {
-    TANDEM_CHECK(t.is_object() && t.contains("id") && t.contains("content") &&
-                     t["id"].is_number_unsigned() && t["content"].is_string(),
-                 "{}: an added token lacks a valid id or content: {}", source, t.dump());
+  for (std::size_t i = 0; i < added.size(); ++i) {
+    const nlohmann::json& t = added[i];
+    const std::string where = fmt::format("{}: added_tokens[{}]", source, i);
+    TANDEM_CHECK(t.is_object(), "{} is not an object: {}", where, io::json_excerpt(t));
+    auto flag = [&](const char* key, bool fallback) {
+      return t.contains(key) && !t[key].is_null() ? io::json_field<bool>(t, key, where) : fallback;
+    };
     AddedToken token;
-    token.id = t["id"].get<std::uint32_t>();
-    token.content = t["content"].get<std::string>();
+    // json_as refuses ids past 32 bits (nlohmann's get<uint32_t> would wrap them).
+    token.id = io::json_field<std::uint32_t>(t, "id", where);
+    token.content = io::json_field<std::string>(t, "content", where);
     TANDEM_CHECK(!token.content.empty(), "{}: added token {} has empty content", source, token.id);
-    token.single_word = t.value("single_word", false);
-    token.lstrip = t.value("lstrip", false);
-    token.rstrip = t.value("rstrip", false);
-    token.normalized = t.value("normalized", !t.value("special", false));
-    token.special = t.value("special", false);
+    token.single_word = flag("single_word", false);
+    token.lstrip = flag("lstrip", false);
+    token.rstrip = flag("rstrip", false);
+    token.special = flag("special", false);
+    token.normalized = flag("normalized", !token.special);
     tokens_.push_back(std::move(token));
   }
   build(plain_, false);

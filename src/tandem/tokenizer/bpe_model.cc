@@ -4,6 +4,7 @@
 #include <queue>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 #include "tandem/tokenizer/byte_level.h"
 
 namespace tandem::tokenizer {
@@ -47,14 +48,26 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   ignore_merges_ = model.value("ignore_merges", false);
   fuse_unk_ = model.value("fuse_unk", false);
 
-  std::uint32_t max_id = 0;
+  // Ids index dense tables, so each must fit 32 bits (HF's u32; nlohmann would wrap 2^32 to 0)
+  // and the id space must not be mostly holes (one stray huge id would allocate gigabytes).
+  std::uint64_t max_id = 0;
   for (const auto& [key, value] : model["vocab"].items()) {
-    TANDEM_CHECK(value.is_number_unsigned(), "{}: vocab entry {:?} has no valid id", source, key);
-    max_id = std::max(max_id, value.get<std::uint32_t>());
+    TANDEM_CHECK(
+        value.is_number_unsigned() || (value.is_number_integer() && value.get<std::int64_t>() >= 0),
+        "{}: vocab entry {:?} has no valid id (got {})", source, key, io::json_excerpt(value));
+    const std::uint64_t id = value.get<std::uint64_t>();
+    TANDEM_CHECK(id <= kMaxTokenId, "{}: vocab entry {:?} has id {}, which does not fit 32 bits",
+                 source, key, id);
+    max_id = std::max(max_id, id);
   }
+  const std::uint64_t count = model["vocab"].size();
+  TANDEM_CHECK(count == 0 || max_id < max_sparse_vocab_size(count),
+               "{}: vocab ids go up to {} for only {} tokens (mostly unused ids; corrupt?)", source,
+               max_id, count);
   id_to_bytes_.assign(model["vocab"].empty() ? 0 : max_id + 1, std::string());
   id_to_key_.assign(id_to_bytes_.size(), std::string());
   vocab_.reserve(model["vocab"].size() * 2);
+  std::vector<bool> seen(id_to_bytes_.size(), false);
   for (const auto& [key, value] : model["vocab"].items()) {
     auto id = value.get<std::uint32_t>();
     auto raw = tokenizer::byte_level::to_bytes(key);
@@ -62,6 +75,9 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
                  "{}: vocab entry {:?} is not in the byte-level alphabet (only byte-level BPE "
                  "tokenizers are supported)",
                  source, key);
+    TANDEM_CHECK(!seen[id], "{}: vocab entries {:?} and {:?} have the same id {}", source,
+                 id_to_key_[id], key, id);
+    seen[id] = true;
     vocab_[*raw] = id;
     id_to_bytes_[id] = *raw;
     id_to_key_[id] = key;

@@ -46,6 +46,12 @@ class MergeTable {
   int shift_ = 64;
 };
 
+// Largest token id a tokenizer.json may use (HF tokenizers' ids are u32).
+inline constexpr std::uint64_t kMaxTokenId = 0xFFFFFFFFull;
+// Ids index dense tables: the id space may have holes, but at most this many ids for `tokens`
+// tokens (a single stray huge id would otherwise allocate gigabytes).
+inline std::uint64_t max_sparse_vocab_size(std::uint64_t tokens) { return 4 * tokens + 1024; }
+
 class BpeModel {
  public:
   // `model` is the "model" object of tokenizer.json; `source` names the file in errors.

@@ -13,6 +13,7 @@
 #include "tandem/core/hash.h"
 #include "tandem/io/token_file.h"
 #include "tandem/io/token_file_writer.h"
+#include "tandem/io/token_sidecar.h"
 #include "tandem/tokenizer/tokenizer.h"
 
 namespace tandem::tokenizer {
@@ -114,6 +115,10 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
   auto started = std::chrono::steady_clock::now();
   TANDEM_CHECK(o.threads >= 1, "--threads must be at least 1 (got {})", o.threads);
   TANDEM_CHECK(o.max_tokens_per_file >= 1, "--max-tokens-per-file must be at least 1");
+  // Outputs (and the temporaries a re-run deletes) stay inside --out.
+  TANDEM_CHECK(!o.prefix.empty() && o.prefix.find('/') == std::string::npos && o.prefix != "." &&
+                   o.prefix != "..",
+               "--prefix '{}' must be a plain file name prefix", o.prefix);
   Tokenizer tok = Tokenizer::from_file(o.tokenizer_path);
   std::optional<std::uint32_t> eos = o.eos_id ? o.eos_id : tok.eos_id();
   TANDEM_CHECK(eos.has_value(), "{} has no <|endoftext|> token; pass --eos-id", o.tokenizer_path);
@@ -145,9 +150,14 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
                  "{} holds outputs of a different tokenize run ({} has another tokenizer, inputs "
                  "or settings); use an empty --out directory",
                  o.out_dir, io::sidecar_path_for(path));
-    const auto& end = sidecar.at("end");
-    cursor = {end.at("input").get<std::uint64_t>(), end.at("line").get<std::uint64_t>(),
-              end.at("offset").get<std::uint64_t>()};
+    // verified_sidecar parsed it; a part of a tokenize run always records where it ended.
+    const io::TokenSidecar parsed =
+        io::parse_token_sidecar(sidecar.dump(), io::sidecar_path_for(path));
+    TANDEM_CHECK(parsed.end.has_value(), "{}: no 'end' cursor (not written by data tokenize?)",
+                 io::sidecar_path_for(path));
+    cursor = {parsed.end->input, parsed.end->line, parsed.end->offset};
+    TANDEM_CHECK(cursor.input <= inputs.size(), "{}: end cursor names input #{} of {}",
+                 io::sidecar_path_for(path), cursor.input, inputs.size());
     summary.files_kept.push_back(path);
     ++part;
   }
@@ -193,6 +203,7 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
 
   std::vector<io::Document> batch;
   std::vector<std::vector<std::uint32_t>> results;
+  std::vector<std::string> errors;  // per document of the batch: why it could not be encoded
   Cursor last_written = cursor;
   for (std::uint64_t i = cursor.input; i < inputs.size(); ++i) {
     io::DocumentReader reader(inputs[i].path, inputs[i].format);
@@ -219,12 +230,27 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
         if (summary.problems.size() < kReportedProblems) summary.problems.push_back(p);
       }
       results.resize(batch.size());
+      errors.assign(batch.size(), std::string());
 #pragma omp parallel for num_threads(o.threads) schedule(dynamic, 1)
       for (std::size_t d = 0; d < batch.size(); ++d) {
         results[d].clear();
-        encoders[static_cast<std::size_t>(omp_get_thread_num())]->encode(batch[d].text, results[d]);
+        // An exception must not leave an OpenMP region (it would abort the process): each
+        // document's failure (e.g. PCRE2's match limit) is kept and reported below.
+        try {
+          encoders[static_cast<std::size_t>(omp_get_thread_num())]->encode(batch[d].text,
+                                                                           results[d]);
+        } catch (const std::exception& e) {
+          errors[d] = e.what();
+        }
       }
       for (std::size_t d = 0; d < batch.size(); ++d) {
+        if (!errors[d].empty()) {
+          const io::InputProblem p{inputs[i].path, batch[d].line, "encode_error", errors[d]};
+          if (o.strict) core::fail("{}:{}: {}: {} (--strict)", p.path, p.line, p.kind, p.message);
+          ++summary.problem_counts[p.kind];
+          if (summary.problems.size() < kReportedProblems) summary.problems.push_back(p);
+          continue;
+        }
         std::uint64_t skip = 0;
         if (resuming && batch[d].line == cursor.line) skip = cursor.offset;
         write_document(i, batch[d].line, results[d], skip);

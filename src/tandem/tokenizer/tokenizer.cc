@@ -8,6 +8,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/core/utf8.h"
+#include "tandem/io/json.h"
 #include "tandem/tokenizer/byte_level.h"
 
 namespace tandem::tokenizer {
@@ -58,17 +59,13 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 }
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    core::fail("{}: invalid JSON: {}", source, e.what());
-  }
-  check_supported(j, source);
+  // Strict: a repeated key (e.g. two "model" objects) is an error rather than "last one wins".
+  nlohmann::json j = io::parse_json(json_text, source);
   Tokenizer t;
   t.source_ = source;
   t.sha256_ = core::sha256_hex(json_text);
   try {
+    check_supported(j, source);
     t.model_ = std::make_shared<BpeModel>(j["model"], source);
     t.added_ = std::make_shared<AddedVocabulary>(
         j.contains("added_tokens") ? j["added_tokens"] : nlohmann::json(), source);
@@ -78,7 +75,12 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
     core::fail("{}: malformed tokenizer.json: {}", source, e.what());
   }
   std::size_t size = t.model_->id_to_bytes().size();
-  for (const auto& a : t.added_->tokens()) size = std::max<std::size_t>(size, a.id + 1);
+  for (const auto& a : t.added_->tokens())
+    size = std::max<std::size_t>(size, a.id + std::size_t{1});
+  const std::uint64_t tokens = t.model_->vocab_entries() + t.added_->tokens().size();
+  TANDEM_CHECK(size <= max_sparse_vocab_size(tokens),
+               "{}: token ids go up to {} for only {} tokens (mostly unused ids; corrupt?)", source,
+               size - 1, tokens);
   t.id_to_bytes_.assign(size, std::string());
   t.is_special_.assign(size, 0);
   const auto& keys = t.model_->id_to_key();

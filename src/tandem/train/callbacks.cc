@@ -8,6 +8,7 @@
 #include "tandem/data/loader_state.h"
 #include "tandem/tokenizer/tokenizer.h"
 #include "tandem/train/checkpoint.h"
+#include "tandem/train/run_directory.h"
 
 namespace fs = std::filesystem;
 
@@ -147,7 +148,8 @@ void CheckpointCallback::save(bool final_save) {
   // Every rank writes its own optimizer shard (ZeRO-1) or rank 0 all of it (replicated).
   optim::OptimizerShard mine = optimizer_.moments();
   save_checkpoint(checkpoints_dir_, counters_.step, model_, &mine, state_json(), comm_);
-  if (comm_.rank() == 0) prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last);
+  if (comm_.rank() == 0)
+    prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last, counters_.step);
   comm_.barrier();
   last_saved_step_ = counters_.step;
   log_line(comm_, fmt::format("saved checkpoint {}{}", checkpoint_dir_name(counters_.step),
@@ -166,9 +168,18 @@ nlohmann::json CheckpointCallback::load(const std::string& dir, bool with_optimi
 
 bool CheckpointCallback::resume() {
   std::vector<std::string> warnings;
-  auto latest = latest_valid_checkpoint(checkpoints_dir_, &warnings);
-  for (const auto& w : warnings) log_line(comm_, "warning: " + w);
-  if (!latest) return false;
+  std::optional<std::string> latest;
+  if (!config_.trainer.fresh_start) {
+    latest = latest_valid_checkpoint(checkpoints_dir_, &warnings);
+    for (const auto& w : warnings) log_line(comm_, "warning: " + w);
+  }
+  if (!latest) {
+    // Never silently: all-damaged checkpoints are an error unless a fresh start was asked for.
+    const std::string moved = prepare_start_from_scratch(
+        config_.trainer.save_folder, config_.trainer.fresh_start, warnings, comm_.rank() == 0);
+    if (!moved.empty()) log_line(comm_, moved);
+    return false;
+  }
   nlohmann::json st = load(*latest, true);
   counters_.step = st.at("step").get<std::int64_t>();
   counters_.tokens = st.at("tokens").get<std::int64_t>();

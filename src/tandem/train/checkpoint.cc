@@ -1,16 +1,26 @@
 #include "tandem/train/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <regex>
 
 #include <fmt/format.h>
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/core/fault_injection.h"
 #include "tandem/core/hash.h"
+#include "tandem/core/path_inside.h"
+#include "tandem/io/json.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/model/model_io.h"
+#include "tandem/train/checkpoint_manifest.h"
 
 namespace fs = std::filesystem;
 
@@ -28,9 +38,68 @@ std::vector<std::string> files_under(const fs::path& root) {
   return out;
 }
 
+// Temporaries of saves that were killed (.step-N.partial) or replaced (.step-N.replaced):
+// after a save of this process succeeded none of them belongs to a save in flight.
+void remove_stale_temporaries(const std::string& checkpoints_dir) {
+  static const std::regex kTemporary(R"(\.step-\d{6,}\.(partial|replaced))");
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(checkpoints_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (fs::is_directory(it->symlink_status(ec)) && std::regex_match(name, kTemporary))
+      stale.push_back(it->path());
+  }
+  for (const auto& p : stale) fs::remove_all(p, ec);
+}
+
 }  // namespace
 
 std::string checkpoint_dir_name(std::int64_t step) { return fmt::format("step-{:06d}", step); }
+
+namespace {
+
+// Checkpoints this process wrote or fully verified, keyed by directory with the manifest text
+// they had: pruning counts only verified checkpoints, and hashing every kept checkpoint at each
+// save would read gigabytes. A changed manifest means the entry no longer applies.
+std::mutex verified_mutex;
+std::map<std::string, std::string> verified_manifests;
+
+void remember_verified(const std::string& dir, const std::string& manifest_text) {
+  std::lock_guard<std::mutex> lock(verified_mutex);
+  verified_manifests[fs::absolute(dir).lexically_normal().string()] = manifest_text;
+}
+
+bool known_verified(const std::string& dir) {
+  std::string text;
+  try {
+    text = core::read_file((fs::path(dir) / "manifest.json").string());
+  } catch (const core::Error&) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(verified_mutex);
+  auto it = verified_manifests.find(fs::absolute(dir).lexically_normal().string());
+  return it != verified_manifests.end() && it->second == text;
+}
+
+void sync_directory(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// The step of a checkpoint directory name, or -1 for another name (or one too large).
+std::int64_t step_of_name(const std::string& name) {
+  std::smatch m;
+  if (!std::regex_match(name, m, kStepDir)) return -1;
+  std::int64_t step = -1;
+  const std::string digits = m[1];
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  return ec == std::errc() && end == digits.data() + digits.size() ? step : -1;
+}
+
+}  // namespace
 
 namespace {
 
@@ -39,10 +108,12 @@ namespace {
 void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int64_t step,
                        const OptimizerShard* optimizer, const nlohmann::json& state) {
   if (optimizer) write_optimizer_index((tmp / "optim").string(), optimizer->num_shards);
+  core::fault_point("checkpoint.index");
   nlohmann::json st = state;
   st["step"] = step;
   st["format_version"] = kFormatVersion;
   core::write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
+  core::fault_point("checkpoint.state");
   nlohmann::json manifest;
   manifest["format_version"] = kFormatVersion;
   manifest["step"] = step;
@@ -50,9 +121,22 @@ void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int6
     std::string p = (tmp / rel).string();
     manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", core::xxh64_file_hex(p)}};
   }
-  core::write_file_atomic((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // same step re-saved (e.g. on a signal)
+  const std::string manifest_text = manifest.dump(1) + "\n";
+  core::write_file_atomic((tmp / "manifest.json").string(), manifest_text);
+  core::fault_point("checkpoint.manifest");
+  // The same step saved again (e.g. on a signal right after a periodic save): the old one is
+  // moved aside first, so that at every moment one complete step-N exists or the rename is
+  // about to make it exist.
+  const fs::path replaced =
+      final_dir.parent_path() / ("." + final_dir.filename().string() + ".replaced");
+  std::error_code ec;
+  fs::remove_all(replaced, ec);
+  if (fs::exists(fs::symlink_status(final_dir))) fs::rename(final_dir, replaced);
   fs::rename(tmp, final_dir);
+  sync_directory(final_dir.parent_path().string());
+  core::fault_point("checkpoint.renamed");
+  fs::remove_all(replaced, ec);
+  remember_verified(final_dir.string(), manifest_text);
 }
 
 // True on every rank when any rank reports a failure.
@@ -85,14 +169,17 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
     attempt([&] {
       fs::remove_all(tmp);
       fs::create_directories(optimizer ? tmp / "optim" : tmp);
+      core::fault_point("checkpoint.begin");
     });
   bool failed = any_rank_failed(!error.empty(), comm);
   if (!failed) {
     attempt([&] {
       if (leader) model::save_tandem_model((tmp / "model").string(), model);
+      core::fault_point("checkpoint.model");
       if (optimizer && optimizer->shard < optimizer->num_shards)
         write_optimizer_shard((tmp / "optim").string(), optimizer->shard, optimizer->num_shards,
                               optimizer->slices, optimizer->adam_step);
+      core::fault_point("checkpoint.shard");
     });
     failed = any_rank_failed(!error.empty(), comm);
     if (!failed && leader)
@@ -111,12 +198,14 @@ std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir) {
   std::vector<std::pair<std::int64_t, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(checkpoints_dir, ec)) return {};
-  for (const auto& e : fs::directory_iterator(checkpoints_dir)) {
-    std::smatch m;
-    std::string name = e.path().filename().string();
-    if (e.is_directory() && std::regex_match(name, m, kStepDir))
-      found.emplace_back(std::stoll(m[1]), e.path().string());
+  for (fs::directory_iterator it(checkpoints_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    // Real directories only: a symbolic link named step-N is never read from or deleted.
+    const fs::file_status status = it->symlink_status(ec);
+    if (ec || !fs::is_directory(status)) continue;
+    const std::int64_t step = step_of_name(it->path().filename().string());
+    if (step >= 0) found.emplace_back(step, it->path().string());
   }
+  TANDEM_CHECK(!ec, "cannot list checkpoints in {}: {}", checkpoints_dir, ec.message());
   std::sort(found.begin(), found.end());
   std::vector<std::string> out;
   for (auto& f : found) out.push_back(f.second);
@@ -126,23 +215,23 @@ std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir) {
 void verify_checkpoint(const std::string& dir) {
   const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
   TANDEM_CHECK(fs::exists(manifest_path), "checkpoint {} has no manifest.json (incomplete)", dir);
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(core::read_file(manifest_path));
-  } catch (const nlohmann::json::exception& e) {
-    core::fail("{}: invalid JSON: {}", manifest_path, e.what());
+  const std::string manifest_text = core::read_file(manifest_path);
+  const CheckpointManifest manifest = parse_checkpoint_manifest(manifest_text, manifest_path);
+  const std::int64_t named = step_of_name(fs::path(dir).lexically_normal().filename().string());
+  TANDEM_CHECK(named < 0 || named == manifest.step, "{}: step {} differs from the directory's {}",
+               manifest_path, manifest.step, named);
+  for (const ManifestEntry& f : manifest.files) {
+    const std::string p = core::path_inside(dir, f.name, manifest_path);
+    std::error_code ec;
+    const fs::file_status status = fs::symlink_status(p, ec);
+    TANDEM_CHECK(fs::exists(status), "checkpoint file {} is missing", p);
+    TANDEM_CHECK(fs::is_regular_file(status), "checkpoint file {} is not a regular file", p);
+    const std::uint64_t size = fs::file_size(p);
+    TANDEM_CHECK(size == f.bytes, "checkpoint file {} is {} bytes, manifest says {}", p, size,
+                 f.bytes);
+    TANDEM_CHECK(core::xxh64_file_hex(p) == f.xxh64, "checkpoint file {} fails its checksum", p);
   }
-  TANDEM_CHECK(manifest.contains("files") && manifest["files"].is_object(), "{}: no file list",
-               manifest_path);
-  for (const auto& [rel, info] : manifest["files"].items()) {
-    std::string p = (fs::path(dir) / rel).string();
-    TANDEM_CHECK(fs::exists(p), "checkpoint file {} is missing", p);
-    std::uint64_t bytes = info.at("bytes").get<std::uint64_t>();
-    TANDEM_CHECK(fs::file_size(p) == bytes, "checkpoint file {} is {} bytes, manifest says {}", p,
-                 fs::file_size(p), bytes);
-    TANDEM_CHECK(core::xxh64_file_hex(p) == info.at("xxh64").get<std::string>(),
-                 "checkpoint file {} fails its checksum", p);
-  }
+  remember_verified(dir, manifest_text);
 }
 
 std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoints_dir,
@@ -161,13 +250,15 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
 
 nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step) {
+  // state.json first: it is small, and its step must be the checkpoint's.
+  const std::string state_path = (fs::path(dir) / "state.json").string();
+  nlohmann::json state = io::read_json_file(state_path);
+  const std::int64_t named = step_of_name(fs::path(dir).lexically_normal().filename().string());
+  check_trainer_state(state,
+                      named >= 0 ? named : io::json_field<std::int64_t>(state, "step", state_path),
+                      state_path);
   model::ModelWeights loaded = model::read_model_weights((fs::path(dir) / "model").string());
-  const auto& a = loaded.config;
-  const auto& b = model.config();
-  TANDEM_CHECK(a.d_model == b.d_model && a.n_layers == b.n_layers && a.n_heads == b.n_heads &&
-                   a.n_kv_heads == b.n_kv_heads && a.head_dim == b.head_dim &&
-                   a.hidden_size == b.hidden_size && a.embedding_size == b.embedding_size,
-               "checkpoint {} holds a model of another shape than the config's", dir);
+  model::check_same_architecture(loaded.config, model.config(), "checkpoint " + dir);
   TANDEM_CHECK(static_cast<std::int64_t>(loaded.flat.size()) == model.layout().total(),
                "checkpoint {}: parameter layout differs", dir);
   model.params_from_host(loaded.flat);
@@ -180,16 +271,18 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
             : read_optimizer_state((fs::path(dir) / "optim").string(), *moments);
     if (adam_step) *adam_step = step;
   }
-  return nlohmann::json::parse(core::read_file((fs::path(dir) / "state.json").string()));
+  return state;
 }
 
 std::string resolve_checkpoint(const std::string& path) {
-  if (fs::exists(fs::path(path) / "manifest.json")) {
-    verify_checkpoint(path);
+  if (fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "state.json")) {
+    verify_checkpoint(path);  // also names a checkpoint whose manifest is missing
     return path;
   }
   std::vector<std::string> warnings;
   auto latest = latest_valid_checkpoint((fs::path(path) / "checkpoints").string(), &warnings);
+  // A newer checkpoint passed over is said, never silent.
+  for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);
   TANDEM_CHECK(latest.has_value(), "{}: no valid checkpoint found{}", path,
                warnings.empty() ? "" : " (" + warnings.back() + ")");
   return *latest;
@@ -198,7 +291,8 @@ std::string resolve_checkpoint(const std::string& path) {
 std::string resolve_model_dir(const std::string& path) {
   TANDEM_CHECK(fs::is_directory(path), "{}: not a directory", path);
   if (model::is_tandem_model_dir(path) || model::is_hf_model_dir(path)) return path;
-  const bool checkpoint = fs::exists(fs::path(path) / "manifest.json");
+  const bool checkpoint =
+      fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "state.json");
   TANDEM_CHECK(checkpoint || fs::is_directory(fs::path(path) / "checkpoints"),
                "{}: neither a model directory (model.yaml or config.json), a checkpoint "
                "(manifest.json) nor a run directory (checkpoints/)",
@@ -206,10 +300,34 @@ std::string resolve_model_dir(const std::string& path) {
   return (fs::path(resolve_checkpoint(path)) / "model").string();
 }
 
-void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep) {
+void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
+                       std::optional<std::int64_t> newest_step) {
+  TANDEM_CHECK(keep >= 1, "prune_checkpoints: keep must be at least 1, got {}", keep);
+  if (newest_step) remove_stale_temporaries(checkpoints_dir);
   auto all = list_checkpoints(checkpoints_dir);
-  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i)
-    fs::remove_all(all[i]);
+  std::int64_t verified = 0;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const std::int64_t step = step_of_name(fs::path(*it).filename().string());
+    // A folder past the run's newest step is not of this run's line: neither counted nor deleted.
+    if (newest_step && step > *newest_step) continue;
+    if (verified >= keep) {
+      // Superseded by `keep` newer checkpoints that verify.
+      std::error_code ec;
+      fs::remove_all(*it, ec);
+      core::fault_point("checkpoint.prune");
+      continue;
+    }
+    bool ok = known_verified(*it);
+    if (!ok) {
+      try {
+        verify_checkpoint(*it);
+        ok = true;
+      } catch (const core::Error&) {
+        // Not counted, and not deleted: a damaged checkpoint may be one byte from usable.
+      }
+    }
+    if (ok) ++verified;
+  }
 }
 
 }  // namespace tandem::train

@@ -34,11 +34,13 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
                      model::Olmo3Model& model, const OptimizerShard* optimizer,
                      const nlohmann::json& state, dist::Communicator& comm);
 
-// Complete checkpoints (by directory name) in ascending step order.
+// Directories named step-N (real directories, not symbolic links) in ascending step order;
+// whether each is complete is verify_checkpoint's job.
 std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir);
 
-// Throws Error naming the file when the manifest is missing, or a file is missing, truncated or
-// fails its checksum.
+// Throws Error naming the file when the manifest is missing or invalid (checkpoint_manifest.h),
+// names a file outside the directory, or a file is missing, not a regular file, of another size
+// or fails its checksum.
 void verify_checkpoint(const std::string& dir);
 
 // Latest checkpoint that verifies; damaged ones are reported through `warnings` and skipped.
@@ -53,15 +55,19 @@ std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoint
 nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step);
 
-// A checkpoint directory (verified), or a run directory's newest valid checkpoint. Throws Error
-// naming the path when there is none.
+// A checkpoint directory (verified), or a run directory's newest valid checkpoint. Throws
+// core::Error naming the path when there is none.
 std::string resolve_checkpoint(const std::string& path);
 
 // The model directory `path` means: a tandem or HF model directory as it is, a checkpoint's
 // model/ (the checkpoint verified first), or a run directory's newest valid checkpoint's model/.
 std::string resolve_model_dir(const std::string& path);
 
-// Deletes all but the newest `keep` complete checkpoints.
-void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep);
+// Deletes the checkpoints that `keep` newer verified checkpoints supersede. A folder that does
+// not verify is never counted (a stray or damaged step-000099 cannot push good ones out) and is
+// left in place unless it is older than the kept ones; folders past `newest_step` (the step just
+// saved) are left alone. Verification results are cached per manifest for the process.
+void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
+                       std::optional<std::int64_t> newest_step = std::nullopt);
 
 }  // namespace tandem::train

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -15,14 +16,23 @@ namespace tandem::train {
 
 MetricsLog::MetricsLog(const std::string& path, std::int64_t keep_upto) : path_(path) {
   if (std::filesystem::exists(path)) {
-    std::ifstream in(path);
+    std::istringstream in(core::read_file(path));
     std::string line, kept;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      // A torn last line (killed mid-write) is dropped like a line from after the checkpoint.
-      if (j.is_discarded() || !j.contains("step")) continue;
-      if (j["step"].get<std::int64_t>() <= keep_upto) kept += line + "\n";
+    std::vector<std::string> lines;
+    while (std::getline(in, line))
+      if (!line.empty()) lines.push_back(line);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      auto j = nlohmann::json::parse(lines[i], nullptr, false);
+      const bool record =
+          !j.is_discarded() && j.is_object() && j.contains("step") && j["step"].is_number_integer();
+      // A torn last line (killed mid-write) is dropped like a line from after the checkpoint;
+      // anything else that is not a record is not ours to drop.
+      if (!record && i + 1 == lines.size()) continue;
+      TANDEM_CHECK(record,
+                   "{}: line {} is not a metrics record (a JSON object with an integer \"step\"); "
+                   "fix or move the file, then resume",
+                   path, i + 1);
+      if (j["step"].get<std::int64_t>() <= keep_upto) kept += lines[i] + "\n";
     }
     core::write_file_atomic(path, kept);
   }

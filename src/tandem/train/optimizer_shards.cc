@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -12,6 +13,8 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/core/path_inside.h"
+#include "tandem/io/json.h"
 #include "tandem/io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -36,20 +39,21 @@ const std::string& metadata_value(const io::SafetensorsFile& f, const std::strin
 
 std::int64_t metadata_int(const io::SafetensorsFile& f, const std::string& key) {
   const std::string& v = metadata_value(f, key);
-  try {
-    return std::stoll(v);
-  } catch (const std::exception&) {
-    core::fail("{}: metadata '{}' is '{}', not an integer", f.path(), key, v);
-  }
+  std::int64_t out = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  TANDEM_CHECK(ec == std::errc() && end == v.data() + v.size() && !v.empty(),
+               "{}: metadata '{}' is '{}', not an integer that fits 64 bits", f.path(), key, v);
+  return out;
 }
 
 std::vector<std::int64_t> metadata_shape(const io::SafetensorsFile& f, const std::string& key) {
   const std::string& v = metadata_value(f, key);
-  try {
-    return nlohmann::json::parse(v).get<std::vector<std::int64_t>>();
-  } catch (const nlohmann::json::exception&) {
-    core::fail("{}: metadata '{}' is '{}', not a shape", f.path(), key, v);
-  }
+  const nlohmann::json shape = io::parse_json(v, f.path() + ": metadata '" + key + "'");
+  TANDEM_CHECK(shape.is_array(), "{}: metadata '{}' is '{}', not a shape", f.path(), key, v);
+  std::vector<std::int64_t> out;
+  for (const auto& d : shape)
+    out.push_back(io::json_as<std::int64_t>(d, f.path() + ": metadata '" + key + "' entry"));
+  return out;
 }
 
 // A slice's two moments with the tensor-name prefix each is stored under.
@@ -140,58 +144,101 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards) {
   core::write_file_atomic((fs::path(optim_dir) / kIndexFile).string(), index.dump(1) + "\n");
 }
 
+OptimizerIndex parse_optimizer_index(std::string_view text, const std::string& where) {
+  const nlohmann::json index = io::parse_json(text, where);
+  TANDEM_CHECK(index.is_object(), "{}: expected a JSON object", where);
+  OptimizerIndex out;
+  const int version = io::json_field<int>(index, "format_version", where);
+  TANDEM_CHECK(version == kIndexVersion, "{}: format version {} is not supported (expected {})",
+               where, version, kIndexVersion);
+  out.num_shards = io::json_field<int>(index, "num_shards", where);
+  TANDEM_CHECK(out.num_shards >= 1, "{}: num_shards {} must be at least 1", where, out.num_shards);
+  out.adam_step = io::json_field<std::int64_t>(index, "adam_step", where);
+  TANDEM_CHECK(out.adam_step >= 0, "{}: adam_step {} is negative", where, out.adam_step);
+  const auto tensors = io::json_field<nlohmann::json>(index, "tensors", where);
+  TANDEM_CHECK(tensors.is_object(), "{}: 'tensors' must be an object", where);
+  // Element counts stay far below 2^62, so sums of starts and lengths cannot overflow.
+  constexpr std::int64_t kMaxElements = std::int64_t{1} << 50;
+  for (const auto& [name, t] : tensors.items()) {
+    const std::string at = where + ": tensor '" + name + "'";
+    OptimizerIndex::Tensor tensor;
+    const auto shape = io::json_field<nlohmann::json>(t, "shape", at);
+    TANDEM_CHECK(shape.is_array(), "{}: 'shape' must be a list", at);
+    std::int64_t numel = 1;
+    for (const auto& d : shape) {
+      const auto dim = io::json_as<std::int64_t>(d, at + " shape entry");
+      TANDEM_CHECK(dim >= 0 && (dim == 0 || numel <= kMaxElements / dim),
+                   "{}: shape {} is negative or too large", at, io::json_excerpt(shape));
+      numel *= dim;
+      tensor.shape.push_back(dim);
+    }
+    const auto pieces = io::json_field<nlohmann::json>(t, "pieces", at);
+    TANDEM_CHECK(pieces.is_array(), "{}: 'pieces' must be a list", at);
+    std::int64_t covered = 0;
+    for (const auto& p : pieces) {
+      OptimizerIndex::Piece piece;
+      piece.file = io::json_field<std::string>(p, "file", at + " piece");
+      piece.start = io::json_field<std::int64_t>(p, "start", at + " piece");
+      piece.length = io::json_field<std::int64_t>(p, "length", at + " piece");
+      TANDEM_CHECK(piece.start == covered && piece.length > 0 && piece.length <= numel - covered,
+                   "{}: piece [{}, +{}) of {} does not continue at element {} (a gap, an overlap "
+                   "or past the end of {} elements)",
+                   at, piece.start, piece.length, piece.file, covered, numel);
+      TANDEM_CHECK(piece.file.find('/') == std::string::npos && piece.file != ".." &&
+                       piece.file != "." && !piece.file.empty(),
+                   "{}: piece file '{}' is not a plain file name inside optim/", at, piece.file);
+      covered += piece.length;
+      tensor.pieces.push_back(std::move(piece));
+    }
+    TANDEM_CHECK(covered == numel, "{}: pieces cover {} of its {} elements", at, covered, numel);
+    out.tensors.emplace(name, std::move(tensor));
+  }
+  return out;
+}
+
 std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<MomentSlice>& slices) {
   const std::string index_path = (fs::path(optim_dir) / kIndexFile).string();
   TANDEM_CHECK(fs::exists(index_path), "checkpoint has no optimizer state ({} is missing)",
                index_path);
+  const OptimizerIndex index = parse_optimizer_index(core::read_file(index_path), index_path);
   std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;
   auto file = [&](const std::string& name) -> const io::SafetensorsFile& {
     auto& f = open[name];
-    if (!f) f = std::make_unique<io::SafetensorsFile>((fs::path(optim_dir) / name).string());
+    // The file name comes from index.json: it must stay inside optim/.
+    if (!f)
+      f = std::make_unique<io::SafetensorsFile>(core::path_inside(optim_dir, name, index_path));
     return *f;
   };
-  try {
-    const nlohmann::json index = nlohmann::json::parse(core::read_file(index_path));
-    TANDEM_CHECK(index.at("format_version").get<int>() == kIndexVersion,
-                 "{}: format version {} is not supported (expected {})", index_path,
-                 index.at("format_version").dump(), kIndexVersion);
-    const nlohmann::json& tensors = index.at("tensors");
-    for (MomentSlice& s : slices) {
-      TANDEM_CHECK(tensors.contains(s.name), "{}: no optimizer state for parameter '{}'",
-                   index_path, s.name);
-      const nlohmann::json& t = tensors.at(s.name);
-      const auto shape = t.at("shape").get<std::vector<std::int64_t>>();
-      TANDEM_CHECK(shape == s.shape, "{}: '{}' has shape {} in the checkpoint, {} in the model",
-                   index_path, s.name, nlohmann::json(shape).dump(),
-                   nlohmann::json(s.shape).dump());
-      const std::int64_t begin = s.start,
-                         end = s.start + static_cast<std::int64_t>(s.exp_avg.size());
-      std::int64_t filled = 0;
-      for (const auto& p : t.at("pieces")) {
-        const auto p_start = p.at("start").get<std::int64_t>();
-        const auto p_end = p_start + p.at("length").get<std::int64_t>();
-        const std::int64_t lo = std::max(begin, p_start), hi = std::min(end, p_end);
-        if (lo >= hi) continue;
-        const io::SafetensorsFile& f = file(p.at("file").get<std::string>());
-        for (auto& [prefix, dst] : moments_of(s)) {
-          const std::string tensor = prefix + s.name;
-          TANDEM_CHECK(
-              f.info(tensor).dtype == io::DType::kF32 && f.info(tensor).numel() == p_end - p_start,
-              "{}: '{}' is not {} fp32 values as the index says", f.path(), tensor,
-              p_end - p_start);
-          std::memcpy(dst.data() + (lo - begin),
-                      f.raw(tensor).data() + (lo - p_start) * sizeof(float),
-                      static_cast<std::size_t>(hi - lo) * sizeof(float));
-        }
-        filled += hi - lo;
+  for (MomentSlice& s : slices) {
+    auto it = index.tensors.find(s.name);
+    TANDEM_CHECK(it != index.tensors.end(), "{}: no optimizer state for parameter '{}'", index_path,
+                 s.name);
+    const OptimizerIndex::Tensor& t = it->second;
+    TANDEM_CHECK(t.shape == s.shape, "{}: '{}' has shape {} in the checkpoint, {} in the model",
+                 index_path, s.name, nlohmann::json(t.shape).dump(),
+                 nlohmann::json(s.shape).dump());
+    const std::int64_t begin = s.start, end = s.start + static_cast<std::int64_t>(s.exp_avg.size());
+    std::int64_t filled = 0;
+    for (const OptimizerIndex::Piece& p : t.pieces) {
+      const std::int64_t p_start = p.start, p_end = p.start + p.length;
+      const std::int64_t lo = std::max(begin, p_start), hi = std::min(end, p_end);
+      if (lo >= hi) continue;
+      const io::SafetensorsFile& f = file(p.file);
+      for (auto& [prefix, dst] : moments_of(s)) {
+        const std::string tensor = prefix + s.name;
+        TANDEM_CHECK(f.info(tensor).dtype == io::DType::kF32 && f.info(tensor).numel() == p.length,
+                     "{}: '{}' is not {} fp32 values as the index says", f.path(), tensor,
+                     p.length);
+        std::memcpy(dst.data() + (lo - begin),
+                    f.raw(tensor).data() + (lo - p_start) * sizeof(float),
+                    static_cast<std::size_t>(hi - lo) * sizeof(float));
       }
-      TANDEM_CHECK(filled == end - begin, "{}: elements [{}, {}) of '{}' are not all stored",
-                   index_path, begin, end, s.name);
+      filled += hi - lo;
     }
-    return index.at("adam_step").get<std::int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    core::fail("{}: invalid index: {}", index_path, e.what());
+    TANDEM_CHECK(filled == end - begin, "{}: elements [{}, {}) of '{}' are not all stored",
+                 index_path, begin, end, s.name);
   }
+  return index.adam_step;
 }
 
 std::int64_t read_unsharded_optimizer_state(const std::string& path,

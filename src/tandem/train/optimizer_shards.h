@@ -11,8 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/optim/optimizer.h"
@@ -33,6 +35,25 @@ void write_optimizer_shard(const std::string& optim_dir, int shard, int num_shar
 // once and agree on shapes and the Adam step count, and writes optim/index.json. Throws Error
 // naming the shard and parameter on any gap, overlap or disagreement.
 void write_optimizer_index(const std::string& optim_dir, int num_shards);
+
+// optim/index.json, parsed and checked: format version 1, a positive shard count, a
+// non-negative Adam step, and for every tensor a shape of non-negative dimensions and pieces
+// {file, start, length} that tile its elements exactly (sorted, no gap, no overlap) and name
+// plain files inside optim/. Errors name `where` and the tensor.
+struct OptimizerIndex {
+  struct Piece {
+    std::string file;
+    std::int64_t start = 0, length = 0;
+  };
+  struct Tensor {
+    std::vector<std::int64_t> shape;
+    std::vector<Piece> pieces;
+  };
+  int num_shards = 0;
+  std::int64_t adam_step = 0;
+  std::map<std::string, Tensor> tensors;
+};
+OptimizerIndex parse_optimizer_index(std::string_view text, const std::string& where);
 
 // Fills every slice from the shards that hold its range (any writer world size); returns the
 // Adam step count. Throws Error naming the file on a missing parameter, a shape mismatch or a

@@ -37,6 +37,7 @@ TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir) {
   }
   t.save_initial = s.get_bool("save_initial", false);
   t.progress = s.get_bool("progress", true);
+  t.fresh_start = s.get_bool("fresh_start", false);
   t.recompute = model::parse_recompute(s.get_string("recompute", "none"), s.where("recompute"));
   s.finish();
   return t;

@@ -49,6 +49,10 @@ struct TrainerConfig {
   std::optional<double> peak_tflops;  // MFU denominator per device; default: the backend's peak
   bool save_initial = false;          // write step-000000 before training (for references)
   bool progress = true;               // console progress line
+  // Start from step 0 instead of resuming: the run directory's checkpoints and metrics.jsonl
+  // move to <save_folder>/previous-N/. Without it, a directory whose checkpoints all fail
+  // verification is an error (never a silent restart).
+  bool fresh_start = false;
   // Activation recompute (OLMo-core's activation checkpointing): none, full or selective.
   model::Recompute recompute = model::Recompute::kNone;
 };

