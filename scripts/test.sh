@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # README command 2 and CI (.ci/run): install what is missing, build, run the whole test suite;
-# then the same suite under ASan + UBSan (scripts/test_sanitized.sh) and every fuzz target for
+# then the input-reading test folders under ASan + UBSan (scripts/test_sanitized.sh) and every fuzz target for
 # a short fixed time (scripts/fuzz.sh). docs/reliability.md explains the budget.
+#   TANDEM_CI_SANITIZE=inputs     (default) the sanitizer stage over the test folders that read
+#                                 untrusted input: io data tokenizer faults
+#   TANDEM_CI_SANITIZE=all        the whole suite under the sanitizers
 #   TANDEM_CI_SANITIZE=0          skip the sanitizer stage
 #   TANDEM_CI_FUZZ_SECONDS=N      seconds per fuzz target (default 20; 0 skips fuzzing)
 set -euo pipefail
@@ -15,9 +18,11 @@ bash scripts/fetch_data.sh
   # Passive OpenMP waits: two test processes share the cores without spinning against each other.
   OMP_WAIT_POLICY=passive ctest --output-on-failure -j "$(nproc)" --timeout 900
 )
-if [[ "${TANDEM_CI_SANITIZE:-1}" != 0 ]]; then
-  bash scripts/test_sanitized.sh
-fi
+case "${TANDEM_CI_SANITIZE:-inputs}" in
+  0) ;;
+  all) bash scripts/test_sanitized.sh ;;
+  *) bash scripts/test_sanitized.sh io data tokenizer faults ;;
+esac
 fuzz_seconds=${TANDEM_CI_FUZZ_SECONDS:-20}
 if [[ "$fuzz_seconds" != 0 ]]; then
   bash scripts/fuzz.sh "$fuzz_seconds"
