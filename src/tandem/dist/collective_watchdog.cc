@@ -52,6 +52,7 @@ void CollectiveWatchdog::watch() {
 CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& watchdog, const char* collective)
     : watchdog_(watchdog) {
   watchdog_.name_.store(collective);
+  watchdog_.awaited_.store(kAwaitingAny);
   watchdog_.since_ns_.store(now_ns());
 }
 

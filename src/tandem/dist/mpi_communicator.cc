@@ -10,6 +10,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <vector>
 
@@ -22,6 +23,8 @@ namespace {
 
 // Elements per collective call: bounds rank 0's gather buffer (W x chunk) and keeps counts in int.
 constexpr std::size_t kChunkElements = std::size_t{1} << 20;
+// Point-to-point tag of the gathers (collectives use their own context, so no clash with them).
+constexpr int kGatherTag = 7301;
 
 void check_mpi(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
@@ -40,6 +43,54 @@ MPI_Datatype mpi_type<float>() {
 template <>
 MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
+}
+
+// MPI_Bcast, telling the watchdog whom this rank waits for: the root, or (on the root) the others.
+void watched_bcast(CollectiveWatchdog& watchdog, int rank, void* data, std::size_t count,
+                   MPI_Datatype type, int root) {
+  watchdog.await_rank(rank == root ? CollectiveWatchdog::kAwaitingAny : root);
+  check_mpi(MPI_Bcast(data, static_cast<int>(count), type, root, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
+// Every rank's processor name (its host), by rank.
+std::vector<std::string> gather_host_names(int world) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  check_mpi(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name");
+  std::vector<char> all(static_cast<std::size_t>(world) * MPI_MAX_PROCESSOR_NAME);
+  check_mpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(),
+                          MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD),
+            "MPI_Allgather");
+  std::vector<std::string> hosts;
+  for (int r = 0; r < world; ++r) {
+    const char* p = all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    hosts.emplace_back(p, strnlen(p, MPI_MAX_PROCESSOR_NAME));
+  }
+  return hosts;
+}
+
+// "h0: ranks 0-3; h1: ranks 4-7" (hosts in order of their first rank, runs of ranks collapsed).
+std::string describe_placement(const std::vector<std::string>& hosts) {
+  std::vector<std::string> order;
+  for (const auto& h : hosts)
+    if (std::find(order.begin(), order.end(), h) == order.end()) order.push_back(h);
+  std::string out;
+  for (const auto& h : order) {
+    std::vector<int> ranks;
+    for (int r = 0; r < static_cast<int>(hosts.size()); ++r)
+      if (hosts[static_cast<std::size_t>(r)] == h) ranks.push_back(r);
+    std::string list;
+    for (std::size_t i = 0; i < ranks.size();) {
+      std::size_t j = i;
+      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+      if (!list.empty()) list += ",";
+      list += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+      i = j + 1;
+    }
+    if (!out.empty()) out += "; ";
+    out += fmt::format("{}: rank{} {}", h, ranks.size() == 1 ? "" : "s", list);
+  }
+  return out;
 }
 
 }  // namespace
@@ -62,17 +113,49 @@ MpiCommunicator::MpiCommunicator() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_);
   timeout_s_ = dist_timeout_from_env();
-  watchdog_ = std::make_unique<CollectiveWatchdog>([this](const char* collective, double waited) {
-    if (waited < timeout_s_) return;
+  hosts_ = gather_host_names(world_);
+  if (rank_ == 0 &&
+      std::any_of(hosts_.begin(), hosts_.end(), [&](const auto& h) { return h != hosts_[0]; })) {
+    fmt::print(stderr, "tandem: {} ranks on several hosts: {}\n", world_,
+               describe_placement(hosts_));
+    std::fflush(stderr);
+  }
+  watchdog_ = std::make_unique<CollectiveWatchdog>(
+      [this](const char* collective, double waited) { check_progress(collective, waited); });
+}
+
+std::string MpiCommunicator::describe_awaited(int awaited) const {
+  if (awaited == CollectiveWatchdog::kAwaitingAny && world_ == 2) awaited = 1 - rank_;
+  if (awaited < 0 || awaited >= world_) return "the other ranks";
+  return fmt::format("rank {} on host {}", awaited, hosts_[static_cast<std::size_t>(awaited)]);
+}
+
+// On the watchdog thread. After a quarter of the timeout, one notice per collective naming the
+// rank it waits for (the rank that is lost, hung or slow: on a network partition this may be the
+// only message that gets out before the launcher ends the job); after the timeout, the end.
+void MpiCommunicator::check_progress(const char* collective, double waited) {
+  const std::string awaited = describe_awaited(watchdog_->awaited_rank());
+  if (waited >= timeout_s_) {
     // Not MPI_Abort (not safe from this thread while the main one is inside MPI): a non-zero
     // exit makes mpirun end every rank.
     fmt::print(stderr,
                "tandem: rank {} of {}: {} made no progress for {:.0f} s "
-               "(TANDEM_DIST_TIMEOUT_S): a peer rank is hung or dead; ending the job\n",
-               rank_, world_, collective, waited);
+               "(TANDEM_DIST_TIMEOUT_S), waiting for {}: a peer rank is hung, dead or "
+               "unreachable; ending the job\n",
+               rank_, world_, collective, waited, awaited);
     std::fflush(stderr);
     std::_Exit(1);
-  });
+  }
+  const std::int64_t id = watchdog_->collective_id();
+  if (waited >= timeout_s_ / 4 && id != noticed_collective_) {
+    noticed_collective_ = id;
+    fmt::print(stderr,
+               "tandem: rank {} of {} on host {}: {} has waited {:.0f} s for {} (the job ends "
+               "after TANDEM_DIST_TIMEOUT_S={:g} s without progress)\n",
+               rank_, world_, hosts_[static_cast<std::size_t>(rank_)], collective, waited, awaited,
+               timeout_s_);
+    std::fflush(stderr);
+  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -98,10 +181,7 @@ void MpiCommunicator::ordered_all_reduce(T* data, std::size_t n) {
   for (std::size_t begin = 0; begin < n; begin += kChunkElements) {
     const std::size_t count = std::min(kChunkElements, n - begin);
     T* chunk = data + begin;
-    if (rank_ == 0) gathered.resize(count * static_cast<std::size_t>(world_));
-    check_mpi(MPI_Gather(chunk, static_cast<int>(count), mpi_type<T>(), gathered.data(),
-                         static_cast<int>(count), mpi_type<T>(), 0, MPI_COMM_WORLD),
-              "MPI_Gather");
+    gather_to(0, chunk, count, gathered);
     if (rank_ == 0) {
       // Fixed order: ((r0 + r1) + r2) + ...
       for (std::size_t i = 0; i < count; ++i) {
@@ -110,8 +190,33 @@ void MpiCommunicator::ordered_all_reduce(T* data, std::size_t n) {
         chunk[i] = sum;
       }
     }
-    check_mpi(MPI_Bcast(chunk, static_cast<int>(count), mpi_type<T>(), 0, MPI_COMM_WORLD),
-              "MPI_Bcast");
+    watched_bcast(*watchdog_, rank_, chunk, count, mpi_type<T>(), 0);
+  }
+}
+
+template <typename T>
+void MpiCommunicator::gather_to(int root, const T* chunk, std::size_t count,
+                                std::vector<T>& gathered) {
+  const int n = static_cast<int>(count);
+  if (rank_ != root) {
+    watchdog_->await_rank(root);
+    check_mpi(MPI_Send(chunk, n, mpi_type<T>(), root, kGatherTag, MPI_COMM_WORLD), "MPI_Send");
+    return;
+  }
+  // Receives from every rank at once, then waits for them in rank order, so that the watchdog
+  // names the first rank whose contribution has not arrived.
+  gathered.resize(count * static_cast<std::size_t>(world_));
+  std::copy(chunk, chunk + count, gathered.begin() + static_cast<std::ptrdiff_t>(root * count));
+  std::vector<MPI_Request> requests(static_cast<std::size_t>(world_), MPI_REQUEST_NULL);
+  for (int r = 0; r < world_; ++r)
+    if (r != root)
+      check_mpi(MPI_Irecv(gathered.data() + static_cast<std::size_t>(r) * count, n, mpi_type<T>(),
+                          r, kGatherTag, MPI_COMM_WORLD, &requests[static_cast<std::size_t>(r)]),
+                "MPI_Irecv");
+  for (int r = 0; r < world_; ++r) {
+    if (r == root) continue;
+    watchdog_->await_rank(r);
+    check_mpi(MPI_Wait(&requests[static_cast<std::size_t>(r)], MPI_STATUS_IGNORE), "MPI_Wait");
   }
 }
 
@@ -127,10 +232,7 @@ void MpiCommunicator::reduce_scatter_sum(float* data, const std::size_t* offsets
     for (std::size_t begin = offsets[owner]; begin < offsets[owner + 1]; begin += kChunkElements) {
       const std::size_t count = std::min(kChunkElements, offsets[owner + 1] - begin);
       float* chunk = data + begin;
-      if (rank_ == owner) gathered.resize(count * static_cast<std::size_t>(world_));
-      check_mpi(MPI_Gather(chunk, static_cast<int>(count), MPI_FLOAT, gathered.data(),
-                           static_cast<int>(count), MPI_FLOAT, owner, MPI_COMM_WORLD),
-                "MPI_Gather");
+      gather_to(owner, chunk, count, gathered);
       if (rank_ != owner) continue;
       for (std::size_t i = 0; i < count; ++i) {
         float sum = gathered[i];
@@ -147,8 +249,7 @@ void MpiCommunicator::all_gather(float* data, const std::size_t* offsets) {
   for (int owner = 0; owner < world_; ++owner)
     for (std::size_t begin = offsets[owner]; begin < offsets[owner + 1]; begin += kChunkElements) {
       const std::size_t count = std::min(kChunkElements, offsets[owner + 1] - begin);
-      check_mpi(MPI_Bcast(data + begin, static_cast<int>(count), MPI_FLOAT, owner, MPI_COMM_WORLD),
-                "MPI_Bcast");
+      watched_bcast(*watchdog_, rank_, data + begin, count, MPI_FLOAT, owner);
     }
 }
 
@@ -157,8 +258,7 @@ void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
   auto* p = static_cast<char*>(data);
   for (std::size_t begin = 0; begin < bytes; begin += INT_MAX / 2) {
     const std::size_t count = std::min<std::size_t>(INT_MAX / 2, bytes - begin);
-    check_mpi(MPI_Bcast(p + begin, static_cast<int>(count), MPI_BYTE, root, MPI_COMM_WORLD),
-              "MPI_Bcast");
+    watched_bcast(*watchdog_, rank_, p + begin, count, MPI_BYTE, root);
   }
 }
 

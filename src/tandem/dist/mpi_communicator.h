@@ -2,10 +2,15 @@
 // Reductions are deterministic: every rank's contribution is gathered to rank 0, summed in rank
 // order (0, 1, ..., W-1) and broadcast, so the result never depends on timing or on the MPI
 // library's reduction algorithm. This costs bandwidth, which is fine at CPU model sizes.
+// Each rank knows every rank's host (MPI's processor name), and the gathers are point-to-point
+// receives taken in rank order, so a collective that waits too long names the rank and host it
+// waits for.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tandem/dist/collective_watchdog.h"
 #include "tandem/dist/communicator.h"
@@ -36,6 +41,16 @@ class MpiCommunicator final : public Communicator {
  private:
   template <typename T>
   void ordered_all_reduce(T* data, std::size_t n);
+  // Gathers every rank's `count` elements at `chunk` into `gathered` on `root` (rank-major);
+  // the other ranks only send.
+  template <typename T>
+  void gather_to(int root, const T* chunk, std::size_t count, std::vector<T>& gathered);
+  // "rank R on host H" for the rank the current collective waits for, or "the other ranks".
+  std::string describe_awaited(int awaited) const;
+  void check_progress(const char* collective, double waited);
+
+  std::vector<std::string> hosts_;       // by rank
+  std::int64_t noticed_collective_ = 0;  // watchdog thread only
 
   int rank_ = 0;
   int world_ = 1;
