@@ -56,8 +56,8 @@ probe() {
     echo "cannot make a bridge in a namespace: $out"
     return 1
   fi
-  if ! out=$(ipc netns exec "$ns" true 2>&1); then
-    echo "cannot enter a network namespace (ip netns exec): $out"
+  if ! out=$(ipc netns exec "$ns" unshare --uts true 2>&1); then
+    echo "cannot enter a network namespace with a UTS namespace of its own (ip netns exec, unshare --uts): $out"
     return 1
   fi
 }

@@ -1,5 +1,5 @@
 // A guard against hung peers for any communicator: the communicator marks each collective as in
-// progress (CollectiveWatchdog::Scope), and a background thread checks every 250 ms how long the
+// progress (CollectiveWatchdog::Scope), and a background thread checks every 100 ms how long the
 // current one has waited, handing that to the communicator's `check`, which ends the process
 // when it decides the job is stuck (after TANDEM_DIST_TIMEOUT_S, or on a backend's own error).
 // It also sums the time spent inside collectives, for the communication share, and holds which
@@ -41,6 +41,11 @@ class CollectiveWatchdog {
   int awaited_rank() const { return awaited_.load(); }
   // Identifies the collective in progress (its start time), so `check` can act once per call.
   std::int64_t collective_id() const { return since_ns_.load(); }
+
+  // The process's stop-signal handler records the signal here (async-signal-safe), so that a
+  // rank ended by its launcher while stuck in a collective can still say whom it waited for.
+  static void note_signal(int signal) noexcept;
+  static int signal_received() noexcept;
 
   // Marks one collective (named by a string literal) as in progress for its lifetime.
   class Scope {

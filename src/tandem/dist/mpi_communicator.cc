@@ -147,6 +147,20 @@ void MpiCommunicator::check_progress(const char* collective, double waited) {
     std::_Exit(1);
   }
   const std::int64_t id = watchdog_->collective_id();
+  // A stop signal while this collective stays stuck (seen on two checks in a row, so not a
+  // healthy stop that finishes its collective): likely the launcher ending the job because a
+  // peer is lost; say whom this rank waited for before it is killed.
+  if (const int signal = CollectiveWatchdog::signal_received(); signal != 0 && !reported_signal_) {
+    if (signalled_collective_ == id) {
+      reported_signal_ = true;
+      fmt::print(stderr,
+                 "tandem: rank {} of {} on host {}: signal {} while {} waited {:.1f} s for {}\n",
+                 rank_, world_, hosts_[static_cast<std::size_t>(rank_)], signal, collective, waited,
+                 awaited);
+      std::fflush(stderr);
+    }
+    signalled_collective_ = id;
+  }
   if (waited >= timeout_s_ / 4 && id != noticed_collective_) {
     noticed_collective_ = id;
     fmt::print(stderr,

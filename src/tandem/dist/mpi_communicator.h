@@ -49,8 +49,10 @@ class MpiCommunicator final : public Communicator {
   std::string describe_awaited(int awaited) const;
   void check_progress(const char* collective, double waited);
 
-  std::vector<std::string> hosts_;       // by rank
-  std::int64_t noticed_collective_ = 0;  // watchdog thread only
+  std::vector<std::string> hosts_;         // by rank
+  std::int64_t noticed_collective_ = 0;    // watchdog thread only
+  std::int64_t signalled_collective_ = 0;  // watchdog thread only
+  bool reported_signal_ = false;           // watchdog thread only
 
   int rank_ = 0;
   int world_ = 1;

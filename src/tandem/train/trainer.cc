@@ -11,6 +11,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/dist/collective_watchdog.h"
 #include "tandem/dist/replicated_optimizer.h"
 #include "tandem/dist/zero1.h"
 #include "tandem/model/model_io.h"
@@ -23,7 +24,10 @@ std::atomic<int> g_stop_signal{0};
 
 namespace {
 
-void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  dist::CollectiveWatchdog::note_signal(sig);  // a rank stuck in a collective then names its peer
+}
 
 std::vector<optim::ParamBuffer> parameter_buffers(const model::Olmo3Model& model) {
   std::vector<optim::ParamBuffer> out;
