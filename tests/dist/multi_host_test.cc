@@ -175,6 +175,9 @@ TEST_F(MultiHost, TwoHostsGiveTheSameLossesAsOneHost) {
 }
 
 enum class HostLoss { kKilled, kLinkDown };
+void PrintTo(HostLoss loss, std::ostream* os) {
+  *os << (loss == HostLoss::kKilled ? "processes killed" : "link down");
+}
 
 class MultiHostLoss : public MultiHost, public ::testing::WithParamInterface<HostLoss> {};
 
