@@ -10,7 +10,6 @@
 //    (W=1) from the last checkpoint and continues the uninterrupted curve within 1e-5, with the
 //    same final data order and a clean data audit.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -34,9 +33,9 @@ const std::string kScripts = std::string(TANDEM_SOURCE_DIR) + "/scripts";
 const char* kSubnet = "10.231.0.0/24";
 // OpenMPI on the namespace hosts: TCP only, over the hosts' subnet only (never the machine's own
 // network or shared memory), and keepalives on its daemons' connections so that a host whose link
-// goes down is declared lost in 8-11 s (2 s idle, then 3 probes 3 s apart) instead of TCP's ~15
-// minutes. TANDEM_DIST_TIMEOUT_S must exceed that: a rank that gives up first leaves mpirun
-// waiting on the unreachable daemon.
+// goes down is declared lost in 9-11 s (a probe within 2 s, then 3 unanswered 3 s apart) instead of
+// TCP's ~15 minutes. TANDEM_DIST_TIMEOUT_S must exceed that: a rank that gives up first leaves
+// mpirun waiting on the unreachable daemon.
 std::string mpi_tcp_flags() {
   return std::string(" --mca btl tcp,self --mca btl_tcp_if_include ") + kSubnet +
          " --mca oob_tcp_if_include " + kSubnet +
@@ -84,8 +83,8 @@ class NamespaceHosts {
   const std::string& up_output() const { return up_output_; }
   std::string host(int i) const { return name_ + "-h" + std::to_string(i); }
 
-  // `tandem ARGS` under mpirun started on host 0 (as one would ssh to a head node), with
-  // `ranks_per_host` ranks on each of hosts 0..hosts-1 (a host file in `dir`).
+  // `tandem ARGS` under mpirun started on host 0 (as one would ssh to a head node), one rank on
+  // each of hosts 0..hosts-1 (a host file in `dir`).
   std::string tandem_command(const std::string& dir, int hosts, const std::string& args,
                              const std::string& env = "") const {
     const std::string hostfile = dir + "/hosts" + std::to_string(hosts);
