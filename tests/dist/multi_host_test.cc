@@ -19,6 +19,7 @@
 
 #include "dist_test_util.h"
 #include "job_control.h"
+#include "tandem/dist/mpi_communicator.h"
 #include "tandem/train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -136,6 +137,15 @@ std::uint64_t parameters_in(const std::string& output) {
   std::smatch m;
   const std::regex re("training ([0-9]+) parameters");
   return std::regex_search(output, m, re) ? std::stoull(m[1].str()) : 0;
+}
+
+// The placement line rank 0 prints (no namespaces needed).
+TEST(MultiHostPlacement, NamesEachHostsRanksWithRuns) {
+  EXPECT_EQ(dist::describe_placement({"a", "b"}), "a: rank 0; b: rank 1");
+  EXPECT_EQ(dist::describe_placement({"n1", "n1", "n1", "n1", "n2", "n2", "n2", "n2"}),
+            "n1: ranks 0-3; n2: ranks 4-7");
+  EXPECT_EQ(dist::describe_placement({"a", "b", "a", "b"}), "a: ranks 0,2; b: ranks 1,3");
+  EXPECT_EQ(dist::describe_placement({"x", "x", "x", "y", "x"}), "x: ranks 0-2,4; y: rank 3");
 }
 
 TEST_F(MultiHost, TwoHostsGiveTheSameLossesAsOneHost) {

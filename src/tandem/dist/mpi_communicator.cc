@@ -69,7 +69,8 @@ std::vector<std::string> gather_host_names(int world) {
   return hosts;
 }
 
-// "h0: ranks 0-3; h1: ranks 4-7" (hosts in order of their first rank, runs of ranks collapsed).
+}  // namespace
+
 std::string describe_placement(const std::vector<std::string>& hosts) {
   std::vector<std::string> order;
   for (const auto& h : hosts)
@@ -92,8 +93,6 @@ std::string describe_placement(const std::vector<std::string>& hosts) {
   }
   return out;
 }
-
-}  // namespace
 
 bool launched_under_mpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})

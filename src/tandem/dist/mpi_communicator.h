@@ -60,6 +60,10 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 
+// Where the ranks run, from each rank's host name: "h0: ranks 0-3; h1: ranks 4-7" (hosts in the
+// order of their first rank, consecutive ranks as ranges). Rank 0 prints it when there are several.
+std::string describe_placement(const std::vector<std::string>& hosts_by_rank);
+
 // True when this process was started by an MPI launcher (OpenMPI's mpirun, or a PMI/PMIx one
 // such as Slurm's srun).
 bool launched_under_mpi();
