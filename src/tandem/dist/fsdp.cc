@@ -76,9 +76,10 @@ double FsdpParameters::seconds_in_collectives() const {
 
 CommThread::Ticket FsdpParameters::run(std::function<void()> task) {
   if (thread_) return thread_->submit(std::move(task));
-  const auto t0 = std::chrono::steady_clock::now();
+  // Here: the time inside the collectives is what the step waits (not the shard's additions).
+  const double before = group_->seconds_in_collectives();
   task();
-  waited_ += seconds_since(t0);
+  waited_ += group_->seconds_in_collectives() - before;
   return 0;
 }
 

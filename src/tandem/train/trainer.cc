@@ -284,7 +284,7 @@ int Trainer::run() {
     log(fmt::format("device memory: peak {} in use, peak {} reserved (caching allocator)",
                     bytes(m.peak_in_use), bytes(m.peak_reserved)));
   const std::int64_t steps_this_run = counters_.step - first_step;
-  if (comm_.world_size() > 1 && steps_this_run > 0) {
+  if ((comm_.world_size() > 1 || sharded_) && steps_this_run > 0) {
     // Step time and the share spent in collectives (bench/dist_step.sh reads this line).
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
