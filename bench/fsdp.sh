@@ -11,6 +11,7 @@
 #      trainer's own timers ("in collectives": the training thread inside or waiting for
 #      collectives; "unit collectives": time inside the shard group's collectives on any thread).
 # Usage: bench/fsdp.sh [BUILD_DIR] [STEPS] (default 3 steps; the first is not excluded).
+# ONLY=memory or ONLY=time runs one part. OMPI_MCA_* variables pass through to mpirun.
 # The data: the benchmark config's stage-1 tokens (scripts/fetch_data.sh).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,25 +31,27 @@ run() {  # run W OUT EXTRA...
 }
 field() { sed -nE "s/$1/\\1/p" "$2" | head -1; }
 
-printf '%-3s %-8s %-26s %-10s %-22s %-22s %s\n' W strategy "state RSS/rank (MB)" "x W=1" \
-  "peak RSS rank 0 (MB)" "plan backend (B)" "measured backend peak (B)"
-base=""
-for spec in "1 ddp" "1 fsdp" "2 fsdp" "4 fsdp"; do
-  read -r w s <<< "$spec"
-  out="$tmp/mem-$w-$s"
-  run "$w" "$out" dist.strategy="$s"
-  state=$(field '.*resident memory of parameters, gradients and Adam moments per rank: ([0-9.]+) MB.*' "$out.log")
-  peak=$(field '.*peak RSS ([0-9.]+) MB.*' "$out.log")
-  measured=$(field '.*after the first step: [0-9]+ B \([0-9.]+ MiB\) held, peak ([0-9]+) B.*' "$out.log")
-  planned=$("$build/tandem" plan "$config" data.micro_batch_size=1 --device cpu --json \
-    --world-size "$w" --strategy "$s" | python3 -c "import json,sys;print(int(json.load(sys.stdin)['memory_backend']))")
-  if [[ $s == ddp ]]; then base=$state; fi
-  ratio=$(python3 -c "print(f'{$state/$base:.3f} (1/W={1/$w:.3f})')")
-  printf '%-3s %-8s %-26s %-10s %-22s %-22s %s\n' "$w" "$s" "$state" "" "${peak:--}" "$planned" \
-    "$measured"
-  printf '    state / replicated W=1 state: %s\n' "$ratio"
-done
+if [[ ${ONLY:-} != time ]]; then
+  printf '%-3s %-8s %-20s %-22s %-20s %-20s %s\n' W strategy "state RSS/rank (MB)" \
+    "vs replicated (1/W)" "peak RSS rank 0 (MB)" "plan backend (B)" "measured backend peak (B)"
+  base=""
+  for spec in "1 ddp" "1 fsdp" "2 fsdp" "4 fsdp"; do
+    read -r w s <<< "$spec"
+    out="$tmp/mem-$w-$s"
+    run "$w" "$out" dist.strategy="$s"
+    state=$(field '.*resident memory of parameters, gradients and Adam moments per rank: ([0-9.]+) MB.*' "$out.log")
+    peak=$(field '.*peak RSS ([0-9.]+) MB.*' "$out.log")
+    measured=$(field '.*after the first step: [0-9]+ B \([0-9.]+ MiB\) held, peak ([0-9]+) B.*' "$out.log")
+    planned=$("$build/tandem" plan "$config" data.micro_batch_size=1 --device cpu --json \
+      --world-size "$w" --strategy "$s" | python3 -c "import json,sys;print(int(json.load(sys.stdin)['memory_backend']))")
+    if [[ $s == ddp ]]; then base=$state; fi
+    ratio=$(python3 -c "print(f'{$state/$base:.3f} ({1/$w:.3f})')")
+    printf '%-3s %-8s %-20s %-22s %-20s %-20s %s\n' "$w" "$s" "$state" "$ratio" "${peak:--}" \
+      "$planned" "$measured"
+  done
+fi
 
+[[ ${ONLY:-} == memory ]] && exit 0
 printf '\n%-3s %-9s %-12s %-22s %s\n' W prefetch ms/step "in collectives (%)" "unit collectives (%)"
 for w in 2 4; do
   for pf in true false; do

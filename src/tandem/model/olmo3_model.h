@@ -35,9 +35,9 @@ class Olmo3Model {
   Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision = Precision::kFp32);
   // A model whose parameters and gradients are sharded (FSDP, model/sharded_parameters.h): it
   // allocates no whole parameter or gradient buffer and gathers each unit's weights from
-  // `sharded` around the unit's forward and backward. The whole-buffer accessors below (params(),
-  // grads(), param(), grad(), *_to_host, params_from_host, init_weights) then refuse with an error;
-  // the masters are reached through sharded()->weights().
+  // `sharded` around the unit's forward and backward. params() and grads() are then empty, and
+  // param(), grad(), *_to_host and params_from_host refuse with an error: the rank's masters are
+  // reached through sharded()->weights() (init_weights initialises just those).
   Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision,
              ShardedParameters* sharded);
   ShardedParameters* sharded() const { return sharded_; }
