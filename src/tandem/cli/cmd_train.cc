@@ -3,6 +3,7 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/dist/communicator.h"
+#include "tandem/train/stop_signals.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -14,9 +15,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("config", *config, "Run config (YAML)")->required();
   cmd->add_option("overrides", *overrides, "key=value overrides, e.g. trainer.max_steps=10");
   cmd->callback([config, overrides, &exit_code] {
+    // First, before any thread starts (train/stop_signals.h says why).
+    train::install_stop_signal_handlers();
     train::RunConfig run = train::load_run_config(*config, *overrides);
     auto comm = dist::make_communicator();
-    train::install_stop_signal_handlers();
     try {
       train::Trainer trainer(std::move(run), *comm);
       exit_code = trainer.run();

@@ -17,16 +17,13 @@
 #include "tandem/dist/replicated_optimizer.h"
 #include "tandem/dist/zero1.h"
 #include "tandem/model/model_io.h"
+#include "tandem/train/stop_signals.h"
 
 namespace fs = std::filesystem;
 
 namespace tandem::train {
 
-std::atomic<int> g_stop_signal{0};
-
 namespace {
-
-void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
 std::vector<optim::ParamBuffer> parameter_buffers(const model::Olmo3Model& model) {
   std::vector<optim::ParamBuffer> out;
@@ -63,13 +60,6 @@ std::string bytes(std::int64_t n) {
 }
 
 }  // namespace
-
-void install_stop_signal_handlers() {
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGHUP, on_stop_signal);  // a closed terminal: save like SIGINT/SIGTERM
-  std::signal(SIGXFSZ, SIG_IGN);        // a file-size limit becomes a write error, not a crash
-}
 
 Trainer::Trainer(RunConfig config, dist::Communicator& comm)
     : config_(std::move(config)), comm_(comm), run_dir_(config_.trainer.save_folder) {

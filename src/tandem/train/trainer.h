@@ -4,7 +4,6 @@
 // (dist/), and evaluation, metrics, progress, the non-finite guard and checkpoints are callbacks.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,11 +20,6 @@
 #include "tandem/train/train_step.h"
 
 namespace tandem::train {
-
-// Set by the SIGINT/SIGTERM/SIGHUP handler; the loop checkpoints and stops at the next step
-// boundary.
-extern std::atomic<int> g_stop_signal;
-void install_stop_signal_handlers();
 
 class Trainer {
  public:
