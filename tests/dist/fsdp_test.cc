@@ -59,7 +59,7 @@ TEST(Fsdp, MatchesReplicatedAtW124AndHsdp2x2For50Steps) {
   }
 }
 
-TEST(Fsdp, CheckpointFromW4ResumesAsDdpW1Hsdp2x2AndFsdpW8) {
+TEST(Fsdp, CheckpointsReshardAcrossWorldSizesAndStrategies) {
   const int steps = 20, at = 10;
   const std::string straight = temp_dir("fsdp_elastic_w4");
   auto r = run_shell(tandem_command(4, "train " + train_args(straight, steps) +
@@ -105,6 +105,23 @@ TEST(Fsdp, CheckpointFromW4ResumesAsDdpW1Hsdp2x2AndFsdpW8) {
   auto rr = run_shell(tandem_command(2, "train " + train_args(run, steps) + strategy(2, "fsdp")));
   ASSERT_EQ(rr.exit_code, 0) << rr.output;
   expect_close_losses(read_metrics(replicated), read_metrics(run), at, "ddp W=1 -> fsdp W=2");
+
+  // An HSDP 2x2 checkpoint (the first group's 2 shards; the replicas write none) resumes as
+  // FSDP W=2.
+  const std::string hybrid = temp_dir("fsdp_elastic_hsdp_w4");
+  r = run_shell(tandem_command(4, "train " + train_args(hybrid, steps) + strategy(4, "hsdp") +
+                                      " trainer.save_interval=10 trainer.keep_last=5"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_json(hybrid + "/" + ckpt + "/model/shards.json")["num_shards"], 2);
+  EXPECT_EQ(read_json(hybrid + "/" + ckpt + "/optim/index.json")["num_shards"], 2);
+  const std::string from_hybrid = temp_dir("fsdp_elastic_from_hsdp_w2");
+  fs::create_directories(from_hybrid + "/checkpoints");
+  fs::copy(hybrid + "/" + ckpt, from_hybrid + "/" + ckpt, fs::copy_options::recursive);
+  fs::copy_file(hybrid + "/metrics.jsonl", from_hybrid + "/metrics.jsonl");
+  rr =
+      run_shell(tandem_command(2, "train " + train_args(from_hybrid, steps) + strategy(2, "fsdp")));
+  ASSERT_EQ(rr.exit_code, 0) << rr.output;
+  expect_close_losses(read_metrics(hybrid), read_metrics(from_hybrid), at, "hsdp 2x2 -> fsdp W=2");
 
   // The data audit: same global batches at every world size, each instance once.
   auto audit =
