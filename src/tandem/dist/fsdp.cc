@@ -88,8 +88,8 @@ void FsdpParameters::wait(CommThread::Ticket ticket) {
 }
 
 FsdpParameters::Slot* FsdpParameters::find_free(std::vector<Slot>& slots, int unit) {
-  // Prefer a buffer holding nothing, then the first one not in use (the pass order makes the
-  // choice the same on every rank).
+  // The first buffer holding nothing, else the first one not in use (its unit was released; the
+  // pass order makes the choice the same on every rank).
   Slot* best = nullptr;
   for (Slot& s : slots) {
     if (s.large != is_large(unit) || s.in_use) continue;
