@@ -19,38 +19,14 @@ import traceback
 import torch
 import transformers
 import yaml
-from transformers import Olmo3Config, Olmo3ForCausalLM
+from transformers import Olmo3ForCausalLM
+
+import bench_torch_train_step  # tools/ is the script's folder, so on sys.path
 
 
 def hf_config(m, attn):
-    sw = m.get("sliding_window") or {}
-    pattern = sw.get("pattern")
-    n = m["n_layers"]
-    if pattern:
-        first = sw.get("force_full_attention_on_first_layer", True)
-        windows = [pattern[(i - 1 if first else i) % len(pattern)] for i in range(n)]
-        if first:
-            windows[0] = -1
-        if sw.get("force_full_attention_on_last_layer", True):
-            windows[-1] = -1
-        window = max(w for w in windows if w > 0) if any(w > 0 for w in windows) else 4096
-        types = ["sliding_attention" if w > 0 else "full_attention" for w in windows]
-    else:
-        window, types = 4096, ["full_attention"] * n
-    vocab = m["vocab_size"]
-    mult = m.get("pad_vocab_to_multiple_of", 128)
-    vocab = m.get("embedding_size", (vocab + mult - 1) // mult * mult)
-    theta = float(m.get("rope_theta", 500000))
-    return Olmo3Config(
-        hidden_size=m["d_model"], num_hidden_layers=n, num_attention_heads=m["n_heads"],
-        num_key_value_heads=m.get("n_kv_heads", m["n_heads"]),
-        head_dim=m.get("head_dim", m["d_model"] // m["n_heads"]),
-        intermediate_size=m["hidden_size"], vocab_size=vocab, sliding_window=window,
-        layer_types=types, rms_norm_eps=float(m.get("layer_norm_eps", 1e-5)),
-        rope_parameters={t: {"rope_type": "default", "rope_theta": theta}
-                         for t in ("sliding_attention", "full_attention")},
-        max_position_embeddings=max(m.get("max_sequence_length", 8192), 8192),
-        attn_implementation=attn)
+    # The CPU peer's config builder; sequences of up to 8192 whatever the YAML's limit.
+    return bench_torch_train_step.hf_config(m, attn, min_positions=8192)
 
 
 def run(m, attn, a, compile_model):

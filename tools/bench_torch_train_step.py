@@ -19,7 +19,9 @@ import yaml
 from transformers import Olmo3Config, Olmo3ForCausalLM
 
 
-def hf_config(m):
+def hf_config(m, attn="eager", min_positions=0):
+    """Olmo3Config of a tandem model config (YAML dict); `min_positions` raises
+    max_position_embeddings for benchmarks at longer sequences."""
     sw = m.get("sliding_window") or {}
     pattern = sw.get("pattern")
     n = m["n_layers"]
@@ -47,8 +49,8 @@ def hf_config(m):
         layer_types=types, rms_norm_eps=float(m.get("layer_norm_eps", 1e-5)),
         rope_parameters={t: {"rope_type": "default", "rope_theta": theta}
                          for t in ("sliding_attention", "full_attention")},
-        max_position_embeddings=m.get("max_sequence_length", 8192),
-        attn_implementation="eager")
+        max_position_embeddings=max(m.get("max_sequence_length", 8192), min_positions),
+        attn_implementation=attn)
 
 
 def main():

@@ -1,5 +1,6 @@
-// `tandem plan` at W=2 under mpirun: for DDP and ZeRO-1 the planned Adam moments and backend
-// memory per rank are what rank 0 of `tandem train` logs and measures in its first step.
+// `tandem plan` at W=2 under mpirun: for DDP, ZeRO-1 and FSDP (with and without prefetch) the
+// planned parameters, Adam moments and backend memory per rank are what rank 0 of `tandem train`
+// logs and measures in its first step.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -18,17 +19,22 @@ std::int64_t logged(const std::string& output, const std::string& pattern) {
 }
 
 TEST(PlanDist, MatchesRankZeroAtWorldSizeTwo) {
-  for (const std::string strategy : {"ddp", "zero1"}) {
-    SCOPED_TRACE(strategy);
+  for (const std::string variant : {"ddp", "zero1", "fsdp", "fsdp dist.prefetch=false"}) {
+    SCOPED_TRACE(variant);
+    const std::string strategy = variant.substr(0, variant.find(' '));
+    const std::string extra =
+        variant.size() > strategy.size() ? variant.substr(strategy.size()) : "";
     auto p = run_shell(tandem_command(1, "plan " + fixture("train/parity.yaml") +
                                              " --device cpu --json --world-size 2 --strategy " +
-                                             strategy + " data.micro_batch_size=2"));
+                                             strategy + " data.micro_batch_size=2" + extra));
     ASSERT_EQ(p.exit_code, 0) << p.output;
     const nlohmann::json plan = nlohmann::json::parse(p.output.substr(p.output.find('{')));
-    const std::string run = temp_dir("plan_dist_" + strategy);
-    auto r =
-        run_shell(tandem_command(2, "train " + train_args(run, 1) + " dist.strategy=" + strategy));
+    const std::string run = temp_dir("plan_dist_" + strategy + (extra.empty() ? "" : "_nopf"));
+    auto r = run_shell(
+        tandem_command(2, "train " + train_args(run, 1) + " dist.strategy=" + strategy + extra));
     ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(plan["memory"]["parameters"].get<double>(),
+              logged(r.output, R"(parameters (\d+) B)"));
     EXPECT_EQ(plan["memory"]["optimiser state"].get<double>(),
               logged(r.output, R"(Adam moments (\d+) B)"));
     EXPECT_EQ(plan["memory"]["activations"].get<double>(),

@@ -95,16 +95,20 @@ inline std::string reference_run(int steps) {
   const fs::path dir = fs::temp_directory_path() /
                        ("tandem_fault_reference_" + std::to_string(steps) + "_" + binary_id);
   const std::string lock_path = dir.string() + ".lock";
-  int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  ::flock(fd, LOCK_EX);
+  // Closed (and so unlocked) however this returns: a failure that threw while the lock was held
+  // used to leave it held, and the next test in this process then waited for itself forever.
+  struct LockedFile {
+    int fd;
+    ~LockedFile() { ::close(fd); }
+  } lock{::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)};
+  EXPECT_GE(lock.fd, 0) << lock_path;
+  ::flock(lock.fd, LOCK_EX);
   if (!fs::exists(dir / "done")) {
     fs::remove_all(dir);
     auto r = run_tandem("train " + train_args(dir.string(), steps));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     write_file_atomic((dir / "done").string(), "");
   }
-  ::flock(fd, LOCK_UN);
-  ::close(fd);
   return dir.string();
 }
 

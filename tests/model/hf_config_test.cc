@@ -171,6 +171,27 @@ TEST(HfConfig, WhatTransformersRefusesOrTandemCannotRunIsNamed) {
   // A value of the wrong JSON type names the file.
   EXPECT_NE(with("hidden_act", 3).find("x/config.json"), std::string::npos);
   EXPECT_NE(with("hidden_size", "16").find("hidden_size"), std::string::npos);
+  // ... and each value of the wrong type is named by its key, the value shown.
+  EXPECT_NE(with("hidden_act", 3).find("'hidden_act' must be a string, got 3"), std::string::npos);
+  EXPECT_NE(with("model_type", 3).find("'model_type'"), std::string::npos);
+  EXPECT_NE(with("tie_word_embeddings", "no").find("'tie_word_embeddings'"), std::string::npos);
+  EXPECT_NE(with("attention_bias", 0).find("'attention_bias'"), std::string::npos);
+  const json yarn = {
+      {"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 8}};
+  auto yarn_with = [&](const char* key, json value) {
+    json scaling = yarn;
+    scaling[key] = std::move(value);
+    return with("rope_scaling", scaling);
+  };
+  EXPECT_EQ(with("rope_scaling", yarn), "");
+  EXPECT_NE(yarn_with("beta_fast", "fast").find("'beta_fast' must be a number, got \"fast\""),
+            std::string::npos);
+  EXPECT_NE(yarn_with("attention_factor", "1").find("'attention_factor'"), std::string::npos);
+  EXPECT_NE(yarn_with("factor", "2").find("'factor'"), std::string::npos);
+  EXPECT_NE(yarn_with("mscale", json::array()).find("'mscale'"), std::string::npos);
+  EXPECT_NE(yarn_with("rope_type", 1).find("'rope_type'"), std::string::npos);
+  EXPECT_NE(with("rope_scaling", {{"rope_type", "linear"}, {"factor", "2"}}).find("'factor'"),
+            std::string::npos);
 }
 
 // OLMo-core's export writes max_position_embeddings -1: no limit, and it survives a round trip.

@@ -8,6 +8,8 @@
 // would.
 #include <gtest/gtest.h>
 
+#include "tandem/model/sharded_parameters.h"
+
 #include <regex>
 
 #include "../support/test_support.h"
@@ -102,9 +104,14 @@ TEST(Plan, StrategiesAndRecomputeOnOlmo3_7B) {
   EXPECT_GT(full.executed_flops_per_token, fsdp.executed_flops_per_token);
   EXPECT_GT(fsdp.executed_flops_per_token, none.executed_flops_per_token);
   EXPECT_EQ(none.executed_flops_per_token, none.model_flops_per_token);
-  // Unimplemented strategies say so in the plan.
-  ASSERT_FALSE(fsdp.notes.empty());
-  EXPECT_NE(fsdp.notes[0].find("does not shard"), std::string::npos) << fsdp.notes[0];
+  // FSDP's pools (dist/fsdp.h): the embedding/head buffer and two block buffers (prefetch), in
+  // bf16 for the gathered weights and fp32 for the unit gradients.
+  const model::ParameterLayout layout(fsdp.input.model);
+  const auto units = model::parameter_units(layout);
+  const double pool = static_cast<double>(std::max(units.front().size(), units.back().size()) +
+                                          2 * units[1].size());
+  EXPECT_EQ(item(fsdp, "compute weights"), 2 * pool);
+  EXPECT_EQ(item(fsdp, "unit gradients"), 4 * pool);
 }
 
 TEST(Plan, ABatchThatDoesNotSplitNamesTheBatchThatWould) {
@@ -118,13 +125,15 @@ TEST(Plan, ABatchThatDoesNotSplitNamesTheBatchThatWould) {
   EXPECT_THROW(train::device_spec("tpu"), core::Error);
 }
 
-TEST(Plan, TheTrainerRefusesStrategiesItDoesNotImplement) {
-  const std::string dir = testing::temp_dir("plan_fsdp");
+TEST(Plan, TheTrainerRefusesAShardGroupThatDoesNotDivideTheWorld) {
+  const std::string dir = testing::temp_dir("plan_hsdp");
   auto r =
       testing::run_tandem("train " + fixture("train/parity.yaml") + " trainer.save_folder=" + dir +
-                          " trainer.max_steps=1 dist.strategy=fsdp");
+                          " trainer.max_steps=1 dist.strategy=hsdp dist.shard_group_size=2");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("dist.strategy fsdp is not implemented"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dist.shard_group_size 2 does not divide the world size 1"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(Plan, TextReportNamesEveryItemAndComparesTheAlternatives) {
@@ -135,7 +144,7 @@ TEST(Plan, TextReportNamesEveryItemAndComparesTheAlternatives) {
   for (const char* text :
        {"parameters", "gradients", "optimiser state", "activations", "workspace", "compute weights",
         "unit gradients", "held by the backend", "fits of 141.00 GB", "tokens/s per device",
-        "does not shard", "alternatives at this world size", "zero1"})
+        "pool of gathered units", "alternatives at this world size", "zero1"})
     EXPECT_NE(p.output.find(text), std::string::npos) << text << "\n" << p.output;
   auto bad = testing::run_tandem("plan " + fixture("train/parity.yaml") + " --device tpu");
   EXPECT_NE(bad.exit_code, 0);

@@ -37,6 +37,18 @@ std::unique_ptr<Communicator> make_nccl_communicator() {
 
 }  // namespace
 
+void Communicator::all_gather_bytes(void*, const std::size_t*, std::size_t) {
+  core::fail(
+      "the {} communicator has no all-gather of bf16 values (needed by dist.strategy "
+      "fsdp/hsdp under precision bf16)",
+      name());
+}
+
+std::unique_ptr<Communicator> Communicator::split(int, int) {
+  core::fail("the {} communicator cannot be split into groups (needed by dist.strategy fsdp/hsdp)",
+             name());
+}
+
 void SingleProcessCommunicator::abort(const std::string& message, int code) {
   fmt::print(stderr, "tandem: {}\n", message);
   std::exit(code);

@@ -25,6 +25,16 @@ class Communicator {
   virtual void reduce_scatter_sum(float* data, const std::size_t* offsets) = 0;
   // Each rank contributes its range [offsets[rank], offsets[rank + 1]) of `data`; all end with all.
   virtual void all_gather(float* data, const std::size_t* offsets) = 0;
+  // The same for elements of `element_bytes` bytes each (FSDP gathers bf16 compute weights).
+  // Default: refused, naming the communicator.
+  virtual void all_gather_bytes(void* data, const std::size_t* offsets, std::size_t element_bytes);
+  // A communicator over the ranks that pass the same `color`, ordered by `key` (MPI_Comm_split;
+  // collective over this communicator). FSDP/HSDP use one for the shard group and one for the
+  // replicas. Default: refused, naming the communicator.
+  virtual std::unique_ptr<Communicator> split(int color, int key);
+  // Whether a second thread may run this communicator's collectives while the calling thread
+  // makes no calls into it (FSDP's prefetch thread; MPI_THREAD_SERIALIZED for MPI).
+  virtual bool allows_communication_thread() const { return false; }
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Wall seconds this process has spent inside collectives (for the communication share).
@@ -42,6 +52,11 @@ class SingleProcessCommunicator final : public Communicator {
   void all_reduce_sum(double*, std::size_t) override {}
   void reduce_scatter_sum(float*, const std::size_t*) override {}
   void all_gather(float*, const std::size_t*) override {}
+  void all_gather_bytes(void*, const std::size_t*, std::size_t) override {}
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<SingleProcessCommunicator>();
+  }
+  bool allows_communication_thread() const override { return true; }
   void broadcast(void*, std::size_t, int) override {}
   void barrier() override {}
   [[noreturn]] void abort(const std::string& message, int code) override;

@@ -33,15 +33,38 @@ double number_or(const json& hf, const char* key, double fallback, const std::st
   return hf[key].get<double>();
 }
 
+// j[key] when present (it must then be a string or a boolean), else `fallback`; the error names
+// the key and the value found.
+std::string string_or(const json& j, const char* key, const std::string& fallback,
+                      const std::string& where) {
+  if (!j.contains(key)) return fallback;
+  TANDEM_CHECK(j[key].is_string(), "{}: '{}' must be a string, got {}", where, key, j[key].dump());
+  return j[key].get<std::string>();
+}
+
+bool bool_or(const json& j, const char* key, bool fallback, const std::string& where) {
+  if (!j.contains(key)) return fallback;
+  TANDEM_CHECK(j[key].is_boolean(), "{}: '{}' must be true or false, got {}", where, key,
+               j[key].dump());
+  return j[key].get<bool>();
+}
+
+// e[key], which must be a number (the error names the key and the value found).
+double number_at(const json& e, const char* key, const std::string& where) {
+  TANDEM_CHECK(e.contains(key) && e[key].is_number(), "{}: '{}' must be a number, got {}", where,
+               key, e.contains(key) ? e[key].dump() : std::string("nothing"));
+  return e[key].get<double>();
+}
+
 // transformers' get_mscale (YaRN paper, section 3.4).
 double yarn_mscale(double scale, double mscale) {
   return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
 }
 
 // Python truthiness of an optional number: absent, null and 0 all count as "not given".
-std::optional<double> truthy_number(const json& e, const char* key) {
+std::optional<double> truthy_number(const json& e, const char* key, const std::string& where) {
   if (!present(e, key)) return std::nullopt;
-  double v = e[key].get<double>();
+  const double v = number_at(e, key, where);
   return v != 0.0 ? std::optional<double>(v) : std::nullopt;
 }
 
@@ -50,7 +73,7 @@ std::optional<double> truthy_number(const json& e, const char* key) {
 RopeConfig rope_from_entry(const json& e, bool truncate, std::int64_t max_position_embeddings,
                            const std::string& where) {
   RopeConfig r;
-  r.type = e.value("rope_type", std::string("default"));
+  r.type = string_or(e, "rope_type", "default", where);
   TANDEM_CHECK(r.type == "default" || r.type == "linear" || r.type == "yarn",
                "{}: rope_type '{}' is not supported (default, linear, yarn)", where, r.type);
   TANDEM_CHECK(present(e, "rope_theta") && e["rope_theta"].is_number(),
@@ -63,8 +86,7 @@ RopeConfig rope_from_entry(const json& e, bool truncate, std::int64_t max_positi
                e.value("partial_rotary_factor", json()).dump());
   TANDEM_CHECK(e.contains("factor"), "{}: rope_type '{}' needs 'factor'", where, r.type);
   if (r.type == "linear") {
-    TANDEM_CHECK(e["factor"].is_number(), "{}: factor must be a number", where);
-    r.factor = e["factor"].get<double>();
+    r.factor = number_at(e, "factor", where);
     return r;
   }
   TANDEM_CHECK(present(e, "original_max_position_embeddings") &&
@@ -77,25 +99,25 @@ RopeConfig rope_from_entry(const json& e, bool truncate, std::int64_t max_positi
   // factor null: the ratio of the extended to the original context.
   r.factor = e["factor"].is_null() ? static_cast<double>(max_position_embeddings) /
                                          static_cast<double>(r.original_max_position_embeddings)
-                                   : e["factor"].get<double>();
+                                   : number_at(e, "factor", where);
   if (present(e, "attention_factor")) {
-    r.attention_factor = e["attention_factor"].get<double>();
+    r.attention_factor = number_at(e, "attention_factor", where);
   } else {
-    auto mscale = truthy_number(e, "mscale");
-    auto mscale_all_dim = truthy_number(e, "mscale_all_dim");
+    auto mscale = truthy_number(e, "mscale", where);
+    auto mscale_all_dim = truthy_number(e, "mscale_all_dim", where);
     r.attention_factor = mscale && mscale_all_dim ? yarn_mscale(r.factor, *mscale) /
                                                         yarn_mscale(r.factor, *mscale_all_dim)
                                                   : yarn_mscale(r.factor, 1.0);
   }
-  r.beta_fast = truthy_number(e, "beta_fast").value_or(32.0);
-  r.beta_slow = truthy_number(e, "beta_slow").value_or(1.0);
+  r.beta_fast = truthy_number(e, "beta_fast", where).value_or(32.0);
+  r.beta_slow = truthy_number(e, "beta_slow", where).value_or(1.0);
   r.truncate = truncate;
   return r;
 }
 
 // The standardization step of transformers' RotaryEmbeddingConfigMixin for one entry.
-void standardize_entry(json& e, std::int64_t max_position_embeddings) {
-  if (!e.contains("rope_type")) e["rope_type"] = e.value("type", std::string("default"));
+void standardize_entry(json& e, std::int64_t max_position_embeddings, const std::string& where) {
+  if (!e.contains("rope_type")) e["rope_type"] = string_or(e, "type", "default", where);
   const std::string type = e["rope_type"].is_string() ? e["rope_type"].get<std::string>() : "";
   if ((type == "yarn" || type == "llama3" || type == "longrope") &&
       !e.contains("original_max_position_embeddings"))
@@ -125,9 +147,9 @@ void olmo3_rope(const json& hf, ModelConfig& c, std::int64_t max_pos, const std:
     TANDEM_CHECK(params[type].is_object(), "{}: rope_parameters.{} must be an object", src, type);
     if (!params[type].contains("rope_theta"))
       params[type]["rope_theta"] = type == kFull ? legacy_theta : 500000.0;
-    standardize_entry(params[type], max_pos);
+    standardize_entry(params[type], max_pos, src + ": rope_parameters." + type);
   }
-  const bool truncate = params.value("truncate", true);
+  const bool truncate = bool_or(params, "truncate", true, src + ": rope_parameters");
   // Only the types some layer uses are built (an unused entry is never read).
   bool uses_full = false, uses_sliding = false;
   for (auto w : c.layer_windows) (w == 0 ? uses_full : uses_sliding) = true;
@@ -157,11 +179,12 @@ void olmo2_rope(const json& hf, ModelConfig& c, std::int64_t max_pos, const std:
   if (!params.contains("rope_theta"))
     params["rope_theta"] = number_or(hf, "rope_theta", 10000.0, src);
   if (present(hf, "original_max_position_embeddings") &&
-      params.value("rope_type", params.value("type", std::string("default"))) != "default")
+      string_or(params, "rope_type", string_or(params, "type", "default", src), src) != "default")
     params["original_max_position_embeddings"] = hf["original_max_position_embeddings"];
-  standardize_entry(params, max_pos);
+  standardize_entry(params, max_pos, src + ": rope_parameters");
   c.full_attention_rope =
-      rope_from_entry(params, params.value("truncate", true), max_pos, src + ": rope_parameters");
+      rope_from_entry(params, bool_or(params, "truncate", true, src + ": rope_parameters"), max_pos,
+                      src + ": rope_parameters");
   c.sliding_attention_rope = c.full_attention_rope;
 }
 
@@ -203,13 +226,14 @@ void check_exportable(const RopeConfig& r, std::int64_t head_dim) {
 
 ModelConfig read_hf_config(const json& hf, const std::string& src) {
   TANDEM_CHECK(hf.is_object(), "{}: not a JSON object", src);
-  const std::string type = hf.value("model_type", std::string());
+  const std::string type = string_or(hf, "model_type", "", src);
   TANDEM_CHECK(type == "olmo3" || type == "olmo2",
                "{}: model_type '{}' is not supported (olmo2 or olmo3)", src, type);
-  TANDEM_CHECK(!hf.value("tie_word_embeddings", false),
+  TANDEM_CHECK(!bool_or(hf, "tie_word_embeddings", false, src),
                "{}: tied embeddings are not part of the OLMo family", src);
-  TANDEM_CHECK(!hf.value("attention_bias", false), "{}: attention biases are not supported", src);
-  const std::string act = hf.value("hidden_act", std::string("silu"));
+  TANDEM_CHECK(!bool_or(hf, "attention_bias", false, src), "{}: attention biases are not supported",
+               src);
+  const std::string act = string_or(hf, "hidden_act", "silu", src);
   TANDEM_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (silu)", src, act);
 
   // Olmo2Config / Olmo3Config defaults.

@@ -8,6 +8,7 @@
 #include "tandem/core/error.h"
 #include "tandem/io/json.h"
 #include "tandem/model/hf_config.h"
+#include "tandem/model/weight_shards.h"
 
 namespace fs = std::filesystem;
 
@@ -92,6 +93,23 @@ ModelWeights read_model_weights(const std::string& path, const LoadOptions& opti
                             options.pad_vocab_multiple * options.pad_vocab_multiple;
   } else {
     config = load_model_config((fs::path(path) / kModelYaml).string(), {});
+    if (is_sharded_model_dir(path)) {
+      // Written by several ranks (FSDP/HSDP): assembled whole.
+      const ParameterLayout layout(config);
+      ModelWeights out;
+      out.flat.assign(static_cast<std::size_t>(layout.total()), 0.0f);
+      std::vector<WeightSlice> whole;
+      for (const ParameterEntry& e : layout.entries())
+        whole.push_back(
+            {e.name, e.shape, 0,
+             std::span<float>(out.flat.data() + e.offset, static_cast<std::size_t>(e.numel))});
+      read_weight_ranges(path, whole);
+      if (options.check_finite)
+        for (const WeightSlice& s : whole)
+          check_finite(std::vector<float>(s.values.begin(), s.values.end()), s.name, path);
+      out.config = std::move(config);
+      return out;
+    }
   }
   io::SafetensorsCheckpoint weights(path);
   const ParameterLayout layout(config);
@@ -168,15 +186,20 @@ void save_tandem_model(const std::string& dir, const ModelConfig& config,
   TANDEM_CHECK(static_cast<std::int64_t>(flat.size()) == layout.total(),
                "save_tandem_model: {} values for a layout of {}", flat.size(), layout.total());
   fs::create_directories(dir);
-  YAML::Node root;
-  root["model"] = model_config_to_yaml(config);
-  YAML::Emitter out;
-  out << root;
   std::vector<io::TensorToWrite> tensors;
   for (const ParameterEntry& e : layout.entries())
     tensors.push_back({e.name, io::DType::kF32, e.shape, flat.data() + e.offset});
   io::write_safetensors((fs::path(dir) / kWeights).string(), tensors,
                         {{kSourceDtypeKey, io::dtype_name(source_dtype)}, {"format", "pt"}});
+  save_tandem_model_config(dir, config);
+}
+
+void save_tandem_model_config(const std::string& dir, const ModelConfig& config) {
+  fs::create_directories(dir);
+  YAML::Node root;
+  root["model"] = model_config_to_yaml(config);
+  YAML::Emitter out;
+  out << root;
   core::write_file_atomic((fs::path(dir) / kModelYaml).string(), std::string(out.c_str()) + "\n");
 }
 

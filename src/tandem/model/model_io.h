@@ -55,6 +55,9 @@ void save_tandem_model(const std::string& dir, const ModelConfig& config,
                        std::span<const float> flat, io::DType source_dtype = io::DType::kF32);
 void save_tandem_model(const std::string& dir, const Olmo3Model& model,
                        io::DType source_dtype = io::DType::kF32);
+// model.yaml only (the weights of a sharded checkpoint are written by each rank,
+// model/weight_shards.h).
+void save_tandem_model_config(const std::string& dir, const ModelConfig& config);
 // Writes config.json + model.safetensors in `dtype` (rows past vocab_size dropped).
 void save_hf_model(const std::string& dir, const ModelConfig& config, std::span<const float> flat,
                    io::DType dtype);

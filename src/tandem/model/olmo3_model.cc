@@ -28,8 +28,21 @@ kernels::RopeFrequencies rope_frequencies(const RopeConfig& r, std::int64_t head
 }
 
 Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision)
-    : config_(std::move(config)), layout_(config_), backend_(backend) {
+    : Olmo3Model(std::move(config), backend, precision, nullptr) {}
+
+Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision,
+                       ShardedParameters* sharded)
+    : config_(std::move(config)), layout_(config_), backend_(backend), sharded_(sharded) {
   config_.validate();
+  blocks_.resize(static_cast<std::size_t>(config_.n_layers));
+  if (sharded_) {
+    // Views are bound unit by unit to the buffers the ShardedParameters hands out.
+    units_ = parameter_units(layout_);
+    weights_.blocks.resize(static_cast<std::size_t>(config_.n_layers));
+    weight_grads_ = weights_;
+    set_precision(precision);
+    return;
+  }
   params_ = backend_.allocate(DType::f32, Shape{layout_.total()});
   grads_ = backend_.allocate(DType::f32, Shape{layout_.total()});
   // The alignment gaps between tensors stay zero for good (reductions run over the whole buffer).
@@ -37,7 +50,6 @@ Olmo3Model::Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision 
   backend_.zero(grads_);
   weights_ = model_tensors(layout_, params_);
   weight_grads_ = model_tensors(layout_, grads_);
-  blocks_.resize(static_cast<std::size_t>(config_.n_layers));
   set_precision(precision);
 }
 
@@ -48,7 +60,10 @@ void Olmo3Model::set_precision(Precision precision) {
   activation_buffers_.clear();
   workspace_ = Workspace{};
   capacity_tokens_ = -1;
-  if (act_ == DType::f32) {
+  if (sharded_) {
+    sharded_->set_compute_dtype(act_);  // units are gathered in the compute dtype
+    compute_ = weights_;
+  } else if (act_ == DType::f32) {
     compute_params_ = Buffer();
     compute_ = weights_;
   } else {
@@ -71,7 +86,7 @@ void Olmo3Model::begin_step() {
 void Olmo3Model::end_step() { in_step_ = false; }
 
 void Olmo3Model::prepare_compute_weights() {
-  if (act_ == DType::f32 || (in_step_ && cast_this_step_)) return;
+  if (sharded_ || act_ == DType::f32 || (in_step_ && cast_this_step_)) return;
   // One cast over the flat buffer after the embedding table: the alignment gaps are zero in both.
   backend_.cast(compute_params_,
                 params_.tensor().view(compute_first_, Shape{layout_.total() - compute_first_}));
@@ -79,6 +94,7 @@ void Olmo3Model::prepare_compute_weights() {
 }
 
 std::int64_t Olmo3Model::compute_weight_bytes() const {
+  if (sharded_) return sharded_->gathered_weight_bytes();
   return compute_params_.tensor() ? static_cast<std::int64_t>(compute_params_.bytes()) : 0;
 }
 
@@ -100,31 +116,93 @@ void Olmo3Model::ensure_rope_tables(std::int64_t T) {
   make(config_.sliding_attention_rope, rope_sliding_);
 }
 
+void Olmo3Model::check_not_sharded(const char* what) const {
+  TANDEM_CHECK(!sharded_,
+               "{}: this model's parameters are sharded across ranks (dist.strategy fsdp/hsdp); "
+               "no rank holds them whole",
+               what);
+}
+
+void Olmo3Model::bind_unit(int u, const Tensor& flat, ModelTensors& into) const {
+  const std::int64_t first = units_[static_cast<std::size_t>(u)].begin;
+  const Tensor unit = flat.view(0, Shape{units_[static_cast<std::size_t>(u)].size()});
+  if (u == 0) {
+    into.embeddings = parameter_view_from(layout_, unit, first, "embeddings.weight");
+  } else if (u == config_.n_layers + 1) {
+    into.final_norm = parameter_view_from(layout_, unit, first, "lm_head.norm.weight");
+    into.lm_head = parameter_view_from(layout_, unit, first, "lm_head.w_out.weight");
+  } else {
+    into.blocks[static_cast<std::size_t>(u - 1)] = block_tensors_from(layout_, unit, first, u - 1);
+  }
+}
+
+void Olmo3Model::acquire_unit(int u, bool backward) {
+  if (sharded_) bind_unit(u, sharded_->acquire(u, backward), compute_);
+}
+
+void Olmo3Model::acquire_unit_gradient(int u) {
+  if (sharded_) bind_unit(u, sharded_->gradient(u), weight_grads_);
+}
+
+void Olmo3Model::release_unit(int u) {
+  if (sharded_) sharded_->release(u);
+}
+
+void Olmo3Model::unit_gradient_done(int u) {
+  if (sharded_) sharded_->gradient_done(u);
+}
+
+void Olmo3Model::begin_pass(bool backward_follows) {
+  if (sharded_) sharded_->begin_pass(backward_follows);
+}
+
+void Olmo3Model::end_pass() {
+  if (sharded_) sharded_->end_pass();
+}
+
 Tensor Olmo3Model::param(const std::string& name) const {
+  check_not_sharded("param");
   return parameter_view(layout_, params_, name);
 }
 
 Tensor Olmo3Model::grad(const std::string& name) const {
+  check_not_sharded("grad");
   return parameter_view(layout_, grads_, name);
 }
 
 std::vector<float> Olmo3Model::params_to_host() const {
+  check_not_sharded("params_to_host");
   return kernels::to_host_f32(backend_, params_);
 }
 
 std::vector<float> Olmo3Model::grads_to_host() const {
+  check_not_sharded("grads_to_host");
   return kernels::to_host_f32(backend_, grads_);
 }
 
 void Olmo3Model::params_from_host(std::span<const float> flat) {
+  check_not_sharded("params_from_host");
   TANDEM_CHECK(static_cast<std::int64_t>(flat.size()) == layout_.total(),
                "parameters: {} values for a layout of {}", flat.size(), layout_.total());
   backend_.upload(params_, flat.data());
 }
 
-void Olmo3Model::zero_grads() { backend_.zero(grads_); }
+void Olmo3Model::zero_grads() {
+  if (sharded_)
+    sharded_->zero_grads();
+  else
+    backend_.zero(grads_);
+}
 
 void Olmo3Model::init_weights(std::uint64_t seed) {
+  if (sharded_) {
+    // Each rank generates its own elements only (the generators are per tensor).
+    for (const WeightSlice& s : sharded_->weights().slices)
+      init_parameter_range(
+          layout_, static_cast<std::size_t>(&layout_.entry(s.name) - layout_.entries().data()),
+          config_.init_std, seed, s.start, s.values);
+    return;
+  }
   std::vector<float> host(static_cast<std::size_t>(layout_.total()), 0.0f);
   init_parameters(layout_, config_.init_std, seed, host.data());
   params_from_host(host);
@@ -427,13 +505,20 @@ void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::in
   // Each block writes its output straight into the next block's input buffer.
   const Tensor first =
       blocks_.empty() ? rows(w.final_input, N, d) : rows(blocks_.front().input, N, d);
+  const int head = static_cast<int>(config_.n_layers) + 1;
+  acquire_unit(0, false);
   backend_.embedding_forward(w.ids.tensor().view(0, Shape{N}), compute_.embeddings, first);
+  release_unit(0);
   for (std::int64_t l = 0; l < config_.n_layers; ++l) {
     const bool last = l + 1 == config_.n_layers;
     const Tensor out = last ? rows(w.final_input, N, d)
                             : rows(blocks_[static_cast<std::size_t>(l + 1)].input, N, d);
+    acquire_unit(static_cast<int>(l) + 1, false);
     forward_block(l, out, B, T);
+    release_unit(static_cast<int>(l) + 1);
   }
+  // The head stays acquired for the lm_head (and the final norm's backward); its caller releases.
+  acquire_unit(head, false);
   backend_.rmsnorm_forward(rows(w.final_input, N, d), compute_.final_norm,
                            rows(w.final_normed, N, d), w.final_rstd.tensor().view(0, Shape{N}),
                            static_cast<float>(config_.layer_norm_eps));
@@ -441,10 +526,13 @@ void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::in
 
 void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T,
                                 float* logits, const std::int64_t* doc_start) {
+  begin_pass(false);
   forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T;
   Buffer out = backend_.allocate(act_, Shape{N, config_.embedding_size});
   backend_.linear_forward(rows(workspace_.final_normed, N, config_.d_model), compute_.lm_head, out);
+  release_unit(static_cast<int>(config_.n_layers) + 1);
+  end_pass();
   if (act_ != DType::f32) {
     // The logits in the compute dtype (as HF's bf16 model returns them), widened for the host.
     Buffer wide = backend_.allocate(DType::f32, out.tensor().shape());
@@ -461,6 +549,7 @@ std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::in
                                                 const std::int64_t* doc_start) {
   TANDEM_CHECK(positions.size() == targets.size(), "token_log_probs: {} positions, {} targets",
                positions.size(), targets.size());
+  begin_pass(false);
   forward_hidden(ids, B, T, doc_start);
   const auto n = static_cast<std::int64_t>(positions.size());
   const std::int64_t d = config_.d_model;
@@ -472,6 +561,8 @@ std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::in
   backend_.gather_rows(rows(workspace_.final_normed, B * T, d), index, hidden);
   Buffer logits = backend_.allocate(act_, Shape{n, config_.embedding_size});
   backend_.linear_forward(hidden, compute_.lm_head, logits);
+  release_unit(static_cast<int>(config_.n_layers) + 1);
+  end_pass();
   return backend_.token_log_probs(logits, target);
 }
 
@@ -479,8 +570,11 @@ LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_
                                       std::int64_t B, std::int64_t T, float z_weight,
                                       float grad_scale, bool backward,
                                       const std::int64_t* doc_start) {
+  begin_pass(backward);
   forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T, d = config_.d_model;
+  const int head = static_cast<int>(config_.n_layers) + 1;
+  if (backward) acquire_unit_gradient(head);
   Workspace& w = workspace_;
   const Tensor label_t = w.labels.tensor().view(0, Shape{N});
   backend_.upload(label_t, labels);
@@ -488,16 +582,31 @@ LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_
   LossSums sums = backend_.lm_head_cross_entropy(
       rows(w.final_normed, N, d), compute_.lm_head, label_t, z_weight, grad_scale,
       backward ? rows(w.d_branch, N, d) : Tensor(), backward ? weight_grads_.lm_head : Tensor());
-  if (!backward) return sums;
+  if (!backward) {
+    release_unit(head);
+    end_pass();
+    return sums;
+  }
 
   backend_.rmsnorm_backward(rows(w.final_input, N, d), compute_.final_norm,
                             w.final_rstd.tensor().view(0, Shape{N}), rows(w.d_branch, N, d), d_res,
                             weight_grads_.final_norm);
+  release_unit(head);
+  unit_gradient_done(head);
   for (std::int64_t l = config_.n_layers - 1; l >= 0; --l) {
+    const int unit = static_cast<int>(l) + 1;
+    acquire_unit(unit, true);
+    acquire_unit_gradient(unit);
     recompute_block(l, B, T);
     backward_block(l, B, T);
+    release_unit(unit);
+    unit_gradient_done(unit);
   }
+  // The embedding's backward reads no weights: its gradient buffer only.
+  acquire_unit_gradient(0);
   backend_.embedding_backward(w.ids.tensor().view(0, Shape{N}), d_res, weight_grads_.embeddings);
+  unit_gradient_done(0);
+  end_pass();
   return sums;
 }
 

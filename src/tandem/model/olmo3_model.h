@@ -21,6 +21,7 @@
 #include "tandem/model/parameters.h"
 #include "tandem/model/precision.h"
 #include "tandem/model/recompute.h"
+#include "tandem/model/sharded_parameters.h"
 
 namespace tandem::model {
 
@@ -32,6 +33,14 @@ kernels::RopeFrequencies rope_frequencies(const RopeConfig& rope, std::int64_t h
 class Olmo3Model {
  public:
   Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision = Precision::kFp32);
+  // A model whose parameters and gradients are sharded (FSDP, model/sharded_parameters.h): it
+  // allocates no whole parameter or gradient buffer and gathers each unit's weights from
+  // `sharded` around the unit's forward and backward. params() and grads() are then empty, and
+  // param(), grad(), *_to_host and params_from_host refuse with an error: the rank's masters are
+  // reached through sharded()->weights() (init_weights initialises just those).
+  Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision,
+             ShardedParameters* sharded);
+  ShardedParameters* sharded() const { return sharded_; }
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
@@ -153,6 +162,16 @@ class Olmo3Model {
   };
 
   void ensure_capacity(std::int64_t B, std::int64_t T);
+  // Sharded model: points the compute views (and, for `grads`, the gradient views) of unit `u`
+  // at the buffer the ShardedParameters handed out.
+  void bind_unit(int u, const kernels::Tensor& flat, ModelTensors& into) const;
+  void acquire_unit(int u, bool backward);
+  void acquire_unit_gradient(int u);
+  void release_unit(int u);  // no-ops when not sharded
+  void unit_gradient_done(int u);
+  void begin_pass(bool backward_follows);
+  void end_pass();
+  void check_not_sharded(const char* what) const;
   // The weights the forward and backward read: the masters (fp32) or their bf16 copy, cast here
   // when stale.
   void prepare_compute_weights();
@@ -184,6 +203,8 @@ class Olmo3Model {
   ModelConfig config_;
   ParameterLayout layout_;
   kernels::Backend& backend_;
+  ShardedParameters* sharded_ = nullptr;
+  std::vector<ParameterUnit> units_;
   kernels::Buffer params_, grads_;
   ModelTensors weights_, weight_grads_;
   Precision precision_ = Precision::kFp32;

@@ -94,27 +94,58 @@ ModelTensors model_tensors_from(const ParameterLayout& layout, const kernels::Te
   return t;
 }
 
+kernels::Tensor parameter_view_from(const ParameterLayout& layout, const kernels::Tensor& flat,
+                                    std::int64_t first, const std::string& name) {
+  const ParameterEntry& e = layout.entry(name);
+  TANDEM_CHECK(e.offset >= first && e.offset + e.numel - first <= flat.numel(),
+               "parameter '{}' is not inside buffer {} (which starts at layout element {})", name,
+               flat.str(), first);
+  kernels::Shape shape =
+      e.shape.size() == 1 ? kernels::Shape{e.shape[0]} : kernels::Shape{e.shape[0], e.shape[1]};
+  return flat.view(e.offset - first, shape);
+}
+
+BlockTensors block_tensors_from(const ParameterLayout& layout, const kernels::Tensor& flat,
+                                std::int64_t first, std::int64_t l) {
+  auto b = [&](const char* suffix) {
+    return parameter_view_from(layout, flat, first, block_param(l, suffix));
+  };
+  return {b("attention.w_q.weight"),   b("attention.w_k.weight"),    b("attention.w_v.weight"),
+          b("attention.w_out.weight"), b("attention.q_norm.weight"), b("attention.k_norm.weight"),
+          b("attention_norm.weight"),  b("feed_forward.w1.weight"),  b("feed_forward.w2.weight"),
+          b("feed_forward.w3.weight"), b("feed_forward_norm.weight")};
+}
+
+void init_parameter_range(const ParameterLayout& layout, std::size_t index, double std,
+                          std::uint64_t seed, std::int64_t start, std::span<float> out) {
+  const ParameterEntry& e = layout.entries().at(index);
+  const auto end = start + static_cast<std::int64_t>(out.size());
+  TANDEM_CHECK(start >= 0 && end <= e.numel, "init of '{}': range [{}, {}) outside its {} elements",
+               e.name, start, end, e.numel);
+  if (e.is_norm) {
+    for (float& v : out) v = 1.0f;
+    return;
+  }
+  // One generator per tensor, seeded from (seed, tensor index): independent of threading, of the
+  // other tensors' sizes and of how the tensor is sharded.
+  std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                    static_cast<std::uint32_t>(index)};
+  std::mt19937_64 rng(seq);
+  std::normal_distribution<double> normal(0.0, std);
+  for (std::int64_t j = 0; j < end; ++j) {
+    double v;
+    do {
+      v = normal(rng);
+    } while (std::fabs(v) > 3.0 * std);  // rejection = normal truncated at +-3 std
+    if (j >= start) out[static_cast<std::size_t>(j - start)] = static_cast<float>(v);
+  }
+}
+
 void init_parameters(const ParameterLayout& layout, double std, std::uint64_t seed, float* flat) {
   for (std::size_t i = 0; i < layout.entries().size(); ++i) {
     const ParameterEntry& e = layout.entries()[i];
-    float* p = flat + e.offset;
-    if (e.is_norm) {
-      for (std::int64_t j = 0; j < e.numel; ++j) p[j] = 1.0f;
-      continue;
-    }
-    // One generator per tensor, seeded from (seed, tensor index): independent of threading and
-    // of the other tensors' sizes.
-    std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
-                      static_cast<std::uint32_t>(i)};
-    std::mt19937_64 rng(seq);
-    std::normal_distribution<double> normal(0.0, std);
-    for (std::int64_t j = 0; j < e.numel; ++j) {
-      double v;
-      do {
-        v = normal(rng);
-      } while (std::fabs(v) > 3.0 * std);  // rejection = normal truncated at +-3 std
-      p[j] = static_cast<float>(v);
-    }
+    init_parameter_range(layout, i, std, seed, 0,
+                         std::span<float>(flat + e.offset, static_cast<std::size_t>(e.numel)));
   }
 }
 

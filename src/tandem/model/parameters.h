@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,8 +66,19 @@ ModelTensors model_tensors(const ParameterLayout& layout, const kernels::Tensor&
 ModelTensors model_tensors_from(const ParameterLayout& layout, const kernels::Tensor& flat,
                                 std::int64_t first);
 
+// The view of parameter `name` inside a buffer holding the layout's elements from `first` on
+// (an FSDP unit's gathered weights or gradients).
+kernels::Tensor parameter_view_from(const ParameterLayout& layout, const kernels::Tensor& flat,
+                                    std::int64_t first, const std::string& name);
+BlockTensors block_tensors_from(const ParameterLayout& layout, const kernels::Tensor& flat,
+                                std::int64_t first, std::int64_t layer);
+
 // OLMo-core init: truncated normal (std, cut at +-3 std) for every matrix, ones for norms.
 // Deterministic for a given seed, whatever the thread count.
 void init_parameters(const ParameterLayout& layout, double std, std::uint64_t seed, float* flat);
+// The same values for elements [start, start + out.size()) of parameter `index` only (a shard's
+// part: the generator runs through the whole tensor, storing the range).
+void init_parameter_range(const ParameterLayout& layout, std::size_t index, double std,
+                          std::uint64_t seed, std::int64_t start, std::span<float> out);
 
 }  // namespace tandem::model

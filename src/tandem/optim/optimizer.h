@@ -51,6 +51,12 @@ class Optimizer {
   virtual OptimizerShard moments() = 0;
   virtual void moments_loaded(std::int64_t adam_step) = 0;
 
+  // Communication the optimiser runs on communicators of its own (FSDP's shard group and
+  // replicas), beyond the trainer's communicator: seconds the calling thread waited for it, and
+  // seconds inside those collectives on any thread (prefetch hides part of it behind compute).
+  virtual double seconds_waiting_for_collectives() const { return 0.0; }
+  virtual double seconds_in_own_collectives() const { return 0.0; }
+
   // Bytes of Adam moments this rank holds, and what a replicated optimiser would hold.
   virtual std::int64_t moment_bytes() const = 0;
   virtual std::int64_t full_moment_bytes() const = 0;

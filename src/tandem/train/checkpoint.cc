@@ -19,7 +19,9 @@
 #include "tandem/core/path_inside.h"
 #include "tandem/io/json.h"
 #include "tandem/io/safetensors.h"
+#include "tandem/model/model_config.h"
 #include "tandem/model/model_io.h"
+#include "tandem/model/weight_shards.h"
 #include "tandem/train/checkpoint_manifest.h"
 
 namespace fs = std::filesystem;
@@ -27,7 +29,7 @@ namespace fs = std::filesystem;
 namespace tandem::train {
 namespace {
 
-constexpr int kFormatVersion = 2;  // 2: sharded optimizer state (optim/)
+constexpr int kFormatVersion = 2;  // 2: sharded optimizer state (optim/), and weights (model/)
 const std::regex kStepDir(R"(step-(\d{6,}))");
 
 std::vector<std::string> files_under(const fs::path& root) {
@@ -106,7 +108,11 @@ namespace {
 // Rank 0 (after every rank wrote its files): the optimizer index, state.json, the manifest, and
 // the rename that makes the checkpoint visible.
 void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int64_t step,
-                       const OptimizerShard* optimizer, const nlohmann::json& state) {
+                       const model::Olmo3Model& model, const OptimizerShard* optimizer,
+                       const nlohmann::json& state) {
+  if (model::ShardedParameters* sharded = model.sharded())
+    model::write_weight_index((tmp / "model").string(), sharded->weights().num_shards,
+                              model.layout());
   if (optimizer) write_optimizer_index((tmp / "optim").string(), optimizer->num_shards);
   core::fault_point("checkpoint.index");
   nlohmann::json st = state;
@@ -169,12 +175,22 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
     attempt([&] {
       fs::remove_all(tmp);
       fs::create_directories(optimizer ? tmp / "optim" : tmp);
+      fs::create_directories(tmp / "model");
       core::fault_point("checkpoint.begin");
     });
   bool failed = any_rank_failed(!error.empty(), comm);
   if (!failed) {
     attempt([&] {
-      if (leader) model::save_tandem_model((tmp / "model").string(), model);
+      if (model::ShardedParameters* sharded = model.sharded()) {
+        // Each rank writes its own range of the masters (nothing is gathered).
+        if (leader) model::save_tandem_model_config((tmp / "model").string(), model.config());
+        const model::WeightShard mine = sharded->weights();
+        if (mine.shard < mine.num_shards)
+          model::write_weight_shard((tmp / "model").string(), mine.shard, mine.num_shards,
+                                    mine.slices);
+      } else if (leader) {
+        model::save_tandem_model((tmp / "model").string(), model);
+      }
       core::fault_point("checkpoint.model");
       if (optimizer && optimizer->shard < optimizer->num_shards)
         write_optimizer_shard((tmp / "optim").string(), optimizer->shard, optimizer->num_shards,
@@ -183,7 +199,7 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
     });
     failed = any_rank_failed(!error.empty(), comm);
     if (!failed && leader)
-      attempt([&] { finish_checkpoint(tmp, final_dir, step, optimizer, state); });
+      attempt([&] { finish_checkpoint(tmp, final_dir, step, model, optimizer, state); });
     failed = any_rank_failed(!error.empty(), comm);
   }
   if (failed) {
@@ -257,11 +273,21 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
   check_trainer_state(state,
                       named >= 0 ? named : io::json_field<std::int64_t>(state, "step", state_path),
                       state_path);
-  model::ModelWeights loaded = model::read_model_weights((fs::path(dir) / "model").string());
-  model::check_same_architecture(loaded.config, model.config(), "checkpoint " + dir);
-  TANDEM_CHECK(static_cast<std::int64_t>(loaded.flat.size()) == model.layout().total(),
-               "checkpoint {}: parameter layout differs", dir);
-  model.params_from_host(loaded.flat);
+  const std::string model_dir = (fs::path(dir) / "model").string();
+  if (model::ShardedParameters* sharded = model.sharded()) {
+    // This rank's ranges only, from the whole model or whichever shards hold them.
+    const model::ModelConfig found =
+        model::load_model_config((fs::path(model_dir) / "model.yaml").string(), {});
+    model::check_same_architecture(found, model.config(), "checkpoint " + dir);
+    std::vector<model::WeightSlice> mine = sharded->weights().slices;
+    model::read_weight_ranges(model_dir, mine);
+  } else {
+    model::ModelWeights loaded = model::read_model_weights(model_dir);
+    model::check_same_architecture(loaded.config, model.config(), "checkpoint " + dir);
+    TANDEM_CHECK(static_cast<std::int64_t>(loaded.flat.size()) == model.layout().total(),
+                 "checkpoint {}: parameter layout differs", dir);
+    model.params_from_host(loaded.flat);
+  }
   if (moments) {
     // Format 1 (before sharding) kept the moments whole in one optim.safetensors.
     const fs::path unsharded = fs::path(dir) / "optim.safetensors";

@@ -1,5 +1,7 @@
 // Trainer checkpoints: <run>/checkpoints/step-NNNNNN/ holding
-//   model/            a tandem model directory (model.yaml + model.safetensors, fp32), by rank 0
+//   model/            a tandem model directory (model.yaml + model.safetensors, fp32), by rank 0;
+//                     under FSDP/HSDP model.yaml by rank 0 and one weight shard per shard-group
+//                     rank + shards.json (model/weight_shards.h)
 //   optim/            Adam moments, one shard per writing rank + index.json (optimizer_shards.h)
 //   state.json        step, tokens, skip-step state, data-loader state, ... (rank 0)
 //   manifest.json     every file's size and XXH64, written last (rank 0)
@@ -47,7 +49,8 @@ void verify_checkpoint(const std::string& dir);
 std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoints_dir,
                                                    std::vector<std::string>* warnings);
 
-// Loads weights (and, if `moments` is non-null, the moments of those slices, from whichever
+// Loads weights (a sharded model: this rank's ranges only; either kind of model/ into either kind
+// of model) (and, if `moments` is non-null, the moments of those slices, from whichever
 // shards hold them, and the Adam step count) into place and returns the state.json contents.
 // The model config must match the checkpoint's shapes. `dir` must have passed verify_checkpoint
 // (latest_valid_checkpoint does that): hashing every file is the expensive part of a load, so it

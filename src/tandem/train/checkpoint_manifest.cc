@@ -55,6 +55,9 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   for (const char* required : kRequiredCheckpointFiles)
     TANDEM_CHECK(names.count(required), "{}: does not list {}, which every checkpoint holds", where,
                  required);
+  TANDEM_CHECK(names.count(kWholeWeightsFile) || names.count(kShardedWeightsIndex),
+               "{}: lists neither {} nor {}: no model weights", where, kWholeWeightsFile,
+               kShardedWeightsIndex);
   return m;
 }
 

@@ -23,9 +23,12 @@ struct CheckpointManifest {
   std::vector<ManifestEntry> files;
 };
 
-// Files every checkpoint holds (the manifest must list them, so an emptied list cannot verify).
-inline constexpr const char* kRequiredCheckpointFiles[] = {"state.json", "model/model.yaml",
-                                                           "model/model.safetensors"};
+// Files every checkpoint holds (the manifest must list them, so an emptied list cannot verify),
+// and the weights: whole (model.safetensors) or sharded (FSDP/HSDP: shards.json, whose shards
+// it names).
+inline constexpr const char* kRequiredCheckpointFiles[] = {"state.json", "model/model.yaml"};
+inline constexpr const char* kWholeWeightsFile = "model/model.safetensors";
+inline constexpr const char* kShardedWeightsIndex = "model/shards.json";
 
 // Parses manifest.json text. Errors name `where` and the key: invalid or strict-JSON errors, an
 // unknown format version, a missing or negative step, a file entry without an integer size or a

@@ -275,43 +275,25 @@ Plan make_plan(const PlanInput& in) {
     comm_buffers = W > 1 ? W * chunk * 4 : 0;
     comm_detail = W > 1 ? fmt::format("{} ranks' chunks of the gradient sum", W) : "none (W = 1)";
   } else {
-    // FSDP schedule: forward gathers emb, b0, ..., head (each with the next one prefetched);
-    // backward starts in the head (gathered once for the fused loss) with the last block
-    // prefetched; each unit's full fp32 gradient lives until its reduce-scatter, which overlaps
-    // the next unit's backward. Peak over the phases of the transient memory.
+    // FSDP pools (dist/fsdp.h): one buffer for the embedding or the head, one for a block (two
+    // when prefetching, which needs more than one rank per group), for the gathered weights in
+    // the compute dtype and for the unit gradients in fp32; allocated once, so held at every
+    // phase of the step.
     const std::size_t nb = units.blocks.size();
     std::vector<double> order{units.embeddings};
     for (double b : units.blocks) order.push_back(b);
     order.push_back(units.head);
-    const double prefetch = in.dist.prefetch ? 1.0 : 0.0;
-    double peak = 0, peak_copies = 0, peak_grads = 0;
-    std::string peak_phase;
-    auto phase = [&](const std::string& name, double gathered, double grads, double scratch) {
-      const double total = a * gathered + 4 * grads + scratch;
-      if (total > peak) {
-        peak = total;
-        peak_copies = a * gathered;
-        peak_grads = 4 * grads;
-        peak_phase = name;
-      }
-    };
-    for (std::size_t i = 0; i + 1 < order.size(); ++i)
-      phase("forward", order[i] + prefetch * order[i + 1], 0, 0);
-    const double last_block = nb ? units.blocks[nb - 1] : units.embeddings;
-    phase("loss", units.head + prefetch * last_block, units.head, ce_scratch);
-    for (std::size_t l = nb; l-- > 0;) {
-      const double next = l > 0 ? units.blocks[l - 1] : 0.0;
-      const double previous_grad = l + 1 < nb ? units.blocks[l + 1] : units.head;
-      phase("backward", units.blocks[l] + prefetch * next,
-            units.blocks[l] + (in.dist.prefetch ? previous_grad : 0.0), attention_scratch);
-    }
-    phase("embedding backward", 0,
-          units.embeddings + (in.dist.prefetch && nb ? units.blocks[0] : 0.0), 0);
-    compute_copies = peak_copies;
-    unit_grads = peak_grads;
-    copies_detail = fmt::format("gathered units in {} at the peak ({}{})", adt, peak_phase,
-                                in.dist.prefetch ? ", with the next one prefetched" : "");
-    grads_detail = "full fp32 gradients of the units awaiting their reduce-scatter";
+    const bool prefetching = in.dist.prefetch && S > 1;
+    const double block_buffers = nb ? (prefetching ? 2.0 : 1.0) : 0.0;
+    const double largest_block =
+        nb ? *std::max_element(units.blocks.begin(), units.blocks.end()) : 0.0;
+    const double pool = std::max(units.embeddings, units.head) + block_buffers * largest_block;
+    compute_copies = a * pool;
+    unit_grads = 4 * pool;
+    copies_detail = fmt::format(
+        "pool of gathered units in {}: the embedding/head buffer and {} block buffer(s){}", adt,
+        block_buffers, prefetching ? " (prefetch)" : "");
+    grads_detail = "pool of full fp32 unit gradients awaiting their reduce-scatter";
     const double largest = *std::max_element(order.begin(), order.end());
     const double piece = std::ceil(largest / S);
     comm_buffers = S > 1 ? S * std::min(kMpiChunkFloats, piece) * 4 : 0;
@@ -377,11 +359,17 @@ Plan make_plan(const PlanInput& in) {
     case dist::Strategy::kHsdp: {
       const double bw = bandwidth(S, true);
       const bool hide = in.dist.prefetch;
-      // Per micro-batch: forward gathers (the embedding's is never hidden), backward gathers (no
-      // embedding), reduce-scatters (the embedding's, last, is never hidden).
+      // Per micro-batch: forward gathers (the embedding's is never hidden), backward gathers of
+      // the blocks not still in the pool from the forward (the last one, two with prefetch; the
+      // head stays gathered from its forward to its backward), reduce-scatters (the
+      // embedding's, last, is never hidden).
+      const std::size_t nb = units.blocks.size();
+      const std::size_t kept = std::min<std::size_t>(nb, in.dist.prefetch && S > 1 ? 2 : 1);
+      double regathered = 0;
+      for (std::size_t l = 0; l + kept < nb; ++l) regathered += units.blocks[l];
       collective(a * units.embeddings, S, bw, mbs, false);
       collective(a * (units.total - units.embeddings), S, bw, mbs, hide);
-      collective(a * (units.total - units.embeddings), S, bw, mbs, hide);
+      collective(a * regathered, S, bw, mbs, hide);
       collective(4 * (units.total - units.embeddings), S, bw, mbs, hide);
       collective(4 * units.embeddings, S, bw, mbs, false);
       if (replicas > 1)  // all-reduce of each shard's gradients across the replicas
@@ -394,10 +382,6 @@ Plan make_plan(const PlanInput& in) {
   p.step_no_overlap_s = p.compute_s + p.comm_s;
   p.tokens_per_s_per_device = tokens / p.step_s;
   p.mfu = p.tokens_per_s_per_device * p.model_flops_per_token / peak;
-  if (sharded)
-    p.notes.push_back(
-        "the trainer does not shard parameters yet (dist.strategy fsdp/hsdp is refused by "
-        "`tandem train`): these figures model the FSDP schedule described in docs/distributed.md");
   if (in.dist.strategy == dist::Strategy::kHsdp && S > dev.devices_per_node)
     p.notes.push_back("shard groups span nodes: gathers run at the inter-node bandwidth");
   if (!p.fits)

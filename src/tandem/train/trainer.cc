@@ -2,15 +2,18 @@
 
 #include <sys/resource.h>
 
+#include <unistd.h>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/dist/fsdp.h"
 #include "tandem/dist/replicated_optimizer.h"
 #include "tandem/dist/zero1.h"
 #include "tandem/model/model_io.h"
@@ -31,18 +34,24 @@ std::vector<optim::ParamBuffer> parameter_buffers(const model::Olmo3Model& model
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const RunConfig& config, kernels::Backend& backend,
                                                  model::Olmo3Model& model,
+                                                 dist::FsdpParameters* sharded,
                                                  dist::Communicator& comm) {
-  TANDEM_CHECK(config.dist.strategy == dist::Strategy::kDdp ||
-                   config.dist.strategy == dist::Strategy::kZero1,
-               "{}: dist.strategy {} is not implemented by the trainer yet (ddp or zero1; `tandem "
-               "plan` models fsdp and hsdp)",
-               config.source, dist::strategy_name(config.dist.strategy));
+  if (sharded)
+    return std::make_unique<dist::FsdpOptimizer>(backend, *sharded, config.optim.adamw, comm);
   // ZeRO-1 with one rank is the replicated optimiser.
   if (config.dist.strategy == dist::Strategy::kZero1 && comm.world_size() > 1)
     return std::make_unique<dist::Zero1Optimizer>(backend, parameter_buffers(model), model.params(),
                                                   model.grads(), config.optim.adamw, comm);
   return std::make_unique<dist::ReplicatedOptimizer>(backend, parameter_buffers(model),
                                                      model.grads(), config.optim.adamw, comm);
+}
+
+// This process's resident memory now (Linux /proc/self/statm), in MB.
+double resident_megabytes() {
+  std::ifstream statm("/proc/self/statm");
+  long pages_total = 0, pages_resident = 0;
+  if (!(statm >> pages_total >> pages_resident)) return 0.0;
+  return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / 1e6;
 }
 
 // "146368 B (0.14 MiB)": exact for tests and scripts, readable for people.
@@ -61,9 +70,18 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
                "backend '{}' with {} ranks: data-parallel training reduces host buffers, and this "
                "backend's gradients live on the device (one rank per run for now)",
                config_.backend, comm_.world_size());
-  model_ = std::make_unique<model::Olmo3Model>(config_.model, *backend_, config_.precision);
+  const double rss_before = resident_megabytes();
+  if (config_.dist.strategy == dist::Strategy::kFsdp ||
+      config_.dist.strategy == dist::Strategy::kHsdp)
+    sharded_ =
+        std::make_unique<dist::FsdpParameters>(config_.model, *backend_, comm_, config_.dist);
+  model_ = std::make_unique<model::Olmo3Model>(config_.model, *backend_, config_.precision,
+                                               sharded_.get());
   model_->set_recompute(config_.trainer.recompute);
-  optimizer_ = make_optimizer(config_, *backend_, *model_, comm_);
+  optimizer_ = make_optimizer(config_, *backend_, *model_, sharded_.get(), comm_);
+  // Every buffer so far is zeroed at allocation, so resident; the pools of gathered units and
+  // unit gradients are not touched yet.
+  state_rss_mb_ = resident_megabytes() - rss_before;
   loader_ = std::make_unique<data::Loader>(config_.data);
   StepOptions options;
   options.micro_batch_instances = config_.data.micro_batch_size;
@@ -81,6 +99,12 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
   log(fmt::format("precision: {}", model::precision_name(config_.precision)));
   log(fmt::format("data parallel: {} rank(s), {} optimiser ({})", comm_.world_size(),
                   optimizer_->name(), dist::strategy_name(config_.dist.strategy)));
+  if (sharded_)
+    log(fmt::format("sharded parameters: shard groups of {} rank(s), {} replica(s); prefetch {}",
+                    sharded_->shard_group_size(), comm_.world_size() / sharded_->shard_group_size(),
+                    sharded_->prefetching() ? "on (communication thread)"
+                    : config_.dist.prefetch ? "off (one rank per shard group)"
+                                            : "off (dist.prefetch false)"));
   const double ceiling = measure_gemm_flops(*backend_, 1024, 1024, 1024, 0.3);
   log(
       fmt::format("MFU peak: {:.1f} GFLOP/s per device x {} ({}); measured fp32 GEMM ceiling "
@@ -97,19 +121,36 @@ void Trainer::log_memory() const {
           : config_.data.instances_per_batch() / comm_.world_size() * config_.data.sequence_length;
   const std::int64_t moments = optimizer_->moment_bytes(), full = optimizer_->full_moment_bytes();
   const char* act = model::precision_name(model_->precision());
-  const std::string compute =
+  std::string compute =
       model_->compute_weight_bytes() > 0
           ? fmt::format(", compute weights {} ({})", bytes(model_->compute_weight_bytes()), act)
           : std::string();
+  std::int64_t params = 0, grads = 0;
+  std::string share;
+  if (sharded_) {
+    params = sharded_->master_bytes();
+    grads = sharded_->gradient_bytes();
+    share = fmt::format("; sharded 1/{}", sharded_->shard_group_size());
+    compute = fmt::format(", gathered unit weights {} ({}, pool), unit gradients {} (fp32, pool)",
+                          bytes(sharded_->gathered_weight_bytes()), act,
+                          bytes(sharded_->unit_gradient_bytes()));
+  } else {
+    params = static_cast<std::int64_t>(model_->params().bytes());
+    grads = static_cast<std::int64_t>(model_->grads().bytes());
+  }
   log(fmt::format(
-      "memory per rank ({}): parameters {} (fp32 masters){}, gradients {} (fp32), Adam moments {} "
-      "(fp32{}), saved activations {} ({}, statistics fp32; {} tokens per micro-batch, recompute "
-      "{})",
-      act, bytes(static_cast<std::int64_t>(model_->params().bytes())), compute,
-      bytes(static_cast<std::int64_t>(model_->grads().bytes())), bytes(moments),
+      "memory per rank ({}): parameters {} (fp32 masters{}){}, gradients {} (fp32{}), Adam moments "
+      "{} (fp32{}), saved activations {} ({}, statistics fp32; {} tokens per micro-batch, "
+      "recompute {})",
+      act, bytes(params), share, compute, bytes(grads), share, bytes(moments),
       moments < full ? "; sharded, replicated " + bytes(full) : std::string(),
       bytes(model_->activation_bytes(rank_tokens)), act, rank_tokens,
       model::recompute_name(model_->recompute())));
+  // Measured: what allocating (and zeroing) them added to this process's resident memory.
+  log(
+      fmt::format("resident memory of parameters, gradients and Adam moments per rank: {:.1f} MB "
+                  "(measured, rank {})",
+                  state_rss_mb_, comm_.rank()));
 }
 
 void Trainer::initialise_weights() {
@@ -118,7 +159,14 @@ void Trainer::initialise_weights() {
     // An equal parameter count is not enough: the flat buffer would be cut differently.
     model::check_same_architecture(src.config, config_.model,
                                    "init_from " + config_.trainer.init_from);
-    model_->params_from_host(src.flat);
+    if (sharded_) {
+      // Read whole (any kind of model directory), kept in part.
+      for (const model::WeightSlice& s : sharded_->weights().slices)
+        std::copy_n(src.flat.data() + model_->layout().entry(s.name).offset + s.start,
+                    s.values.size(), s.values.data());
+    } else {
+      model_->params_from_host(src.flat);
+    }
     log(fmt::format("initial weights from {}", config_.trainer.init_from));
   } else {
     model_->init_weights(config_.trainer.init_seed);
@@ -160,7 +208,7 @@ int Trainer::run() {
   log_memory();
   // The backend's peak from here on is the training step's (not the GEMM-ceiling measurement's).
   backend_->reset_peak_bytes();
-  double step_seconds = 0.0, step_comm_seconds = 0.0;
+  double step_seconds = 0.0, step_comm_seconds = 0.0, step_busy_seconds = 0.0;
   while (counters_.step < max_steps) {
     int stop_signal = g_stop_signal.load();
     if (comm_.world_size() > 1) {
@@ -175,12 +223,16 @@ int Trainer::run() {
       return 128 + stop_signal;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const double comm_before = comm_.seconds_in_collectives();
+    const double comm_before =
+        comm_.seconds_in_collectives() + optimizer_->seconds_waiting_for_collectives();
+    const double busy_before = optimizer_->seconds_in_own_collectives();
     data::Batch batch = loader_->next_batch(static_cast<std::uint64_t>(comm_.rank()),
                                             static_cast<std::uint64_t>(comm_.world_size()));
     StepResult r = train_step_->run(batch, counters_.step + 1);
     backend_->synchronize();
-    step_comm_seconds += comm_.seconds_in_collectives() - comm_before;
+    step_comm_seconds += comm_.seconds_in_collectives() +
+                         optimizer_->seconds_waiting_for_collectives() - comm_before;
+    step_busy_seconds += optimizer_->seconds_in_own_collectives() - busy_before;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     step_seconds += dt;
     if (counters_.step == first_step)  // what `tandem plan` predicts (docs/distributed.md)
@@ -222,15 +274,22 @@ int Trainer::run() {
     log(fmt::format("device memory: peak {} in use, peak {} reserved (caching allocator)",
                     bytes(m.peak_in_use), bytes(m.peak_reserved)));
   const std::int64_t steps_this_run = counters_.step - first_step;
-  if (comm_.world_size() > 1 && steps_this_run > 0) {
+  if ((comm_.world_size() > 1 || sharded_) && steps_this_run > 0) {
     // Step time and the share spent in collectives (bench/dist_step.sh reads this line).
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
+    // "in collectives": time the training thread spent inside or waiting for collectives (what
+    // communication adds to the step); FSDP's unit collectives also run on its prefetch thread,
+    // whose time inside them is "unit collectives" (partly hidden behind compute).
+    const std::string unit_comm =
+        sharded_ ? fmt::format(", unit collectives {:.1f}% of the step time",
+                               step_seconds > 0 ? 100.0 * step_busy_seconds / step_seconds : 0.0)
+                 : std::string();
     log(fmt::format(
-        "data-parallel: {} steps, {:.2f} ms/step, {:.1f}% in collectives, peak RSS {:.1f} MB "
+        "data-parallel: {} steps, {:.2f} ms/step, {:.1f}% in collectives{}, peak RSS {:.1f} MB "
         "(rank 0)",
         steps_this_run, 1e3 * step_seconds / static_cast<double>(steps_this_run),
-        step_seconds > 0 ? 100.0 * step_comm_seconds / step_seconds : 0.0,
+        step_seconds > 0 ? 100.0 * step_comm_seconds / step_seconds : 0.0, unit_comm,
         static_cast<double>(usage.ru_maxrss) / 1024.0));
   }
   return 0;

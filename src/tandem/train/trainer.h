@@ -10,6 +10,7 @@
 
 #include "tandem/data/loader.h"
 #include "tandem/dist/communicator.h"
+#include "tandem/dist/fsdp.h"
 #include "tandem/kernels/backend.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/optim/optimizer.h"
@@ -40,12 +41,14 @@ class Trainer {
   dist::Communicator& comm_;
   std::string run_dir_;
   std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<dist::FsdpParameters> sharded_;  // fsdp/hsdp only; outlives the model
   std::unique_ptr<model::Olmo3Model> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<data::Loader> loader_;
   std::unique_ptr<TrainStep> train_step_;
   RunCounters counters_;
   HardwarePeak peak_;
+  double state_rss_mb_ = 0.0;  // resident memory the parameters, gradients and moments added
   std::unique_ptr<CheckpointCallback> checkpoints_;
 };
 

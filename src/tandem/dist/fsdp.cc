@@ -1,0 +1,307 @@
+#include "tandem/dist/fsdp.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "tandem/core/error.h"
+#include "tandem/optim/grad_clip.h"
+
+namespace tandem::dist {
+
+using kernels::DType;
+using kernels::Shape;
+using kernels::Tensor;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+FsdpParameters::FsdpParameters(const model::ModelConfig& config, kernels::Backend& backend,
+                               Communicator& world, const DistConfig& dist)
+    : backend_(backend),
+      layout_(config),
+      world_rank_(world.rank()),
+      shards_(layout_, dist::shard_group_size(dist, world.world_size()),
+              world.rank() % dist::shard_group_size(dist, world.world_size())),
+      head_(static_cast<int>(config.n_layers) + 1) {
+  TANDEM_CHECK(backend_.host_accessible(),
+               "dist.strategy {}: backend '{}' keeps its memory on the device; sharded parameters "
+               "are gathered and reduced through host memory (a host-addressable backend only)",
+               strategy_name(dist.strategy), backend_.name());
+  const int S = shards_.group();
+  replica_ = world.rank() / S;
+  // Consecutive ranks form a shard group; equal positions across groups are replicas.
+  group_ = world.split(replica_, world.rank());
+  if (world.world_size() > S) replicas_ = world.split(shards_.group_rank(), world.rank());
+  TANDEM_CHECK(group_->world_size() == S, "FSDP: the shard group has {} ranks, expected {}",
+               group_->world_size(), S);
+  master_ = backend_.allocate(DType::f32, Shape{shards_.shard_size()});
+  grads_ = backend_.allocate(DType::f32, Shape{shards_.shard_size()});
+  backend_.zero(master_);
+  backend_.zero(grads_);
+  prefetch_ = dist.prefetch && S > 1 && group_->allows_communication_thread();
+  if (prefetch_) thread_ = std::make_unique<CommThread>();
+  const int block_slots = prefetch_ ? 2 : 1;
+  auto make_slots = [&](std::vector<Slot>& slots, DType dtype) {
+    slots.clear();
+    slots.push_back({backend_.allocate(dtype, Shape{shards_.largest_end_unit()}), true});
+    if (shards_.largest_block() > 0)
+      for (int i = 0; i < block_slots; ++i)
+        slots.push_back({backend_.allocate(dtype, Shape{shards_.largest_block()}), false});
+  };
+  make_slots(grad_slots_, DType::f32);
+  make_slots(weight_slots_, dtype_);
+}
+
+FsdpParameters::~FsdpParameters() {
+  // Tasks still queued (an error unwound a pass) must not outlive the buffers they use.
+  thread_.reset();
+}
+
+void FsdpParameters::set_compute_dtype(DType dtype) {
+  if (dtype == dtype_) return;
+  end_pass();
+  dtype_ = dtype;
+  for (Slot& s : weight_slots_)
+    s = Slot{backend_.allocate(dtype, s.buffer.tensor().shape()), s.large};
+}
+
+double FsdpParameters::seconds_in_collectives() const {
+  return group_->seconds_in_collectives() + (replicas_ ? replicas_->seconds_in_collectives() : 0.0);
+}
+
+CommThread::Ticket FsdpParameters::run(std::function<void()> task) {
+  if (thread_) return thread_->submit(std::move(task));
+  // Here: the time inside the collectives is what the step waits (not the shard's additions).
+  const double before = group_->seconds_in_collectives();
+  task();
+  waited_ += group_->seconds_in_collectives() - before;
+  return 0;
+}
+
+void FsdpParameters::wait(CommThread::Ticket ticket) {
+  if (thread_ && ticket != 0) waited_ += thread_->wait(ticket);
+}
+
+FsdpParameters::Slot* FsdpParameters::find_free(std::vector<Slot>& slots, int unit) {
+  // The first buffer holding nothing, else the first one not in use (its unit was released; the
+  // pass order makes the choice the same on every rank).
+  Slot* best = nullptr;
+  for (Slot& s : slots) {
+    if (s.large != is_large(unit) || s.in_use) continue;
+    if (!best || (best->unit != -1 && s.unit == -1)) best = &s;
+  }
+  return best;
+}
+
+FsdpParameters::Slot& FsdpParameters::free_slot(std::vector<Slot>& slots, int unit) {
+  Slot* slot = find_free(slots, unit);
+  TANDEM_CHECK(slot != nullptr, "FSDP: no free pool buffer for unit {} (a unit was not released)",
+               unit);
+  return *slot;
+}
+
+void FsdpParameters::start_gather(int unit, Slot& slot) {
+  wait(slot.ready);  // a gather still filling it (a prefetch that was not used)
+  slot.unit = unit;
+  const std::vector<std::size_t>& off = shards_.offsets(unit);
+  const auto g = static_cast<std::size_t>(shards_.group_rank());
+  const Shape mine{shards_.local_size(unit)};
+  const Tensor dst = slot.buffer.tensor().view(static_cast<std::int64_t>(off[g]), mine);
+  const Tensor src = master_.tensor().view(shards_.local_begin(unit), mine);
+  if (mine[0] > 0) {
+    if (dtype_ == DType::f32)
+      backend_.copy(dst, src);
+    else
+      backend_.cast(dst, src);  // elementwise: the same bits as casting the whole masters
+  }
+  slot.ready = 0;
+  if (shards_.group() == 1) return;
+  void* data = slot.buffer.tensor().data();
+  const std::size_t element_bytes = kernels::dtype_size(dtype_);
+  Communicator* group = group_.get();
+  slot.ready = run([group, data, &off, element_bytes] {
+    if (element_bytes == 4)
+      group->all_gather(static_cast<float*>(data), off.data());
+    else
+      group->all_gather_bytes(data, off.data(), element_bytes);
+  });
+}
+
+void FsdpParameters::begin_pass(bool backward_follows) { backward_follows_ = backward_follows; }
+
+Tensor FsdpParameters::acquire(int unit, bool backward) {
+  Slot* slot = nullptr;
+  for (Slot& s : weight_slots_)
+    if (s.unit == unit && !s.in_use) slot = &s;
+  if (!slot) {
+    slot = &free_slot(weight_slots_, unit);
+    start_gather(unit, *slot);
+  }
+  slot->in_use = true;
+  // The next unit's gather runs while this one computes.
+  int next = -1;
+  if (!backward)
+    next = unit < head_ ? unit + 1 : (backward_follows_ && head_ > 1 ? head_ - 1 : -1);
+  else
+    next = unit > 1 ? unit - 1 : -1;
+  if (prefetch_ && next >= 0) {
+    bool held = false;
+    for (const Slot& s : weight_slots_) held = held || s.unit == next;
+    if (Slot* target = held ? nullptr : find_free(weight_slots_, next)) start_gather(next, *target);
+  }
+  wait(slot->ready);
+  slot->ready = 0;
+  return slot->buffer.tensor().view(0,
+                                    Shape{shards_.units()[static_cast<std::size_t>(unit)].size()});
+}
+
+void FsdpParameters::release(int unit) {
+  for (Slot& s : weight_slots_)
+    if (s.unit == unit && s.in_use) {
+      s.in_use = false;
+      return;
+    }
+  core::fail("FSDP: unit {} released but not acquired", unit);
+}
+
+Tensor FsdpParameters::gradient(int unit) {
+  Slot& slot = free_slot(grad_slots_, unit);
+  wait(slot.ready);  // its previous unit's reduce-scatter
+  slot.ready = 0;
+  slot.unit = unit;
+  slot.in_use = true;
+  const Tensor t =
+      slot.buffer.tensor().view(0, Shape{shards_.units()[static_cast<std::size_t>(unit)].size()});
+  backend_.zero(t);
+  return t;
+}
+
+void FsdpParameters::gradient_done(int unit) {
+  Slot* slot = nullptr;
+  for (Slot& s : grad_slots_)
+    if (s.unit == unit && s.in_use) slot = &s;
+  TANDEM_CHECK(slot != nullptr, "FSDP: gradient of unit {} handed back but not taken", unit);
+  const std::vector<std::size_t>& off = shards_.offsets(unit);
+  const auto g = static_cast<std::size_t>(shards_.group_rank());
+  auto* data = slot->buffer.tensor().ptr<float>();
+  float* shard = grads_.tensor().ptr<float>() + shards_.local_begin(unit);
+  const std::size_t n = off[g + 1] - off[g];
+  Communicator* group = group_.get();
+  slot->in_use = false;
+  slot->ready = run([group, data, &off, g, shard, n] {
+    group->reduce_scatter_sum(data, off.data());
+    // Accumulated over micro-batches in the shard (plain float adds, as the backend's add).
+    const float* mine = data + off[g];
+    for (std::size_t i = 0; i < n; ++i) shard[i] += mine[i];
+  });
+}
+
+void FsdpParameters::end_pass() {
+  if (thread_) waited_ += thread_->drain();
+  // The masters may change before the next pass: nothing gathered is kept.
+  for (Slot& s : weight_slots_) s.unit = -1, s.in_use = false, s.ready = 0;
+  for (Slot& s : grad_slots_) s.unit = -1, s.in_use = false, s.ready = 0;
+}
+
+void FsdpParameters::zero_grads() { backend_.zero(grads_); }
+
+model::WeightShard FsdpParameters::weights() {
+  model::WeightShard out;
+  auto* base = master_.tensor().ptr<float>();
+  for (const FsdpShards::Piece& p : shards_.pieces()) {
+    const model::ParameterEntry& e = layout_.entries()[p.param_index];
+    out.slices.push_back({e.name, e.shape, p.start,
+                          std::span<float>(base + p.local, static_cast<std::size_t>(p.length))});
+  }
+  // HSDP: the first group's ranks write the shards; the replicas hold the same values.
+  out.num_shards = shards_.group();
+  out.shard = replica_ == 0 ? shards_.group_rank() : shards_.group() + world_rank_;
+  return out;
+}
+
+std::int64_t FsdpParameters::master_bytes() const {
+  return static_cast<std::int64_t>(master_.bytes());
+}
+std::int64_t FsdpParameters::gradient_bytes() const {
+  return static_cast<std::int64_t>(grads_.bytes());
+}
+std::int64_t FsdpParameters::gathered_weight_bytes() const {
+  std::int64_t n = 0;
+  for (const Slot& s : weight_slots_) n += static_cast<std::int64_t>(s.buffer.bytes());
+  return n;
+}
+std::int64_t FsdpParameters::unit_gradient_bytes() const {
+  std::int64_t n = 0;
+  for (const Slot& s : grad_slots_) n += static_cast<std::int64_t>(s.buffer.bytes());
+  return n;
+}
+
+FsdpOptimizer::FsdpOptimizer(kernels::Backend& backend, FsdpParameters& params,
+                             const optim::AdamWHyper& hyper, Communicator& world)
+    : backend_(backend), params_(params), world_(world), host_(backend) {
+  std::vector<optim::ParamBuffer> pieces;
+  for (const model::ParameterEntry& e : params_.layout().entries()) full_size_ += e.numel;
+  for (const FsdpShards::Piece& p : params_.shards().pieces()) {
+    const model::ParameterEntry& e = params_.layout().entries()[p.param_index];
+    const Shape run{p.length};
+    pieces.push_back({e.name, params_.master().view(p.local, run),
+                      params_.grad_shard().view(p.local, run), e.weight_decay});
+    piece_grads_.push_back(params_.grad_shard().view(p.local, run));
+  }
+  adam_ = std::make_unique<optim::AdamW>(backend_, std::move(pieces), hyper);
+}
+
+void FsdpOptimizer::reduce_gradients() {
+  const Tensor g = params_.grad_shard();
+  if (Communicator* replicas = params_.replicas()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    replicas->all_reduce_sum(g.ptr<float>(), static_cast<std::size_t>(g.numel()));
+    params_.add_waited(seconds_since(t0));
+  }
+  // The mean over every rank's micro-batches, as the replicated optimiser's.
+  backend_.scale(g, 1.0f / static_cast<float>(world_.world_size()));
+}
+
+double FsdpOptimizer::clip(double max_norm) {
+  double sum = optim::sum_of_squares(backend_, piece_grads_);
+  const auto t0 = std::chrono::steady_clock::now();
+  params_.group().all_reduce_sum(&sum, 1);  // the replicas hold the same shards
+  params_.add_waited(seconds_since(t0));
+  const double norm = std::sqrt(sum);
+  if (max_norm > 0) optim::scale_grads(backend_, piece_grads_, norm, max_norm);
+  return norm;
+}
+
+std::vector<std::pair<Tensor, Tensor>> FsdpOptimizer::runs() const {
+  std::vector<std::pair<Tensor, Tensor>> out;
+  for (std::size_t i = 0; i < adam_->num_params(); ++i)
+    out.emplace_back(adam_->exp_avg(i), adam_->exp_avg_sq(i));
+  return out;
+}
+
+optim::OptimizerShard FsdpOptimizer::moments() {
+  optim::OptimizerShard out;
+  auto spans = host_.spans(runs());
+  const auto& pieces = params_.shards().pieces();
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const model::ParameterEntry& e = params_.layout().entries()[pieces[i].param_index];
+    out.slices.push_back({e.name, e.shape, pieces[i].start, spans[i].first, spans[i].second});
+  }
+  out.adam_step = adam_->step_count();
+  const model::WeightShard w = params_.weights();
+  out.shard = w.shard;
+  out.num_shards = w.num_shards;
+  return out;
+}
+
+void FsdpOptimizer::moments_loaded(std::int64_t adam_step) {
+  host_.upload(runs());
+  adam_->set_step_count(adam_step);
+}
+
+}  // namespace tandem::dist
