@@ -2,30 +2,40 @@
 # README command 2 and CI (.ci/run): install what is missing, build, run the whole test suite;
 # then the input-reading test folders under ASan + UBSan (scripts/test_sanitized.sh) and every fuzz target for
 # a short fixed time (scripts/fuzz.sh). docs/reliability.md explains the budget.
-#   TANDEM_CI_SANITIZE=inputs     the sanitizer stage over the test folders that read untrusted
-#                                 input: io data tokenizer faults
+#   TANDEM_CI_SANITIZE=inputs     (default) the sanitizer stage over the test folders that read
+#                                 untrusted input or fault the process: io data tokenizer faults
 #   TANDEM_CI_SANITIZE=all        the whole suite under the sanitizers
-#   TANDEM_CI_SANITIZE=0          (default) skip the sanitizer stage
-#   TANDEM_CI_FUZZ_SECONDS=N      seconds per fuzz target (default 0: no fuzzing)
-# The sanitizer and fuzz stages are off by default until a clean-clone CI run has passed with them
-# after the CUDA, recompute and bf16 merges (docs/reliability.md).
+#   TANDEM_CI_SANITIZE=0          skip the sanitizer stage
+#   TANDEM_CI_FUZZ_SECONDS=N      seconds per fuzz target (default 60; 0: no fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's wall time, for CI's budget (docs/reliability.md).
+stage_start=$SECONDS
+stage_done() {
+  echo "== test.sh: $1 took $((SECONDS - stage_start)) s (total ${SECONDS} s)"
+  stage_start=$SECONDS
+}
 bash scripts/setup.sh
+stage_done setup
 bash scripts/build.sh
+stage_done build
 # Real data the parity tests read (dolma2 tokenizer, Debian-doc corpus); cached after the first run.
 bash scripts/fetch_data.sh
+stage_done "data fetch"
 (
   cd "${TANDEM_BUILD_DIR:-build}"
   # Passive OpenMP waits: two test processes share the cores without spinning against each other.
   OMP_WAIT_POLICY=passive ctest --output-on-failure -j "$(nproc)" --timeout 900
 )
-case "${TANDEM_CI_SANITIZE:-0}" in
+stage_done "test suite"
+case "${TANDEM_CI_SANITIZE:-inputs}" in
   0) ;;
   all) bash scripts/test_sanitized.sh ;;
   *) bash scripts/test_sanitized.sh io data tokenizer faults ;;
 esac
-fuzz_seconds=${TANDEM_CI_FUZZ_SECONDS:-0}
+stage_done "sanitizer stage"
+fuzz_seconds=${TANDEM_CI_FUZZ_SECONDS:-60}
 if [[ "$fuzz_seconds" != 0 ]]; then
   bash scripts/fuzz.sh "$fuzz_seconds"
+  stage_done "fuzz stage"
 fi

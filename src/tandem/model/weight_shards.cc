@@ -1,7 +1,6 @@
 #include "tandem/model/weight_shards.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -12,9 +11,9 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
-#include "tandem/core/path_inside.h"
 #include "tandem/io/json.h"
 #include "tandem/io/safetensors.h"
+#include "tandem/io/shard_index.h"
 
 namespace fs = std::filesystem;
 
@@ -25,30 +24,8 @@ constexpr int kIndexVersion = 1;
 constexpr const char* kIndexFile = "shards.json";
 constexpr const char* kWholeWeights = "model.safetensors";
 
-std::int64_t metadata_int(const io::SafetensorsFile& f, const std::string& key) {
-  auto it = f.metadata().find(key);
-  TANDEM_CHECK(it != f.metadata().end(), "{}: no '{}' in its metadata", f.path(), key);
-  const std::string& v = it->second;
-  std::int64_t out = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  TANDEM_CHECK(ec == std::errc() && end == v.data() + v.size() && !v.empty(),
-               "{}: metadata '{}' is '{}', not an integer", f.path(), key, v);
-  return out;
-}
-
-struct Piece {
-  std::string file;
-  std::int64_t start = 0, length = 0;
-};
-
-// shards.json, parsed and checked against the layout: every parameter present with its shape,
-// pieces tiling its elements (sorted, no gap, no overlap), plain file names.
-struct IndexedTensor {
-  std::vector<std::int64_t> shape;
-  std::vector<Piece> pieces;
-};
-
-std::map<std::string, IndexedTensor> read_index(const std::string& dir) {
+// shards.json, parsed and checked (io/shard_index.h); the caller checks it against the layout.
+std::map<std::string, io::ShardedTensor> read_index(const std::string& dir) {
   const std::string where = (fs::path(dir) / kIndexFile).string();
   TANDEM_CHECK(fs::exists(where), "{} is missing (sharded model weights need their index)", where);
   const nlohmann::json index = io::parse_json(core::read_file(where), where);
@@ -56,46 +33,8 @@ std::map<std::string, IndexedTensor> read_index(const std::string& dir) {
   const int version = io::json_field<int>(index, "format_version", where);
   TANDEM_CHECK(version == kIndexVersion, "{}: format version {} is not supported (expected {})",
                where, version, kIndexVersion);
-  const auto tensors = io::json_field<nlohmann::json>(index, "tensors", where);
-  TANDEM_CHECK(tensors.is_object(), "{}: 'tensors' must be an object", where);
-  std::map<std::string, IndexedTensor> out;
-  for (const auto& [name, t] : tensors.items()) {
-    const std::string at = where + ": tensor '" + name + "'";
-    const auto shape_json = io::json_field<nlohmann::json>(t, "shape", at);
-    TANDEM_CHECK(shape_json.is_array(), "{}: 'shape' must be a list", at);
-    std::vector<std::int64_t> shape;
-    std::int64_t numel = 1;
-    for (const auto& dim : shape_json) {
-      const auto d = io::json_as<std::int64_t>(dim, at + " shape entry");
-      TANDEM_CHECK(d >= 0 && d < (std::int64_t{1} << 40),
-                   "{}: shape entry {} is negative or too "
-                   "large",
-                   at, d);
-      numel *= d;
-      shape.push_back(d);
-    }
-    std::int64_t covered = 0;
-    std::vector<Piece> pieces;
-    const auto pieces_json = io::json_field<nlohmann::json>(t, "pieces", at);
-    TANDEM_CHECK(pieces_json.is_array(), "{}: 'pieces' must be a list", at);
-    for (const auto& p : pieces_json) {
-      Piece piece{io::json_field<std::string>(p, "file", at + " piece"),
-                  io::json_field<std::int64_t>(p, "start", at + " piece"),
-                  io::json_field<std::int64_t>(p, "length", at + " piece")};
-      TANDEM_CHECK(piece.start == covered && piece.length > 0 && piece.length <= numel - covered,
-                   "{}: piece [{}, +{}) of {} does not continue at element {} (a gap, an overlap "
-                   "or past the end of {} elements)",
-                   at, piece.start, piece.length, piece.file, covered, numel);
-      TANDEM_CHECK(piece.file.find('/') == std::string::npos && piece.file != ".." &&
-                       piece.file != "." && !piece.file.empty(),
-                   "{}: piece file '{}' is not a plain file name", at, piece.file);
-      covered += piece.length;
-      pieces.push_back(std::move(piece));
-    }
-    TANDEM_CHECK(covered == numel, "{}: pieces cover {} of its {} elements", at, covered, numel);
-    out.emplace(name, IndexedTensor{shape, std::move(pieces)});
-  }
-  return out;
+  return io::parse_sharded_tensors(io::json_field<nlohmann::json>(index, "tensors", where), where,
+                                   "model/");
 }
 
 }  // namespace
@@ -122,7 +61,7 @@ void write_weight_shard(const std::string& dir, int shard, int num_shards,
 }
 
 void write_weight_index(const std::string& dir, int num_shards, const ParameterLayout& layout) {
-  std::map<std::string, std::vector<Piece>> found;
+  std::map<std::string, std::vector<io::ShardPiece>> found;
   for (int s = 0; s < num_shards; ++s) {
     const std::string file = weight_shard_file_name(s, num_shards);
     const std::string path = (fs::path(dir) / file).string();
@@ -130,7 +69,7 @@ void write_weight_index(const std::string& dir, int num_shards, const ParameterL
     io::SafetensorsFile f(path);
     for (const std::string& name : f.names()) {
       TANDEM_CHECK(layout.has(name), "{}: '{}' is not a parameter of the model", path, name);
-      found[name].push_back({file, metadata_int(f, "start." + name), f.info(name).numel()});
+      found[name].push_back({file, io::metadata_int(f, "start." + name), f.info(name).numel()});
     }
   }
   nlohmann::json index = {{"format_version", kIndexVersion},
@@ -139,20 +78,10 @@ void write_weight_index(const std::string& dir, int num_shards, const ParameterL
   for (const ParameterEntry& e : layout.entries()) {
     auto it = found.find(e.name);
     TANDEM_CHECK(it != found.end(), "sharded weights in {}: no shard holds '{}'", dir, e.name);
-    auto& pieces = it->second;
-    std::sort(pieces.begin(), pieces.end(),
-              [](const Piece& a, const Piece& b) { return a.start < b.start; });
-    std::int64_t covered = 0;
-    nlohmann::json list = nlohmann::json::array();
-    for (const Piece& p : pieces) {
-      TANDEM_CHECK(p.start == covered, "sharded weights in {}: '{}' has {} at element {} ({})", dir,
-                   e.name, p.start < covered ? "an overlap" : "a gap", covered, p.file);
-      covered += p.length;
-      list.push_back({{"file", p.file}, {"start", p.start}, {"length", p.length}});
-    }
-    TANDEM_CHECK(covered == e.numel, "sharded weights in {}: '{}' covers {} of its {} elements",
-                 dir, e.name, covered, e.numel);
-    index["tensors"][e.name] = {{"shape", e.shape}, {"pieces", list}};
+    io::ShardedTensor tensor{e.shape, std::move(it->second)};
+    io::sort_and_check_tiling(tensor.pieces, e.numel,
+                              fmt::format("sharded weights in {}: '{}'", dir, e.name));
+    index["tensors"][e.name] = io::sharded_tensor_json(tensor);
   }
   core::write_file_atomic((fs::path(dir) / kIndexFile).string(), index.dump(1) + "\n");
 }
@@ -177,38 +106,26 @@ void read_weight_ranges(const std::string& dir, std::vector<WeightSlice>& slices
   }
   const auto index = read_index(dir);
   const std::string index_path = (fs::path(dir) / kIndexFile).string();
-  std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;
-  auto file = [&](const std::string& name) -> const io::SafetensorsFile& {
-    auto& f = open[name];
-    if (!f) {
-      const std::string path = core::path_inside(dir, name, index_path);
-      TANDEM_CHECK(fs::exists(path), "{}: shard {} named by the index is missing", index_path,
-                   path);
-      f = std::make_unique<io::SafetensorsFile>(path);
-    }
-    return *f;
-  };
+  io::ShardFiles files(dir, index_path);  // names from shards.json stay inside model/
   for (WeightSlice& s : slices) {
     auto it = index.find(s.name);
     TANDEM_CHECK(it != index.end(), "{}: no weights for parameter '{}'", index_path, s.name);
     TANDEM_CHECK(it->second.shape == s.shape, "{}: '{}' has shape {}, the model {}", index_path,
                  s.name, nlohmann::json(it->second.shape).dump(), nlohmann::json(s.shape).dump());
     const std::int64_t begin = s.start, end = s.start + static_cast<std::int64_t>(s.values.size());
-    std::int64_t filled = 0;
-    for (const Piece& p : it->second.pieces) {
-      const std::int64_t lo = std::max(begin, p.start), hi = std::min(end, p.start + p.length);
-      if (lo >= hi) continue;
-      const io::SafetensorsFile& f = file(p.file);
-      TANDEM_CHECK(f.has(s.name) && f.info(s.name).dtype == io::DType::kF32 &&
-                       f.info(s.name).numel() == p.length,
-                   "{}: '{}' is not {} fp32 values as the index says", f.path(), s.name, p.length);
-      TANDEM_CHECK(metadata_int(f, "start." + s.name) == p.start,
-                   "{}: '{}' starts at another element than the index says", f.path(), s.name);
-      std::memcpy(s.values.data() + (lo - begin),
-                  f.raw(s.name).data() + (lo - p.start) * sizeof(float),
-                  static_cast<std::size_t>(hi - lo) * sizeof(float));
-      filled += hi - lo;
-    }
+    const std::int64_t filled = io::for_each_piece_in(
+        it->second.pieces, begin, end, [&](const io::ShardPiece& p, auto lo, auto hi) {
+          const io::SafetensorsFile& f = files.get(p.file);
+          TANDEM_CHECK(f.has(s.name) && f.info(s.name).dtype == io::DType::kF32 &&
+                           f.info(s.name).numel() == p.length,
+                       "{}: '{}' is not {} fp32 values as the index says", f.path(), s.name,
+                       p.length);
+          TANDEM_CHECK(io::metadata_int(f, "start." + s.name) == p.start,
+                       "{}: '{}' starts at another element than the index says", f.path(), s.name);
+          std::memcpy(s.values.data() + (lo - begin),
+                      f.raw(s.name).data() + (lo - p.start) * sizeof(float),
+                      static_cast<std::size_t>(hi - lo) * sizeof(float));
+        });
     TANDEM_CHECK(filled == end - begin, "{}: elements [{}, {}) of '{}' are not all stored",
                  index_path, begin, end, s.name);
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -13,9 +12,9 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
-#include "tandem/core/path_inside.h"
 #include "tandem/io/json.h"
 #include "tandem/io/safetensors.h"
+#include "tandem/io/shard_index.h"
 
 namespace fs = std::filesystem;
 
@@ -37,15 +36,6 @@ const std::string& metadata_value(const io::SafetensorsFile& f, const std::strin
   return it->second;
 }
 
-std::int64_t metadata_int(const io::SafetensorsFile& f, const std::string& key) {
-  const std::string& v = metadata_value(f, key);
-  std::int64_t out = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  TANDEM_CHECK(ec == std::errc() && end == v.data() + v.size() && !v.empty(),
-               "{}: metadata '{}' is '{}', not an integer that fits 64 bits", f.path(), key, v);
-  return out;
-}
-
 std::vector<std::int64_t> metadata_shape(const io::SafetensorsFile& f, const std::string& key) {
   const std::string& v = metadata_value(f, key);
   const nlohmann::json shape = io::parse_json(v, f.path() + ": metadata '" + key + "'");
@@ -60,16 +50,6 @@ std::vector<std::int64_t> metadata_shape(const io::SafetensorsFile& f, const std
 std::array<std::pair<const char*, std::span<float>>, 2> moments_of(MomentSlice& s) {
   return {{{"exp_avg.", s.exp_avg}, {"exp_avg_sq.", s.exp_avg_sq}}};
 }
-
-struct Piece {
-  std::string file;
-  std::int64_t start = 0, length = 0;
-};
-
-struct FullTensor {
-  std::vector<std::int64_t> shape;
-  std::vector<Piece> pieces;
-};
 
 }  // namespace
 
@@ -98,12 +78,12 @@ void write_optimizer_shard(const std::string& optim_dir, int shard, int num_shar
 }
 
 void write_optimizer_index(const std::string& optim_dir, int num_shards) {
-  std::map<std::string, FullTensor> tensors;
+  std::map<std::string, io::ShardedTensor> tensors;
   std::int64_t adam_step = -1;
   for (int s = 0; s < num_shards; ++s) {
     const std::string file = optimizer_shard_file_name(s, num_shards);
     io::SafetensorsFile f((fs::path(optim_dir) / file).string());
-    const std::int64_t step = metadata_int(f, "adam_step");
+    const std::int64_t step = io::metadata_int(f, "adam_step");
     TANDEM_CHECK(adam_step < 0 || step == adam_step,
                  "{}: Adam step {} differs from the other shards' {}", f.path(), step, adam_step);
     adam_step = step;
@@ -114,11 +94,11 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards) {
       TANDEM_CHECK(f.has("exp_avg_sq." + name) && f.info("exp_avg_sq." + name).numel() == length,
                    "{}: exp_avg_sq.{} is missing or of another length", f.path(), name);
       const auto shape = metadata_shape(f, "shape." + name);
-      FullTensor& t = tensors[name];
+      io::ShardedTensor& t = tensors[name];
       TANDEM_CHECK(t.pieces.empty() || t.shape == shape,
                    "{}: '{}' has another shape than in the other shards", f.path(), name);
       t.shape = shape;
-      t.pieces.push_back({file, metadata_int(f, "start." + name), length});
+      t.pieces.push_back({file, io::metadata_int(f, "start." + name), length});
     }
   }
   nlohmann::json index = {{"format_version", kIndexVersion},
@@ -126,20 +106,9 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards) {
                           {"adam_step", adam_step},
                           {"tensors", nlohmann::json::object()}};
   for (auto& [name, t] : tensors) {
-    std::sort(t.pieces.begin(), t.pieces.end(),
-              [](const Piece& a, const Piece& b) { return a.start < b.start; });
-    std::int64_t covered = 0;
-    nlohmann::json pieces = nlohmann::json::array();
-    for (const Piece& p : t.pieces) {
-      TANDEM_CHECK(p.start == covered, "optimizer shards in {}: '{}' has {} at element {}",
-                   optim_dir, name, p.start < covered ? "an overlap" : "a gap", covered);
-      covered += p.length;
-      pieces.push_back({{"file", p.file}, {"start", p.start}, {"length", p.length}});
-    }
-    TANDEM_CHECK(covered == numel_of(t.shape),
-                 "optimizer shards in {}: '{}' covers {} of its {} elements", optim_dir, name,
-                 covered, numel_of(t.shape));
-    index["tensors"][name] = {{"shape", t.shape}, {"pieces", pieces}};
+    io::sort_and_check_tiling(t.pieces, numel_of(t.shape),
+                              fmt::format("optimizer shards in {}: '{}'", optim_dir, name));
+    index["tensors"][name] = io::sharded_tensor_json(t);
   }
   core::write_file_atomic((fs::path(optim_dir) / kIndexFile).string(), index.dump(1) + "\n");
 }
@@ -155,44 +124,8 @@ OptimizerIndex parse_optimizer_index(std::string_view text, const std::string& w
   TANDEM_CHECK(out.num_shards >= 1, "{}: num_shards {} must be at least 1", where, out.num_shards);
   out.adam_step = io::json_field<std::int64_t>(index, "adam_step", where);
   TANDEM_CHECK(out.adam_step >= 0, "{}: adam_step {} is negative", where, out.adam_step);
-  const auto tensors = io::json_field<nlohmann::json>(index, "tensors", where);
-  TANDEM_CHECK(tensors.is_object(), "{}: 'tensors' must be an object", where);
-  // Element counts stay far below 2^62, so sums of starts and lengths cannot overflow.
-  constexpr std::int64_t kMaxElements = std::int64_t{1} << 50;
-  for (const auto& [name, t] : tensors.items()) {
-    const std::string at = where + ": tensor '" + name + "'";
-    OptimizerIndex::Tensor tensor;
-    const auto shape = io::json_field<nlohmann::json>(t, "shape", at);
-    TANDEM_CHECK(shape.is_array(), "{}: 'shape' must be a list", at);
-    std::int64_t numel = 1;
-    for (const auto& d : shape) {
-      const auto dim = io::json_as<std::int64_t>(d, at + " shape entry");
-      TANDEM_CHECK(dim >= 0 && (dim == 0 || numel <= kMaxElements / dim),
-                   "{}: shape {} is negative or too large", at, io::json_excerpt(shape));
-      numel *= dim;
-      tensor.shape.push_back(dim);
-    }
-    const auto pieces = io::json_field<nlohmann::json>(t, "pieces", at);
-    TANDEM_CHECK(pieces.is_array(), "{}: 'pieces' must be a list", at);
-    std::int64_t covered = 0;
-    for (const auto& p : pieces) {
-      OptimizerIndex::Piece piece;
-      piece.file = io::json_field<std::string>(p, "file", at + " piece");
-      piece.start = io::json_field<std::int64_t>(p, "start", at + " piece");
-      piece.length = io::json_field<std::int64_t>(p, "length", at + " piece");
-      TANDEM_CHECK(piece.start == covered && piece.length > 0 && piece.length <= numel - covered,
-                   "{}: piece [{}, +{}) of {} does not continue at element {} (a gap, an overlap "
-                   "or past the end of {} elements)",
-                   at, piece.start, piece.length, piece.file, covered, numel);
-      TANDEM_CHECK(piece.file.find('/') == std::string::npos && piece.file != ".." &&
-                       piece.file != "." && !piece.file.empty(),
-                   "{}: piece file '{}' is not a plain file name inside optim/", at, piece.file);
-      covered += piece.length;
-      tensor.pieces.push_back(std::move(piece));
-    }
-    TANDEM_CHECK(covered == numel, "{}: pieces cover {} of its {} elements", at, covered, numel);
-    out.tensors.emplace(name, std::move(tensor));
-  }
+  out.tensors = io::parse_sharded_tensors(io::json_field<nlohmann::json>(index, "tensors", where),
+                                          where, "optim/");
   return out;
 }
 
@@ -201,14 +134,7 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
   TANDEM_CHECK(fs::exists(index_path), "checkpoint has no optimizer state ({} is missing)",
                index_path);
   const OptimizerIndex index = parse_optimizer_index(core::read_file(index_path), index_path);
-  std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;
-  auto file = [&](const std::string& name) -> const io::SafetensorsFile& {
-    auto& f = open[name];
-    // The file name comes from index.json: it must stay inside optim/.
-    if (!f)
-      f = std::make_unique<io::SafetensorsFile>(core::path_inside(optim_dir, name, index_path));
-    return *f;
-  };
+  io::ShardFiles files(optim_dir, index_path);  // names from index.json stay inside optim/
   for (MomentSlice& s : slices) {
     auto it = index.tensors.find(s.name);
     TANDEM_CHECK(it != index.tensors.end(), "{}: no optimizer state for parameter '{}'", index_path,
@@ -218,23 +144,20 @@ std::int64_t read_optimizer_state(const std::string& optim_dir, std::vector<Mome
                  index_path, s.name, nlohmann::json(t.shape).dump(),
                  nlohmann::json(s.shape).dump());
     const std::int64_t begin = s.start, end = s.start + static_cast<std::int64_t>(s.exp_avg.size());
-    std::int64_t filled = 0;
-    for (const OptimizerIndex::Piece& p : t.pieces) {
-      const std::int64_t p_start = p.start, p_end = p.start + p.length;
-      const std::int64_t lo = std::max(begin, p_start), hi = std::min(end, p_end);
-      if (lo >= hi) continue;
-      const io::SafetensorsFile& f = file(p.file);
-      for (auto& [prefix, dst] : moments_of(s)) {
-        const std::string tensor = prefix + s.name;
-        TANDEM_CHECK(f.info(tensor).dtype == io::DType::kF32 && f.info(tensor).numel() == p.length,
-                     "{}: '{}' is not {} fp32 values as the index says", f.path(), tensor,
-                     p.length);
-        std::memcpy(dst.data() + (lo - begin),
-                    f.raw(tensor).data() + (lo - p_start) * sizeof(float),
-                    static_cast<std::size_t>(hi - lo) * sizeof(float));
-      }
-      filled += hi - lo;
-    }
+    const std::int64_t filled =
+        io::for_each_piece_in(t.pieces, begin, end, [&](const io::ShardPiece& p, auto lo, auto hi) {
+          const io::SafetensorsFile& f = files.get(p.file);
+          for (auto& [prefix, dst] : moments_of(s)) {
+            const std::string tensor = prefix + s.name;
+            TANDEM_CHECK(f.has(tensor) && f.info(tensor).dtype == io::DType::kF32 &&
+                             f.info(tensor).numel() == p.length,
+                         "{}: '{}' is not {} fp32 values as the index says", f.path(), tensor,
+                         p.length);
+            std::memcpy(dst.data() + (lo - begin),
+                        f.raw(tensor).data() + (lo - p.start) * sizeof(float),
+                        static_cast<std::size_t>(hi - lo) * sizeof(float));
+          }
+        });
     TANDEM_CHECK(filled == end - begin, "{}: elements [{}, {}) of '{}' are not all stored",
                  index_path, begin, end, s.name);
   }
@@ -256,7 +179,7 @@ std::int64_t read_unsharded_optimizer_state(const std::string& path,
                   dst.size() * sizeof(float));
     }
   }
-  return metadata_int(f, "adam_step");
+  return io::metadata_int(f, "adam_step");
 }
 
 }  // namespace tandem::train

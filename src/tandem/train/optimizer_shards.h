@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/io/shard_index.h"
 #include "tandem/optim/optimizer.h"
 
 namespace tandem::train {
@@ -41,14 +42,8 @@ void write_optimizer_index(const std::string& optim_dir, int num_shards);
 // {file, start, length} that tile its elements exactly (sorted, no gap, no overlap) and name
 // plain files inside optim/. Errors name `where` and the tensor.
 struct OptimizerIndex {
-  struct Piece {
-    std::string file;
-    std::int64_t start = 0, length = 0;
-  };
-  struct Tensor {
-    std::vector<std::int64_t> shape;
-    std::vector<Piece> pieces;
-  };
+  using Piece = io::ShardPiece;
+  using Tensor = io::ShardedTensor;
   int num_shards = 0;
   std::int64_t adam_step = 0;
   std::map<std::string, Tensor> tensors;
