@@ -9,6 +9,8 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libzstd-dev libxxhash-dev libpcre2-dev
   libcli11-dev libfmt-dev libssl-dev libflatbuffers-dev
   libopenmpi-dev openmpi-bin
+  # ip netns: the multi-host tests' simulated hosts (scripts/netns_hosts.sh)
+  iproute2
   python3 python3-numpy python3-matplotlib
   # fuzz/ (libFuzzer with ASan + UBSan) and OpenMP for clang: scripts/fuzz.sh
   clang libclang-rt-dev libomp-dev

@@ -106,6 +106,12 @@ TEST(Faults, HungRankEndsTheJobWithinTheTimeout) {
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
   EXPECT_NE(output.find("rank 0 of 2: all_reduce_sum made no progress"), std::string::npos)
       << output;
+  // Rank 0 gathers rank 1's contribution: it names rank 1 as the one it waits for, first in a
+  // notice at a quarter of the timeout, then in the final message.
+  EXPECT_NE(output.find("all_reduce_sum has waited "), std::string::npos) << output;
+  EXPECT_NE(output.find(" s for rank 1 on host "), std::string::npos) << output;
+  EXPECT_NE(output.find("(TANDEM_DIST_TIMEOUT_S), waiting for rank 1 on host "), std::string::npos)
+      << output;
 }
 
 TEST(Faults, KilledRankEndsTheJobThenFewerRanksResume) {

@@ -14,7 +14,13 @@ std::int64_t now_ns() {
       .count();
 }
 
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "set from a signal handler");
+
 }  // namespace
+
+void CollectiveWatchdog::note_signal(int signal) noexcept { g_signal.store(signal); }
+int CollectiveWatchdog::signal_received() noexcept { return g_signal.load(); }
 
 double dist_timeout_from_env() {
   const char* v = std::getenv("TANDEM_DIST_TIMEOUT_S");
@@ -42,7 +48,7 @@ void CollectiveWatchdog::stop() {
 
 void CollectiveWatchdog::watch() {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!cv_.wait_for(lock, std::chrono::milliseconds(250), [&] { return stopping_; })) {
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; })) {
     const std::int64_t since = since_ns_.load();
     if (since == 0) continue;
     check_(name_.load(), static_cast<double>(now_ns() - since) * 1e-9);
@@ -52,6 +58,7 @@ void CollectiveWatchdog::watch() {
 CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& watchdog, const char* collective)
     : watchdog_(watchdog) {
   watchdog_.name_.store(collective);
+  watchdog_.awaited_.store(kAwaitingAny);
   watchdog_.since_ns_.store(now_ns());
 }
 

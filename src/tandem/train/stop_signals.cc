@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tandem/dist/collective_watchdog.h"
+
 namespace tandem::train {
 
 std::atomic<int> g_stop_signal{0};
@@ -27,6 +29,7 @@ sigset_t stop_signal_set() {
 void on_stop_signal(int sig) {
   int expected = 0;
   g_stop_signal.compare_exchange_strong(expected, sig);
+  dist::CollectiveWatchdog::note_signal(sig);
 }
 
 // Ends the process by `sig` itself, so that the parent (a shell, mpirun) sees how it ended.
@@ -48,6 +51,8 @@ void wait_for_stop_signals() {
   while (true) {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
+    // A rank stuck in a collective then says whom it waited for (dist/collective_watchdog.h).
+    dist::CollectiveWatchdog::note_signal(sig);
     int expected = 0;
     if (!g_stop_signal.compare_exchange_strong(expected, sig)) {
       // Write, not stdio: the other threads may hold stdio's locks.
