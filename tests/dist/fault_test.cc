@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "dist_test_util.h"
+#include "job_control.h"
 #include "tandem/train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -52,40 +53,6 @@ pid_t find_rank_pid(pid_t parent, int rank) {
     }
   }
   return -1;
-}
-
-// Starts `cmd` (an mpirun line) with its output in `log`; the child is mpirun itself.
-pid_t start_job(const std::string& cmd, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec env " + cmd + " > " + log + " 2>&1").c_str(), nullptr);
-    _exit(127);
-  }
-  return pid;
-}
-
-// Waits until the job's metrics log has `lines` entries; false if the job ended first.
-bool wait_for_steps(pid_t job, const std::string& run, std::size_t lines) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (read_metrics(run).size() < lines && std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(job, nullptr, WNOHANG) == job) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
-// Waits up to `limit` for the job to end; returns its seconds, or -1 (then kills it).
-double wait_for_exit(pid_t job, int* status, std::chrono::seconds limit) {
-  auto start = std::chrono::steady_clock::now();
-  while (waitpid(job, status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > start + limit) {
-      kill(job, SIGKILL);
-      waitpid(job, status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 TEST(Faults, HungRankEndsTheJobWithinTheTimeout) {
