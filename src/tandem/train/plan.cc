@@ -262,7 +262,8 @@ Plan make_plan(const PlanInput& in) {
     if (in.bf16) {
       // The model's copy starts after the embedding table (first in the layout), whose lookup
       // reads the fp32 masters.
-      const model::ParameterEntry& emb = model::ParameterLayout(c).entry("embeddings.weight");
+      const model::ParameterLayout layout(c);
+      const model::ParameterEntry& emb = layout.entry("embeddings.weight");
       compute_copies = 2 * (units.total - static_cast<double>(emb.offset + emb.numel));
       copies_detail = "bf16 copy of every weight but the embedding table, cast once per step";
     } else {
