@@ -14,13 +14,7 @@ std::int64_t now_ns() {
       .count();
 }
 
-std::atomic<int> g_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free, "set from a signal handler");
-
 }  // namespace
-
-void CollectiveWatchdog::note_signal(int signal) noexcept { g_signal.store(signal); }
-int CollectiveWatchdog::signal_received() noexcept { return g_signal.load(); }
 
 double dist_timeout_from_env() {
   const char* v = std::getenv("TANDEM_DIST_TIMEOUT_S");

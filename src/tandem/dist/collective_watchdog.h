@@ -42,11 +42,6 @@ class CollectiveWatchdog {
   // Identifies the collective in progress (its start time), so `check` can act once per call.
   std::int64_t collective_id() const { return since_ns_.load(); }
 
-  // The process's stop-signal handler records the signal here (async-signal-safe), so that a
-  // rank ended by its launcher while stuck in a collective can still say whom it waited for.
-  static void note_signal(int signal) noexcept;
-  static int signal_received() noexcept;
-
   // Marks one collective (named by a string literal) as in progress for its lifetime.
   class Scope {
    public:

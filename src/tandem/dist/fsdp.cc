@@ -218,10 +218,14 @@ model::WeightShard FsdpParameters::weights() {
     out.slices.push_back({e.name, e.shape, p.start,
                           std::span<float>(base + p.local, static_cast<std::size_t>(p.length))});
   }
-  // HSDP: the first group's ranks write the shards; the replicas hold the same values.
-  out.num_shards = shards_.group();
-  out.shard = replica_ == 0 ? shards_.group_rank() : shards_.group() + world_rank_;
+  out.num_shards = checkpoint_shards();
+  out.shard = checkpoint_shard();
   return out;
+}
+
+int FsdpParameters::checkpoint_shard() const {
+  // HSDP: the first group's ranks write the shards; the replicas hold the same values.
+  return replica_ == 0 ? shards_.group_rank() : shards_.group() + world_rank_;
 }
 
 std::int64_t FsdpParameters::master_bytes() const {
@@ -277,30 +281,22 @@ double FsdpOptimizer::clip(double max_norm) {
   return norm;
 }
 
-std::vector<std::pair<Tensor, Tensor>> FsdpOptimizer::runs() const {
-  std::vector<std::pair<Tensor, Tensor>> out;
-  for (std::size_t i = 0; i < adam_->num_params(); ++i)
-    out.emplace_back(adam_->exp_avg(i), adam_->exp_avg_sq(i));
-  return out;
-}
-
 optim::OptimizerShard FsdpOptimizer::moments() {
   optim::OptimizerShard out;
-  auto spans = host_.spans(runs());
+  auto spans = host_.spans(adam_->moment_runs());
   const auto& pieces = params_.shards().pieces();
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const model::ParameterEntry& e = params_.layout().entries()[pieces[i].param_index];
     out.slices.push_back({e.name, e.shape, pieces[i].start, spans[i].first, spans[i].second});
   }
   out.adam_step = adam_->step_count();
-  const model::WeightShard w = params_.weights();
-  out.shard = w.shard;
-  out.num_shards = w.num_shards;
+  out.shard = params_.checkpoint_shard();
+  out.num_shards = params_.checkpoint_shards();
   return out;
 }
 
 void FsdpOptimizer::moments_loaded(std::int64_t adam_step) {
-  host_.upload(runs());
+  host_.upload(adam_->moment_runs());
   adam_->set_step_count(adam_step);
 }
 

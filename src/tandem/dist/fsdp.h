@@ -60,6 +60,8 @@ class FsdpParameters final : public model::ShardedParameters {
   void set_compute_dtype(kernels::DType dtype) override;
   void zero_grads() override;
   model::WeightShard weights() override;
+  int checkpoint_shard() const override;
+  int checkpoint_shards() const override { return shards_.group(); }
   std::int64_t master_bytes() const override;
   std::int64_t gradient_bytes() const override;
   std::int64_t gathered_weight_bytes() const override;
@@ -135,8 +137,6 @@ class FsdpOptimizer final : public optim::Optimizer {
   double seconds_in_own_collectives() const override { return params_.seconds_in_collectives(); }
 
  private:
-  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> runs() const;
-
   kernels::Backend& backend_;
   FsdpParameters& params_;
   Communicator& world_;

@@ -16,6 +16,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/leak_check_pause.h"
+#include "tandem/core/stop_signal.h"
 
 namespace tandem::dist {
 
@@ -186,7 +187,7 @@ void MpiCommunicator::check_progress(const char* collective, double waited) {
   // A stop signal while this collective stays stuck (seen on two checks in a row, so not a
   // healthy stop that finishes its collective): likely the launcher ending the job because a
   // peer is lost; say whom this rank waited for before it is killed.
-  if (const int signal = CollectiveWatchdog::signal_received(); signal != 0 && !reported_signal_) {
+  if (const int signal = core::stop_signal_received(); signal != 0 && !reported_signal_) {
     if (signalled_collective_ == id) {
       reported_signal_ = true;
       fmt::print(stderr,
@@ -228,7 +229,8 @@ MpiCommunicator::~MpiCommunicator() {
   // Unwinding from an error on this rank: the others may wait in a collective forever, so end
   // the whole job rather than finalise.
   if (std::uncaught_exceptions() > 0) {
-    fmt::print(stderr, "tandem: rank {} of {} failed; aborting the job\n", rank_, size_);
+    fmt::print(stderr, "tandem: rank {} of {} failed; aborting the job\n", world_rank_,
+               world_size_);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -306,20 +308,15 @@ void MpiCommunicator::reduce_scatter_sum(float* data, const std::size_t* offsets
 }
 
 void MpiCommunicator::all_gather(float* data, const std::size_t* offsets) {
-  CollectiveWatchdog::Scope guard(*watchdog_, "all_gather");
-  // One broadcast per owner's range, chunked so counts fit in an int.
-  for (int owner = 0; owner < size_; ++owner)
-    for (std::size_t begin = offsets[owner]; begin < offsets[owner + 1]; begin += kChunkElements) {
-      const std::size_t count = std::min(kChunkElements, offsets[owner + 1] - begin);
-      watched_bcast(*watchdog_, comm_->comm, rank_, data + begin, count, MPI_FLOAT, owner);
-    }
+  all_gather_bytes(data, offsets, sizeof(float));
 }
 
 void MpiCommunicator::all_gather_bytes(void* data, const std::size_t* offsets,
                                        std::size_t element_bytes) {
   CollectiveWatchdog::Scope guard(*watchdog_, "all_gather");
+  // One broadcast per owner's range, chunked so counts fit in an int.
   auto* p = static_cast<char*>(data);
-  const std::size_t chunk = kChunkElements * 4;  // bytes per call, as all_gather's
+  const std::size_t chunk = kChunkElements * sizeof(float);
   for (int owner = 0; owner < size_; ++owner) {
     const std::size_t end = offsets[owner + 1] * element_bytes;
     for (std::size_t begin = offsets[owner] * element_bytes; begin < end; begin += chunk) {
@@ -344,7 +341,7 @@ void MpiCommunicator::barrier() {
 }
 
 void MpiCommunicator::abort(const std::string& message, int code) {
-  fmt::print(stderr, "tandem: rank {} of {}: {}\n", rank_, size_, message);
+  fmt::print(stderr, "tandem: rank {} of {}: {}\n", world_rank_, world_size_, message);
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest

@@ -30,16 +30,9 @@ double ReplicatedOptimizer::clip(double max_norm) {
 
 void ReplicatedOptimizer::step(double lr) { adam_.step(lr); }
 
-std::vector<std::pair<kernels::Tensor, kernels::Tensor>> ReplicatedOptimizer::runs() const {
-  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> out;
-  for (std::size_t i = 0; i < adam_.num_params(); ++i)
-    out.emplace_back(adam_.exp_avg(i), adam_.exp_avg_sq(i));
-  return out;
-}
-
 optim::OptimizerShard ReplicatedOptimizer::moments() {
   optim::OptimizerShard out;
-  auto spans = host_.spans(runs());
+  auto spans = host_.spans(adam_.moment_runs());
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const kernels::Shape& s = params_[i].param.shape();
     std::vector<std::int64_t> shape;
@@ -53,7 +46,7 @@ optim::OptimizerShard ReplicatedOptimizer::moments() {
 }
 
 void ReplicatedOptimizer::moments_loaded(std::int64_t adam_step) {
-  host_.upload(runs());
+  host_.upload(adam_.moment_runs());
   adam_.set_step_count(adam_step);
 }
 

@@ -33,8 +33,6 @@ class ReplicatedOptimizer final : public optim::Optimizer {
   std::int64_t full_moment_bytes() const override { return moment_bytes(); }
 
  private:
-  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> runs() const;
-
   kernels::Backend& backend_;
   std::vector<optim::ParamBuffer> params_;
   std::vector<kernels::Tensor> grads_;

@@ -59,16 +59,9 @@ void Zero1Optimizer::step(double lr) {
   comm_.all_gather(params_.ptr<float>(), offsets_.data());
 }
 
-std::vector<std::pair<kernels::Tensor, kernels::Tensor>> Zero1Optimizer::runs() const {
-  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> out;
-  for (std::size_t i = 0; i < pieces_.size(); ++i)
-    out.emplace_back(shard_->exp_avg(i), shard_->exp_avg_sq(i));
-  return out;
-}
-
 optim::OptimizerShard Zero1Optimizer::moments() {
   optim::OptimizerShard out;
-  auto spans = host_.spans(runs());
+  auto spans = host_.spans(shard_->moment_runs());
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     const optim::ParamBuffer& p = full_[pieces_[i].param_index];
     std::vector<std::int64_t> shape;
@@ -83,7 +76,7 @@ optim::OptimizerShard Zero1Optimizer::moments() {
 }
 
 void Zero1Optimizer::moments_loaded(std::int64_t adam_step) {
-  host_.upload(runs());
+  host_.upload(shard_->moment_runs());
   shard_->set_step_count(adam_step);
 }
 

@@ -54,7 +54,6 @@ class Zero1Optimizer final : public optim::Optimizer {
     std::size_t start;        // element offset inside that parameter
     std::size_t length;
   };
-  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> runs() const;
 
   kernels::Backend& backend_;
   std::vector<optim::ParamBuffer> full_;

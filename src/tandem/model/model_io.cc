@@ -40,7 +40,7 @@ io::DType dtype_from_name(const std::string& name, const std::string& where) {
   core::fail("{}: unknown dtype '{}' (expected F32, BF16 or F16)", where, name);
 }
 
-void check_finite(const std::vector<float>& values, const std::string& tensor,
+void check_finite(std::span<const float> values, const std::string& tensor,
                   const std::string& file) {
   for (std::size_t i = 0; i < values.size(); ++i)
     TANDEM_CHECK(std::isfinite(values[i]), "{}: tensor '{}' has a non-finite value ({}) at {}",
@@ -105,8 +105,7 @@ ModelWeights read_model_weights(const std::string& path, const LoadOptions& opti
              std::span<float>(out.flat.data() + e.offset, static_cast<std::size_t>(e.numel))});
       read_weight_ranges(path, whole);
       if (options.check_finite)
-        for (const WeightSlice& s : whole)
-          check_finite(std::vector<float>(s.values.begin(), s.values.end()), s.name, path);
+        for (const WeightSlice& s : whole) check_finite(s.values, s.name, path);
       out.config = std::move(config);
       return out;
     }

@@ -53,12 +53,9 @@ const ParameterEntry& ParameterLayout::entry(const std::string& name) const {
 
 kernels::Tensor parameter_view(const ParameterLayout& layout, const kernels::Tensor& flat,
                                const std::string& name) {
-  const ParameterEntry& e = layout.entry(name);
   TANDEM_CHECK(flat.numel() == layout.total(), "parameter buffer {} does not fit the layout ({})",
                flat.str(), layout.total());
-  kernels::Shape shape =
-      e.shape.size() == 1 ? kernels::Shape{e.shape[0]} : kernels::Shape{e.shape[0], e.shape[1]};
-  return flat.view(e.offset, shape);
+  return parameter_view_from(layout, flat, 0, name);
 }
 
 ModelTensors model_tensors(const ParameterLayout& layout, const kernels::Tensor& flat) {
@@ -72,23 +69,15 @@ ModelTensors model_tensors_from(const ParameterLayout& layout, const kernels::Te
   TANDEM_CHECK(flat.numel() == layout.total() - first,
                "parameter buffer {} does not hold the layout ({}) from {} on", flat.str(),
                layout.total(), first);
+  // A parameter before `first` (the embedding table of the bf16 compute copy) has no view.
   auto view = [&](const std::string& name) {
-    const ParameterEntry& e = layout.entry(name);
-    if (e.offset < first) return kernels::Tensor();
-    kernels::Shape shape =
-        e.shape.size() == 1 ? kernels::Shape{e.shape[0]} : kernels::Shape{e.shape[0], e.shape[1]};
-    return flat.view(e.offset - first, shape);
+    return layout.entry(name).offset < first ? kernels::Tensor()
+                                             : parameter_view_from(layout, flat, first, name);
   };
   ModelTensors t;
   t.embeddings = view("embeddings.weight");
-  for (std::int64_t l = 0; layout.has(block_param(l, "attention.w_q.weight")); ++l) {
-    auto b = [&](const char* suffix) { return view(block_param(l, suffix)); };
-    t.blocks.push_back(
-        {b("attention.w_q.weight"), b("attention.w_k.weight"), b("attention.w_v.weight"),
-         b("attention.w_out.weight"), b("attention.q_norm.weight"), b("attention.k_norm.weight"),
-         b("attention_norm.weight"), b("feed_forward.w1.weight"), b("feed_forward.w2.weight"),
-         b("feed_forward.w3.weight"), b("feed_forward_norm.weight")});
-  }
+  for (std::int64_t l = 0; layout.has(block_param(l, "attention.w_q.weight")); ++l)
+    t.blocks.push_back(block_tensors_from(layout, flat, first, l));
   t.final_norm = view("lm_head.norm.weight");
   t.lm_head = view("lm_head.w_out.weight");
   return t;

@@ -66,6 +66,9 @@ class ShardedParameters {
   // This rank's masters as host memory (the values themselves; the backend must be host
   // addressable), to initialise, save or load them.
   virtual WeightShard weights() = 0;
+  // The checkpoint shard this rank writes, and how many there are (WeightShard's two numbers).
+  virtual int checkpoint_shard() const = 0;
+  virtual int checkpoint_shards() const = 0;
   // Bytes this rank holds: fp32 master and gradient shards, the pools of gathered weights and of
   // unit gradients.
   virtual std::int64_t master_bytes() const = 0;

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tandem/kernels/backend.h"
@@ -62,6 +63,8 @@ class AdamW {
   const kernels::Tensor& exp_avg_sq() const { return exp_avg_sq_.tensor(); }
   kernels::Tensor exp_avg(std::size_t i) const;
   kernels::Tensor exp_avg_sq(std::size_t i) const;
+  // (exp_avg(i), exp_avg_sq(i)) for every parameter, in order: what a checkpoint saves.
+  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> moment_runs() const;
   std::int64_t step_count() const { return step_; }
   void set_step_count(std::int64_t step);
 

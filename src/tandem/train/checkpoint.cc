@@ -111,7 +111,7 @@ void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int6
                        const model::Olmo3Model& model, const OptimizerShard* optimizer,
                        const nlohmann::json& state) {
   if (model::ShardedParameters* sharded = model.sharded())
-    model::write_weight_index((tmp / "model").string(), sharded->weights().num_shards,
+    model::write_weight_index((tmp / "model").string(), sharded->checkpoint_shards(),
                               model.layout());
   if (optimizer) write_optimizer_index((tmp / "optim").string(), optimizer->num_shards);
   core::fault_point("checkpoint.index");

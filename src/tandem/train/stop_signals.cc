@@ -8,11 +8,9 @@
 #include <mutex>
 #include <thread>
 
-#include "tandem/dist/collective_watchdog.h"
+#include "tandem/core/stop_signal.h"
 
 namespace tandem::train {
-
-std::atomic<int> g_stop_signal{0};
 
 namespace {
 
@@ -26,11 +24,7 @@ sigset_t stop_signal_set() {
 }
 
 // A thread that was running before the mask was set may still take a signal; it only records it.
-void on_stop_signal(int sig) {
-  int expected = 0;
-  g_stop_signal.compare_exchange_strong(expected, sig);
-  dist::CollectiveWatchdog::note_signal(sig);
-}
+void on_stop_signal(int sig) { core::record_stop_signal(sig); }
 
 // Ends the process by `sig` itself, so that the parent (a shell, mpirun) sees how it ended.
 [[noreturn]] void die_by(int sig) {
@@ -51,10 +45,7 @@ void wait_for_stop_signals() {
   while (true) {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
-    // A rank stuck in a collective then says whom it waited for (dist/collective_watchdog.h).
-    dist::CollectiveWatchdog::note_signal(sig);
-    int expected = 0;
-    if (!g_stop_signal.compare_exchange_strong(expected, sig)) {
+    if (!core::record_stop_signal(sig)) {
       // Write, not stdio: the other threads may hold stdio's locks.
       const char msg[] = "second stop signal: stopping now, without a checkpoint\n";
       [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);

@@ -9,12 +9,7 @@
 // size vs. prev_size", about one stop in a hundred under load; the frame was found in a core dump).
 #pragma once
 
-#include <atomic>
-
 namespace tandem::train {
-
-// The first stop signal received (0: none yet). Read by the training loop at each step boundary.
-extern std::atomic<int> g_stop_signal;
 
 // The name of the thread that takes the signals (/proc/PID/task/TID/comm).
 inline constexpr const char* kSignalThreadName = "stop-signals";

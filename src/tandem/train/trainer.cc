@@ -13,6 +13,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/core/stop_signal.h"
 #include "tandem/dist/fsdp.h"
 #include "tandem/dist/replicated_optimizer.h"
 #include "tandem/dist/zero1.h"
@@ -210,7 +211,7 @@ int Trainer::run() {
   backend_->reset_peak_bytes();
   double step_seconds = 0.0, step_comm_seconds = 0.0, step_busy_seconds = 0.0;
   while (counters_.step < max_steps) {
-    int stop_signal = g_stop_signal.load();
+    int stop_signal = core::stop_signal_received();
     if (comm_.world_size() > 1) {
       // Ranks see a signal at different moments: stop together at the same step boundary.
       double seen = stop_signal;
