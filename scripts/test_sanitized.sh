@@ -8,6 +8,7 @@
 #                                             read untrusted input (io data tokenizer faults)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 BUILD_DIR=${TANDEM_ASAN_BUILD_DIR:-build-asan}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DTANDEM_SANITIZE=ON \
   -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
@@ -22,7 +23,7 @@ fi
 cd "$BUILD_DIR"
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-suppressions="suppressions=$PWD/../scripts/lsan_suppressions.txt:print_suppressions=0"
+suppressions="suppressions=$ROOT/scripts/lsan_suppressions.txt:print_suppressions=0"
 # Tests that launch mpirun: OpenMPI's progress threads leak a little, and only the slow (DWARF)
 # unwinder sees far enough up their stacks to match the suppressions; the rest keep the fast one.
 mpi_tests='^(DataParallel|Faults|Zero1|Fsdp|PlanDist|MultiHost|HostLosses/MultiHostLoss|NcclCommunicator|NcclTraining|CommunicatorSelection)[./]|DeadRankDuringASave'

@@ -24,18 +24,12 @@
 
 #include "cuda_test_util.h"
 #include "tandem/core/bfloat16.h"
-#include "tandem/kernels/cpu/cpu_backend.h"
 
 namespace tandem::cuda_testing {
 namespace {
 
 constexpr double kBf16U = 1.0 / 256.0;  // bf16's unit roundoff: 8 significant bits
 constexpr double kGemmBound = kBf16U + 1e-5;
-
-Backend& cpu() {
-  static kernels::CpuBackend backend;
-  return backend;
-}
 
 std::uint16_t to_bits(float v) {
   const std::uint32_t b = std::bit_cast<std::uint32_t>(v);

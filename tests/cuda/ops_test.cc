@@ -7,15 +7,9 @@
 #include <cstdlib>
 
 #include "cuda_test_util.h"
-#include "tandem/kernels/cpu/cpu_backend.h"
 
 namespace tandem::cuda_testing {
 namespace {
-
-Backend& cpu() {
-  static kernels::CpuBackend backend;
-  return backend;
-}
 
 // The same values on both backends.
 struct Both {

@@ -75,9 +75,11 @@ TEST(FsdpShards, RankZeroHoldsWhatThePlannerCounts) {
     in.dist.strategy = dist::Strategy::kFsdp;
     const train::Plan plan = train::make_plan(in);
     const dist::FsdpShards shards(model::ParameterLayout(in.model), W, 0);
-    for (const auto& item : plan.memory)
-      if (item.name == "parameters" || item.name == "gradients")
+    for (const auto& item : plan.memory) {
+      if (item.name == "parameters" || item.name == "gradients") {
         EXPECT_EQ(item.bytes, 4.0 * static_cast<double>(shards.shard_size())) << item.name;
+      }
+    }
   }
 }
 

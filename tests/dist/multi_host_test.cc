@@ -234,8 +234,9 @@ TEST_P(MultiHostLoss, EndsTheJobNamingTheRankThenTheRemainingHostResumes) {
             std::string::npos)
       << output;
   EXPECT_NE(output.find("for rank 1 on host " + hosts.host(1), at), std::string::npos) << output;
-  if (loss == HostLoss::kLinkDown)
+  if (loss == HostLoss::kLinkDown) {
     EXPECT_NE(output.find("Remote daemon: [[", at), std::string::npos) << output;
+  }
   const std::size_t lines_at_loss = read_metrics(run).size();
   ASSERT_LT(lines_at_loss, static_cast<std::size_t>(steps));
   auto checkpoints = train::list_checkpoints(run + "/checkpoints");

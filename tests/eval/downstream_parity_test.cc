@@ -14,15 +14,15 @@
 namespace tandem::eval {
 namespace {
 
-struct Fixture {
+struct DownstreamFixture {
   nlohmann::json expected;
   std::unique_ptr<model::Olmo3Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
 };
 
-Fixture& fixture() {
-  static Fixture f = [] {
-    Fixture f;
+DownstreamFixture& downstream_fixture() {
+  static DownstreamFixture f = [] {
+    DownstreamFixture f;
     f.expected = nlohmann::json::parse(core::read_file(test::fixtures() + "/expected.json"));
     f.model = model::load_model(test::fixtures() + "/model", tandem::testing::cpu_backend());
     f.tokenizer = std::make_unique<tokenizer::Tokenizer>(
@@ -33,7 +33,7 @@ Fixture& fixture() {
 }
 
 std::vector<TokenizedRequest> tokenize(const DownstreamTask& task) {
-  tokenizer::Encoder encoder(*fixture().tokenizer);
+  tokenizer::Encoder encoder(*downstream_fixture().tokenizer);
   std::vector<TokenizedRequest> out;
   for (const auto& r : task.requests) {
     TokenizedRequest t;
@@ -61,7 +61,7 @@ std::vector<ScoredRequest> scored_from(const DownstreamTask& task,
 class DownstreamParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DownstreamParity, MatchesOlmoEvalAndTransformers) {
-  Fixture& f = fixture();
+  DownstreamFixture& f = downstream_fixture();
   const auto& exp = f.expected.at("tasks").at(GetParam());
   const std::int64_t max_len = f.expected.at("model_ctx_len");
   DownstreamTask task = load_task(test::tasks_dir(), parse_task_spec(GetParam()));
@@ -133,7 +133,7 @@ INSTANTIATE_TEST_SUITE_P(Tasks, DownstreamParity,
 TEST(DownstreamParity, QueriesAreTruncatedFromTheLeft) {
   // The 5-shot contexts are longer than the fixture's 256-token window: olmo-eval's query
   // lengths (recorded) must equal min(len(ctx)+len(cont)-1, 256).
-  Fixture& f = fixture();
+  DownstreamFixture& f = downstream_fixture();
   bool truncated = false;
   for (const auto& req : f.expected.at("tasks").at("arc_easy:rc").at("requests")) {
     auto ctx = req.at("context_ids").size(), cont = req.at("continuation_ids").size();

@@ -20,22 +20,22 @@
 namespace tandem::eval {
 namespace {
 
-std::string dir() { return test::fixtures() + "/inloop"; }
+std::string inloop_dir() { return test::fixtures() + "/inloop"; }
 
-struct Fixture {
+struct InloopFixture {
   nlohmann::json expected;
   std::unique_ptr<model::Olmo3Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::int64_t max_length = 0;
 };
 
-Fixture& fixture() {
-  static Fixture f = [] {
-    Fixture f;
-    f.expected = nlohmann::json::parse(core::read_file(dir() + "/expected.json"));
-    f.model = model::load_model(dir() + "/model", tandem::testing::cpu_backend());
+InloopFixture& inloop_fixture() {
+  static InloopFixture f = [] {
+    InloopFixture f;
+    f.expected = nlohmann::json::parse(core::read_file(inloop_dir() + "/expected.json"));
+    f.model = model::load_model(inloop_dir() + "/model", tandem::testing::cpu_backend());
     f.tokenizer = std::make_unique<tokenizer::Tokenizer>(
-        tokenizer::Tokenizer::from_file(dir() + "/tokenizer.json"));
+        tokenizer::Tokenizer::from_file(inloop_dir() + "/tokenizer.json"));
     f.max_length = f.expected.at("model_ctx_len");
     return f;
   }();
@@ -43,11 +43,12 @@ Fixture& fixture() {
 }
 
 DownstreamTask load(const std::string& label) {
-  return load_task(dir() + "/oe_eval_tasks", parse_task_spec(label), 0, dir() + "/hf_datasets");
+  return load_task(inloop_dir() + "/oe_eval_tasks", parse_task_spec(label), 0,
+                   inloop_dir() + "/hf_datasets");
 }
 
 std::vector<std::int64_t> encode(const std::string& text) {
-  tokenizer::Encoder encoder(*fixture().tokenizer);
+  tokenizer::Encoder encoder(*inloop_fixture().tokenizer);
   std::vector<std::int64_t> out;
   for (auto id : encoder.encode(text)) out.push_back(id);
   return out;
@@ -62,7 +63,7 @@ std::string fnv1a(const std::vector<std::int64_t>& ids) {
 double rel_tol(double value, double rel) { return rel * std::max(1.0, std::fabs(value)); }
 
 TEST(InLoopSuite, LabelTableIsOlmoEvals) {
-  const auto& map = fixture().expected.at("label_map");
+  const auto& map = inloop_fixture().expected.at("label_map");
   EXPECT_EQ(all_inloop_tasks().size(), map.size());
   for (const auto& [label, def] : map.items()) {
     const InLoopTask* t = find_inloop_task(label);
@@ -84,19 +85,19 @@ TEST(InLoopSuite, LabelTableIsOlmoEvals) {
     EXPECT_EQ(t->fast_mc, def.value("fast_mc", false)) << label;
   }
   EXPECT_EQ(olmo3_7b_inloop_suite(),
-            fixture().expected.at("suite").get<std::vector<std::string>>());
+            inloop_fixture().expected.at("suite").get<std::vector<std::string>>());
 }
 
 TEST(InLoopSuite, FixtureCoversTheWholeSuite) {
   for (const auto& label : olmo3_7b_inloop_suite()) {
-    EXPECT_TRUE(fixture().expected.at("tasks").contains(label)) << label;
+    EXPECT_TRUE(inloop_fixture().expected.at("tasks").contains(label)) << label;
   }
 }
 
 class InLoopParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(InLoopParity, EqualsOlmoCoreDownstreamEvaluator) {
-  Fixture& f = fixture();
+  InloopFixture& f = inloop_fixture();
   const std::string label = GetParam();
   const auto& exp = f.expected.at("tasks").at(label);
   const auto& samples = exp.at("samples");
@@ -173,8 +174,8 @@ TEST_P(InLoopParity, EqualsOlmoCoreDownstreamEvaluator) {
 
   // 3. End to end: our model, scoring and metrics against what OLMo-core logged.
   DownstreamOptions options;
-  options.tasks_dir = dir() + "/oe_eval_tasks";
-  options.hf_datasets_dir = dir() + "/hf_datasets";
+  options.tasks_dir = inloop_dir() + "/oe_eval_tasks";
+  options.hf_datasets_dir = inloop_dir() + "/hf_datasets";
   options.max_length = f.max_length;
   options.batch_tokens = 2048;
   std::vector<TaskPredictions> predictions;
@@ -204,7 +205,7 @@ TEST_P(InLoopParity, EqualsOlmoCoreDownstreamEvaluator) {
 std::vector<std::string> fixture_labels() {
   std::vector<std::string> labels;
   try {
-    auto j = nlohmann::json::parse(core::read_file(dir() + "/expected.json"));
+    auto j = nlohmann::json::parse(core::read_file(inloop_dir() + "/expected.json"));
     for (const auto& [label, _] : j.at("tasks").items()) labels.push_back(label);
   } catch (const std::exception&) {
   }

@@ -18,10 +18,10 @@
 namespace tandem::eval {
 namespace {
 
-std::string dir() { return test::fixtures() + "/padded_heldout"; }
+std::string padded_dir() { return test::fixtures() + "/padded_heldout"; }
 
 const nlohmann::json& expected() {
-  static nlohmann::json j = nlohmann::json::parse(core::read_file(dir() + "/expected.json"));
+  static nlohmann::json j = nlohmann::json::parse(core::read_file(padded_dir() + "/expected.json"));
   return j;
 }
 
@@ -38,14 +38,15 @@ data::PaddedDatasetOptions options() {
 
 PaddedHeldoutConfig config(std::int64_t batch_instances) {
   PaddedHeldoutConfig c;
-  c.sets = discover_padded_sets(dir() + "/" + expected().at("sets_dir").get<std::string>());
+  c.sets = discover_padded_sets(padded_dir() + "/" + expected().at("sets_dir").get<std::string>());
   c.batch_size = batch_instances * expected().at("sequence_length").get<std::int64_t>();
   c.batch_instances = 3;  // forward-pass grouping only
   return c;
 }
 
 TEST(PaddedHeldout, SetsFromAi2FolderLayout) {
-  auto sets = discover_padded_sets(dir() + "/" + expected().at("sets_dir").get<std::string>());
+  auto sets =
+      discover_padded_sets(padded_dir() + "/" + expected().at("sets_dir").get<std::string>());
   std::vector<std::string> labels;
   for (const auto& s : sets) {
     labels.push_back(s.label);
@@ -79,7 +80,7 @@ TEST(PaddedHeldout, InstancesEqualNumpyPaddedFslDataset) {
 }
 
 TEST(PaddedHeldout, LossPerSetEqualsOlmoCoreEvaluator) {
-  auto model = model::load_model(dir() + "/model", tandem::testing::cpu_backend());
+  auto model = model::load_model(padded_dir() + "/model", tandem::testing::cpu_backend());
   for (const auto& run : expected().at("runs")) {
     const std::int64_t per_batch = run.at("batch_instances");
     PaddedHeldout h(config(per_batch), options());
@@ -106,12 +107,13 @@ TEST(PaddedHeldout, TailDropFollowsTheEvalBatch) {
 TEST(PaddedHeldout, SetsFromOlmoCoresManifest) {
   // evaluation.padded.mix: OLMo-core's v3-small-ppl-validation manifest, read as from_data_mix
   // reads it, gives the same sets in the same order as the folder layout.
-  YAML::Node node =
-      YAML::Load("{mix: " + dir() + "/v3-small-ppl-validation.txt, mix_base_dir: " + dir() +
-                 ", mix_tokenizer_id: dolma2-tokenizer}");
+  YAML::Node node = YAML::Load("{mix: " + padded_dir() +
+                               "/v3-small-ppl-validation.txt, mix_base_dir: " + padded_dir() +
+                               ", mix_tokenizer_id: dolma2-tokenizer}");
   PaddedHeldoutConfig c =
       parse_padded_heldout_config(io::ConfigSection(node, "evaluation.padded"), "");
-  auto folders = discover_padded_sets(dir() + "/" + expected().at("sets_dir").get<std::string>());
+  auto folders =
+      discover_padded_sets(padded_dir() + "/" + expected().at("sets_dir").get<std::string>());
   ASSERT_EQ(c.sets.size(), folders.size());
   for (std::size_t i = 0; i < c.sets.size(); ++i) {
     EXPECT_EQ(c.sets[i].label, folders[i].label);
@@ -121,7 +123,7 @@ TEST(PaddedHeldout, SetsFromOlmoCoresManifest) {
 }
 
 TEST(PaddedHeldout, ConfigFromYaml) {
-  const std::string root = dir() + "/" + expected().at("sets_dir").get<std::string>();
+  const std::string root = padded_dir() + "/" + expected().at("sets_dir").get<std::string>();
   YAML::Node node = YAML::Load("{root: " + root + ", batch_size: 320, seed: 3}");
   PaddedHeldoutConfig c =
       parse_padded_heldout_config(io::ConfigSection(node, "evaluation.padded"), "");
@@ -155,7 +157,7 @@ TEST(PaddedHeldout, TandemEvalWithAConfig) {
   // `tandem eval CONFIG --checkpoint MODEL`: evaluation.padded from the config, OLMo-core's
   // numbers.
   const std::string tmp = test::scratch_dir("padded_cli");
-  const std::string sets = dir() + "/" + expected().at("sets_dir").get<std::string>();
+  const std::string sets = padded_dir() + "/" + expected().at("sets_dir").get<std::string>();
   std::string train(640 * sizeof(std::uint32_t), '\0');  // a training file (ids 0)
   core::write_file_atomic(tmp + "/train.npy", train);
   auto config = [&](const std::string& train_path) {
@@ -172,7 +174,7 @@ evaluation: {{padded: {{root: {}}}}}
                        train_path, tmp, sets);
   };
   test::write_text(tmp + "/run.yaml", config(tmp + "/train.npy"));
-  auto r = tandem::testing::run_tandem("eval " + tmp + "/run.yaml --checkpoint " + dir() +
+  auto r = tandem::testing::run_tandem("eval " + tmp + "/run.yaml --checkpoint " + padded_dir() +
                                        "/model --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
@@ -185,7 +187,8 @@ evaluation: {{padded: {{root: {}}}}}
   // A held-out file that is also a training file is refused, naming it.
   const std::string pile = sets + "/pile/val/part-0-00000.npy";
   test::write_text(tmp + "/bad.yaml", config(pile));
-  r = tandem::testing::run_tandem("eval " + tmp + "/bad.yaml --checkpoint " + dir() + "/model");
+  r = tandem::testing::run_tandem("eval " + tmp + "/bad.yaml --checkpoint " + padded_dir() +
+                                  "/model");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("is also a training file"), std::string::npos) << r.output;
 }

@@ -11,7 +11,7 @@ namespace {
 
 using namespace testing;
 
-struct Shape {
+struct AttentionShape {
   i64 B, T, Hq, Hkv, D, window;
   std::vector<std::int64_t> doc_start = {};  // [B * T], empty = one document per row
   i64 doc(i64 b, i64 i) const { return doc_start.empty() ? 0 : doc_start[b * T + i]; }
@@ -34,7 +34,7 @@ std::vector<std::int64_t> starts_at(i64 B, i64 T, std::vector<i64> begins) {
 
 // Straightforward double attention: full score rows, masked, softmax, weighted sum.
 // Returns out and, if lse_out is given, the log-sum-exp of each (b, h, i) row.
-std::vector<double> attention_ref(const Shape& s, const std::vector<double>& q,
+std::vector<double> attention_ref(const AttentionShape& s, const std::vector<double>& q,
                                   const std::vector<double>& k, const std::vector<double>& v,
                                   double scale, std::vector<double>* lse_out = nullptr) {
   std::vector<double> out(s.B * s.T * s.Hq * s.D, 0.0);
@@ -79,7 +79,7 @@ struct AttentionRun {
   std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
 };
 
-AttentionRun run_kernels(const Shape& s, float scale, std::uint64_t seed) {
+AttentionRun run_kernels(const AttentionShape& s, float scale, std::uint64_t seed) {
   AttentionRun r;
   r.q = random_floats(s.B * s.T * s.Hq * s.D, seed);
   r.k = random_floats(s.B * s.T * s.Hkv * s.D, seed + 1);
@@ -100,7 +100,7 @@ AttentionRun run_kernels(const Shape& s, float scale, std::uint64_t seed) {
 
 // Checks forward (out, lse) against the double reference, and dq/dk/dv against central finite
 // differences of <dout, attention_ref(...)> (all coordinates, or `samples` random ones per tensor).
-void check(const Shape& s, std::size_t samples = 0) {
+void check(const AttentionShape& s, std::size_t samples = 0) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   AttentionRun r = run_kernels(s, scale, 100 + s.T + s.window);
   const auto qd = to_double(r.q), kd = to_double(r.k), vd = to_double(r.v);
@@ -134,12 +134,12 @@ class AttentionSmall : public ::testing::TestWithParam<i64> {};
 // T=7, GQA 3 query heads on 1 kv head, head_dim 5, batch 2; windows: full, 1 (only itself),
 // smaller than T, equal to T, larger than T.
 TEST_P(AttentionSmall, ForwardAndFiniteDifferenceBackward) {
-  check(Shape{2, 7, 3, 1, 5, GetParam()});
+  check(AttentionShape{2, 7, 3, 1, 5, GetParam()});
 }
 INSTANTIATE_TEST_SUITE_P(Windows, AttentionSmall, ::testing::Values(0, 1, 3, 7, 10));
 
 TEST(Attention, WindowOneIsIdentityOnValues) {
-  const Shape s{1, 5, 2, 2, 3, 1};
+  const AttentionShape s{1, 5, 2, 2, 3, 1};
   AttentionRun r = run_kernels(s, 0.5f, 7);
   for (i64 t = 0; t < s.T; ++t)
     for (i64 h = 0; h < s.Hq; ++h)
@@ -150,16 +150,16 @@ TEST(Attention, WindowOneIsIdentityOnValues) {
 // Several query tiles (128) and key tiles (64), a window that does not align with tiles, GQA 4/2,
 // full causal too; gradients checked on sampled coordinates to keep the test fast.
 TEST(Attention, MultiTileMatchesReference) {
-  check(Shape{1, 150, 4, 2, 8, 70}, 40);
-  check(Shape{2, 131, 2, 1, 6, 0}, 40);
-  check(Shape{1, 129, 2, 2, 4, 64}, 40);
+  check(AttentionShape{1, 150, 4, 2, 8, 70}, 40);
+  check(AttentionShape{2, 131, 2, 1, 6, 0}, 40);
+  check(AttentionShape{1, 129, 2, 2, 4, 64}, 40);
 }
 
 // Intra-document masking (OLMo-core's doc_lens): keys only from the query's own document, with
 // and without a window; the second row has different documents than the first.
 TEST(Attention, DocumentsForwardAndFiniteDifferenceBackward) {
   for (i64 window : {0, 3}) {
-    Shape s{2, 9, 2, 1, 4, window};
+    AttentionShape s{2, 9, 2, 1, 4, window};
     s.doc_start = {0, 0, 0, 3, 3, 3, 3, 7, 7,   // documents [0, 3), [3, 7), [7, 9)
                    0, 1, 1, 1, 1, 1, 1, 1, 8};  // [0, 1), [1, 8), [8, 9)
     check(s);
@@ -168,14 +168,14 @@ TEST(Attention, DocumentsForwardAndFiniteDifferenceBackward) {
 
 // Document boundaries that fall inside and on the edges of query (128) and key (64) tiles.
 TEST(Attention, DocumentsAcrossTilesMatchReference) {
-  check(Shape{1, 150, 2, 1, 8, 70, starts_at(1, 150, {50, 64, 129, 140})}, 40);
-  check(Shape{2, 140, 2, 2, 4, 0, starts_at(2, 140, {1, 63, 128})}, 40);
+  check(AttentionShape{1, 150, 2, 1, 8, 70, starts_at(1, 150, {50, 64, 129, 140})}, 40);
+  check(AttentionShape{2, 140, 2, 2, 4, 0, starts_at(2, 140, {1, 63, 128})}, 40);
 }
 
 // A masked row sees exactly what its document alone would see.
 TEST(Attention, DocumentsEqualEachDocumentAlone) {
   const i64 T = 20, D = 4;
-  Shape packed{1, T, 1, 1, D, 5, starts_at(1, T, {6, 13})};
+  AttentionShape packed{1, T, 1, 1, D, 5, starts_at(1, T, {6, 13})};
   AttentionRun all = run_kernels(packed, 0.5f, 9);
   for (auto [begin, end] : {std::pair<i64, i64>{0, 6}, {6, 13}, {13, 20}}) {
     const i64 n = end - begin;
@@ -206,7 +206,7 @@ TEST(Attention, BadHeadCountsAreErrors) {
 // Sliding window at long T (T = 4096, window 64): the tiled kernel's results are right far from the
 // start of the sequence too; spot-check a few rows. (Its speed is measured in bench/kernels.cc.)
 TEST(Attention, LongSequenceWithSmallWindow) {
-  const Shape s{1, 4096, 2, 1, 16, 64};
+  const AttentionShape s{1, 4096, 2, 1, 16, 64};
   const float scale = 0.25f;
   AttentionRun r = run_kernels(s, scale, 42);
   for (i64 i : {0, 63, 64, 2000, 4095}) {

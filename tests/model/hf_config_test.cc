@@ -29,22 +29,14 @@ using json = nlohmann::json;
 
 json read_json(const std::string& path) { return json::parse(core::read_file(path)); }
 
-std::string case_dir(const std::string& name) {
+std::string hf_case_dir(const std::string& name) {
   return testing::fixture("model/hf_configs/" + name);
-}
-
-// Distance in units in the last place between two floats of the same sign.
-std::int64_t ulps(float a, float b) {
-  std::int32_t ia, ib;
-  std::memcpy(&ia, &a, 4);
-  std::memcpy(&ib, &b, 4);
-  return std::abs(static_cast<std::int64_t>(ia) - ib);
 }
 
 class HfConfigCase : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HfConfigCase, ReadsTheConfigAsTransformersDoes) {
-  const std::string dir = case_dir(GetParam());
+  const std::string dir = hf_case_dir(GetParam());
   const json ref = read_json(dir + "/resolved.json");
   const model::ModelConfig c = model::model_config_from_hf(read_json(dir + "/config.json"), dir);
   EXPECT_EQ(c.n_layers, ref["num_hidden_layers"].get<std::int64_t>());
@@ -67,13 +59,13 @@ TEST_P(HfConfigCase, ReadsTheConfigAsTransformersDoes) {
     const auto inv_freq = r["inv_freq"].get<std::vector<float>>();
     ASSERT_EQ(f.inv_freq.size(), inv_freq.size()) << type;
     for (std::size_t i = 0; i < inv_freq.size(); ++i)
-      EXPECT_LE(ulps(f.inv_freq[i], inv_freq[i]), 1) << type << " frequency " << i;
+      EXPECT_LE(tandem::testing::ulps(f.inv_freq[i], inv_freq[i]), 1) << type << " frequency " << i;
     EXPECT_NEAR(f.attention_factor, r["attention_scaling"].get<double>(), 1e-15) << type;
   }
 }
 
 TEST_P(HfConfigCase, LogitsAndGradientsMatchTransformers) {
-  const std::string dir = case_dir(GetParam());
+  const std::string dir = hf_case_dir(GetParam());
   auto model = model::load_model(dir, tandem::testing::cpu_backend());
   io::NpyArray ids_arr = io::read_npy(dir + "/ids.npy");
   const std::int64_t B = ids_arr.shape[0], T = ids_arr.shape[1];
@@ -95,7 +87,7 @@ TEST_P(HfConfigCase, LogitsAndGradientsMatchTransformers) {
 // hf -> tandem -> hf: the exported config.json is the one transformers reloaded to identical
 // logits when the fixture was made, and tandem reloads it to bit-identical logits too.
 TEST_P(HfConfigCase, ExportIsTheOneTransformersVerified) {
-  const std::string dir = case_dir(GetParam());
+  const std::string dir = hf_case_dir(GetParam());
   const std::string root = testing::temp_dir(std::string("hf_config_export_") + GetParam());
   auto r1 = testing::run_tandem("convert --from hf " + dir + " --to tandem " + root + "/t");
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
@@ -127,13 +119,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfConfigCase,
 // (no forced last layer), a flat rope_theta reaches the full-attention layers only.
 TEST(HfConfig, LegacyConfigKeepsTransformersPatternAndTheta) {
   const model::ModelConfig c = model::model_config_from_hf(
-      read_json(case_dir("legacy_theta_no_layer_types") + "/config.json"), "");
+      read_json(hf_case_dir("legacy_theta_no_layer_types") + "/config.json"), "");
   EXPECT_EQ(c.layer_windows, (std::vector<std::int64_t>{5, 5, 5, 0, 5, 5, 5}));
   EXPECT_EQ(c.full_attention_rope.theta, 10000.0);
   EXPECT_EQ(c.sliding_attention_rope.theta, 500000.0);
 }
 
-std::string error_of(const json& hf) {
+std::string hf_error_of(const json& hf) {
   try {
     model::model_config_from_hf(hf, "x/config.json");
   } catch (const core::Error& e) {
@@ -148,9 +140,9 @@ TEST(HfConfig, WhatTransformersRefusesOrTandemCannotRunIsNamed) {
   auto with = [&](const char* key, json value) {
     json j = base;
     j[key] = std::move(value);
-    return error_of(j);
+    return hf_error_of(j);
   };
-  EXPECT_EQ(error_of(base), "");
+  EXPECT_EQ(hf_error_of(base), "");
   EXPECT_NE(with("layer_types", {"full_attention"}).find("layer_types"), std::string::npos);
   EXPECT_NE(with("layer_types", {"full_attention", "full_attention", "x", "full_attention"})
                 .find("\"x\""),
@@ -166,7 +158,7 @@ TEST(HfConfig, WhatTransformersRefusesOrTandemCannotRunIsNamed) {
   json no_full = base;
   no_full["rope_parameters"] = {{"sliding_attention", {{"rope_theta", 1.0}}}};
   no_full["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
-  EXPECT_NE(error_of(no_full).find("full_attention"), std::string::npos);
+  EXPECT_NE(hf_error_of(no_full).find("full_attention"), std::string::npos);
   EXPECT_NE(with("model_type", "llama").find("llama"), std::string::npos);
   // A value of the wrong JSON type names the file.
   EXPECT_NE(with("hidden_act", 3).find("x/config.json"), std::string::npos);

@@ -15,7 +15,8 @@ std::string recipe(const std::string& name) {
   return std::string(TANDEM_SOURCE_DIR) + "/configs/models/" + name + ".yaml";
 }
 
-std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+std::string config_error_of(const std::string& yaml,
+                            const std::vector<std::string>& overrides = {}) {
   // One directory per test: CTest runs the tests of this file in parallel processes.
   std::string path =
       testing::temp_dir(std::string("model_config_") +
@@ -66,24 +67,25 @@ TEST(ModelConfig, OverridesApply) {
 }
 
 TEST(ModelConfig, UnknownKeyIsNamed) {
-  std::string e = error_of(std::string(kTiny) + "  d_modle: 3\n");
+  std::string e = config_error_of(std::string(kTiny) + "  d_modle: 3\n");
   EXPECT_NE(e.find("model.d_modle"), std::string::npos) << e;
 }
 
 TEST(ModelConfig, WrongTypeIsNamed) {
-  std::string e = error_of(std::string(kTiny), {"model.n_heads=four"});
+  std::string e = config_error_of(std::string(kTiny), {"model.n_heads=four"});
   EXPECT_NE(e.find("model.n_heads"), std::string::npos) << e;
 }
 
 TEST(ModelConfig, ImpossibleSizesAreRejected) {
-  EXPECT_NE(error_of(kTiny, {"model.n_kv_heads=3"}).find("n_kv_heads"), std::string::npos);
-  EXPECT_NE(error_of(kTiny, {"model.d_model=0"}).find("d_model"), std::string::npos);
-  EXPECT_NE(error_of(kTiny, {"model.head_dim=7"}).find("head_dim"), std::string::npos);
-  EXPECT_NE(error_of(kTiny, {"model.embedding_size=10"}).find("embedding_size"), std::string::npos);
-  EXPECT_NE(error_of(kTiny, {"model.sliding_window.pattern=[0]"}).find("pattern"),
+  EXPECT_NE(config_error_of(kTiny, {"model.n_kv_heads=3"}).find("n_kv_heads"), std::string::npos);
+  EXPECT_NE(config_error_of(kTiny, {"model.d_model=0"}).find("d_model"), std::string::npos);
+  EXPECT_NE(config_error_of(kTiny, {"model.head_dim=7"}).find("head_dim"), std::string::npos);
+  EXPECT_NE(config_error_of(kTiny, {"model.embedding_size=10"}).find("embedding_size"),
             std::string::npos);
-  EXPECT_NE(error_of("model: 3\n").find("model"), std::string::npos);
-  EXPECT_NE(error_of(kTiny, {"model.n_layers"}).find("key=value"), std::string::npos);
+  EXPECT_NE(config_error_of(kTiny, {"model.sliding_window.pattern=[0]"}).find("pattern"),
+            std::string::npos);
+  EXPECT_NE(config_error_of("model: 3\n").find("model"), std::string::npos);
+  EXPECT_NE(config_error_of(kTiny, {"model.n_layers"}).find("key=value"), std::string::npos);
 }
 
 TEST(ModelConfig, HfJsonRoundTrip) {

@@ -22,7 +22,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string case_dir(const std::string& name) {
+std::string olmo_core_case_dir(const std::string& name) {
   return testing::fixture("model/olmo_core/" + name);
 }
 
@@ -41,7 +41,7 @@ eval::LogitParity run_and_compare(model::Olmo3Model& model, const std::string& i
 class OlmoCoreCase : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(OlmoCoreCase, LayoutAndRopeScalingAreOlmoCores) {
-  const std::string dir = case_dir(GetParam());
+  const std::string dir = olmo_core_case_dir(GetParam());
   const json ref = json::parse(core::read_file(dir + "/olmo_core.json"));
   const model::ModelConfig c = model::load_model_config(dir + "/model.yaml", {});
   EXPECT_EQ(c.layer_windows, ref["windows"].get<std::vector<std::int64_t>>());
@@ -52,7 +52,7 @@ TEST_P(OlmoCoreCase, LayoutAndRopeScalingAreOlmoCores) {
 }
 
 TEST_P(OlmoCoreCase, LogitsMatchOlmoCoresForward) {
-  const std::string dir = case_dir(GetParam());
+  const std::string dir = olmo_core_case_dir(GetParam());
   auto model =
       model::load_model(dir, tandem::testing::cpu_backend());  // model.yaml + OLMo-core's state
                                                                // dict (same names as tandem's)
@@ -72,16 +72,17 @@ class OlmoCoreHfExport : public ::testing::TestWithParam<const char*> {};
 // save_hf_model's directory (max_position_embeddings -1, legacy rope_theta / rope_scaling) loads
 // as it is and gives transformers' logits for it.
 TEST_P(OlmoCoreHfExport, LoadsAsItIsAndMatchesTransformers) {
-  const std::string dir = case_dir(GetParam()) + "/hf";
+  const std::string dir = olmo_core_case_dir(GetParam()) + "/hf";
   auto model = model::load_model(dir, tandem::testing::cpu_backend());
   EXPECT_EQ(model->config().max_sequence_length, -1);
   eval::LogitParity hf =
-      run_and_compare(*model, case_dir(GetParam()) + "/ids.npy", dir + "/hf_logits.npy");
+      run_and_compare(*model, olmo_core_case_dir(GetParam()) + "/ids.npy", dir + "/hf_logits.npy");
   EXPECT_LE(hf.max_kl, 1e-6);
   EXPECT_EQ(hf.top1_agreement, 1.0);
   // The same weights in OLMo-core's own format give the same layout.
-  EXPECT_EQ(model->config().layer_windows,
-            model::load_model_config(case_dir(GetParam()) + "/model.yaml", {}).layer_windows);
+  EXPECT_EQ(
+      model->config().layer_windows,
+      model::load_model_config(olmo_core_case_dir(GetParam()) + "/model.yaml", {}).layer_windows);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OlmoCoreHfExport,
@@ -93,16 +94,18 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, OlmoCoreHfExport,
 // the full-attention layers in transformers 5 (and so in tandem): the exported model differs.
 TEST(OlmoCoreHfExport, ExportEqualsOlmoCoreOnlyAtTheDefaultTheta) {
   for (const char* name : {"olmo3_layout", "olmo3_yarn_export", "olmo2"}) {
-    auto model = model::load_model(case_dir(name) + "/hf", tandem::testing::cpu_backend());
-    eval::LogitParity p =
-        run_and_compare(*model, case_dir(name) + "/ids.npy", case_dir(name) + "/logits.npy");
+    auto model =
+        model::load_model(olmo_core_case_dir(name) + "/hf", tandem::testing::cpu_backend());
+    eval::LogitParity p = run_and_compare(*model, olmo_core_case_dir(name) + "/ids.npy",
+                                          olmo_core_case_dir(name) + "/logits.npy");
     EXPECT_LE(p.max_kl, 1e-8) << name;
   }
-  auto model = model::load_model(case_dir("theta_export") + "/hf", tandem::testing::cpu_backend());
+  auto model =
+      model::load_model(olmo_core_case_dir("theta_export") + "/hf", tandem::testing::cpu_backend());
   EXPECT_EQ(model->config().full_attention_rope.theta, 20000.0);
   EXPECT_EQ(model->config().sliding_attention_rope.theta, 500000.0);
-  eval::LogitParity p = run_and_compare(*model, case_dir("theta_export") + "/ids.npy",
-                                        case_dir("theta_export") + "/logits.npy");
+  eval::LogitParity p = run_and_compare(*model, olmo_core_case_dir("theta_export") + "/ids.npy",
+                                        olmo_core_case_dir("theta_export") + "/logits.npy");
   EXPECT_GT(p.max_kl, 1e-5);
 }
 
@@ -130,7 +133,7 @@ TEST(OlmoCoreConfig, DefaultsAreOlmoCores) {
 // A tandem model directory written from any of these configs reads back to the same config.
 TEST(OlmoCoreConfig, TandemYamlRoundTrips) {
   for (const char* name : {"flags_default", "first_forced_yarn", "yarn_all_layers"}) {
-    auto model = model::load_model(case_dir(name), tandem::testing::cpu_backend());
+    auto model = model::load_model(olmo_core_case_dir(name), tandem::testing::cpu_backend());
     const std::string out = testing::temp_dir(std::string("olmo_core_yaml_") + name);
     model::save_tandem_model(out, *model);
     const model::ModelConfig back = model::load_model_config(out + "/model.yaml", {});

@@ -18,20 +18,13 @@ namespace {
 
 using json = nlohmann::json;
 
-std::int64_t ulps(float a, float b) {
-  std::int32_t ia, ib;
-  std::memcpy(&ia, &a, 4);
-  std::memcpy(&ib, &b, 4);
-  return std::abs(static_cast<std::int64_t>(ia) - ib);
-}
-
 // Every frequency within one ulp, the same attention factor.
 void expect_same_rope(const model::RopeConfig& a, const model::RopeConfig& b,
                       std::int64_t head_dim) {
   const auto fa = model::rope_frequencies(a, head_dim), fb = model::rope_frequencies(b, head_dim);
   ASSERT_EQ(fa.inv_freq.size(), fb.inv_freq.size());
   for (std::size_t i = 0; i < fa.inv_freq.size(); ++i)
-    EXPECT_LE(ulps(fa.inv_freq[i], fb.inv_freq[i]), 1) << i;
+    EXPECT_LE(tandem::testing::ulps(fa.inv_freq[i], fb.inv_freq[i]), 1) << i;
   EXPECT_DOUBLE_EQ(fa.attention_factor, fb.attention_factor);
 }
 
@@ -56,7 +49,7 @@ TEST_P(Released, ReadsAsTransformersAndWritesBack) {
     const auto inv_freq = r["inv_freq"].get<std::vector<float>>();
     ASSERT_EQ(f.inv_freq.size(), inv_freq.size());
     for (std::size_t i = 0; i < inv_freq.size(); ++i)
-      EXPECT_LE(ulps(f.inv_freq[i], inv_freq[i]), 1) << type << " " << i;
+      EXPECT_LE(tandem::testing::ulps(f.inv_freq[i], inv_freq[i]), 1) << type << " " << i;
     EXPECT_EQ(f.attention_factor, r["attention_scaling"].get<double>()) << type;
   }
   const model::ModelConfig back =

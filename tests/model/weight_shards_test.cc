@@ -60,7 +60,7 @@ ShardedDir write_sharded(const std::string& name, int shards) {
   return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
+std::string shard_error_of(const std::function<void()>& f) {
   try {
     f();
   } catch (const core::Error& e) {
@@ -97,15 +97,15 @@ TEST(WeightShards, ErrorsNameTheFile) {
     // A shard missing when the index is written.
     ShardedDir d = write_sharded("weight_shards_missing_at_index", 2);
     fs::remove(d.dir + "/shard-00001-of-00002.safetensors");
-    const std::string e =
-        error_of([&] { model::write_weight_index(d.dir, 2, model::ParameterLayout(d.config)); });
+    const std::string e = shard_error_of(
+        [&] { model::write_weight_index(d.dir, 2, model::ParameterLayout(d.config)); });
     EXPECT_NE(e.find("shard-00001-of-00002.safetensors"), std::string::npos) << e;
   }
   {
     // A shard missing when read: named by the index.
     ShardedDir d = write_sharded("weight_shards_missing_at_read", 2);
     fs::remove(d.dir + "/shard-00000-of-00002.safetensors");
-    const std::string e = error_of([&] { model::read_model_weights(d.dir); });
+    const std::string e = shard_error_of([&] { model::read_model_weights(d.dir); });
     EXPECT_NE(e.find("shard-00000-of-00002.safetensors"), std::string::npos) << e;
     EXPECT_NE(e.find("missing"), std::string::npos) << e;
   }
@@ -117,7 +117,7 @@ TEST(WeightShards, ErrorsNameTheFile) {
     auto parts = split(layout, d.flat, 2);
     model::write_weight_shard(d.dir, 0, 2, parts[0]);
     model::write_weight_shard(d.dir, 1, 2, parts[0]);
-    const std::string e = error_of([&] { model::write_weight_index(d.dir, 2, layout); });
+    const std::string e = shard_error_of([&] { model::write_weight_index(d.dir, 2, layout); });
     EXPECT_NE(e.find("overlap"), std::string::npos) << e;
     EXPECT_NE(e.find(d.dir), std::string::npos) << e;
   }
@@ -128,7 +128,7 @@ TEST(WeightShards, ErrorsNameTheFile) {
     nlohmann::json j = nlohmann::json::parse(core::read_file(index));
     j["tensors"]["embeddings.weight"]["pieces"][1]["start"] = 5;
     core::write_file_atomic(index, j.dump());
-    std::string e = error_of([&] { model::read_model_weights(d.dir); });
+    std::string e = shard_error_of([&] { model::read_model_weights(d.dir); });
     EXPECT_NE(e.find("shards.json"), std::string::npos) << e;
     EXPECT_NE(e.find("embeddings.weight"), std::string::npos) << e;
     j = nlohmann::json::parse(core::read_file(d.dir + "/shards.json"));
@@ -136,7 +136,7 @@ TEST(WeightShards, ErrorsNameTheFile) {
         j["tensors"]["embeddings.weight"]["pieces"][0]["length"];
     j["tensors"]["embeddings.weight"]["pieces"][0]["file"] = "../elsewhere.safetensors";
     core::write_file_atomic(index, j.dump());
-    e = error_of([&] { model::read_model_weights(d.dir); });
+    e = shard_error_of([&] { model::read_model_weights(d.dir); });
     EXPECT_NE(e.find("not a plain file name"), std::string::npos) << e;
   }
   {
@@ -144,7 +144,7 @@ TEST(WeightShards, ErrorsNameTheFile) {
     const std::string empty = testing::temp_dir("weight_shards_none");
     std::vector<float> v(4);
     std::vector<model::WeightSlice> s{{"embeddings.weight", {301, 64}, 0, std::span<float>(v)}};
-    const std::string e = error_of([&] { model::read_weight_ranges(empty, s); });
+    const std::string e = shard_error_of([&] { model::read_weight_ranges(empty, s); });
     EXPECT_NE(e.find(empty), std::string::npos) << e;
   }
 }

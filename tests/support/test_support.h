@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -95,6 +97,14 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   while (std::getline(in, line))
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+// Distance in units in the last place between two floats of the same sign.
+inline std::int64_t ulps(float a, float b) {
+  std::int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  return std::abs(static_cast<std::int64_t>(ia) - ib);
 }
 
 // One CPU backend for the whole test program.

@@ -20,7 +20,7 @@ struct Logged {
   std::vector<nlohmann::json> metrics;
 };
 
-Logged train(const char* precision) {
+Logged train_in_precision(const char* precision) {
   const std::string run = testing::temp_dir(std::string("precision_") + precision);
   auto r = run_tandem("train " + fixture("train/parity.yaml") + " trainer.init_from=" +
                       fixture("train/init_hf") + " trainer.save_folder=" + run +
@@ -44,7 +44,7 @@ Logged train(const char* precision) {
 }
 
 TEST(Precision, Bf16SavesActivationMemoryAndStaysCloseToFp32) {
-  Logged f = train("fp32"), b = train("bf16");
+  Logged f = train_in_precision("fp32"), b = train_in_precision("bf16");
   EXPECT_EQ(f.compute_weights, 0);
   // A bf16 copy of the fp32 masters but the embedding table (read from the masters).
   EXPECT_GT(b.compute_weights, 0);

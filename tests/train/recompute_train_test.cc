@@ -19,7 +19,7 @@ struct TrainedRun {
   std::int64_t activation_bytes;  // "saved activations N B" from the log
 };
 
-TrainedRun train(const std::string& policy) {
+TrainedRun train_with_policy(const std::string& policy) {
   const std::string dir = testing::temp_dir("recompute_" + policy);
   auto r =
       testing::run_tandem("train " + fixture("train/parity.yaml") + " trainer.save_folder=" + dir +
@@ -38,12 +38,12 @@ TrainedRun train(const std::string& policy) {
 }
 
 TEST(RecomputeTraining, SameLossesAndWeightsWithLessActivationMemory) {
-  const TrainedRun none = train("none");
+  const TrainedRun none = train_with_policy("none");
   ASSERT_EQ(none.metrics.size(), 3u);
   EXPECT_FALSE(none.weights.empty());
   for (const std::string policy : {"full", "selective"}) {
     SCOPED_TRACE(policy);
-    const TrainedRun r = train(policy);
+    const TrainedRun r = train_with_policy(policy);
     ASSERT_EQ(r.metrics.size(), none.metrics.size());
     for (std::size_t i = 0; i < r.metrics.size(); ++i) {
       EXPECT_EQ(r.metrics[i]["train/loss"].get<double>(),

@@ -88,6 +88,12 @@ class Tensor {
   Shape shape_;
 };
 
+// A tensor's elements, or null for an absent (optional) tensor: for backend implementations.
+inline float* f32_or_null(const Tensor& t) { return t ? t.ptr<float>() : nullptr; }
+inline const std::int64_t* i64_or_null(const Tensor& t) {
+  return t ? t.ptr<std::int64_t>() : nullptr;
+}
+
 class Backend;
 
 // One allocation of a backend's memory, freed when the Buffer goes away.

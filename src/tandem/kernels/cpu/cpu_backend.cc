@@ -21,10 +21,8 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
-float* f32(const Tensor& t) { return t ? t.ptr<float>() : nullptr; }
 cpu::bf16* b16(const Tensor& t) { return t ? t.ptr<std::uint16_t>() : nullptr; }
 bool is_bf16(const Tensor& t) { return t.dtype() == DType::bf16; }
-const std::int64_t* i64p(const Tensor& t) { return t ? t.ptr<std::int64_t>() : nullptr; }
 
 // Every position inside the tables (the CPU reads them directly; a bad one would read outside).
 void check_positions(const Tensor& positions, std::int64_t table_rows) {
@@ -129,9 +127,9 @@ void CpuBackend::do_zero(const Tensor& dst) { std::memset(dst.data(), 0, dst.byt
 
 void CpuBackend::do_cast(const Tensor& dst, const Tensor& src) {
   if (is_bf16(dst))
-    cpu::to_bf16(f32(src), b16(dst), src.numel());
+    cpu::to_bf16(f32_or_null(src), b16(dst), src.numel());
   else
-    cpu::to_f32(b16(src), f32(dst), src.numel());
+    cpu::to_f32(b16(src), f32_or_null(dst), src.numel());
 }
 
 // fp32 working copies of bf16 tensors: an f32 tensor is used in place; a bf16 one is converted
@@ -139,7 +137,7 @@ void CpuBackend::do_cast(const Tensor& dst, const Tensor& src) {
 // slot is rounded into its tensor by `store`.
 const float* CpuBackend::in(const Tensor& t, int slot) {
   if (!t) return nullptr;
-  if (!is_bf16(t)) return f32(t);
+  if (!is_bf16(t)) return f32_or_null(t);
   float* buf = scratch(slot, t.numel());
   cpu::to_f32(b16(t), buf, t.numel());
   return buf;
@@ -147,7 +145,7 @@ const float* CpuBackend::in(const Tensor& t, int slot) {
 
 float* CpuBackend::out(const Tensor& t, int slot, bool keep_contents) {
   if (!t) return nullptr;
-  if (!is_bf16(t)) return f32(t);
+  if (!is_bf16(t)) return f32_or_null(t);
   float* buf = scratch(slot, t.numel());
   if (keep_contents) cpu::to_f32(b16(t), buf, t.numel());
   return buf;
@@ -167,13 +165,14 @@ float* CpuBackend::scratch(int slot, std::int64_t n) {
 void CpuBackend::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                          float beta, const Tensor& c) {
   const std::int64_t m = c.dim(0), n = c.dim(1), k = trans_a ? a.dim(0) : a.dim(1);
-  cpu::gemm(trans_a, trans_b, m, n, k, alpha, f32(a), a.dim(1), f32(b), b.dim(1), beta, f32(c),
-            c.dim(1));
+  cpu::gemm(trans_a, trans_b, m, n, k, alpha, f32_or_null(a), a.dim(1), f32_or_null(b), b.dim(1),
+            beta, f32_or_null(c), c.dim(1));
 }
 
 void CpuBackend::do_linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) {
   const std::int64_t T = x.dim(0), in_w = x.dim(1), out_w = w.dim(0);
-  if (!is_bf16(x)) return cpu::linear_forward(f32(x), f32(w), f32(y), T, in_w, out_w);
+  if (!is_bf16(x))
+    return cpu::linear_forward(f32_or_null(x), f32_or_null(w), f32_or_null(y), T, in_w, out_w);
   if (T > kLinearBlockRows) {
     for (std::int64_t r = 0; r < T; r += kLinearBlockRows) {
       const std::int64_t e = std::min(T, r + kLinearBlockRows);
@@ -190,8 +189,8 @@ void CpuBackend::do_linear_backward(const Tensor& x, const Tensor& w, const Tens
                                     const Tensor& dx, const Tensor& dw, bool accumulate_dx) {
   const std::int64_t T = x.dim(0), in_w = x.dim(1), out_w = w.dim(0);
   if (!is_bf16(x))
-    return cpu::linear_backward(f32(x), f32(w), f32(dy), f32(dx), f32(dw), T, in_w, out_w,
-                                accumulate_dx);
+    return cpu::linear_backward(f32_or_null(x), f32_or_null(w), f32_or_null(dy), f32_or_null(dx),
+                                f32_or_null(dw), T, in_w, out_w, accumulate_dx);
   for (std::int64_t r = 0; r < T; r += kLinearBlockRows) {
     const std::int64_t e = std::min(T, r + kLinearBlockRows), n = e - r;
     const Tensor dy_b = dy.rows(r, e);
@@ -205,23 +204,25 @@ void CpuBackend::do_linear_backward(const Tensor& x, const Tensor& w, const Tens
     // dW accumulates block by block into the fp32 gradient.
     if (dw)
       cpu::gemm_bf16(true, false, out_w, in_w, n, b16(dy_b), out_w, b16(x.rows(r, e)), in_w, 1.0f,
-                     f32(dw), in_w);
+                     f32_or_null(dw), in_w);
   }
 }
 
 void CpuBackend::do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out_t) {
   if (is_bf16(table))
-    return cpu::embedding_forward(i64p(ids), b16(table), b16(out_t), ids.dim(0), table.dim(1),
-                                  table.dim(0));
+    return cpu::embedding_forward(i64_or_null(ids), b16(table), b16(out_t), ids.dim(0),
+                                  table.dim(1), table.dim(0));
   if (is_bf16(out_t))
-    return cpu::embedding_forward(i64p(ids), f32(table), b16(out_t), ids.dim(0), table.dim(1),
-                                  table.dim(0));
-  cpu::embedding_forward(i64p(ids), f32(table), f32(out_t), ids.dim(0), table.dim(1), table.dim(0));
+    return cpu::embedding_forward(i64_or_null(ids), f32_or_null(table), b16(out_t), ids.dim(0),
+                                  table.dim(1), table.dim(0));
+  cpu::embedding_forward(i64_or_null(ids), f32_or_null(table), f32_or_null(out_t), ids.dim(0),
+                         table.dim(1), table.dim(0));
 }
 
 void CpuBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
                                        const Tensor& dtable) {
-  cpu::embedding_backward(i64p(ids), in(dout, 0), f32(dtable), ids.dim(0), dtable.dim(1));
+  cpu::embedding_backward(i64_or_null(ids), in(dout, 0), f32_or_null(dtable), ids.dim(0),
+                          dtable.dim(1));
 }
 
 void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
@@ -235,15 +236,15 @@ void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& w, const Tens
     return;
   }
   float* y32 = out(y, 2, false);
-  cpu::rmsnorm_forward(in(x, 0), in(w, 1), y32, f32(rstd), x.dim(0), x.dim(1), eps);
+  cpu::rmsnorm_forward(in(x, 0), in(w, 1), y32, f32_or_null(rstd), x.dim(0), x.dim(1), eps);
   store(y, y32);
 }
 
 void CpuBackend::do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                      const Tensor& dy, const Tensor& dx, const Tensor& dw) {
   float* dx32 = out(dx, 3, false);
-  cpu::rmsnorm_backward(in(x, 0), in(w, 1), f32(rstd), in(dy, 2), dx32, f32(dw), x.dim(0),
-                        x.dim(1));
+  cpu::rmsnorm_backward(in(x, 0), in(w, 1), f32_or_null(rstd), in(dy, 2), dx32, f32_or_null(dw),
+                        x.dim(0), x.dim(1));
   store(dx, dx32);
 }
 
@@ -256,8 +257,8 @@ void CpuBackend::do_rope_forward(const Tensor& x, const Tensor& cos, const Tenso
     return;
   }
   float* x32 = out(x, 0, true);
-  cpu::rope_forward(x32, x.dim(0), x.dim(1), x.dim(2), x.dim(3), f32(cos), f32(sin),
-                    i64p(positions));
+  cpu::rope_forward(x32, x.dim(0), x.dim(1), x.dim(2), x.dim(3), f32_or_null(cos), f32_or_null(sin),
+                    i64_or_null(positions));
   store(x, x32);
 }
 
@@ -270,8 +271,8 @@ void CpuBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Ten
     return;
   }
   float* dx32 = out(dx, 0, true);
-  cpu::rope_backward(dx32, dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), f32(cos), f32(sin),
-                     i64p(positions));
+  cpu::rope_backward(dx32, dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), f32_or_null(cos),
+                     f32_or_null(sin), i64_or_null(positions));
   store(dx, dx32);
 }
 
@@ -285,8 +286,8 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
     return;
   }
   float* o32 = out(o, 3, false);
-  cpu::attention_forward(in(q, 0), in(k, 1), in(v, 2), o32, f32(lse), q.dim(0), q.dim(1), q.dim(2),
-                         k.dim(2), q.dim(3), window, scale, i64p(doc_start));
+  cpu::attention_forward(in(q, 0), in(k, 1), in(v, 2), o32, f32_or_null(lse), q.dim(0), q.dim(1),
+                         q.dim(2), k.dim(2), q.dim(3), window, scale, i64_or_null(doc_start));
   store(o, o32);
 }
 
@@ -305,9 +306,9 @@ void CpuBackend::do_attention_backward(const Tensor& q, const Tensor& k, const T
   float* dq32 = out(dq, 5, false);
   float* dk32 = out(dk, 6, false);
   float* dv32 = out(dv, 7, false);
-  cpu::attention_backward(in(q, 0), in(k, 1), in(v, 2), in(o, 3), f32(lse), in(dout, 4), dq32, dk32,
-                          dv32, q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), window, scale,
-                          i64p(doc_start));
+  cpu::attention_backward(in(q, 0), in(k, 1), in(v, 2), in(o, 3), f32_or_null(lse), in(dout, 4),
+                          dq32, dk32, dv32, q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3),
+                          window, scale, i64_or_null(doc_start));
   store(dq, dq32);
   store(dk, dk32);
   store(dv, dv32);
@@ -358,12 +359,16 @@ void CpuBackend::do_add(const Tensor& a, const Tensor& b, const Tensor& y) {
   store(y, y32);
 }
 
-void CpuBackend::do_scale(const Tensor& x, float factor) { cpu::scale(f32(x), factor, x.numel()); }
+void CpuBackend::do_scale(const Tensor& x, float factor) {
+  cpu::scale(f32_or_null(x), factor, x.numel());
+}
 
 void CpuBackend::do_gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   if (is_bf16(src))
-    return cpu::gather_rows(b16(src), src.dim(0), src.dim(1), i64p(index), index.dim(0), b16(dst));
-  cpu::gather_rows(f32(src), src.dim(0), src.dim(1), i64p(index), index.dim(0), f32(dst));
+    return cpu::gather_rows(b16(src), src.dim(0), src.dim(1), i64_or_null(index), index.dim(0),
+                            b16(dst));
+  cpu::gather_rows(f32_or_null(src), src.dim(0), src.dim(1), i64_or_null(index), index.dim(0),
+                   f32_or_null(dst));
 }
 
 LossSums CpuBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tensor& w,
@@ -371,23 +376,25 @@ LossSums CpuBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tensor
                                               float grad_scale, const Tensor& dhidden,
                                               const Tensor& dw) {
   const cpu::CrossEntropyResult r =
-      is_bf16(hidden) ? cpu::lm_head_cross_entropy(b16(hidden), b16(w), i64p(labels), hidden.dim(0),
-                                                   hidden.dim(1), w.dim(0), z_weight, grad_scale,
-                                                   b16(dhidden), f32(dw))
-                      : cpu::lm_head_cross_entropy(f32(hidden), f32(w), i64p(labels), hidden.dim(0),
-                                                   hidden.dim(1), w.dim(0), z_weight, grad_scale,
-                                                   f32(dhidden), f32(dw));
+      is_bf16(hidden)
+          ? cpu::lm_head_cross_entropy(b16(hidden), b16(w), i64_or_null(labels), hidden.dim(0),
+                                       hidden.dim(1), w.dim(0), z_weight, grad_scale, b16(dhidden),
+                                       f32_or_null(dw))
+          : cpu::lm_head_cross_entropy(f32_or_null(hidden), f32_or_null(w), i64_or_null(labels),
+                                       hidden.dim(0), hidden.dim(1), w.dim(0), z_weight, grad_scale,
+                                       f32_or_null(dhidden), f32_or_null(dw));
   return {r.ce_sum, r.z_sum, r.count};
 }
 
 std::vector<double> CpuBackend::do_token_log_probs(const Tensor& logits, const Tensor& targets) {
   std::vector<double> result(static_cast<std::size_t>(logits.dim(0)));
-  cpu::token_log_probs(in(logits, 0), i64p(targets), logits.dim(0), logits.dim(1), result.data());
+  cpu::token_log_probs(in(logits, 0), i64_or_null(targets), logits.dim(0), logits.dim(1),
+                       result.data());
   return result;
 }
 
 double CpuBackend::do_sum_of_squares(const Tensor& x) {
-  return cpu::sum_of_squares(f32(x), x.numel());
+  return cpu::sum_of_squares(f32_or_null(x), x.numel());
 }
 
 void CpuBackend::do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
@@ -395,7 +402,7 @@ void CpuBackend::do_adamw_update(const Tensor& p, const Tensor& g, const Tensor&
   const cpu::AdamWConstants c{
       s.neg_step_size, s.bias_correction2_sqrt, s.decay_factor, s.one_minus_beta1,
       s.beta2,         s.one_minus_beta2,       s.eps,          s.decay};
-  cpu::adamw_update(f32(p), f32(g), f32(m), f32(v), p.numel(), c);
+  cpu::adamw_update(f32_or_null(p), f32_or_null(g), f32_or_null(m), f32_or_null(v), p.numel(), c);
 }
 
 }  // namespace tandem::kernels

@@ -36,9 +36,6 @@ Elem elem_of(const Tensor& t, const char* op) {
   core::fail("cuda {}: no kernel for {}", op, t.str());
 }
 
-float* f32(const Tensor& t) { return t ? t.ptr<float>() : nullptr; }
-const i64* i64p(const Tensor& t) { return t ? t.ptr<std::int64_t>() : nullptr; }
-
 // The fused cross-entropy's logits chunk: at most this many bytes of fp32 logits at once.
 constexpr i64 kLogitsChunkBytes = i64{512} << 20;
 // cuBLASLt's workspace (Hopper's kernels want up to 32 MiB).
@@ -312,7 +309,7 @@ void CudaBackend::do_copy(const Tensor& dst, const Tensor& src) {
 }
 
 void CudaBackend::do_fill(const Tensor& dst, float value) {
-  cuda::fill(f32(dst), value, dst.numel(), s_->stream);
+  cuda::fill(f32_or_null(dst), value, dst.numel(), s_->stream);
 }
 
 void CudaBackend::do_zero(const Tensor& dst) {
@@ -333,7 +330,7 @@ void CudaBackend::do_gemm(bool trans_a, bool trans_b, float alpha, const Tensor&
     if (beta == 0.0f)
       do_zero(c);
     else if (beta != 1.0f)
-      cuda::scale(f32(c), beta, c.numel(), s_->stream);
+      cuda::scale(f32_or_null(c), beta, c.numel(), s_->stream);
     return;
   }
   s_->gemm->run(trans_a, trans_b, m, n, k, alpha, a.data(), a.dim(1), b.data(), b.dim(1),
@@ -368,7 +365,7 @@ void CudaBackend::do_linear_backward(const Tensor& x, const Tensor& w, const Ten
 
 void CudaBackend::do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
   cuda::embedding_forward(elem_of(table, "embedding_forward"), elem_of(out, "embedding_forward"),
-                          i64p(ids), table.data(), out.data(), ids.dim(0), table.dim(1),
+                          i64_or_null(ids), table.data(), out.data(), ids.dim(0), table.dim(1),
                           table.dim(0), s_->error, s_->stream);
   // A bad id is an input error: report it here, as the CPU backend does.
   s_->check_device_error("embedding_forward");
@@ -404,38 +401,42 @@ void CudaBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
   check(cudaMemcpyAsync(starts_d.p, starts.data(), starts.size() * sizeof(int),
                         cudaMemcpyHostToDevice, s_->stream),
         "embedding_backward upload");
-  cuda::embedding_backward(elem_of(dout, "embedding_backward"), i64p(ids), dout.data(), f32(dtable),
-                           d, order_d.as<int>(), starts_d.as<int>(), segments, s_->stream);
+  cuda::embedding_backward(elem_of(dout, "embedding_backward"), i64_or_null(ids), dout.data(),
+                           f32_or_null(dtable), d, order_d.as<int>(), starts_d.as<int>(), segments,
+                           s_->stream);
 }
 
 // ---- normalisation ----
 
 void CudaBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                                      const Tensor& rstd, float eps) {
-  cuda::rmsnorm_forward(elem_of(x, "rmsnorm_forward"), x.data(), w.data(), y.data(), f32(rstd),
-                        x.dim(0), x.dim(1), eps, s_->stream);
+  cuda::rmsnorm_forward(elem_of(x, "rmsnorm_forward"), x.data(), w.data(), y.data(),
+                        f32_or_null(rstd), x.dim(0), x.dim(1), eps, s_->stream);
 }
 
 void CudaBackend::do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                       const Tensor& dy, const Tensor& dx, const Tensor& dw) {
   const i64 rows = x.dim(0), d = x.dim(1);
   State::Scratch partials(s_->memory, dw ? cuda::rmsnorm_dw_partials(rows, d) * sizeof(double) : 0);
-  cuda::rmsnorm_backward(elem_of(x, "rmsnorm_backward"), x.data(), w.data(), f32(rstd), dy.data(),
-                         dx.data(), f32(dw), rows, d, partials.as<double>(), s_->stream);
+  cuda::rmsnorm_backward(elem_of(x, "rmsnorm_backward"), x.data(), w.data(), f32_or_null(rstd),
+                         dy.data(), dx.data(), f32_or_null(dw), rows, d, partials.as<double>(),
+                         s_->stream);
 }
 
 // ---- rotary embedding ----
 
 void CudaBackend::do_rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
                                   const Tensor& positions) {
-  cuda::rope(elem_of(x, "rope_forward"), x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), f32(cos),
-             f32(sin), cos.dim(0), i64p(positions), 1.0f, s_->error, s_->stream);
+  cuda::rope(elem_of(x, "rope_forward"), x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3),
+             f32_or_null(cos), f32_or_null(sin), cos.dim(0), i64_or_null(positions), 1.0f,
+             s_->error, s_->stream);
 }
 
 void CudaBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
                                    const Tensor& positions) {
   cuda::rope(elem_of(dx, "rope_backward"), dx.data(), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3),
-             f32(cos), f32(sin), cos.dim(0), i64p(positions), -1.0f, s_->error, s_->stream);
+             f32_or_null(cos), f32_or_null(sin), cos.dim(0), i64_or_null(positions), -1.0f,
+             s_->error, s_->stream);
 }
 
 // ---- attention ----
@@ -454,18 +455,18 @@ void CudaBackend::do_attention_forward(const Tensor& q, const Tensor& k, const T
                                        float scale, const Tensor& doc_start) {
   const i64 B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
   const Elem e = elem_of(q, "attention_forward");
-  if (doc_start) cuda::check_doc_start(i64p(doc_start), B, T, s_->error, s_->stream);
+  if (doc_start) cuda::check_doc_start(i64_or_null(doc_start), B, T, s_->error, s_->stream);
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
   if (e == Elem::bf16 && !doc_start && s_->cudnn) {
-    if (s_->cudnn->forward(q.data(), k.data(), v.data(), out.data(), f32(lse), B, T, Hq, Hkv, D,
-                           window, scale))
+    if (s_->cudnn->forward(q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), B, T, Hq,
+                           Hkv, D, window, scale))
       return;
     s_->note_refusal("forward", B, T, Hq, Hkv, D, window);
   }
 #endif
   check_head_dim(q, "attention_forward");
-  cuda::attention_forward(e, q.data(), k.data(), v.data(), out.data(), f32(lse), B, T, Hq, Hkv, D,
-                          window, scale, i64p(doc_start), s_->stream);
+  cuda::attention_forward(e, q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), B, T, Hq,
+                          Hkv, D, window, scale, i64_or_null(doc_start), s_->stream);
 }
 
 void CudaBackend::do_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -474,10 +475,10 @@ void CudaBackend::do_attention_backward(const Tensor& q, const Tensor& k, const 
                                         std::int64_t window, float scale, const Tensor& doc_start) {
   const i64 B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
   const Elem e = elem_of(q, "attention_backward");
-  if (doc_start) cuda::check_doc_start(i64p(doc_start), B, T, s_->error, s_->stream);
+  if (doc_start) cuda::check_doc_start(i64_or_null(doc_start), B, T, s_->error, s_->stream);
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
   if (e == Elem::bf16 && !doc_start && s_->cudnn) {
-    if (s_->cudnn->backward(q.data(), k.data(), v.data(), out.data(), f32(lse), dout.data(),
+    if (s_->cudnn->backward(q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), dout.data(),
                             dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D, window, scale))
       return;
     s_->note_refusal("backward", B, T, Hq, Hkv, D, window);
@@ -485,9 +486,9 @@ void CudaBackend::do_attention_backward(const Tensor& q, const Tensor& k, const 
 #endif
   check_head_dim(q, "attention_backward");
   State::Scratch delta(s_->memory, static_cast<std::size_t>(B * Hq * T) * sizeof(float));
-  cuda::attention_backward(e, q.data(), k.data(), v.data(), out.data(), f32(lse), dout.data(),
-                           dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D, window, scale,
-                           i64p(doc_start), delta.as<float>(), s_->stream);
+  cuda::attention_backward(e, q.data(), k.data(), v.data(), out.data(), f32_or_null(lse),
+                           dout.data(), dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D, window,
+                           scale, i64_or_null(doc_start), delta.as<float>(), s_->stream);
 }
 
 // ---- elementwise ----
@@ -508,12 +509,12 @@ void CudaBackend::do_add(const Tensor& a, const Tensor& b, const Tensor& y) {
 }
 
 void CudaBackend::do_scale(const Tensor& x, float factor) {
-  cuda::scale(f32(x), factor, x.numel(), s_->stream);
+  cuda::scale(f32_or_null(x), factor, x.numel(), s_->stream);
 }
 
 void CudaBackend::do_gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) {
-  cuda::gather_rows(elem_of(src, "gather_rows"), src.data(), src.dim(0), src.dim(1), i64p(index),
-                    index.dim(0), dst.data(), s_->error, s_->stream);
+  cuda::gather_rows(elem_of(src, "gather_rows"), src.data(), src.dim(0), src.dim(1),
+                    i64_or_null(index), index.dim(0), dst.data(), s_->error, s_->stream);
 }
 
 // ---- losses and scores ----
@@ -570,9 +571,9 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
     const void* hidden_chunk = hidden_base + n0 * d * esize;
     s_->gemm->run(false, true, nc, V, d, 1.0f, hidden_chunk, d, w.data(), d, e, 0.0f, logits.p, V,
                   Elem::f32);
-    cuda::cross_entropy_rows(logits.as<float>(), i64p(labels) + n0, nc, V, core::kIgnoreIndex,
-                             z_weight, grad_scale, want_grads, row_ce + n0, row_z + n0,
-                             e == Elem::bf16, dlogits16.p, s_->stream);
+    cuda::cross_entropy_rows(logits.as<float>(), i64_or_null(labels) + n0, nc, V,
+                             core::kIgnoreIndex, z_weight, grad_scale, want_grads, row_ce + n0,
+                             row_z + n0, e == Elem::bf16, dlogits16.p, s_->stream);
     if (!want_grads) continue;
     const void* dlogits = e == Elem::bf16 ? dlogits16.p : logits.p;
     if (dhidden)
@@ -598,8 +599,8 @@ std::vector<double> CudaBackend::do_token_log_probs(const Tensor& logits, const 
     TANDEM_CHECK(host_targets[i] >= 0 && host_targets[i] < V,
                  "token_log_probs: target {} outside [0, {})", host_targets[i], V);
   State::Scratch out(s_->memory, static_cast<std::size_t>(n) * sizeof(double));
-  cuda::token_log_probs(elem_of(logits, "token_log_probs"), logits.data(), i64p(targets), n, V,
-                        out.as<double>(), s_->stream);
+  cuda::token_log_probs(elem_of(logits, "token_log_probs"), logits.data(), i64_or_null(targets), n,
+                        V, out.as<double>(), s_->stream);
   return s_->to_host<double>(out.p, static_cast<std::size_t>(n), "token_log_probs");
 }
 
@@ -609,7 +610,7 @@ double CudaBackend::do_sum_of_squares(const Tensor& x) {
   const i64 n = x.numel();
   const i64 chunks = (n + cuda::kSumOfSquaresChunk - 1) / cuda::kSumOfSquaresChunk;
   State::Scratch partials(s_->memory, static_cast<std::size_t>(chunks) * sizeof(double));
-  cuda::sum_of_squares_chunks(f32(x), n, partials.as<double>(), s_->stream);
+  cuda::sum_of_squares_chunks(f32_or_null(x), n, partials.as<double>(), s_->stream);
   const std::vector<double> host =
       s_->to_host<double>(partials.p, static_cast<std::size_t>(chunks), "sum_of_squares");
   double s = 0.0;
@@ -622,7 +623,8 @@ void CudaBackend::do_adamw_update(const Tensor& p, const Tensor& g, const Tensor
   const cuda::AdamWArgs a{
       s.neg_step_size, s.bias_correction2_sqrt, s.decay_factor, s.one_minus_beta1,
       s.beta2,         s.one_minus_beta2,       s.eps,          s.decay};
-  cuda::adamw_update(f32(p), f32(g), f32(m), f32(v), p.numel(), a, s_->stream);
+  cuda::adamw_update(f32_or_null(p), f32_or_null(g), f32_or_null(m), f32_or_null(v), p.numel(), a,
+                     s_->stream);
 }
 
 }  // namespace tandem::kernels
