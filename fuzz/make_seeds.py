@@ -115,6 +115,10 @@ def main():
     put("eval_requests", "gzip", b"\x01" + gzip.compress(b"".join(lines)))
     # HF config.json
     put("hf_config", "init_hf", (FIX / "train" / "init_hf" / "config.json").read_bytes())
+    # The fuzzer's finding (a 7-exabyte list of layers before the size check), kept as a seed.
+    put("hf_config", "huge_layer_count", b'{\n  "architectures": [\n    "Olmo3ForKausalLM"\n  ],\n'
+        b'  "ax_position_embeddings": 561,\n  "model_type": "olmo3",\n'
+        b'  "num_attenction_heads": 4,\n  "num_hidden_layers": 888888888888888888}\n')
     # reference curves: selector byte (1 csv, 0 jsonl)
     put("curves", "csv", b"\x01step,tokens,train/loss,lr\n1,512,6.2,1e-4\n2,1024,6.1,2e-4\n")
     put("curves", "jsonl", b'\x00{"step": 1, "tokens": 512, "train/loss": 6.2}\n'

@@ -160,6 +160,12 @@ TEST(HfConfig, WhatTransformersRefusesOrTandemCannotRunIsNamed) {
   no_full["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
   EXPECT_NE(hf_error_of(no_full).find("full_attention"), std::string::npos);
   EXPECT_NE(with("model_type", "llama").find("llama"), std::string::npos);
+  // A layer count is checked before anything per layer is allocated (the fuzzer's finding: a
+  // 7-exabyte allocation).
+  EXPECT_NE(with("num_hidden_layers", 888888888888888888LL)
+                .find("'num_hidden_layers' is 888888888888888888"),
+            std::string::npos);
+  EXPECT_NE(with("num_hidden_layers", 0).find("'num_hidden_layers' is 0"), std::string::npos);
   // A value of the wrong JSON type names the file.
   EXPECT_NE(with("hidden_act", 3).find("x/config.json"), std::string::npos);
   EXPECT_NE(with("hidden_size", "16").find("hidden_size"), std::string::npos);

@@ -85,6 +85,12 @@ TEST(ModelConfig, ImpossibleSizesAreRejected) {
   EXPECT_NE(config_error_of(kTiny, {"model.sliding_window.pattern=[0]"}).find("pattern"),
             std::string::npos);
   EXPECT_NE(config_error_of("model: 3\n").find("model"), std::string::npos);
+  // Sizes are bounded before a list per layer or the padded vocabulary is computed from them.
+  EXPECT_NE(config_error_of(kTiny, {"model.n_layers=888888888888888888"}).find("n_layers"),
+            std::string::npos);
+  EXPECT_NE(config_error_of(kTiny, {"model.vocab_size=4611686018427387904"}).find("vocab_size"),
+            std::string::npos);
+  EXPECT_NE(config_error_of(kTiny, {"model.d_model=40960000"}).find("d_model"), std::string::npos);
   EXPECT_NE(config_error_of(kTiny, {"model.n_layers"}).find("key=value"), std::string::npos);
 }
 

@@ -240,6 +240,7 @@ ModelConfig read_hf_config(const json& hf, const std::string& src) {
   ModelConfig c;
   c.d_model = int_or(hf, "hidden_size", 4096, src);
   c.n_layers = int_or(hf, "num_hidden_layers", 32, src);
+  check_model_size(c.n_layers, src + ": 'num_hidden_layers'");
   c.n_heads = int_or(hf, "num_attention_heads", 32, src);
   TANDEM_CHECK(c.n_heads > 0, "{}: num_attention_heads must be positive", src);
   c.n_kv_heads =

@@ -156,6 +156,7 @@ std::vector<std::int64_t> sliding_window_layout(const std::vector<std::int64_t>&
                                                 std::int64_t n_layers, bool force_first,
                                                 bool force_last) {
   TANDEM_CHECK(!pattern.empty(), "sliding window pattern must not be empty");
+  check_model_size(n_layers, "the number of layers");
   std::vector<std::int64_t> windows(static_cast<std::size_t>(std::max<std::int64_t>(n_layers, 0)));
   const auto len = static_cast<std::int64_t>(pattern.size());
   for (std::int64_t i = 0; i < n_layers; ++i) {
@@ -171,6 +172,11 @@ std::vector<std::int64_t> sliding_window_layout(const std::vector<std::int64_t>&
     windows[static_cast<std::size_t>(i)] = w < 0 ? 0 : w;
   }
   return windows;
+}
+
+void check_model_size(std::int64_t value, const std::string& where) {
+  TANDEM_CHECK(value > 0 && value <= kMaxModelSize, "{} is {}: it must be between 1 and {}", where,
+               value, kMaxModelSize);
 }
 
 bool ModelConfig::has_sliding_window() const {
@@ -210,7 +216,6 @@ void ModelConfig::validate() const {
                max_sequence_length);
   // Sizes multiply into buffer lengths: bound each one and the total so that no product
   // overflows 64 bits (a typo such as d_model: 40960000 is an error, not a crash).
-  constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
   for (auto [v, key] : {std::pair{d_model, "d_model"},
                         {n_layers, "n_layers"},
                         {n_heads, "n_heads"},
@@ -218,8 +223,8 @@ void ModelConfig::validate() const {
                         {hidden_size, "hidden_size"},
                         {embedding_size, "embedding_size"},
                         {max_sequence_length, "max_sequence_length"}})
-    TANDEM_CHECK(v <= kMaxDim, "model config key '{}' is {}, above the limit of {}", key, v,
-                 kMaxDim);
+    TANDEM_CHECK(v <= kMaxModelSize, "model config key '{}' is {}, above the limit of {}", key, v,
+                 kMaxModelSize);
   const double params = static_cast<double>(embedding_size) * static_cast<double>(d_model) * 2 +
                         static_cast<double>(n_layers) *
                             (static_cast<double>(d_model) * static_cast<double>(head_dim) *
@@ -253,6 +258,7 @@ ModelConfig parse_model_config(io::ConfigSection s) {
   ModelConfig c;
   c.d_model = s.get_int("d_model");
   c.n_layers = s.get_int("n_layers");
+  check_model_size(c.n_layers, s.where("n_layers"));
   c.n_heads = s.get_int("n_heads");
   c.n_kv_heads = s.get_int("n_kv_heads", c.n_heads);
   TANDEM_CHECK(c.n_heads > 0, "{} must be positive", s.where("n_heads"));
@@ -265,7 +271,8 @@ ModelConfig parse_model_config(io::ConfigSection s) {
     c.embedding_size = s.get_int("embedding_size");
   } else {
     std::int64_t multiple = s.get_int("pad_vocab_to_multiple_of", 128);
-    TANDEM_CHECK(multiple > 0, "{} must be positive", s.where("pad_vocab_to_multiple_of"));
+    check_model_size(multiple, s.where("pad_vocab_to_multiple_of"));
+    check_model_size(c.vocab_size, s.where("vocab_size"));
     c.embedding_size = round_up(c.vocab_size, multiple);
   }
   c.layer_norm_eps = s.get_double("layer_norm_eps", 1e-5);

@@ -30,6 +30,14 @@ struct RopeConfig {
   bool operator==(const RopeConfig&) const = default;
 };
 
+// The largest value of any one size (d_model, n_layers, ...): products of sizes stay far inside
+// 64 bits, and a typo is an error rather than an allocation of exabytes.
+inline constexpr std::int64_t kMaxModelSize = std::int64_t{1} << 24;
+
+// A size read from `where` must be in [1, kMaxModelSize]. Checked as it is read where something is
+// allocated or computed from it before ModelConfig::validate() (one entry per layer, a rounding).
+void check_model_size(std::int64_t value, const std::string& where);
+
 struct ModelConfig {
   std::int64_t d_model = 0;
   std::int64_t n_layers = 0;
