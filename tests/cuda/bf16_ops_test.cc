@@ -22,6 +22,7 @@
 #include <optional>
 #include <utility>
 
+#include "../support/test_support.h"
 #include "cuda_test_util.h"
 #include "tandem/core/bfloat16.h"
 
@@ -56,14 +57,16 @@ Buffer bf16_on(Backend& b, Shape shape, const std::vector<float>& values) {
 }
 
 Quad quad(Backend& gpu, Shape shape, const std::vector<float>& values) {
-  return {put(cpu(), shape, values), bf16_on(cpu(), shape, values), put(gpu, shape, values),
+  return {put(testing::cpu_backend(), shape, values),
+          bf16_on(testing::cpu_backend(), shape, values), put(gpu, shape, values),
           bf16_on(gpu, shape, values)};
 }
 Quad quad_zeros(Backend& gpu, Shape shape) {
   return quad(gpu, shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.0f));
 }
 Quad quad_i64(Backend& gpu, Shape shape, const std::vector<std::int64_t>& values) {
-  return {put_i64(cpu(), shape, values), put_i64(cpu(), shape, values), put_i64(gpu, shape, values),
+  return {put_i64(testing::cpu_backend(), shape, values),
+          put_i64(testing::cpu_backend(), shape, values), put_i64(gpu, shape, values),
           put_i64(gpu, shape, values)};
 }
 
@@ -99,7 +102,7 @@ std::int32_t ordered(std::uint16_t b) {
 
 // The GPU's and the CPU's bf16 outputs: equal (exact) or at most one bf16 step apart.
 void expect_bf16_close(Backend& gpu, const Quad& q, bool exact, const char* what) {
-  const std::vector<std::uint16_t> g = bits(gpu, q.gb), c = bits(cpu(), q.cb);
+  const std::vector<std::uint16_t> g = bits(gpu, q.gb), c = bits(testing::cpu_backend(), q.cb);
   ASSERT_EQ(g.size(), c.size());
   std::size_t differ = 0, far = 0;
   for (std::size_t i = 0; i < g.size(); ++i) {
@@ -114,7 +117,7 @@ void expect_bf16_close(Backend& gpu, const Quad& q, bool exact, const char* what
 }
 
 double gpu_vs_cpu(Backend& gpu, const Tensor& g, const Tensor& c) {
-  return rel_l2(values(gpu, g), values(cpu(), c));
+  return rel_l2(values(gpu, g), values(testing::cpu_backend(), c));
 }
 
 TEST(CudaBf16, CastGivesTorchsBitsAndWidensExactly) {
@@ -130,11 +133,12 @@ TEST(CudaBf16, CastGivesTorchsBitsAndWidensExactly) {
   const std::int64_t n = static_cast<std::int64_t>(patterns.size());
   std::vector<float> f(patterns.size());
   for (std::size_t i = 0; i < f.size(); ++i) f[i] = std::bit_cast<float>(patterns[i]);
-  Buffer src_g = put(gpu, Shape{n}, f), src_c = put(cpu(), Shape{n}, f);
-  Buffer dst_g = gpu.allocate(DType::bf16, Shape{n}), dst_c = cpu().allocate(DType::bf16, Shape{n});
+  Buffer src_g = put(gpu, Shape{n}, f), src_c = put(testing::cpu_backend(), Shape{n}, f);
+  Buffer dst_g = gpu.allocate(DType::bf16, Shape{n}),
+         dst_c = testing::cpu_backend().allocate(DType::bf16, Shape{n});
   gpu.cast(dst_g, src_g);
-  cpu().cast(dst_c, src_c);
-  const std::vector<std::uint16_t> g = bits(gpu, dst_g), c = bits(cpu(), dst_c);
+  testing::cpu_backend().cast(dst_c, src_c);
+  const std::vector<std::uint16_t> g = bits(gpu, dst_g), c = bits(testing::cpu_backend(), dst_c);
   for (std::size_t i = 0; i < g.size(); ++i)
     ASSERT_EQ(g[i], c[i]) << "input bits 0x" << std::hex << patterns[i];
   EXPECT_EQ(g[0], 0x3F80);   // tie to even: down
@@ -173,8 +177,8 @@ TEST(CudaBf16, LinearForwardAndBackward) {
   Quad y = quad_zeros(gpu, Shape{T, out});
   gpu.linear_forward(x.gf, w.gf, y.gf);
   gpu.linear_forward(x.gb, w.gb, y.gb);
-  cpu().linear_forward(x.cf, w.cf, y.cf);
-  cpu().linear_forward(x.cb, w.cb, y.cb);
+  testing::cpu_backend().linear_forward(x.cf, w.cf, y.cf);
+  testing::cpu_backend().linear_forward(x.cb, w.cb, y.cb);
   EXPECT_LE(gpu_vs_cpu(gpu, y.gb, y.gf), kGemmBound);
   EXPECT_LE(gpu_vs_cpu(gpu, y.gb, y.cb), 2 * kGemmBound + reduction_bound(in));
   for (bool accumulate : {false, true}) {
@@ -183,11 +187,11 @@ TEST(CudaBf16, LinearForwardAndBackward) {
     Quad dw = quad_zeros(gpu, Shape{out, in});
     // Weight gradients are f32 under bf16 too: the bf16 run writes into f32 buffers.
     Buffer dw_gb = put(gpu, Shape{out, in}, std::vector<float>(out * in, 0.0f));
-    Buffer dw_cb = put(cpu(), Shape{out, in}, std::vector<float>(out * in, 0.0f));
+    Buffer dw_cb = put(testing::cpu_backend(), Shape{out, in}, std::vector<float>(out * in, 0.0f));
     gpu.linear_backward(x.gf, w.gf, dy.gf, dx.gf, dw.gf, accumulate);
     gpu.linear_backward(x.gb, w.gb, dy.gb, dx.gb, dw_gb, accumulate);
-    cpu().linear_backward(x.cf, w.cf, dy.cf, dx.cf, dw.cf, accumulate);
-    cpu().linear_backward(x.cb, w.cb, dy.cb, dx.cb, dw_cb, accumulate);
+    testing::cpu_backend().linear_backward(x.cf, w.cf, dy.cf, dx.cf, dw.cf, accumulate);
+    testing::cpu_backend().linear_backward(x.cb, w.cb, dy.cb, dx.cb, dw_cb, accumulate);
     EXPECT_LE(gpu_vs_cpu(gpu, dx.gb, dx.gf), kGemmBound) << "accumulate " << accumulate;
     EXPECT_LE(gpu_vs_cpu(gpu, dx.gb, dx.cb), 2 * kGemmBound + reduction_bound(out + 1))
         << "accumulate " << accumulate;
@@ -205,27 +209,27 @@ TEST(CudaBf16, RmsNormIsTheRoundedFp32Result) {
     Quad w = quad(gpu, Shape{d}, bf16_values(d, 6));
     Quad y = quad_zeros(gpu, Shape{rows, d}), rstd = quad_zeros(gpu, Shape{rows});
     Buffer rstd_gb = put(gpu, Shape{rows}, std::vector<float>(rows, 0.0f));
-    Buffer rstd_cb = put(cpu(), Shape{rows}, std::vector<float>(rows, 0.0f));
+    Buffer rstd_cb = put(testing::cpu_backend(), Shape{rows}, std::vector<float>(rows, 0.0f));
     gpu.rmsnorm_forward(x.gf, w.gf, y.gf, rstd.gf, 1e-6f);
     gpu.rmsnorm_forward(x.gb, w.gb, y.gb, rstd_gb, 1e-6f);
-    cpu().rmsnorm_forward(x.cb, w.cb, y.cb, rstd_cb, 1e-6f);
+    testing::cpu_backend().rmsnorm_forward(x.cb, w.cb, y.cb, rstd_cb, 1e-6f);
     expect_rounded(gpu, y, "rmsnorm y");
     expect_bf16_close(gpu, y, false, "rmsnorm y vs cpu");
     EXPECT_TRUE(bit_identical(get(gpu, rstd_gb), get(gpu, rstd.gf)));  // fp32 statistics
-    EXPECT_LE(rel_l2(get(gpu, rstd_gb), get(cpu(), rstd_cb)), kElementwise);
+    EXPECT_LE(rel_l2(get(gpu, rstd_gb), get(testing::cpu_backend(), rstd_cb)), kElementwise);
 
     Quad dy = quad(gpu, Shape{rows, d}, bf16_values(rows * d, 7));
     Quad dx = quad_zeros(gpu, Shape{rows, d});
     Buffer dw_gf = put(gpu, Shape{d}, std::vector<float>(d, 0.0f));
     Buffer dw_gb = put(gpu, Shape{d}, std::vector<float>(d, 0.0f));
-    Buffer dw_cb = put(cpu(), Shape{d}, std::vector<float>(d, 0.0f));
+    Buffer dw_cb = put(testing::cpu_backend(), Shape{d}, std::vector<float>(d, 0.0f));
     gpu.rmsnorm_backward(x.gf, w.gf, rstd.gf, dy.gf, dx.gf, dw_gf);
     gpu.rmsnorm_backward(x.gb, w.gb, rstd_gb, dy.gb, dx.gb, dw_gb);
-    cpu().rmsnorm_backward(x.cb, w.cb, rstd_cb, dy.cb, dx.cb, dw_cb);
+    testing::cpu_backend().rmsnorm_backward(x.cb, w.cb, rstd_cb, dy.cb, dx.cb, dw_cb);
     expect_rounded(gpu, dx, "rmsnorm dx");
     expect_bf16_close(gpu, dx, false, "rmsnorm dx vs cpu");
     EXPECT_TRUE(bit_identical(get(gpu, dw_gb), get(gpu, dw_gf)));  // f32 sums of the same values
-    EXPECT_LE(rel_l2(get(gpu, dw_gb), get(cpu(), dw_cb)), kElementwise);
+    EXPECT_LE(rel_l2(get(gpu, dw_gb), get(testing::cpu_backend(), dw_cb)), kElementwise);
   }
 }
 
@@ -238,23 +242,25 @@ TEST(CudaBf16, RopeIsTheRoundedFp32Result) {
     sin[i] = std::sin(0.37f * static_cast<float>(i));
   }
   Buffer cg = put(gpu, Shape{P, D / 2}, cos), sg = put(gpu, Shape{P, D / 2}, sin);
-  Buffer cc = put(cpu(), Shape{P, D / 2}, cos), sc = put(cpu(), Shape{P, D / 2}, sin);
+  Buffer cc = put(testing::cpu_backend(), Shape{P, D / 2}, cos),
+         sc = put(testing::cpu_backend(), Shape{P, D / 2}, sin);
   std::vector<std::int64_t> pos(B * T);
   for (std::int64_t i = 0; i < B * T; ++i) pos[i] = (i * 13) % P;
-  Buffer pg = put_i64(gpu, Shape{B * T}, pos), pc = put_i64(cpu(), Shape{B * T}, pos);
+  Buffer pg = put_i64(gpu, Shape{B * T}, pos),
+         pc = put_i64(testing::cpu_backend(), Shape{B * T}, pos);
   for (bool with_positions : {false, true}) {
     const Tensor pgt = with_positions ? pg.tensor() : Tensor();
     const Tensor pct = with_positions ? pc.tensor() : Tensor();
     Quad x = quad(gpu, Shape{B, T, H, D}, bf16_values(B * T * H * D, 8));
     gpu.rope_forward(x.gf, cg, sg, pgt);
     gpu.rope_forward(x.gb, cg, sg, pgt);
-    cpu().rope_forward(x.cb, cc, sc, pct);
+    testing::cpu_backend().rope_forward(x.cb, cc, sc, pct);
     expect_rounded(gpu, x, "rope forward");
     expect_bf16_close(gpu, x, false, "rope forward vs cpu");
     Quad dx = quad(gpu, Shape{B, T, H, D}, bf16_values(B * T * H * D, 9));
     gpu.rope_backward(dx.gf, cg, sg, pgt);
     gpu.rope_backward(dx.gb, cg, sg, pgt);
-    cpu().rope_backward(dx.cb, cc, sc, pct);
+    testing::cpu_backend().rope_backward(dx.cb, cc, sc, pct);
     expect_rounded(gpu, dx, "rope backward");
     expect_bf16_close(gpu, dx, false, "rope backward vs cpu");
   }
@@ -304,19 +310,21 @@ TEST_P(CudaBf16Attention, PlainKernelsAreTheRoundedFp32Result) {
   Quad v = quad(gpu, ks, bf16_values(ks.numel(), 13)), o = quad_zeros(gpu, qs);
   Quad lse = quad_zeros(gpu, ls);
   Buffer lse_gb = put(gpu, ls, std::vector<float>(ls.numel(), 0.0f));
-  Buffer lse_cb = put(cpu(), ls, std::vector<float>(ls.numel(), 0.0f));
+  Buffer lse_cb = put(testing::cpu_backend(), ls, std::vector<float>(ls.numel(), 0.0f));
   const std::vector<std::int64_t> docs = halves(c.B, c.T);
-  Buffer dg = put_i64(gpu, Shape{c.B * c.T}, docs), dc = put_i64(cpu(), Shape{c.B * c.T}, docs);
+  Buffer dg = put_i64(gpu, Shape{c.B * c.T}, docs),
+         dc = put_i64(testing::cpu_backend(), Shape{c.B * c.T}, docs);
   const Tensor dgt = c.documents ? dg.tensor() : Tensor(),
                dct = c.documents ? dc.tensor() : Tensor();
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   gpu.attention_forward(q.gf, k.gf, v.gf, o.gf, lse.gf, c.window, scale, dgt);
   gpu.attention_forward(q.gb, k.gb, v.gb, o.gb, lse_gb, c.window, scale, dgt);
-  cpu().attention_forward(q.cb, k.cb, v.cb, o.cb, lse_cb, c.window, scale, dct);
+  testing::cpu_backend().attention_forward(q.cb, k.cb, v.cb, o.cb, lse_cb, c.window, scale, dct);
   expect_rounded(gpu, o, "attention out");
   expect_bf16_close(gpu, o, false, "attention out vs cpu");
   EXPECT_TRUE(bit_identical(get(gpu, lse_gb), get(gpu, lse.gf)));
-  EXPECT_LE(rel_l2(get(gpu, lse_gb), get(cpu(), lse_cb)), reduction_bound(c.D + c.T));
+  EXPECT_LE(rel_l2(get(gpu, lse_gb), get(testing::cpu_backend(), lse_cb)),
+            reduction_bound(c.D + c.T));
 
   // The backward reads the saved output: the fp32 run gets the same bf16-rounded one.
   gpu.cast(o.gf, o.gb);
@@ -326,8 +334,8 @@ TEST_P(CudaBf16Attention, PlainKernelsAreTheRoundedFp32Result) {
                          scale, dgt);
   gpu.attention_backward(q.gb, k.gb, v.gb, o.gb, lse_gb, dout.gb, dq.gb, dk.gb, dv.gb, c.window,
                          scale, dgt);
-  cpu().attention_backward(q.cb, k.cb, v.cb, o.cb, lse_cb, dout.cb, dq.cb, dk.cb, dv.cb, c.window,
-                           scale, dct);
+  testing::cpu_backend().attention_backward(q.cb, k.cb, v.cb, o.cb, lse_cb, dout.cb, dq.cb, dk.cb,
+                                            dv.cb, c.window, scale, dct);
   expect_rounded(gpu, dq, "attention dq");
   expect_rounded(gpu, dk, "attention dk");
   expect_rounded(gpu, dv, "attention dv");
@@ -349,26 +357,28 @@ TEST_P(CudaBf16Attention, DefaultPathMatchesTheCpu) {
        k = quad(gpu, ks, bf16_values(ks.numel(), 22));
   Quad v = quad(gpu, ks, bf16_values(ks.numel(), 23)), o = quad_zeros(gpu, qs);
   Buffer lse_g = put(gpu, ls, std::vector<float>(ls.numel(), 0.0f));
-  Buffer lse_c = put(cpu(), ls, std::vector<float>(ls.numel(), 0.0f));
+  Buffer lse_c = put(testing::cpu_backend(), ls, std::vector<float>(ls.numel(), 0.0f));
   const std::vector<std::int64_t> docs = halves(c.B, c.T);
-  Buffer dg = put_i64(gpu, Shape{c.B * c.T}, docs), dc = put_i64(cpu(), Shape{c.B * c.T}, docs);
+  Buffer dg = put_i64(gpu, Shape{c.B * c.T}, docs),
+         dc = put_i64(testing::cpu_backend(), Shape{c.B * c.T}, docs);
   const Tensor dgt = c.documents ? dg.tensor() : Tensor(),
                dct = c.documents ? dc.tensor() : Tensor();
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   gpu.attention_forward(q.gb, k.gb, v.gb, o.gb, lse_g, c.window, scale, dgt);
-  cpu().attention_forward(q.cb, k.cb, v.cb, o.cb, lse_c, c.window, scale, dct);
+  testing::cpu_backend().attention_forward(q.cb, k.cb, v.cb, o.cb, lse_c, c.window, scale, dct);
   const double fwd = 4 * kBf16U + reduction_bound(c.D + c.T);
   EXPECT_LE(gpu_vs_cpu(gpu, o.gb, o.cb), fwd);
-  EXPECT_LE(rel_l2(get(gpu, lse_g), get(cpu(), lse_c)), reduction_bound(c.D + c.T));
+  EXPECT_LE(rel_l2(get(gpu, lse_g), get(testing::cpu_backend(), lse_c)),
+            reduction_bound(c.D + c.T));
 
   Quad dout = quad(gpu, qs, bf16_values(qs.numel(), 24));
   Quad dq = quad_zeros(gpu, qs), dk = quad_zeros(gpu, ks), dv = quad_zeros(gpu, ks);
   // Both read the CPU's output (the saved activation), so only the backward differs.
-  gpu.upload(o.gb, bits(cpu(), o.cb).data());
+  gpu.upload(o.gb, bits(testing::cpu_backend(), o.cb).data());
   gpu.attention_backward(q.gb, k.gb, v.gb, o.gb, lse_g, dout.gb, dq.gb, dk.gb, dv.gb, c.window,
                          scale, dgt);
-  cpu().attention_backward(q.cb, k.cb, v.cb, o.cb, lse_c, dout.cb, dq.cb, dk.cb, dv.cb, c.window,
-                           scale, dct);
+  testing::cpu_backend().attention_backward(q.cb, k.cb, v.cb, o.cb, lse_c, dout.cb, dq.cb, dk.cb,
+                                            dv.cb, c.window, scale, dct);
   const double bwd = 4 * kBf16U + reduction_bound(2 * c.D + (c.Hq / c.Hkv) * c.T);
   EXPECT_LE(gpu_vs_cpu(gpu, dq.gb, dq.cb), bwd);
   EXPECT_LE(gpu_vs_cpu(gpu, dk.gb, dk.cb), bwd);
@@ -390,14 +400,14 @@ TEST(CudaBf16, SwigluAddEmbeddingAndRows) {
   Quad h = quad_zeros(gpu, Shape{n});
   gpu.swiglu_forward(g.gf, u.gf, h.gf);
   gpu.swiglu_forward(g.gb, u.gb, h.gb);
-  cpu().swiglu_forward(g.cb, u.cb, h.cb);
+  testing::cpu_backend().swiglu_forward(g.cb, u.cb, h.cb);
   expect_rounded(gpu, h, "swiglu h");
   expect_bf16_close(gpu, h, false, "swiglu h vs cpu");
   Quad dh = quad(gpu, Shape{n}, bf16_values(n, 33)), dg = quad_zeros(gpu, Shape{n});
   Quad du = quad_zeros(gpu, Shape{n});
   gpu.swiglu_backward(g.gf, u.gf, dh.gf, dg.gf, du.gf);
   gpu.swiglu_backward(g.gb, u.gb, dh.gb, dg.gb, du.gb);
-  cpu().swiglu_backward(g.cb, u.cb, dh.cb, dg.cb, du.cb);
+  testing::cpu_backend().swiglu_backward(g.cb, u.cb, dh.cb, dg.cb, du.cb);
   expect_rounded(gpu, dg, "swiglu dg");
   expect_rounded(gpu, du, "swiglu du");
   expect_bf16_close(gpu, dg, false, "swiglu dg vs cpu");
@@ -406,38 +416,38 @@ TEST(CudaBf16, SwigluAddEmbeddingAndRows) {
   Quad sum = quad_zeros(gpu, Shape{n});
   gpu.add(g.gf, u.gf, sum.gf);
   gpu.add(g.gb, u.gb, sum.gb);
-  cpu().add(g.cb, u.cb, sum.cb);
+  testing::cpu_backend().add(g.cb, u.cb, sum.cb);
   expect_rounded(gpu, sum, "add");
   expect_bf16_close(gpu, sum, true, "add vs cpu");
 
   const std::int64_t V = 50, d = 300, T = 400;
   std::vector<std::int64_t> ids(T);
   for (std::int64_t t = 0; t < T; ++t) ids[t] = (t * 7919 + t / 3) % V;  // many repeats
-  Buffer id_g = put_i64(gpu, Shape{T}, ids), id_c = put_i64(cpu(), Shape{T}, ids);
+  Buffer id_g = put_i64(gpu, Shape{T}, ids), id_c = put_i64(testing::cpu_backend(), Shape{T}, ids);
   // An f32 table that is not bf16-representable: the bf16 lookup rounds it.
   const std::vector<float> table_values = normal(V * d, 34);
   Quad table = quad(gpu, Shape{V, d}, table_values), out = quad_zeros(gpu, Shape{T, d});
   gpu.embedding_forward(id_g, table.gf, out.gf);
   gpu.embedding_forward(id_g, table.gf, out.gb);  // f32 table -> bf16 rows (the model's lookup)
-  cpu().embedding_forward(id_c, table.cf, out.cb);
+  testing::cpu_backend().embedding_forward(id_c, table.cf, out.cb);
   expect_rounded(gpu, out, "embedding from the f32 table");
   expect_bf16_close(gpu, out, true, "embedding from the f32 table vs cpu");
   Quad out16 = quad_zeros(gpu, Shape{T, d});
   gpu.embedding_forward(id_g, table.gb, out16.gb);  // bf16 table -> bf16 rows
-  cpu().embedding_forward(id_c, table.cb, out16.cb);
+  testing::cpu_backend().embedding_forward(id_c, table.cb, out16.cb);
   EXPECT_EQ(bits(gpu, out16.gb), bits(gpu, out.gb));
   expect_bf16_close(gpu, out16, true, "embedding from a bf16 table vs cpu");
 
   Quad dout = quad(gpu, Shape{T, d}, bf16_values(T * d, 35));
   Quad dtable = quad(gpu, Shape{V, d}, normal(V * d, 36));  // f32, accumulated into
   gpu.embedding_backward(id_g, dout.gb, dtable.gf);
-  cpu().embedding_backward(id_c, dout.cb, dtable.cf);
-  EXPECT_TRUE(bit_identical(get(gpu, dtable.gf), get(cpu(), dtable.cf)))
-      << "rel L2 " << rel_l2(get(gpu, dtable.gf), get(cpu(), dtable.cf));
+  testing::cpu_backend().embedding_backward(id_c, dout.cb, dtable.cf);
+  EXPECT_TRUE(bit_identical(get(gpu, dtable.gf), get(testing::cpu_backend(), dtable.cf)))
+      << "rel L2 " << rel_l2(get(gpu, dtable.gf), get(testing::cpu_backend(), dtable.cf));
 
   Quad index = quad_i64(gpu, Shape{5}, {39, 0, 7, 7, 12}), rows = quad_zeros(gpu, Shape{5, d});
   gpu.gather_rows(out16.gb, index.gb, rows.gb);
-  cpu().gather_rows(out16.cb, index.cb, rows.cb);
+  testing::cpu_backend().gather_rows(out16.cb, index.cb, rows.cb);
   expect_bf16_close(gpu, rows, true, "gather_rows vs cpu");
 }
 
@@ -453,11 +463,13 @@ TEST(CudaBf16, FusedCrossEntropyWithinItsRoundingBounds) {
   for (std::int64_t i = 128; i < 192; ++i) labels[i] = -100;  // a whole chunk of 64 ignored
   Quad hidden = quad(gpu, Shape{N, d}, bf16_values(N * d, 41));
   Quad w = quad(gpu, Shape{V, d}, bf16_values(V * d, 42, 0.3f));
-  Buffer lab_g = put_i64(gpu, Shape{N}, labels), lab_c = put_i64(cpu(), Shape{N}, labels);
-  Buffer logits = put(cpu(), Shape{N, V}, std::vector<float>(N * V, 0.0f));
-  cpu().linear_forward(hidden.cf, w.cf, logits);
+  Buffer lab_g = put_i64(gpu, Shape{N}, labels),
+         lab_c = put_i64(testing::cpu_backend(), Shape{N}, labels);
+  Buffer logits = put(testing::cpu_backend(), Shape{N, V}, std::vector<float>(N * V, 0.0f));
+  testing::cpu_backend().linear_forward(hidden.cf, w.cf, logits);
   double max_logit = 0.0;
-  for (float x : get(cpu(), logits)) max_logit = std::max(max_logit, std::fabs(double{x}));
+  for (float x : get(testing::cpu_backend(), logits))
+    max_logit = std::max(max_logit, std::fabs(double{x}));
   ASSERT_GT(max_logit, 1.0);
   const float z = 1e-4f, gs = 1.0f / N;
   for (const char* chunk : {"64", ""}) {  // several chunks (one all-ignored), then the default
@@ -468,11 +480,13 @@ TEST(CudaBf16, FusedCrossEntropyWithinItsRoundingBounds) {
     Quad dh = quad_zeros(gpu, Shape{N, d});
     Quad dw = quad_zeros(gpu, Shape{V, d});  // f32 for both precisions: use .gf/.cf and these
     Buffer dw_gb = put(gpu, Shape{V, d}, std::vector<float>(V * d, 0.0f));
-    Buffer dw_cb = put(cpu(), Shape{V, d}, std::vector<float>(V * d, 0.0f));
+    Buffer dw_cb = put(testing::cpu_backend(), Shape{V, d}, std::vector<float>(V * d, 0.0f));
     const auto gf = gpu.lm_head_cross_entropy(hidden.gf, w.gf, lab_g, z, gs, dh.gf, dw.gf);
     const auto gb = gpu.lm_head_cross_entropy(hidden.gb, w.gb, lab_g, z, gs, dh.gb, dw_gb);
-    const auto cf = cpu().lm_head_cross_entropy(hidden.cf, w.cf, lab_c, z, gs, dh.cf, dw.cf);
-    const auto cb = cpu().lm_head_cross_entropy(hidden.cb, w.cb, lab_c, z, gs, dh.cb, dw_cb);
+    const auto cf =
+        testing::cpu_backend().lm_head_cross_entropy(hidden.cf, w.cf, lab_c, z, gs, dh.cf, dw.cf);
+    const auto cb =
+        testing::cpu_backend().lm_head_cross_entropy(hidden.cb, w.cb, lab_c, z, gs, dh.cb, dw_cb);
     EXPECT_EQ(gb.count, cb.count);
     const double ce_bound = 2.0 * kBf16U * max_logit * gb.count;
     const double z_bound = 2.0 * kBf16U * max_logit * std::sqrt(gb.count * gf.z_sum) * 1.01;
@@ -501,8 +515,8 @@ TEST(CudaBf16, TokenLogProbsOfBf16Logits) {
   Quad logits = quad(gpu, Shape{n, V}, bf16_values(n * V, 43, 3.0f));
   std::vector<std::int64_t> t(n);
   for (std::int64_t i = 0; i < n; ++i) t[i] = (i * 97) % V;
-  Buffer tg = put_i64(gpu, Shape{n}, t), tc = put_i64(cpu(), Shape{n}, t);
-  const auto a = cpu().token_log_probs(logits.cb, tc);
+  Buffer tg = put_i64(gpu, Shape{n}, t), tc = put_i64(testing::cpu_backend(), Shape{n}, t);
+  const auto a = testing::cpu_backend().token_log_probs(logits.cb, tc);
   const auto b = gpu.token_log_probs(logits.gb, tg);
   const auto f = gpu.token_log_probs(logits.gf, tg);
   ASSERT_EQ(a.size(), b.size());

@@ -22,7 +22,6 @@
 
 #include "tandem/core/error.h"
 #include "tandem/kernels/backend.h"
-#include "tandem/kernels/cpu/cpu_backend.h"
 
 namespace tandem::cuda_testing {
 
@@ -35,12 +34,6 @@ using kernels::Tensor;
 constexpr double kU = 5.9604644775390625e-08;  // 2^-24
 constexpr double kElementwise = 16 * kU;
 inline double reduction_bound(double terms) { return 2.0 * terms * kU; }
-
-// The CPU backend every GPU op is checked against.
-inline Backend& cpu() {
-  static kernels::CpuBackend backend;
-  return backend;
-}
 
 // The CUDA backend, or null with the reason in `why`.
 inline std::unique_ptr<Backend> cuda_backend(std::string* why) {

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "../support/test_support.h"
 #include "cuda_test_util.h"
 
 namespace tandem::cuda_testing {
@@ -16,16 +17,18 @@ struct Both {
   Buffer c, g;
 };
 Both both(Backend& gpu, Shape shape, const std::vector<float>& values) {
-  return {put(cpu(), shape, values), put(gpu, shape, values)};
+  return {put(testing::cpu_backend(), shape, values), put(gpu, shape, values)};
 }
 Both both_i64(Backend& gpu, Shape shape, const std::vector<std::int64_t>& values) {
-  return {put_i64(cpu(), shape, values), put_i64(gpu, shape, values)};
+  return {put_i64(testing::cpu_backend(), shape, values), put_i64(gpu, shape, values)};
 }
 Both zeros(Backend& gpu, Shape shape) {
   return both(gpu, shape, std::vector<float>(static_cast<std::size_t>(shape.numel()), 0.0f));
 }
 // rel-L2 of the GPU result against the CPU result.
-double diff(Backend& gpu, const Both& x) { return rel_l2(get(gpu, x.g), get(cpu(), x.c)); }
+double diff(Backend& gpu, const Both& x) {
+  return rel_l2(get(gpu, x.g), get(testing::cpu_backend(), x.c));
+}
 
 TEST(CudaOps, GemmAllTransposesMatchCpu) {
   REQUIRE_CUDA(gpu);
@@ -35,7 +38,7 @@ TEST(CudaOps, GemmAllTransposesMatchCpu) {
       const Shape sa = ta ? Shape{K, M} : Shape{M, K}, sb = tb ? Shape{N, K} : Shape{K, N};
       Both a = both(gpu, sa, normal(M * K, 1)), b = both(gpu, sb, normal(K * N, 2));
       Both c = both(gpu, Shape{M, N}, normal(M * N, 3));
-      cpu().gemm(ta, tb, 0.75f, a.c, b.c, 0.5f, c.c);
+      testing::cpu_backend().gemm(ta, tb, 0.75f, a.c, b.c, 0.5f, c.c);
       gpu.gemm(ta, tb, 0.75f, a.g, b.g, 0.5f, c.g);
       EXPECT_LE(diff(gpu, c), reduction_bound(K)) << "trans_a " << ta << " trans_b " << tb;
     }
@@ -43,9 +46,9 @@ TEST(CudaOps, GemmAllTransposesMatchCpu) {
   // K = 0: C = beta * C.
   Both a = both(gpu, Shape{M, 0}, {}), b = both(gpu, Shape{0, N}, {});
   Both c = both(gpu, Shape{M, N}, normal(M * N, 4));
-  cpu().gemm(false, false, 1.0f, a.c, b.c, 0.5f, c.c);
+  testing::cpu_backend().gemm(false, false, 1.0f, a.c, b.c, 0.5f, c.c);
   gpu.gemm(false, false, 1.0f, a.g, b.g, 0.5f, c.g);
-  EXPECT_TRUE(bit_identical(get(gpu, c.g), get(cpu(), c.c)));
+  EXPECT_TRUE(bit_identical(get(gpu, c.g), get(testing::cpu_backend(), c.c)));
 }
 
 TEST(CudaOps, LinearForwardAndBackwardMatchCpu) {
@@ -54,14 +57,14 @@ TEST(CudaOps, LinearForwardAndBackwardMatchCpu) {
   Both x = both(gpu, Shape{T, in}, normal(T * in, 5)),
        w = both(gpu, Shape{out, in}, normal(out * in, 6));
   Both y = zeros(gpu, Shape{T, out});
-  cpu().linear_forward(x.c, w.c, y.c);
+  testing::cpu_backend().linear_forward(x.c, w.c, y.c);
   gpu.linear_forward(x.g, w.g, y.g);
   EXPECT_LE(diff(gpu, y), reduction_bound(in));
   for (bool accumulate : {false, true}) {
     Both dy = both(gpu, Shape{T, out}, normal(T * out, 7));
     Both dx = both(gpu, Shape{T, in}, normal(T * in, 8));
     Both dw = both(gpu, Shape{out, in}, normal(out * in, 9));
-    cpu().linear_backward(x.c, w.c, dy.c, dx.c, dw.c, accumulate);
+    testing::cpu_backend().linear_backward(x.c, w.c, dy.c, dx.c, dw.c, accumulate);
     gpu.linear_backward(x.g, w.g, dy.g, dx.g, dw.g, accumulate);
     EXPECT_LE(diff(gpu, dx), reduction_bound(out + 1)) << "accumulate " << accumulate;
     EXPECT_LE(diff(gpu, dw), reduction_bound(T + 1));
@@ -76,14 +79,14 @@ TEST(CudaOps, EmbeddingMatchesCpuBitForBit) {
   Both id = both_i64(gpu, Shape{T}, ids);
   Both table = both(gpu, Shape{V, d}, normal(V * d, 10));
   Both out = zeros(gpu, Shape{T, d});
-  cpu().embedding_forward(id.c, table.c, out.c);
+  testing::cpu_backend().embedding_forward(id.c, table.c, out.c);
   gpu.embedding_forward(id.g, table.g, out.g);
-  EXPECT_TRUE(bit_identical(get(gpu, out.g), get(cpu(), out.c)));
+  EXPECT_TRUE(bit_identical(get(gpu, out.g), get(testing::cpu_backend(), out.c)));
   Both dout = both(gpu, Shape{T, d}, normal(T * d, 11));
   Both dtable = both(gpu, Shape{V, d}, normal(V * d, 12));
-  cpu().embedding_backward(id.c, dout.c, dtable.c);
+  testing::cpu_backend().embedding_backward(id.c, dout.c, dtable.c);
   gpu.embedding_backward(id.g, dout.g, dtable.g);
-  EXPECT_TRUE(bit_identical(get(gpu, dtable.g), get(cpu(), dtable.c)))
+  EXPECT_TRUE(bit_identical(get(gpu, dtable.g), get(testing::cpu_backend(), dtable.c)))
       << "rel L2 " << diff(gpu, dtable);
 
   ids[17] = V;  // out of range: an error naming the id, as on the CPU
@@ -98,14 +101,14 @@ TEST(CudaOps, RmsNormMatchesCpu) {
     Both x = both(gpu, Shape{rows, d}, normal(rows * d, 13, 2.0f));
     Both w = both(gpu, Shape{d}, normal(d, 14));
     Both y = zeros(gpu, Shape{rows, d}), rstd = zeros(gpu, Shape{rows});
-    cpu().rmsnorm_forward(x.c, w.c, y.c, rstd.c, 1e-6f);
+    testing::cpu_backend().rmsnorm_forward(x.c, w.c, y.c, rstd.c, 1e-6f);
     gpu.rmsnorm_forward(x.g, w.g, y.g, rstd.g, 1e-6f);
     EXPECT_LE(diff(gpu, y), kElementwise) << d;
     EXPECT_LE(diff(gpu, rstd), kElementwise) << d;
     Both dy = both(gpu, Shape{rows, d}, normal(rows * d, 15));
     Both dx = zeros(gpu, Shape{rows, d});
     Both dw = both(gpu, Shape{d}, normal(d, 16));
-    cpu().rmsnorm_backward(x.c, w.c, rstd.c, dy.c, dx.c, dw.c);
+    testing::cpu_backend().rmsnorm_backward(x.c, w.c, rstd.c, dy.c, dx.c, dw.c);
     gpu.rmsnorm_backward(x.g, w.g, rstd.g, dy.g, dx.g, dw.g);
     EXPECT_LE(diff(gpu, dx), kElementwise) << d;  // sums in double on both sides
     EXPECT_LE(diff(gpu, dw), kElementwise) << d;
@@ -124,10 +127,10 @@ TEST(CudaOps, RopeMatchesCpuWithAndWithoutPositions) {
     Both x = both(gpu, Shape{B, T, H, D}, normal(B * T * H * D, 19));
     const Tensor pc = with_positions ? positions.c.tensor() : Tensor();
     const Tensor pg = with_positions ? positions.g.tensor() : Tensor();
-    cpu().rope_forward(x.c, cos.c, sin.c, pc);
+    testing::cpu_backend().rope_forward(x.c, cos.c, sin.c, pc);
     gpu.rope_forward(x.g, cos.g, sin.g, pg);
     EXPECT_LE(diff(gpu, x), kElementwise);
-    cpu().rope_backward(x.c, cos.c, sin.c, pc);
+    testing::cpu_backend().rope_backward(x.c, cos.c, sin.c, pc);
     gpu.rope_backward(x.g, cos.g, sin.g, pg);
     EXPECT_LE(diff(gpu, x), kElementwise);
   }
@@ -174,7 +177,7 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
   const Tensor dc = with_docs ? docs.c.tensor() : Tensor(),
                dg = with_docs ? docs.g.tensor() : Tensor();
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
-  cpu().attention_forward(q.c, k.c, v.c, out.c, lse.c, c.window, scale, dc);
+  testing::cpu_backend().attention_forward(q.c, k.c, v.c, out.c, lse.c, c.window, scale, dc);
   gpu.attention_forward(q.g, k.g, v.g, out.g, lse.g, c.window, scale, dg);
   // Scores are D-term sums, outputs T-term weighted sums.
   EXPECT_LE(diff(gpu, out), reduction_bound(c.D + c.T));
@@ -182,8 +185,8 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
 
   Both dout = both(gpu, qs, normal(qs.numel(), 24));
   Both dq = zeros(gpu, qs), dk = zeros(gpu, ks), dv = zeros(gpu, ks);
-  cpu().attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c, c.window, scale,
-                           dc);
+  testing::cpu_backend().attention_backward(q.c, k.c, v.c, out.c, lse.c, dout.c, dq.c, dk.c, dv.c,
+                                            c.window, scale, dc);
   gpu.attention_backward(q.g, k.g, v.g, out.g, lse.g, dout.g, dq.g, dk.g, dv.g, c.window, scale,
                          dg);
   // dP and delta are D-term sums; dK and dV sum over the group's queries.
@@ -224,33 +227,34 @@ TEST(CudaOps, ElementwiseOpsMatchCpu) {
   const std::int64_t n = 1000;
   Both g = both(gpu, Shape{n}, normal(n, 28, 3.0f)), u = both(gpu, Shape{n}, normal(n, 29));
   Both h = zeros(gpu, Shape{n});
-  cpu().swiglu_forward(g.c, u.c, h.c);
+  testing::cpu_backend().swiglu_forward(g.c, u.c, h.c);
   gpu.swiglu_forward(g.g, u.g, h.g);
   EXPECT_LE(diff(gpu, h), kElementwise);
   Both dh = both(gpu, Shape{n}, normal(n, 30)), dg = zeros(gpu, Shape{n});
-  cpu().swiglu_backward(g.c, u.c, dh.c, dg.c, u.c);  // du aliasing u, as the model does
+  testing::cpu_backend().swiglu_backward(g.c, u.c, dh.c, dg.c,
+                                         u.c);  // du aliasing u, as the model does
   gpu.swiglu_backward(g.g, u.g, dh.g, dg.g, u.g);
   EXPECT_LE(diff(gpu, dg), kElementwise);
   EXPECT_LE(diff(gpu, u), kElementwise);
 
   Both a = both(gpu, Shape{n}, normal(n, 31)), b = both(gpu, Shape{n}, normal(n, 32));
-  cpu().add(a.c, b.c, a.c);  // y aliasing a
+  testing::cpu_backend().add(a.c, b.c, a.c);  // y aliasing a
   gpu.add(a.g, b.g, a.g);
-  EXPECT_TRUE(bit_identical(get(gpu, a.g), get(cpu(), a.c)));
-  cpu().scale(a.c, 0.3f);
+  EXPECT_TRUE(bit_identical(get(gpu, a.g), get(testing::cpu_backend(), a.c)));
+  testing::cpu_backend().scale(a.c, 0.3f);
   gpu.scale(a.g, 0.3f);
-  EXPECT_TRUE(bit_identical(get(gpu, a.g), get(cpu(), a.c)));
-  cpu().fill(b.c, -2.5f);
+  EXPECT_TRUE(bit_identical(get(gpu, a.g), get(testing::cpu_backend(), a.c)));
+  testing::cpu_backend().fill(b.c, -2.5f);
   gpu.fill(b.g, -2.5f);
-  EXPECT_TRUE(bit_identical(get(gpu, b.g), get(cpu(), b.c)));
+  EXPECT_TRUE(bit_identical(get(gpu, b.g), get(testing::cpu_backend(), b.c)));
 
   const std::int64_t rows = 40, d = 33;
   Both src = both(gpu, Shape{rows, d}, normal(rows * d, 33));
   Both index = both_i64(gpu, Shape{5}, {39, 0, 7, 7, 12});
   Both dst = zeros(gpu, Shape{5, d});
-  cpu().gather_rows(src.c, index.c, dst.c);
+  testing::cpu_backend().gather_rows(src.c, index.c, dst.c);
   gpu.gather_rows(src.g, index.g, dst.g);
-  EXPECT_TRUE(bit_identical(get(gpu, dst.g), get(cpu(), dst.c)));
+  EXPECT_TRUE(bit_identical(get(gpu, dst.g), get(testing::cpu_backend(), dst.c)));
   Buffer bad = put_i64(gpu, Shape{5}, {1, 2, 40, 3, 4});
   EXPECT_THROW(
       {
@@ -276,8 +280,8 @@ TEST(CudaOps, FusedCrossEntropyMatchesCpuOverSeveralChunks) {
       unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
     Both dh = both(gpu, Shape{N, d}, normal(N * d, 36));  // overwritten
     Both dw = both(gpu, Shape{V, d}, normal(V * d, 37));  // accumulated
-    const auto rc =
-        cpu().lm_head_cross_entropy(hidden.c, w.c, label.c, 1e-4f, 1.0f / N, dh.c, dw.c);
+    const auto rc = testing::cpu_backend().lm_head_cross_entropy(hidden.c, w.c, label.c, 1e-4f,
+                                                                 1.0f / N, dh.c, dw.c);
     const auto rg = gpu.lm_head_cross_entropy(hidden.g, w.g, label.g, 1e-4f, 1.0f / N, dh.g, dw.g);
     EXPECT_EQ(rg.count, rc.count);
     EXPECT_NEAR(rg.ce_sum, rc.ce_sum, reduction_bound(d) * std::fabs(rc.ce_sum)) << chunk;
@@ -301,7 +305,7 @@ TEST(CudaOps, TokenLogProbsMatchCpu) {
   std::vector<std::int64_t> t(n);
   for (std::int64_t i = 0; i < n; ++i) t[i] = (i * 97) % V;
   Both targets = both_i64(gpu, Shape{n}, t);
-  const auto a = cpu().token_log_probs(logits.c, targets.c);
+  const auto a = testing::cpu_backend().token_log_probs(logits.c, targets.c);
   const auto b = gpu.token_log_probs(logits.g, targets.g);
   ASSERT_EQ(a.size(), b.size());
   // Both in double over fp32 logits: V-term double sums, far below fp32 rounding.
@@ -312,7 +316,7 @@ TEST(CudaOps, SumOfSquaresAndAdamWMatchCpuBitForBit) {
   REQUIRE_CUDA(gpu);
   for (std::int64_t n : {5, 16384 * 3 + 1234}) {
     Both x = both(gpu, Shape{n}, normal(n, 39));
-    EXPECT_EQ(gpu.sum_of_squares(x.g), cpu().sum_of_squares(x.c)) << n;
+    EXPECT_EQ(gpu.sum_of_squares(x.g), testing::cpu_backend().sum_of_squares(x.c)) << n;
   }
   const std::int64_t n = 10007;
   std::vector<float> v0 = normal(n, 43);
@@ -329,11 +333,12 @@ TEST(CudaOps, SumOfSquaresAndAdamWMatchCpuBitForBit) {
     s.one_minus_beta2 = static_cast<float>(1 - 0.95);
     s.eps = 1e-8f;
     s.decay = decay;
-    cpu().adamw_update(p.c, g.c, m.c, v.c, s);
+    testing::cpu_backend().adamw_update(p.c, g.c, m.c, v.c, s);
     gpu.adamw_update(p.g, g.g, m.g, v.g, s);
-    EXPECT_TRUE(bit_identical(get(gpu, p.g), get(cpu(), p.c))) << "decay " << decay;
-    EXPECT_TRUE(bit_identical(get(gpu, m.g), get(cpu(), m.c)));
-    EXPECT_TRUE(bit_identical(get(gpu, v.g), get(cpu(), v.c)));
+    EXPECT_TRUE(bit_identical(get(gpu, p.g), get(testing::cpu_backend(), p.c)))
+        << "decay " << decay;
+    EXPECT_TRUE(bit_identical(get(gpu, m.g), get(testing::cpu_backend(), m.c)));
+    EXPECT_TRUE(bit_identical(get(gpu, v.g), get(testing::cpu_backend(), v.c)));
   }
 }
 

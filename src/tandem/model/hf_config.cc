@@ -257,7 +257,7 @@ ModelConfig read_hf_config(const json& hf, const std::string& src) {
   // transformers never enforces it; -1 (OLMo-core's export) means no limit.
   c.max_sequence_length = max_pos > 0 ? max_pos : -1;
 
-  c.layer_windows.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.n_layers, 0)), 0);
+  c.layer_windows.assign(static_cast<std::size_t>(c.n_layers), 0);
   if (type == "olmo3") {
     std::vector<std::string> types;
     if (present(hf, "layer_types")) {

@@ -157,7 +157,7 @@ std::vector<std::int64_t> sliding_window_layout(const std::vector<std::int64_t>&
                                                 bool force_last) {
   TANDEM_CHECK(!pattern.empty(), "sliding window pattern must not be empty");
   check_model_size(n_layers, "the number of layers");
-  std::vector<std::int64_t> windows(static_cast<std::size_t>(std::max<std::int64_t>(n_layers, 0)));
+  std::vector<std::int64_t> windows(static_cast<std::size_t>(n_layers));
   const auto len = static_cast<std::int64_t>(pattern.size());
   for (std::int64_t i = 0; i < n_layers; ++i) {
     std::int64_t w;
@@ -292,7 +292,7 @@ ModelConfig parse_model_config(io::ConfigSection s) {
     c.layer_windows = sliding_window_layout(pattern, c.n_layers, first, last);
   } else {
     s.mark_used("sliding_window");
-    c.layer_windows.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.n_layers, 0)), 0);
+    c.layer_windows.assign(static_cast<std::size_t>(c.n_layers), 0);
   }
   parse_rope(s, c);
   s.finish();

@@ -37,15 +37,15 @@ kernels::Tensor AdamW::exp_avg(std::size_t i) const {
   const auto n = static_cast<std::int64_t>(params_.at(i).size());
   return exp_avg_.tensor().view(static_cast<std::int64_t>(offsets_.at(i)), kernels::Shape{n});
 }
+kernels::Tensor AdamW::exp_avg_sq(std::size_t i) const {
+  const auto n = static_cast<std::int64_t>(params_.at(i).size());
+  return exp_avg_sq_.tensor().view(static_cast<std::int64_t>(offsets_.at(i)), kernels::Shape{n});
+}
+
 std::vector<std::pair<kernels::Tensor, kernels::Tensor>> AdamW::moment_runs() const {
   std::vector<std::pair<kernels::Tensor, kernels::Tensor>> out;
   for (std::size_t i = 0; i < params_.size(); ++i) out.emplace_back(exp_avg(i), exp_avg_sq(i));
   return out;
-}
-
-kernels::Tensor AdamW::exp_avg_sq(std::size_t i) const {
-  const auto n = static_cast<std::int64_t>(params_.at(i).size());
-  return exp_avg_sq_.tensor().view(static_cast<std::int64_t>(offsets_.at(i)), kernels::Shape{n});
 }
 
 void AdamW::set_step_count(std::int64_t step) {
