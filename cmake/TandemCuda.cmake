@@ -8,7 +8,10 @@
 # nvidia-cudnn-frontend wheel); libcudnn itself is opened at run time, so a binary built with it
 # still starts where cuDNN is missing and then uses its own attention kernel.
 
+option(TANDEM_CUDA_EMULATOR "Where no CUDA compiler is used: build the CUDA backend for the CPU \
+emulator of tests/cuda_emulator, so its tests run (its kernels' logic, not a GPU)" OFF)
 set(TANDEM_HAVE_CUDA OFF)
+set(TANDEM_EMULATED_CUDA OFF)
 set(TANDEM_HAVE_CUDNN_FRONTEND OFF)
 if(TANDEM_WITH_CUDA)
   include(CheckLanguage)
@@ -33,12 +36,53 @@ if(TANDEM_HAVE_CUDA)
   endif()
   message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures "
     "${CMAKE_CUDA_ARCHITECTURES}; cuDNN attention: ${TANDEM_HAVE_CUDNN_FRONTEND})")
+elseif(TANDEM_CUDA_EMULATOR)
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)
+  set(TANDEM_EMULATED_CUDA ON)
+  message(STATUS "CUDA backend: emulated on the CPU (tests/cuda_emulator; no GPU code is built)")
 else()
   message(STATUS "CUDA backend: off (no CUDA compiler found, or TANDEM_WITH_CUDA=OFF)")
 endif()
 
+# The CUDA backend's own sources compiled for the CUDA emulator (tests/cuda_emulator): the .cu
+# files rewritten by translate_cu.py (launches and dynamic shared memory; nothing else changes),
+# the host .cc files as they are, against the emulator's CUDA and cuBLASLt headers. cuDNN's
+# attention is left out: the plain attention kernels run.
+function(tandem_add_emulated_cuda_backend target)
+  set(dir ${CMAKE_SOURCE_DIR}/src/tandem/kernels/cuda)
+  set(emu ${CMAKE_SOURCE_DIR}/tests/cuda_emulator)
+  file(GLOB cu_sources CONFIGURE_DEPENDS ${dir}/*.cu)
+  file(GLOB cc_sources CONFIGURE_DEPENDS ${dir}/*.cc)
+  list(FILTER cc_sources EXCLUDE REGEX ".*/attention_cudnn\\.cc$")
+  set(translated "")
+  foreach(cu ${cu_sources})
+    get_filename_component(stem ${cu} NAME_WE)
+    set(out ${CMAKE_BINARY_DIR}/cuda_emulated/${stem}.cu.cc)
+    add_custom_command(OUTPUT ${out}
+      COMMAND Python3::Interpreter ${emu}/translate_cu.py ${cu} ${out}
+      DEPENDS ${cu} ${emu}/translate_cu.py VERBATIM)
+    list(APPEND translated ${out})
+  endforeach()
+  add_library(tandem_cuda_emulator STATIC ${emu}/scheduler.cc ${emu}/runtime.cc ${emu}/cublaslt.cc)
+  set_target_properties(tandem_cuda_emulator PROPERTIES UNITY_BUILD OFF)
+  target_include_directories(tandem_cuda_emulator BEFORE PUBLIC ${emu}/include)
+  target_link_libraries(tandem_cuda_emulator PUBLIC OpenMP::OpenMP_CXX)
+  target_sources(${target} PRIVATE ${translated} ${cc_sources})
+  target_compile_definitions(${target} PUBLIC TANDEM_HAVE_CUDA)
+  target_link_libraries(${target} PRIVATE tandem_cuda_emulator)
+  # Each kernel file has its own anonymous-namespace constants (kThreads, ...), and the emulator's
+  # headers define CUDA's keywords as macros: these files are compiled one by one. The explicitly
+  # rounded intrinsics (__fmaf_rn, __fadd_rn, ...) must stay single operations: no contraction.
+  set_source_files_properties(${translated} ${cc_sources} TARGET_DIRECTORY ${target} PROPERTIES
+    SKIP_UNITY_BUILD_INCLUSION ON COMPILE_OPTIONS -ffp-contract=off)
+endfunction()
+
 # Adds the CUDA backend's sources to the kernels library (a no-op without CUDA).
 function(tandem_add_cuda_backend target)
+  if(TANDEM_EMULATED_CUDA)
+    tandem_add_emulated_cuda_backend(${target})
+    return()
+  endif()
   if(NOT TANDEM_HAVE_CUDA)
     return()
   endif()

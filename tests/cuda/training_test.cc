@@ -50,8 +50,9 @@ TEST(CudaTraining, CurveFollowsThePyTorchReferenceAndTheCpuRun) {
     worst_ref = std::max(worst_ref, r);
     EXPECT_LE(r, 1e-4) << "step " << gpu_run[i]["step"];
   }
-  // The CPU backend's run of the first 30 steps from the same weights and batches.
-  const auto cpu_run = train("cpu", testing::temp_dir("cpu_curve"), 30);
+  // The CPU backend's run of the first 30 steps from the same weights and batches, on the
+  // 100-step run's learning-rate schedule (the cosine's length is max_steps unless t_max says).
+  const auto cpu_run = train("cpu", testing::temp_dir("cpu_curve"), 30, "scheduler.t_max=100");
   ASSERT_EQ(cpu_run.size(), 30u);
   double worst_cpu = 0.0;
   for (std::size_t i = 0; i < cpu_run.size(); ++i) {
@@ -78,10 +79,12 @@ TEST(CudaTraining, RepeatedRunIsBitIdentical) {
 }
 
 // Stage on one backend, continue on the other: the continued steps follow an uninterrupted run
-// on the first backend.
+// on the first backend. Every run has the 24-step run's learning-rate schedule: the stage that
+// stops at 12 must not decay over 12.
 void switch_backends(const std::string& first, const std::string& second,
-                     const std::string& extra = "", double bound = 1e-4) {
-  const std::string tag = first + (extra.empty() ? "" : "_bf16");
+                     const std::string& precision = "", double bound = 1e-4) {
+  const std::string tag = first + (precision.empty() ? "" : "_bf16");
+  const std::string extra = "scheduler.t_max=24 " + precision;
   const std::string straight = testing::temp_dir("switch_straight_" + tag);
   const auto full = train(first, straight, 24, extra);
   const std::string run = testing::temp_dir("switch_" + tag + "_to_" + second);

@@ -47,6 +47,22 @@ TEST(Gemm, BadLeadingDimensionIsAnError) {
                tandem::core::Error);
 }
 
+// An empty inner dimension: C = beta * C, and beta = 0 writes zeros without reading C (a NaN there
+// does not survive). Found by the CUDA tests run on the emulator: oneDNN refused lda = 0.
+TEST(Gemm, EmptyInnerDimensionScalesC) {
+  const i64 M = 3, N = 4, ldc = 5;
+  std::vector<float> C = random_floats(M * ldc, 4);
+  const std::vector<float> before = C;
+  gemm(false, false, M, N, 0, 1.0f, nullptr, 0, nullptr, N, 0.5f, C.data(), ldc);
+  for (i64 i = 0; i < M; ++i)
+    for (i64 j = 0; j < ldc; ++j)
+      EXPECT_EQ(C[i * ldc + j], j < N ? 0.5f * before[i * ldc + j] : before[i * ldc + j]);
+  std::fill(C.begin(), C.end(), std::nanf(""));
+  gemm(true, true, M, N, 0, 1.0f, nullptr, 0, nullptr, 0, 0.0f, C.data(), ldc);
+  for (i64 i = 0; i < M; ++i)
+    for (i64 j = 0; j < N; ++j) EXPECT_EQ(C[i * ldc + j], 0.0f);
+}
+
 struct LinearRef {
   i64 T, in, out;
   std::vector<double> y(const std::vector<double>& x, const std::vector<double>& w) const {

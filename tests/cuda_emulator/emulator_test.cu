@@ -1,0 +1,399 @@
+// The CUDA emulator's own tests: kernels written as for nvcc (this file is translated like the
+// backend's .cu files) run as CUDA defines them, and what the emulator claims to catch, it catches.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace {
+
+// ---- kernels ----
+
+// Each block sums its 256 inputs: shared memory, __syncthreads and a butterfly of shuffles.
+__global__ void block_sum_kernel(const float* x, float* out) {
+  __shared__ float partial[8];
+  const unsigned t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  float v = x[blockIdx.x * blockDim.x + t];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < 8 ? partial[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) w += __shfl_xor_sync(0xffffffffu, w, o);
+    if (lane == 0) out[blockIdx.x] = w;
+  }
+}
+
+// Rotates values through shared memory by one thread; `sync` orders the writes before the reads.
+__global__ void rotate_kernel(const float* x, float* y, bool sync) {
+  extern __shared__ float s[];
+  const unsigned t = threadIdx.x, n = blockDim.x;
+  s[t] = x[t];
+  if (sync) __syncthreads();
+  y[t] = s[(t + 1) % n];
+}
+
+// Broadcast from a lane chosen per call, and the 2-D and 3-D coordinates.
+__global__ void coordinates_kernel(int* out) {
+  const unsigned b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const unsigned t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  const int from_lane_5 = __shfl_sync(0xffffffffu, static_cast<int>(t), 5);
+  out[b * blockDim.x * blockDim.y * blockDim.z + t] =
+      static_cast<int>(b * 10000 + t) * 100 + from_lane_5 % 32;
+}
+
+__global__ void shuffle_after_exit_kernel(float* y) {
+  if (threadIdx.x >= 16) return;
+  y[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+// Lanes 0-15 shuffle among themselves (legal: the mask names exactly them) while 16-31 wait.
+__global__ void half_warp_kernel(float* y) {
+  float v = static_cast<float>(threadIdx.x);
+  if (threadIdx.x < 16) v = __shfl_xor_sync(0x0000ffffu, v, 1);
+  __syncthreads();
+  y[threadIdx.x] = v;
+}
+
+__global__ void split_warp_kernel(float* y) {
+  float v = 1.0f;
+  if (threadIdx.x < 16)
+    __syncthreads();
+  else
+    v = __shfl_xor_sync(0xffffffffu, v, 1);
+  y[threadIdx.x] = v;
+}
+
+__global__ void __launch_bounds__(64) bounded_kernel(float* y) { y[threadIdx.x] = 1.0f; }
+
+__global__ void big_shared_kernel(float* y) {
+  extern __shared__ float s[];
+  s[threadIdx.x] = 2.0f;
+  __syncthreads();
+  y[threadIdx.x] = s[threadIdx.x];
+}
+
+__global__ void record_error_kernel(int* word) {
+  if (threadIdx.x == 7 || threadIdx.x == 9) atomicCAS(word, 0, static_cast<int>(threadIdx.x));
+}
+
+// ---- helpers ----
+
+template <typename T>
+T* device(const std::vector<T>& host) {
+  T* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return p;
+}
+template <typename T>
+std::vector<T> host(const T* p, std::size_t n) {
+  std::vector<T> out(n);
+  EXPECT_EQ(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+std::vector<float> normal(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// ---- the programming model ----
+
+TEST(CudaEmulator, BlockReductionWithSharedMemoryAndShuffles) {
+  const std::vector<float> x = normal(4 * 256, 1);
+  float* dx = device(x);
+  float* dout = device(std::vector<float>(4, 0.0f));
+  block_sum_kernel<<<4, 256>>>(dx, dout);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<float> out = host(dout, 4);
+  for (int b = 0; b < 4; ++b) {
+    double ref = 0.0;
+    for (int t = 0; t < 256; ++t) ref += x[b * 256 + t];
+    EXPECT_NEAR(out[b], ref, 1e-4) << "block " << b;
+  }
+  cudaFree(dx);
+  cudaFree(dout);
+}
+
+// The race a missing __syncthreads makes is visible: the read comes before the neighbour's write,
+// and finds shared memory's garbage (NaN) instead of the value.
+TEST(CudaEmulator, AMissingBarrierReadsGarbage) {
+  const std::vector<float> x = normal(64, 2);
+  float* dx = device(x);
+  float* dy = device(std::vector<float>(64, 0.0f));
+  rotate_kernel<<<1, 64, 64 * sizeof(float)>>>(dx, dy, true);
+  std::vector<float> y = host(dy, 64);
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(y[t], x[(t + 1) % 64]);
+  rotate_kernel<<<1, 64, 64 * sizeof(float)>>>(dx, dy, false);
+  y = host(dy, 64);
+  int garbage = 0;
+  for (int t = 0; t < 63; ++t) garbage += std::isnan(y[t]);
+  EXPECT_EQ(garbage, 63);  // only the last thread reads a slot written before it
+  cudaFree(dx);
+  cudaFree(dy);
+}
+
+TEST(CudaEmulator, CoordinatesOfThreeDimensionalGridsAndBlocks) {
+  const dim3 grid(3, 2, 2), block(8, 4, 2);
+  const int blocks = 12, threads = 64;
+  int* d = device(std::vector<int>(blocks * threads, -1));
+  coordinates_kernel<<<grid, block>>>(d);
+  const std::vector<int> out = host(d, blocks * threads);
+  for (int b = 0; b < blocks; ++b)
+    for (int t = 0; t < threads; ++t)
+      EXPECT_EQ(out[b * threads + t], (b * 10000 + t) * 100 + (t / 32 * 32 + 5) % 32);
+  cudaFree(d);
+}
+
+TEST(CudaEmulator, AShuffleAmongTheLanesItNamesWhileOthersWait) {
+  float* d = device(std::vector<float>(32, 0.0f));
+  half_warp_kernel<<<1, 32>>>(d);
+  const std::vector<float> y = host(d, 32);
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(y[t], t < 16 ? static_cast<float>(t ^ 1) : t);
+  cudaFree(d);
+}
+
+TEST(CudaEmulator, IntegerAtomicsFirstWriterWins) {
+  int* d = device(std::vector<int>(1, 0));
+  record_error_kernel<<<1, 32>>>(d);
+  EXPECT_EQ(host(d, 1)[0], 7);
+  cudaFree(d);
+}
+
+// ---- what the emulator stops with a message (undefined or a hang on a GPU) ----
+
+using CudaEmulatorDeathTest = ::testing::Test;
+
+TEST_F(CudaEmulatorDeathTest, AShuffleNamingAnExitedLane) {
+  float* d = device(std::vector<float>(32, 0.0f));
+  EXPECT_DEATH(shuffle_after_exit_kernel<<<1, 32>>>(d), "which has exited");
+  cudaFree(d);
+}
+
+TEST_F(CudaEmulatorDeathTest, AShuffleNamingALaneTheBlockDoesNotHave) {
+  float* x = device(std::vector<float>(48, 1.0f));
+  float* out = device(std::vector<float>(1, 0.0f));
+  EXPECT_DEATH(block_sum_kernel<<<1, 48>>>(x, out), "which the block does not have");
+  cudaFree(x);
+  cudaFree(out);
+}
+
+TEST_F(CudaEmulatorDeathTest, AWarpSplitBetweenABarrierAndAShuffle) {
+  float* d = device(std::vector<float>(32, 0.0f));
+  EXPECT_DEATH(split_warp_kernel<<<1, 32>>>(d), "deadlock");
+  cudaFree(d);
+}
+
+// ---- launches a GPU refuses ----
+
+TEST(CudaEmulator, RefusedLaunchesSetTheLastErrorAndRunNothing) {
+  float* d = device(std::vector<float>(2048, 0.0f));
+  bounded_kernel<<<1, 1025>>>(d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // read once, then cleared
+  bounded_kernel<<<1, 128>>>(d);               // more threads than __launch_bounds__(64)
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchOutOfResources);
+  bounded_kernel<<<dim3(1, 65536), 32>>>(d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(host(d, 1)[0], 0.0f);
+  bounded_kernel<<<1, 64>>>(d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(host(d, 1)[0], 1.0f);
+  cudaFree(d);
+}
+
+TEST(CudaEmulator, DynamicSharedMemoryAbove48KiBNeedsTheAttribute) {
+  float* d = device(std::vector<float>(64, 0.0f));
+  const std::size_t bytes = 64 * 1024;
+  big_shared_kernel<<<1, 64, bytes>>>(d);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(host(d, 1)[0], 0.0f);
+  ASSERT_EQ(cudaFuncSetAttribute(big_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes)),
+            cudaSuccess);
+  big_shared_kernel<<<1, 64, bytes>>>(d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(host(d, 64)[63], 2.0f);
+  EXPECT_EQ(cudaFuncSetAttribute(big_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 228 * 1024),
+            cudaErrorInvalidValue);  // above Hopper's 227 KiB
+  cudaGetLastError();
+  cudaFree(d);
+}
+
+// ---- memory ----
+
+TEST(CudaEmulator, CopiesAreCheckedAgainstTheAllocationsTheyName) {
+  std::vector<float> h(16, 1.0f), other(16, 0.0f);
+  float* d = device(h);
+  EXPECT_EQ(cudaMemcpy(d + 8, h.data(), 8 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d + 9, h.data(), 8 * sizeof(float), cudaMemcpyHostToDevice),
+            cudaErrorInvalidValue);  // one float past the end
+  EXPECT_EQ(cudaMemcpy(other.data(), h.data(), 4, cudaMemcpyHostToDevice),
+            cudaErrorInvalidValue);  // a host pointer as the device side
+  EXPECT_EQ(cudaMemcpy(d, d + 4, 4, cudaMemcpyDeviceToHost),
+            cudaErrorInvalidValue);  // a device pointer as the host side
+  EXPECT_EQ(cudaMemset(other.data(), 0, 4), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFree(other.data()), cudaErrorInvalidValue);
+  cudaGetLastError();
+  float* fresh = nullptr;
+  ASSERT_EQ(cudaMalloc(&fresh, 4 * sizeof(float)), cudaSuccess);
+  EXPECT_TRUE(std::isnan(host(fresh, 4)[3]));  // fresh device memory is garbage, not zeros
+  cudaFree(fresh);
+  cudaFree(d);
+}
+
+// ---- cuBLASLt ----
+
+struct Gemm {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  Gemm(cublasOperation_t ta, cublasOperation_t tb, cudaDataType_t ab, cudaDataType_t ct,
+       std::uint64_t m, std::uint64_t n, std::uint64_t k, std::int64_t lda, std::int64_t ldb,
+       std::int64_t ldc) {
+    cublasLtCreate(&handle);
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(std::int32_t));
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(std::int32_t));
+    cublasLtMatrixLayoutCreate(&a, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
+    cublasLtMatrixLayoutCreate(&b, ab, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
+    cublasLtMatrixLayoutCreate(&c, ct, m, n, ldc);
+  }
+  cublasStatus_t choose(std::uint32_t alignment = 256) {
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof alignment);
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, c, pref, 1, &result, &count);
+    cublasLtMatmulPreferenceDestroy(pref);
+    algo = result.algo;
+    return s == CUBLAS_STATUS_SUCCESS && count == 1 ? s : CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  cublasStatus_t run(float alpha, const void* A, const void* B, float beta, void* C) {
+    return cublasLtMatmul(handle, desc, &alpha, A, a, B, b, &beta, C, c, C, c, &algo, nullptr, 0,
+                          nullptr);
+  }
+  ~Gemm() {
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(handle);
+  }
+};
+
+float bf16_value(float v) {
+  const __nv_bfloat16 b = __float2bfloat16_rn(v);
+  return __bfloat162float(b);
+}
+
+// Column-major, both operands transposed or not, padded leading dimensions, fp32 and bf16.
+TEST(CudaEmulator, CublasLtMatmulIsTheColumnMajorProduct) {
+  const std::int64_t m = 5, n = 7, k = 9, pad = 3;
+  for (cudaDataType_t type : {CUDA_R_32F, CUDA_R_16BF}) {
+    for (cublasOperation_t ta : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      for (cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+        const std::int64_t a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
+        const std::int64_t b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
+        const std::int64_t lda = a_rows + pad, ldb = b_rows + pad, ldc = m + pad;
+        std::vector<float> A = normal(lda * a_cols, 3), B = normal(ldb * b_cols, 4),
+                           C = normal(ldc * n, 5);
+        if (type == CUDA_R_16BF)
+          for (auto* v : {&A, &B, &C})
+            for (float& x : *v) x = bf16_value(x);
+        auto to_device = [&](const std::vector<float>& v) -> void* {
+          if (type == CUDA_R_32F) return device(v);
+          std::vector<__nv_bfloat16> h(v.size());
+          for (std::size_t i = 0; i < v.size(); ++i) h[i] = __float2bfloat16_rn(v[i]);
+          return device(h);
+        };
+        void *dA = to_device(A), *dB = to_device(B), *dC = to_device(C);
+        Gemm g(ta, tb, type, type, m, n, k, lda, ldb, ldc);
+        ASSERT_EQ(g.choose(), CUBLAS_STATUS_SUCCESS);
+        ASSERT_EQ(g.run(0.5f, dA, dB, -2.0f, dC), CUBLAS_STATUS_SUCCESS);
+        std::vector<float> out(static_cast<std::size_t>(ldc * n));
+        if (type == CUDA_R_32F) {
+          out = host(static_cast<float*>(dC), out.size());
+        } else {
+          const auto h = host(static_cast<__nv_bfloat16*>(dC), out.size());
+          for (std::size_t i = 0; i < h.size(); ++i) out[i] = __bfloat162float(h[i]);
+        }
+        for (std::int64_t j = 0; j < n; ++j) {
+          for (std::int64_t i = 0; i < m; ++i) {
+            double s = 0.0;
+            for (std::int64_t p = 0; p < k; ++p) {
+              const double x = ta == CUBLAS_OP_N ? A[i + p * lda] : A[p + i * lda];
+              const double y = tb == CUBLAS_OP_N ? B[p + j * ldb] : B[j + p * ldb];
+              s += x * y;
+            }
+            const double ref = 0.5 * s - 2.0 * C[i + j * ldc];
+            const double tol = type == CUDA_R_32F ? 1e-5 : 1e-2 * (std::fabs(ref) + 1.0);
+            EXPECT_NEAR(out[i + j * ldc], ref, tol)
+                << "type " << type << " ta " << ta << " tb " << tb << " at " << i << "," << j;
+          }
+          for (std::int64_t i = m; i < ldc; ++i)  // the padding rows are not written
+            EXPECT_EQ(out[i + j * ldc], C[i + j * ldc]);
+        }
+        cudaFree(dA);
+        cudaFree(dB);
+        cudaFree(dC);
+      }
+    }
+  }
+}
+
+TEST(CudaEmulator, CublasLtRefusesWhatCublasLtRefuses) {
+  std::vector<float> x(64, 1.0f);
+  float* d = device(x);
+  {  // beta = 0: C is not read, so a NaN there does not reach D
+    std::vector<float> nan_c(4, std::nanf(""));
+    float* c = device(nan_c);
+    Gemm g(CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_32F, CUDA_R_32F, 2, 2, 2, 2, 2, 2);
+    ASSERT_EQ(g.choose(), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(g.run(1.0f, d, d, 0.0f, c), CUBLAS_STATUS_SUCCESS);
+    for (float v : host(c, 4)) EXPECT_EQ(v, 2.0f);
+    cudaFree(c);
+  }
+  {  // a leading dimension below the row count
+    Gemm g(CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_32F, CUDA_R_32F, 4, 2, 2, 3, 2, 4);
+    EXPECT_NE(g.choose(), CUBLAS_STATUS_SUCCESS);
+  }
+  {  // fp32 operands into a bf16 output: no such kernel
+    Gemm g(CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_32F, CUDA_R_16BF, 2, 2, 2, 2, 2, 2);
+    EXPECT_NE(g.choose(), CUBLAS_STATUS_SUCCESS);
+  }
+  {  // pointers less aligned than the algorithm was chosen for
+    Gemm g(CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_32F, CUDA_R_32F, 2, 2, 2, 2, 2, 2);
+    ASSERT_EQ(g.choose(16), CUBLAS_STATUS_SUCCESS);
+    EXPECT_NE(g.run(1.0f, d + 1, d, 0.0f, d + 32), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(g.run(1.0f, d + 4, d, 0.0f, d + 32), CUBLAS_STATUS_SUCCESS);
+  }
+  {  // an operand reaching past its allocation
+    Gemm g(CUBLAS_OP_N, CUBLAS_OP_N, CUDA_R_32F, CUDA_R_32F, 4, 4, 4, 4, 4, 4);
+    ASSERT_EQ(g.choose(4), CUBLAS_STATUS_SUCCESS);  // alignment is not what is tested here
+    EXPECT_EQ(g.run(1.0f, d + 48, d, 0.0f, d + 16), CUBLAS_STATUS_SUCCESS);
+    EXPECT_NE(g.run(1.0f, d + 56, d, 0.0f, d + 16), CUBLAS_STATUS_SUCCESS);
+    std::vector<float> host_c(16);
+    EXPECT_NE(g.run(1.0f, d, d, 0.0f, host_c.data()), CUBLAS_STATUS_SUCCESS);
+  }
+  cudaFree(d);
+}
+
+}  // namespace

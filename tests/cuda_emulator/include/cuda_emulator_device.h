@@ -1,0 +1,158 @@
+// The device side of the CUDA emulator: what a translated .cu file (tests/cuda_emulator/
+// translate_cu.py) needs beyond C++. Each CUDA thread of a block runs as a fiber on one CPU
+// thread; a fiber gives way only at a barrier (__syncthreads, or a warp shuffle), so a block runs
+// as the GPU's programming model allows, and a race that the model forbids (reading what another
+// thread writes before a barrier orders it) reads stale data here instead of passing unnoticed.
+// Barrier misuse that hangs or is undefined on a GPU (a shuffle naming an exited or absent lane,
+// a warp split between a shuffle and __syncthreads) stops the process with a message.
+#pragma once
+
+#include <math.h>  // nvcc's headers put expf, fmaxf, log, ... in the global namespace
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+// One block runs at a time on a CPU thread, so a thread-local static is the block's shared memory.
+#define __shared__ static thread_local
+#define __align__(n) alignas(n)
+
+namespace cuda_emulator {
+
+struct LaunchConfig {
+  dim3 grid, block;
+  std::size_t shared;
+  cudaStream_t stream;
+  LaunchConfig(dim3 g, dim3 b, std::size_t s = 0, cudaStream_t st = nullptr)
+      : grid(g), block(b), shared(s), stream(st) {}
+};
+
+namespace detail {
+// The running thread's coordinates, set by the scheduler before it resumes a fiber.
+struct Current {
+  uint3 thread;
+  uint3 block;
+  dim3 block_dim;
+  dim3 grid_dim;
+  unsigned lane;
+  void* shared;
+};
+extern thread_local Current t_current;
+}  // namespace detail
+
+void syncthreads();
+// One warp shuffle of `bytes` (at most 8) bytes: this lane offers `in` and receives the value
+// lane `src` offered.
+void warp_exchange(unsigned mask, const void* in, void* out, std::size_t bytes, int src);
+
+using Body = void (*)(void* frame);
+// Runs body(frame) as every thread of the grid; a launch the GPU would refuse sets the error that
+// cudaGetLastError returns, and runs nothing.
+void run_kernel(const LaunchConfig& config, unsigned max_threads, const void* address,
+                const char* name, Body body, void* frame);
+
+template <typename T>
+T* dynamic_shared() {
+  return static_cast<T*>(detail::t_current.shared);
+}
+
+// The arguments are evaluated once, as a launch does; each thread calls the kernel with its own
+// copies of them.
+template <typename F, typename... A>
+void launch(const LaunchConfig& config, unsigned max_threads, const void* address, const char* name,
+            F kernel, A&&... args) {
+  struct Frame {
+    F kernel;
+    std::tuple<std::decay_t<A>...> args;
+  };
+  Frame frame{kernel, std::tuple<std::decay_t<A>...>(std::forward<A>(args)...)};
+  run_kernel(
+      config, max_threads, address, name,
+      [](void* p) {
+        auto* f = static_cast<Frame*>(p);
+        std::apply(f->kernel, f->args);
+      },
+      &frame);
+}
+
+template <typename T>
+T shuffle(unsigned mask, T v, int src) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  T out;
+  warp_exchange(mask, &v, &out, sizeof(T), src);
+  return out;
+}
+
+[[noreturn]] void fail(const char* what);
+
+}  // namespace cuda_emulator
+
+#define threadIdx (::cuda_emulator::detail::t_current.thread)
+#define blockIdx (::cuda_emulator::detail::t_current.block)
+#define blockDim (::cuda_emulator::detail::t_current.block_dim)
+#define gridDim (::cuda_emulator::detail::t_current.grid_dim)
+#define warpSize 32
+
+inline void __syncthreads() { ::cuda_emulator::syncthreads(); }
+
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  if (width != 32) ::cuda_emulator::fail("__shfl_sync with a width other than 32");
+  return ::cuda_emulator::shuffle(mask, v, src_lane & 31);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  if (width != 32) ::cuda_emulator::fail("__shfl_xor_sync with a width other than 32");
+  return ::cuda_emulator::shuffle(
+      mask, v, static_cast<int>(::cuda_emulator::detail::t_current.lane) ^ (lane_mask & 31));
+}
+
+inline int atomicCAS(int* address, int compare, int value) {
+  __atomic_compare_exchange_n(address, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;
+}
+inline unsigned atomicCAS(unsigned* address, unsigned compare, unsigned value) {
+  __atomic_compare_exchange_n(address, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;
+}
+inline int atomicAdd(int* address, int value) {
+  return __atomic_fetch_add(address, value, __ATOMIC_SEQ_CST);
+}
+
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline int __float_as_int(float f) { return static_cast<int>(__float_as_uint(f)); }
+inline float __int_as_float(int i) { return __uint_as_float(static_cast<unsigned>(i)); }
+
+// The explicitly rounded intrinsics are single IEEE operations; the emulator's sources are compiled
+// with -ffp-contract=off, so none of them is fused with a neighbour.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return __builtin_sqrtf(a); }
+inline float __fmaf_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __fma_rn(double a, double b, double c) { return __builtin_fma(a, b, c); }

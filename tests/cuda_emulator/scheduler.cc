@@ -1,0 +1,348 @@
+// Runs a kernel's grid on the CPU: blocks one after another, the threads of a block as fibers on
+// the calling thread. A fiber runs until it reaches a barrier (__syncthreads or a warp shuffle) or
+// returns; the scheduler releases a barrier once every thread it waits for has reached it.
+// Fibers switch with a few instructions of assembly (x86-64 System V): no system call per switch,
+// which matters at millions of switches per test.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cuda_emulator_device.h"
+#include "emulator_state.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define TANDEM_EMULATOR_ASAN 1
+#endif
+
+#if !defined(__x86_64__)
+#error "the CUDA emulator's fibers are written for x86-64"
+#endif
+
+// cuda_emulator_switch(save, to): saves the callee-saved registers on the current stack, stores the
+// stack pointer in *save and resumes the context whose stack pointer is `to`. (MXCSR and the x87
+// control word are not switched: no kernel changes them, and reloading them costs more than the
+// rest of the switch.) cuda_emulator_start: the first return of a new fiber lands here and calls
+// r13(r12).
+asm(R"(
+.text
+.p2align 4
+.globl cuda_emulator_switch
+.hidden cuda_emulator_switch
+.type cuda_emulator_switch,@function
+cuda_emulator_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size cuda_emulator_switch,.-cuda_emulator_switch
+.p2align 4
+.globl cuda_emulator_start
+.hidden cuda_emulator_start
+.type cuda_emulator_start,@function
+cuda_emulator_start:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+.size cuda_emulator_start,.-cuda_emulator_start
+)");
+
+extern "C" void cuda_emulator_switch(void** save, void* to);
+extern "C" void cuda_emulator_start();
+
+namespace cuda_emulator {
+namespace {
+
+constexpr unsigned kWarp = 32;
+// Kernels are shallow: 64 KiB of stack is ample even with AddressSanitizer's redzones, and small
+// stacks keep a block's fibers within few pages of TLB.
+constexpr std::size_t kStackBytes = 64 * 1024;
+constexpr std::size_t kGuardBytes = 4096;
+constexpr std::size_t kFreshTopBytes = 4096;  // fiber_main's frame and the start frame live here
+constexpr std::size_t kSlotBytes = kStackBytes + kGuardBytes;
+
+enum class Wait : unsigned char { running, warp, block, done };
+
+struct Fiber {
+  void* sp = nullptr;
+  Wait wait = Wait::running;
+  uint3 index{};               // threadIdx
+  unsigned mask = 0;           // the shuffle's mask, while waiting at one
+  int src = 0;                 // the lane whose value it reads
+  std::uint64_t offered = 0;   // the value it offers
+  std::uint64_t received = 0;  // the value it got
+};
+
+// The fibers' stacks: one mapping per CPU thread, a guard region below each stack, grown to the
+// largest block seen.
+struct StackPool {
+  char* base = nullptr;
+  unsigned count = 0;
+  char* stack(unsigned t) { return base + std::size_t{t} * kSlotBytes + kGuardBytes; }
+  void reserve(unsigned n) {
+    if (n <= count) return;
+    if (base) munmap(base, std::size_t{count} * kSlotBytes);
+    const std::size_t bytes = std::size_t{n} * kSlotBytes;
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) fail("cannot map the fibers' stacks");
+    base = static_cast<char*>(p);
+    count = n;
+    for (unsigned t = 0; t < n; ++t)
+      mprotect(base + std::size_t{t} * kSlotBytes, kGuardBytes, PROT_NONE);
+  }
+  ~StackPool() {
+    if (base) munmap(base, std::size_t{count} * kSlotBytes);
+  }
+};
+
+struct BlockRun {
+  const char* kernel = "";
+  dim3 grid, block;
+  uint3 index{};
+  unsigned threads = 0;
+  std::vector<Fiber> fibers;
+  std::vector<unsigned char> shared;
+  Body body = nullptr;
+  void* frame = nullptr;
+  unsigned current = 0;
+  void* scheduler_sp = nullptr;
+  const void* scheduler_stack = nullptr;
+  std::size_t scheduler_stack_bytes = 0;
+};
+
+thread_local BlockRun* t_run = nullptr;
+thread_local StackPool t_stacks;
+
+BlockRun& run() {
+  if (!t_run) fail("a device function was called outside a kernel launch");
+  return *t_run;
+}
+
+[[noreturn]] void fail_in_block(const BlockRun& r, const std::string& what) {
+  const std::string msg = "CUDA emulator: " + what + " (kernel " + r.kernel + ", block (" +
+                          std::to_string(r.index.x) + "," + std::to_string(r.index.y) + "," +
+                          std::to_string(r.index.z) + ") of a grid (" + std::to_string(r.grid.x) +
+                          "," + std::to_string(r.grid.y) + "," + std::to_string(r.grid.z) + "), " +
+                          std::to_string(r.threads) + " threads per block)";
+  fail(msg.c_str());
+}
+
+// AddressSanitizer must be told which stack is live, or it misreads the fibers' frames.
+void begin_switch(void** fake, const void* bottom, std::size_t bytes) {
+#ifdef TANDEM_EMULATOR_ASAN
+  __sanitizer_start_switch_fiber(fake, bottom, bytes);
+#else
+  (void)fake, (void)bottom, (void)bytes;
+#endif
+}
+void end_switch(void* fake, const void** old_bottom, std::size_t* old_bytes) {
+#ifdef TANDEM_EMULATOR_ASAN
+  __sanitizer_finish_switch_fiber(fake, old_bottom, old_bytes);
+#else
+  (void)fake, (void)old_bottom, (void)old_bytes;
+#endif
+}
+
+[[noreturn]] void fiber_main(void*) {
+  BlockRun& r = *t_run;
+  end_switch(nullptr, &r.scheduler_stack, &r.scheduler_stack_bytes);
+  r.body(r.frame);
+  r.fibers[r.current].wait = Wait::done;
+  begin_switch(nullptr, r.scheduler_stack, r.scheduler_stack_bytes);
+  void* unused;
+  cuda_emulator_switch(&unused, r.scheduler_sp);
+  __builtin_unreachable();
+}
+
+// From a fiber back to the scheduler, until a barrier releases it.
+void wait_at(Wait w) {
+  BlockRun& r = run();
+  Fiber& f = r.fibers[r.current];
+  f.wait = w;
+  void* fake = nullptr;
+  begin_switch(&fake, r.scheduler_stack, r.scheduler_stack_bytes);
+  cuda_emulator_switch(&f.sp, r.scheduler_sp);
+  end_switch(fake, &r.scheduler_stack, &r.scheduler_stack_bytes);
+}
+
+void start_fiber(BlockRun& r, unsigned t) {
+  char* top = t_stacks.stack(t) + kStackBytes;
+#ifdef TANDEM_EMULATOR_ASAN
+  // The previous fiber on this stack ended inside fiber_main, which never returns, so ASan still
+  // holds that frame's redzones as poisoned: clear the top of the stack.
+  __asan_unpoison_memory_region(top - kFreshTopBytes, kFreshTopBytes);
+#endif
+  const auto aligned = (reinterpret_cast<std::uintptr_t>(top) - 64) & ~std::uintptr_t{15};
+  // What cuda_emulator_switch pops: r15, r14, r13 (the entry), r12 (its argument), rbx, rbp and
+  // the return address; after the return the stack pointer is 16-byte aligned, as a call needs.
+  auto* sp = reinterpret_cast<std::uint64_t*>(aligned - 56);
+  sp[0] = 0;
+  sp[1] = 0;
+  sp[2] = reinterpret_cast<std::uint64_t>(&fiber_main);
+  sp[3] = 0;
+  sp[4] = 0;
+  sp[5] = 0;
+  sp[6] = reinterpret_cast<std::uint64_t>(&cuda_emulator_start);
+  r.fibers[t] = Fiber{};
+  r.fibers[t].sp = sp;
+  r.fibers[t].index = uint3{t % r.block.x, t / r.block.x % r.block.y, t / (r.block.x * r.block.y)};
+}
+
+void resume(BlockRun& r, unsigned t) {
+  r.current = t;
+  detail::t_current.thread = r.fibers[t].index;
+  detail::t_current.lane = t % kWarp;
+  void* fake = nullptr;
+  begin_switch(&fake, t_stacks.stack(t), kStackBytes);
+  cuda_emulator_switch(&r.scheduler_sp, r.fibers[t].sp);
+  end_switch(fake, nullptr, nullptr);
+}
+
+// Releases the shuffles whose every named lane has arrived; false when none could be released.
+bool release_shuffles(BlockRun& r) {
+  bool released = false;
+  for (unsigned warp0 = 0; warp0 < r.threads; warp0 += kWarp) {
+    const unsigned lanes = r.threads - warp0 < kWarp ? r.threads - warp0 : kWarp;
+    unsigned handled = 0;  // lanes already part of a group looked at in this pass
+    for (unsigned first = 0; first < lanes; ++first) {
+      const Fiber& head = r.fibers[warp0 + first];
+      if (head.wait != Wait::warp || (handled >> first & 1u)) continue;
+      const unsigned mask = head.mask;
+      handled |= mask;
+      bool ready = true;
+      for (unsigned lane = 0; lane < kWarp && ready; ++lane) {
+        if (!(mask >> lane & 1u)) continue;
+        if (lane >= lanes)
+          fail_in_block(r, "a warp shuffle's mask names lane " + std::to_string(lane) +
+                               ", which the block does not have");
+        const Fiber& f = r.fibers[warp0 + lane];
+        if (f.wait == Wait::done)
+          fail_in_block(r, "a warp shuffle's mask names lane " + std::to_string(lane) +
+                               " of thread " + std::to_string(warp0 + lane) + ", which has exited");
+        if (f.wait != Wait::warp)
+          ready = false;
+        else if (f.mask != mask)
+          fail_in_block(r, "lanes of one warp shuffle with different masks");
+      }
+      if (!ready) continue;
+      for (unsigned lane = 0; lane < kWarp; ++lane) {
+        if (!(mask >> lane & 1u)) continue;
+        Fiber& f = r.fibers[warp0 + lane];
+        if (!(mask >> f.src & 1u))
+          fail_in_block(r, "a warp shuffle reads lane " + std::to_string(f.src) +
+                               ", which its mask does not name");
+        f.received = r.fibers[warp0 + static_cast<unsigned>(f.src)].offered;
+      }
+      for (unsigned lane = 0; lane < kWarp; ++lane)
+        if (mask >> lane & 1u) r.fibers[warp0 + lane].wait = Wait::running;
+      released = true;
+    }
+  }
+  return released;
+}
+
+void run_block(BlockRun& r) {
+  for (unsigned t = 0; t < r.threads; ++t) start_fiber(r, t);
+  // Shared memory starts as garbage on a GPU; all-ones bytes read as NaN in a float.
+  std::fill(r.shared.begin(), r.shared.end(), static_cast<unsigned char>(0xFF));
+  detail::t_current.block = r.index;
+  detail::t_current.block_dim = r.block;
+  detail::t_current.grid_dim = r.grid;
+  detail::t_current.shared = r.shared.empty() ? nullptr : r.shared.data();
+  for (;;) {
+    for (unsigned t = 0; t < r.threads; ++t)
+      if (r.fibers[t].wait == Wait::running) resume(r, t);
+    if (release_shuffles(r)) continue;
+    unsigned alive = 0, at_barrier = 0;
+    for (const Fiber& f : r.fibers) {
+      alive += f.wait != Wait::done;
+      at_barrier += f.wait == Wait::block;
+    }
+    if (alive == 0) return;
+    if (at_barrier == alive) {
+      for (Fiber& f : r.fibers)
+        if (f.wait == Wait::block) f.wait = Wait::running;
+      continue;
+    }
+    fail_in_block(r, "deadlock: " + std::to_string(at_barrier) +
+                         " threads wait at __syncthreads, " + std::to_string(alive - at_barrier) +
+                         " at a warp shuffle whose lanes never all arrive");
+  }
+}
+
+}  // namespace
+
+void fail(const char* what) {
+  std::fprintf(stderr, "%s\n", what);
+  std::fflush(stderr);
+  std::abort();
+}
+
+namespace detail {
+thread_local Current t_current{};
+}  // namespace detail
+
+void syncthreads() { wait_at(Wait::block); }
+
+void warp_exchange(unsigned mask, const void* in, void* out, std::size_t bytes, int src) {
+  BlockRun& r = run();
+  Fiber& f = r.fibers[r.current];
+  if (!(mask >> detail::t_current.lane & 1u))
+    fail_in_block(r, "a lane runs a warp shuffle whose mask does not name it");
+  f.offered = 0;
+  std::memcpy(&f.offered, in, bytes);
+  f.mask = mask;
+  f.src = src;
+  wait_at(Wait::warp);
+  std::memcpy(out, &r.fibers[r.current].received, bytes);
+}
+
+void run_kernel(const LaunchConfig& c, unsigned max_threads, const void* address, const char* name,
+                Body body, void* frame) {
+  if (t_run)
+    fail("a kernel launched from inside a kernel: the emulator has no dynamic parallelism");
+  const cudaError_t refused = detail::check_launch(c, max_threads, address);
+  if (refused != cudaSuccess) {
+    detail::set_last_error(refused);
+    return;
+  }
+  BlockRun r;
+  r.kernel = name;
+  r.grid = c.grid;
+  r.block = c.block;
+  r.threads = c.block.x * c.block.y * c.block.z;
+  r.fibers.resize(r.threads);
+  r.shared.resize(c.shared);
+  r.body = body;
+  r.frame = frame;
+  t_stacks.reserve(r.threads);
+  t_run = &r;
+  for (unsigned z = 0; z < c.grid.z; ++z)
+    for (unsigned y = 0; y < c.grid.y; ++y)
+      for (unsigned x = 0; x < c.grid.x; ++x) {
+        r.index = uint3{x, y, z};
+        run_block(r);
+      }
+  t_run = nullptr;
+  detail::t_current = detail::Current{};
+}
+
+}  // namespace cuda_emulator
