@@ -114,21 +114,47 @@ TEST(CudaTraining, GpuCheckpointResumesOnTheCpu) {
 }
 
 // bf16: the GPU's run follows the CPU backend's bf16 run from the same weights and batches.
+// The largest per-step relative loss difference of two runs of equal length.
+double worst_loss_rel(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst =
+        std::max(worst, rel(a[i]["train/loss"].get<double>(), b[i]["train/loss"].get<double>()));
+  return worst;
+}
+
+// The check, 200 steps (seconds on a GPU, and on the CPU at this size). bf16 training
+// amplifies last-bit differences: on the CPU alone, splitting the batch into micro-batches of 2
+// or 8 instead of 4 (the same sums in another order) moves the bf16 loss by up to 3.0e-3 relative
+// within 200 steps of this recipe, where fp32 moves by 4e-8. So the first 30 steps must be
+// within the 1e-3, and all 200 no further from the CPU's run than those two
+// reorderings of the CPU's own run are, measured here.
 TEST(CudaTraining, Bf16CurveFollowsTheCpuBf16Run) {
   REQUIRE_GPU();
-  const auto gpu_run = train("cuda", testing::temp_dir("cuda_bf16_curve"), 30, "precision=bf16");
-  const auto cpu_run = train("cpu", testing::temp_dir("cpu_bf16_curve"), 30, "precision=bf16");
-  ASSERT_EQ(gpu_run.size(), 30u);
-  ASSERT_EQ(cpu_run.size(), 30u);
-  double worst = 0.0;
+  const int steps = 200, early = 30;
+  const auto gpu_run = train("cuda", testing::temp_dir("cuda_bf16_curve"), steps, "precision=bf16");
+  const auto cpu_run = train("cpu", testing::temp_dir("cpu_bf16_curve"), steps, "precision=bf16");
+  ASSERT_EQ(gpu_run.size(), std::size_t{steps});
+  ASSERT_EQ(cpu_run.size(), std::size_t{steps});
+  double spread = 0.0;
+  for (int micro : {2, 8}) {
+    const auto reordered =
+        train("cpu", testing::temp_dir("cpu_bf16_micro" + std::to_string(micro)), steps,
+              "precision=bf16 data.micro_batch_size=" + std::to_string(micro));
+    ASSERT_EQ(reordered.size(), std::size_t{steps});
+    spread = std::max(spread, worst_loss_rel(reordered, cpu_run));
+  }
   for (std::size_t i = 0; i < cpu_run.size(); ++i) {
-    const double r =
-        rel(gpu_run[i]["train/loss"].get<double>(), cpu_run[i]["train/loss"].get<double>());
-    worst = std::max(worst, r);
-    EXPECT_LE(r, 1e-3) << "step " << cpu_run[i]["step"];
+    if (i < early)
+      EXPECT_LE(rel(gpu_run[i]["train/loss"].get<double>(), cpu_run[i]["train/loss"].get<double>()),
+                1e-3)
+          << "step " << cpu_run[i]["step"];
     EXPECT_EQ(gpu_run[i]["tokens"], cpu_run[i]["tokens"]);
   }
+  const double worst = worst_loss_rel(gpu_run, cpu_run);
+  EXPECT_LE(worst, spread) << "the CPU's own reorderings differ by " << spread;
   RecordProperty("worst_bf16_loss_rel_vs_cpu", std::to_string(worst));
+  RecordProperty("cpu_bf16_reordering_spread", std::to_string(spread));
 }
 
 TEST(CudaTraining, Bf16RepeatedRunIsBitIdentical) {
