@@ -96,9 +96,19 @@ struct StackPool {
   char* base = nullptr;
   unsigned count = 0;
   char* stack(unsigned t) { return base + std::size_t{t} * kSlotBytes + kGuardBytes; }
+  // ASan keeps the shadow of unmapped memory: clear what the fibers' frames left there, so that a
+  // later mapping at these addresses does not inherit it.
+  void release() {
+    if (!base) return;
+#ifdef TANDEM_EMULATOR_ASAN
+    for (unsigned t = 0; t < count; ++t) __asan_unpoison_memory_region(stack(t), kStackBytes);
+#endif
+    munmap(base, std::size_t{count} * kSlotBytes);
+    base = nullptr;
+  }
   void reserve(unsigned n) {
     if (n <= count) return;
-    if (base) munmap(base, std::size_t{count} * kSlotBytes);
+    release();
     const std::size_t bytes = std::size_t{n} * kSlotBytes;
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -108,9 +118,7 @@ struct StackPool {
     for (unsigned t = 0; t < n; ++t)
       mprotect(base + std::size_t{t} * kSlotBytes, kGuardBytes, PROT_NONE);
   }
-  ~StackPool() {
-    if (base) munmap(base, std::size_t{count} * kSlotBytes);
-  }
+  ~StackPool() { release(); }
 };
 
 struct BlockRun {
