@@ -39,6 +39,27 @@ __global__ void rotate_kernel(const float* x, float* y, bool sync) {
 }
 
 // Broadcast from a lane chosen per call, and the 2-D and 3-D coordinates.
+// Each thread reads its lower neighbour's slot: without a barrier, a race.
+__global__ void shift_kernel(const float* x, float* y) {
+  extern __shared__ float s[];
+  const unsigned t = threadIdx.x, n = blockDim.x, base = blockIdx.x * n;
+  s[t] = x[base + t];
+  y[base + t] = s[(t + n - 1) % n];
+}
+
+// Block 0 fills the array; every block reads it. Only block 0 may find the values.
+__global__ void first_block_writes_kernel(float* y) {
+  __shared__ float v[32];
+  if (blockIdx.x == 0) v[threadIdx.x] = 1.0f;
+  __syncthreads();
+  y[blockIdx.x * 32 + threadIdx.x] = v[threadIdx.x];
+}
+
+// Each block reads what the block before it wrote in the same launch: a race between blocks.
+__global__ void chain_kernel(float* y) {
+  if (threadIdx.x == 0) y[blockIdx.x] = blockIdx.x == 0 ? 1.0f : y[blockIdx.x - 1] + 1.0f;
+}
+
 __global__ void coordinates_kernel(int* out) {
   const unsigned b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   const unsigned t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
@@ -107,6 +128,19 @@ std::vector<float> normal(std::size_t n, unsigned seed) {
   return v;
 }
 
+// Runs a test in one order of blocks and threads, and puts the previous order back.
+struct ScopedOrder {
+  cuda_emulator::Order previous = cuda_emulator::order();
+  explicit ScopedOrder(cuda_emulator::Order o) { cuda_emulator::set_order(o); }
+  ~ScopedOrder() { cuda_emulator::set_order(previous); }
+};
+
+int count_nan(const std::vector<float>& v, std::size_t begin, std::size_t end) {
+  int n = 0;
+  for (std::size_t i = begin; i < end; ++i) n += std::isnan(v[i]);
+  return n;
+}
+
 // ---- the programming model ----
 
 TEST(CudaEmulator, BlockReductionWithSharedMemoryAndShuffles) {
@@ -128,6 +162,7 @@ TEST(CudaEmulator, BlockReductionWithSharedMemoryAndShuffles) {
 // The race a missing __syncthreads makes is visible: the read comes before the neighbour's write,
 // and finds shared memory's garbage (NaN) instead of the value.
 TEST(CudaEmulator, AMissingBarrierReadsGarbage) {
+  const ScopedOrder forward(cuda_emulator::Order::forward);
   const std::vector<float> x = normal(64, 2);
   float* dx = device(x);
   float* dy = device(std::vector<float>(64, 0.0f));
@@ -140,6 +175,67 @@ TEST(CudaEmulator, AMissingBarrierReadsGarbage) {
   for (int t = 0; t < 63; ++t) garbage += std::isnan(y[t]);
   EXPECT_EQ(garbage, 63);  // only the last thread reads a slot written before it
   cudaFree(dx);
+  cudaFree(dy);
+}
+
+// A race that reads the right value with the threads in index order (each reads a lower thread's
+// write) reads garbage with them reversed; the default order reverses every other block.
+TEST(CudaEmulator, TheThreadOrderVariesSoThatARaceInEitherDirectionShows) {
+  const std::vector<float> x = normal(2 * 64, 3);
+  float* dx = device(x);
+  float* dy = device(std::vector<float>(2 * 64, 0.0f));
+  {
+    const ScopedOrder forward(cuda_emulator::Order::forward);
+    shift_kernel<<<1, 64, 64 * sizeof(float)>>>(dx, dy);
+    const std::vector<float> y = host(dy, 64);
+    EXPECT_EQ(count_nan(y, 0, 64), 1);  // only thread 0, which reads thread 63's slot
+    for (int t = 1; t < 64; ++t) EXPECT_EQ(y[t], x[t - 1]);
+  }
+  {
+    const ScopedOrder reverse(cuda_emulator::Order::reverse);
+    shift_kernel<<<1, 64, 64 * sizeof(float)>>>(dx, dy);
+    EXPECT_EQ(count_nan(host(dy, 64), 0, 64), 63);
+  }
+  {
+    const ScopedOrder mixed(cuda_emulator::Order::mixed);
+    shift_kernel<<<2, 64, 64 * sizeof(float)>>>(dx, dy);
+    const std::vector<float> y = host(dy, 2 * 64);
+    const int a = count_nan(y, 0, 64), b = count_nan(y, 64, 128);
+    EXPECT_EQ(std::min(a, b), 1);
+    EXPECT_EQ(std::max(a, b), 63);
+  }
+  cudaFree(dx);
+  cudaFree(dy);
+}
+
+// A static __shared__ array holds garbage in every block, not the values the previous block of the
+// same kernel left in it.
+TEST(CudaEmulator, StaticSharedMemoryStartsAsGarbageInEveryBlock) {
+  const ScopedOrder forward(cuda_emulator::Order::forward);
+  float* dy = device(std::vector<float>(3 * 32, 0.0f));
+  first_block_writes_kernel<<<3, 32>>>(dy);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<float> y = host(dy, 3 * 32);
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(y[t], 1.0f);
+  EXPECT_EQ(count_nan(y, 32, 96), 64);
+  cudaFree(dy);
+}
+
+// Blocks are not ordered: one that reads another block's output of the same launch finds it in
+// index order, and not in reverse.
+TEST(CudaEmulator, TheBlockOrderVariesSoThatARaceBetweenBlocksShows) {
+  float* dy = device(std::vector<float>(4, 0.0f));
+  {
+    const ScopedOrder forward(cuda_emulator::Order::forward);
+    chain_kernel<<<4, 32>>>(dy);
+    EXPECT_EQ(host(dy, 4), (std::vector<float>{1, 2, 3, 4}));
+  }
+  cudaMemset(dy, 0, 4 * sizeof(float));
+  {
+    const ScopedOrder reverse(cuda_emulator::Order::reverse);
+    chain_kernel<<<4, 32>>>(dy);
+    EXPECT_EQ(host(dy, 4), (std::vector<float>{1, 1, 1, 1}));
+  }
   cudaFree(dy);
 }
 
@@ -163,10 +259,17 @@ TEST(CudaEmulator, AShuffleAmongTheLanesItNamesWhileOthersWait) {
   cudaFree(d);
 }
 
-TEST(CudaEmulator, IntegerAtomicsFirstWriterWins) {
+// Which of two threads' atomicCAS comes first is not defined; exactly one of them wins, the first
+// in the order the threads run.
+TEST(CudaEmulator, IntegerAtomicsTheFirstWriterWins) {
   int* d = device(std::vector<int>(1, 0));
-  record_error_kernel<<<1, 32>>>(d);
-  EXPECT_EQ(host(d, 1)[0], 7);
+  for (const auto [o, winner] :
+       {std::pair{cuda_emulator::Order::forward, 7}, std::pair{cuda_emulator::Order::reverse, 9}}) {
+    const ScopedOrder order(o);
+    cudaMemset(d, 0, sizeof(int));
+    record_error_kernel<<<1, 32>>>(d);
+    EXPECT_EQ(host(d, 1)[0], winner);
+  }
   cudaFree(d);
 }
 

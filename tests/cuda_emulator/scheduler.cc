@@ -1,12 +1,15 @@
 // Runs a kernel's grid on the CPU: blocks one after another, the threads of a block as fibers on
 // the calling thread. A fiber runs until it reaches a barrier (__syncthreads or a warp shuffle) or
-// returns; the scheduler releases a barrier once every thread it waits for has reached it.
+// returns; the scheduler releases a barrier once every thread it waits for has reached it. The
+// order of the blocks, and of the threads between two barriers, varies (Order), so that a race
+// that happens to read the right value in one order reads garbage in the other.
 // Fibers switch with a few instructions of assembly (x86-64 System V): no system call per switch,
 // which matters at millions of switches per test.
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -267,7 +270,9 @@ bool release_shuffles(BlockRun& r) {
   return released;
 }
 
-void run_block(BlockRun& r) {
+thread_local std::uint64_t t_block_serial = 0;
+
+void run_block(BlockRun& r, bool reverse_threads) {
   for (unsigned t = 0; t < r.threads; ++t) start_fiber(r, t);
   // Shared memory starts as garbage on a GPU; all-ones bytes read as NaN in a float.
   std::fill(r.shared.begin(), r.shared.end(), static_cast<unsigned char>(0xFF));
@@ -275,9 +280,12 @@ void run_block(BlockRun& r) {
   detail::t_current.block_dim = r.block;
   detail::t_current.grid_dim = r.grid;
   detail::t_current.shared = r.shared.empty() ? nullptr : r.shared.data();
+  detail::t_current.block_serial = ++t_block_serial;
   for (;;) {
-    for (unsigned t = 0; t < r.threads; ++t)
+    for (unsigned i = 0; i < r.threads; ++i) {
+      const unsigned t = reverse_threads ? r.threads - 1 - i : i;
       if (r.fibers[t].wait == Wait::running) resume(r, t);
+    }
     if (release_shuffles(r)) continue;
     unsigned alive = 0, at_barrier = 0;
     for (const Fiber& f : r.fibers) {
@@ -296,7 +304,33 @@ void run_block(BlockRun& r) {
   }
 }
 
+Order order_from_environment() {
+  const char* v = std::getenv("TANDEM_CUDA_EMULATOR_ORDER");
+  const std::string name = v ? v : "mixed";
+  if (name == "forward") return Order::forward;
+  if (name == "reverse") return Order::reverse;
+  if (name == "mixed") return Order::mixed;
+  fail(("CUDA emulator: TANDEM_CUDA_EMULATOR_ORDER=" + name +
+        " is not one of forward, reverse, mixed")
+           .c_str());
+}
+
+std::atomic<int> g_order{-1};  // an Order, or -1 until first asked
+std::atomic<std::uint64_t> g_launches{0};
+
 }  // namespace
+
+void set_order(Order o) { g_order.store(static_cast<int>(o)); }
+
+Order order() {
+  int o = g_order.load();
+  if (o < 0) {
+    int expected = -1;
+    g_order.compare_exchange_strong(expected, static_cast<int>(order_from_environment()));
+    o = g_order.load();
+  }
+  return static_cast<Order>(o);
+}
 
 void fail(const char* what) {
   std::fprintf(stderr, "%s\n", what);
@@ -342,13 +376,20 @@ void run_kernel(const LaunchConfig& c, unsigned max_threads, const void* address
   r.body = body;
   r.frame = frame;
   t_stacks.reserve(r.threads);
+  const Order o = order();
+  const std::uint64_t launch = g_launches.fetch_add(1);
+  const bool reverse_blocks = o == Order::reverse || (o == Order::mixed && launch % 2 == 1);
+  const std::uint64_t blocks = std::uint64_t{c.grid.x} * c.grid.y * c.grid.z;
   t_run = &r;
-  for (unsigned z = 0; z < c.grid.z; ++z)
-    for (unsigned y = 0; y < c.grid.y; ++y)
-      for (unsigned x = 0; x < c.grid.x; ++x) {
-        r.index = uint3{x, y, z};
-        run_block(r);
-      }
+  for (std::uint64_t i = 0; i < blocks; ++i) {
+    const std::uint64_t b = reverse_blocks ? blocks - 1 - i : i;
+    r.index =
+        uint3{static_cast<unsigned>(b % c.grid.x), static_cast<unsigned>(b / c.grid.x % c.grid.y),
+              static_cast<unsigned>(b / (std::uint64_t{c.grid.x} * c.grid.y))};
+    const bool reverse_threads =
+        o == Order::reverse || (o == Order::mixed && (b + launch) % 2 == 1);
+    run_block(r, reverse_threads);
+  }
   t_run = nullptr;
   detail::t_current = detail::Current{};
 }

@@ -12,6 +12,10 @@ Only the two constructs plain C++ cannot express are rewritten; every other line
          address for the attributes set on it (null for a template whose arguments the call
          deduces: the lambda calls the kernel by name, so deduction works as nvcc's does);
   extern __shared__ T name[];  ->  T* name = ::cuda_emulator::dynamic_shared<T>();
+  __shared__ T name[N][M];     ->  T (&name)[N][M] = ::cuda_emulator::static_shared<T[N][M], AT>();
+      (AT: the declaration's offset in the file, so that no two declarations of a file share storage)
+      (storage that every block finds full of garbage, whatever the previous block left there);
+a __shared__ in any other form stops the translation.
 
 usage: translate_cu.py INPUT.cu OUTPUT.cc
 """
@@ -19,6 +23,8 @@ import re
 import sys
 
 SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
+STATIC_SHARED = re.compile(r"__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([\w:]+)\s+(\w+)\s*"
+                           r"((?:\[[^\[\];]+\]\s*)*);")
 BOUNDS = re.compile(r"__launch_bounds__\s*\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*(\w+)\s*\(")
 
 
@@ -67,6 +73,17 @@ def translate(path, text):
                                r"(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(",
                                text))
     text = SHARED.sub(lambda m: f"{m.group(1)}* {m.group(2)} = ::cuda_emulator::dynamic_shared<{m.group(1)}>();", text)
+
+    def static_shared(m):
+        t, name, dims = m.group(1), m.group(2), re.sub(r"\s+", "", m.group(3))
+        ref = f"(&{name}){dims}" if dims else f"&{name}"
+        return f"{t} {ref} = ::cuda_emulator::static_shared<{t}{dims}, {m.start()}>();"
+
+    text = STATIC_SHARED.sub(static_shared, text)
+    for m in re.finditer(r"__shared__", text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if "//" not in text[line_start:m.start()]:  # a comment may name it
+            fail(path, text, m.start(), "a __shared__ declaration of a form the emulator does not know")
     out, pos = [], 0
     while True:
         start = text.find("<<<", pos)

@@ -24,8 +24,10 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// One block runs at a time on a CPU thread, so a thread-local static is the block's shared memory.
-#define __shared__ static thread_local
+// translate_cu.py rewrites every __shared__ declaration of a .cu file (static_shared and
+// dynamic_shared below); one left over (in a header, which is not translated) fails to compile
+// here.
+#define __shared__ __shared___declarations_belong_in_a_translated_cu_file
 #define __align__(n) alignas(n)
 
 namespace cuda_emulator {
@@ -47,6 +49,7 @@ struct Current {
   dim3 grid_dim;
   unsigned lane;
   void* shared;
+  std::uint64_t block_serial;  // distinct for every block run on this CPU thread
 };
 extern thread_local Current t_current;
 }  // namespace detail
@@ -66,6 +69,32 @@ template <typename T>
 T* dynamic_shared() {
   return static_cast<T*>(detail::t_current.shared);
 }
+
+// A static __shared__ variable: one per declaration (At, its place in its file) and type on each
+// CPU thread, which runs one block at a time. Each block finds it full of all-ones bytes (NaN as
+// floats), as a GPU's shared memory holds whatever was there, never what this kernel's previous
+// block left: the first thread of a block to reach the declaration fills it, before any thread of
+// the block can use it.
+template <typename T, int At>
+T& static_shared() {
+  static thread_local T storage;
+  static thread_local std::uint64_t filled_for = 0;
+  if (filled_for != detail::t_current.block_serial) {
+    std::memset(static_cast<void*>(&storage), 0xFF, sizeof storage);
+    filled_for = detail::t_current.block_serial;
+  }
+  return storage;
+}
+
+// The order in which blocks and the threads of a block run. A correct kernel gives the same
+// result in every order; one that reads what another thread or block writes without a barrier
+// that orders them (a race on a GPU) reads garbage in one order or the other. forward: blocks and
+// threads in index order; reverse: both reversed; mixed (the default, and what
+// TANDEM_CUDA_EMULATOR_ORDER=forward|reverse|mixed overrides): every other launch runs its blocks
+// in reverse, and every other block (alternating with the launch) its threads.
+enum class Order { forward, reverse, mixed };
+void set_order(Order order);
+Order order();
 
 // The arguments are evaluated once, as a launch does; each thread calls the kernel with its own
 // copies of them.
