@@ -5,9 +5,11 @@
 // (checkpoints are host files, independent of the backend that wrote them). The same under the
 // bf16 precision policy (precision=bf16), with the bound for a bf16 run against the CPU
 // backend's bf16 run: 1e-3 relative per step.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "../support/test_support.h"
@@ -62,8 +64,8 @@ TEST(CudaTraining, CurveFollowsThePyTorchReferenceAndTheCpuRun) {
     EXPECT_LE(r, 1e-4) << "step " << cpu_run[i]["step"];
     EXPECT_EQ(gpu_run[i]["tokens"], cpu_run[i]["tokens"]);
   }
-  RecordProperty("worst_loss_rel_vs_reference", std::to_string(worst_ref));
-  RecordProperty("worst_loss_rel_vs_cpu", std::to_string(worst_cpu));
+  RecordProperty("worst_loss_rel_vs_reference", fmt::format("{:.3g}", worst_ref));
+  RecordProperty("worst_loss_rel_vs_cpu", fmt::format("{:.3g}", worst_cpu));
 }
 
 TEST(CudaTraining, RepeatedRunIsBitIdentical) {
@@ -113,48 +115,51 @@ TEST(CudaTraining, GpuCheckpointResumesOnTheCpu) {
   switch_backends("cuda", "cpu");
 }
 
-// bf16: the GPU's run follows the CPU backend's bf16 run from the same weights and batches.
-// The largest per-step relative loss difference of two runs of equal length.
-double worst_loss_rel(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b) {
-  double worst = 0.0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst =
-        std::max(worst, rel(a[i]["train/loss"].get<double>(), b[i]["train/loss"].get<double>()));
-  return worst;
-}
-
-// The check, 200 steps (seconds on a GPU, and on the CPU at this size). bf16 training
-// amplifies last-bit differences: on the CPU alone, splitting the batch into micro-batches of 2
-// or 8 instead of 4 (the same sums in another order) moves the bf16 loss by up to 3.0e-3 relative
-// within 200 steps of this recipe, where fp32 moves by 4e-8. So the first 30 steps must be
-// within the 1e-3, and all 200 no further from the CPU's run than those two
-// reorderings of the CPU's own run are, measured here.
+// bf16: the GPU's 200-step run against the CPU backend's bf16 steps. Two bf16 runs that round
+// differently part over a long run, as any chaotic iteration does: on the CPU alone, micro-batches
+// of 1, 2 or 8 instead of 4, or 2 and 4 data-parallel ranks (the same sums in other orders), move
+// the loss by 1.2e-3 to 4.4e-3 relative within 200 steps of this recipe, where fp32 moves by 4e-8
+// (docs/cuda.md). A per-step bound on two free runs would test that chaos, not the GPU. So every
+// GPU step is compared with the CPU's bf16 step from the GPU's own state at most 25 steps before:
+// the CPU resumes each 25-step checkpoint of the GPU run (and starts once from the initial
+// weights) and trains 25 steps, each within the 1e-3. From a common state the CPU's
+// reorderings stay within 5e-5 over 25 steps.
 TEST(CudaTraining, Bf16CurveFollowsTheCpuBf16Run) {
   REQUIRE_GPU();
-  const int steps = 200, early = 30;
-  const auto gpu_run = train("cuda", testing::temp_dir("cuda_bf16_curve"), steps, "precision=bf16");
-  const auto cpu_run = train("cpu", testing::temp_dir("cpu_bf16_curve"), steps, "precision=bf16");
+  const int steps = 200, segment = 25;
+  const std::string extra = "precision=bf16 scheduler.t_max=" + std::to_string(steps);
+  const std::string gpu_dir = testing::temp_dir("cuda_bf16_curve");
+  const auto gpu_run = train("cuda", gpu_dir, steps,
+                             extra + fmt::format(" trainer.save_interval={} trainer.keep_last={}",
+                                                 segment, steps / segment));
   ASSERT_EQ(gpu_run.size(), std::size_t{steps});
-  ASSERT_EQ(cpu_run.size(), std::size_t{steps});
-  double spread = 0.0;
-  for (int micro : {2, 8}) {
-    const auto reordered =
-        train("cpu", testing::temp_dir("cpu_bf16_micro" + std::to_string(micro)), steps,
-              "precision=bf16 data.micro_batch_size=" + std::to_string(micro));
-    ASSERT_EQ(reordered.size(), std::size_t{steps});
-    spread = std::max(spread, worst_loss_rel(reordered, cpu_run));
+  double worst = 0.0;
+  std::string per_segment;  // the largest difference of each segment, for the record
+  for (int start = 0; start < steps; start += segment) {
+    double segment_worst = 0.0;
+    const std::string dir = testing::temp_dir("cpu_bf16_from_" + std::to_string(start));
+    if (start > 0) {
+      const std::string name = fmt::format("checkpoints/step-{:06d}", start);
+      std::filesystem::create_directories(dir + "/checkpoints");
+      std::filesystem::copy(gpu_dir + "/" + name, dir + "/" + name,
+                            std::filesystem::copy_options::recursive);
+    }
+    const auto cpu = train("cpu", dir, start + segment, extra);
+    ASSERT_EQ(cpu.size(), std::size_t{segment}) << "the CPU from the GPU's step " << start;
+    for (const auto& m : cpu) {
+      const auto& g = gpu_run.at(m["step"].get<std::size_t>() - 1);
+      ASSERT_EQ(g["step"], m["step"]);
+      EXPECT_EQ(g["tokens"], m["tokens"]);  // the same data order
+      const double r = rel(g["train/loss"].get<double>(), m["train/loss"].get<double>());
+      segment_worst = std::max(segment_worst, r);
+      EXPECT_LE(r, 1e-3) << "step " << m["step"] << ", the CPU from the GPU's step " << start;
+    }
+    worst = std::max(worst, segment_worst);
+    per_segment +=
+        fmt::format("{}{}: {:.2g}", per_segment.empty() ? "" : ", ", start, segment_worst);
   }
-  for (std::size_t i = 0; i < cpu_run.size(); ++i) {
-    if (i < early)
-      EXPECT_LE(rel(gpu_run[i]["train/loss"].get<double>(), cpu_run[i]["train/loss"].get<double>()),
-                1e-3)
-          << "step " << cpu_run[i]["step"];
-    EXPECT_EQ(gpu_run[i]["tokens"], cpu_run[i]["tokens"]);
-  }
-  const double worst = worst_loss_rel(gpu_run, cpu_run);
-  EXPECT_LE(worst, spread) << "the CPU's own reorderings differ by " << spread;
-  RecordProperty("worst_bf16_loss_rel_vs_cpu", std::to_string(worst));
-  RecordProperty("cpu_bf16_reordering_spread", std::to_string(spread));
+  RecordProperty("worst_bf16_loss_rel_vs_cpu", fmt::format("{:.3g}", worst));
+  RecordProperty("worst_bf16_loss_rel_per_segment", per_segment);
 }
 
 TEST(CudaTraining, Bf16RepeatedRunIsBitIdentical) {
