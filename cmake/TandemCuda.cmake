@@ -73,8 +73,11 @@ function(tandem_add_emulated_cuda_backend target)
   # Each kernel file has its own anonymous-namespace constants (kThreads, ...), and the emulator's
   # headers define CUDA's keywords as macros: these files are compiled one by one. The explicitly
   # rounded intrinsics (__fmaf_rn, __fadd_rn, ...) must stay single operations: no contraction.
-  set_source_files_properties(${translated} ${cc_sources} TARGET_DIRECTORY ${target} PROPERTIES
+  # nvcc's `#pragma unroll` means nothing to the host compiler: not worth a warning per loop.
+  set_source_files_properties(${cc_sources} TARGET_DIRECTORY ${target} PROPERTIES
     SKIP_UNITY_BUILD_INCLUSION ON COMPILE_OPTIONS -ffp-contract=off)
+  set_source_files_properties(${translated} TARGET_DIRECTORY ${target} PROPERTIES
+    SKIP_UNITY_BUILD_INCLUSION ON COMPILE_OPTIONS "-ffp-contract=off;-Wno-unknown-pragmas")
 endfunction()
 
 # Adds the CUDA backend's sources to the kernels library (a no-op without CUDA).

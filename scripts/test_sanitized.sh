@@ -29,7 +29,7 @@ suppressions="suppressions=$ROOT/scripts/lsan_suppressions.txt:print_suppression
 # unwinder sees far enough up their stacks to match the suppressions; the rest keep the fast one.
 mpi_tests='^(DataParallel|Faults|Zero1|Fsdp|PlanDist|MultiHost|HostLosses/MultiHostLoss|NcclCommunicator|NcclTraining|CommunicatorSelection)[./]|DeadRankDuringASave'
 # The CUDA backend runs here on the CPU emulator (tests/cuda_emulator, docs/cuda.md): every
-# test_cuda suite but the training runs, which take about 3 s a step emulated (run them by hand).
+# test_cuda suite but the training runs, which take about 1 s a step emulated (run them by hand).
 emulated_slow='^CudaTraining[.]'
 status=0
 if ((${#folders[@]} > 0)); then

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -222,8 +223,10 @@ TEST(CudaEmulator, StaticSharedMemoryStartsAsGarbageInEveryBlock) {
 }
 
 // Blocks are not ordered: one that reads another block's output of the same launch finds it in
-// index order, and not in reverse.
+// index order, and not in reverse. (On one CPU thread: blocks on several run at the same time.)
 TEST(CudaEmulator, TheBlockOrderVariesSoThatARaceBetweenBlocksShows) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
   float* dy = device(std::vector<float>(4, 0.0f));
   {
     const ScopedOrder forward(cuda_emulator::Order::forward);
@@ -237,6 +240,27 @@ TEST(CudaEmulator, TheBlockOrderVariesSoThatARaceBetweenBlocksShows) {
     EXPECT_EQ(host(dy, 4), (std::vector<float>{1, 1, 1, 1}));
   }
   cudaFree(dy);
+  omp_set_num_threads(threads);
+}
+
+// Blocks run on every OpenMP thread, each with its own shared memory; the result is the same.
+TEST(CudaEmulator, BlocksOnSeveralCpuThreadsGiveTheSameResult) {
+  const std::vector<float> x = normal(64 * 256, 4);
+  float* dx = device(x);
+  float* dout = device(std::vector<float>(64, 0.0f));
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<float>> results;
+  for (int n : {1, 2, 3}) {
+    omp_set_num_threads(n);
+    block_sum_kernel<<<64, 256>>>(dx, dout);
+    results.push_back(host(dout, 64));
+  }
+  omp_set_num_threads(threads);
+  EXPECT_EQ(results[1], results[0]);
+  EXPECT_EQ(results[2], results[0]);
+  EXPECT_EQ(count_nan(results[0], 0, 64), 0);
+  cudaFree(dx);
+  cudaFree(dout);
 }
 
 TEST(CudaEmulator, CoordinatesOfThreeDimensionalGridsAndBlocks) {
@@ -275,7 +299,12 @@ TEST(CudaEmulator, IntegerAtomicsTheFirstWriterWins) {
 
 // ---- what the emulator stops with a message (undefined or a hang on a GPU) ----
 
-using CudaEmulatorDeathTest = ::testing::Test;
+// The child of a death test starts afresh (threadsafe style): the parent's OpenMP threads, which
+// the emulator's launches started, do not survive a plain fork.
+class CudaEmulatorDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
 
 TEST_F(CudaEmulatorDeathTest, AShuffleNamingAnExitedLane) {
   float* d = device(std::vector<float>(32, 0.0f));

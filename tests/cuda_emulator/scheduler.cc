@@ -1,10 +1,10 @@
-// Runs a kernel's grid on the CPU: blocks one after another, the threads of a block as fibers on
-// the calling thread. A fiber runs until it reaches a barrier (__syncthreads or a warp shuffle) or
-// returns; the scheduler releases a barrier once every thread it waits for has reached it. The
-// order of the blocks, and of the threads between two barriers, varies (Order), so that a race
-// that happens to read the right value in one order reads garbage in the other.
-// Fibers switch with a few instructions of assembly (x86-64 System V): no system call per switch,
-// which matters at millions of switches per test.
+// Runs a kernel's grid on the CPU: the blocks spread over OpenMP's threads, the threads of a block
+// as fibers on one of them. A fiber runs until it reaches a barrier (__syncthreads or a warp
+// shuffle) or returns; the scheduler releases a barrier once every thread it waits for has reached
+// it. The order of the blocks, and of the threads between two barriers, varies (Order), so that a
+// race that happens to read the right value in one order reads garbage in the other. Fibers switch
+// with a few instructions of assembly (x86-64 System V): no system call per switch, which matters
+// at millions of switches per test.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -134,6 +134,9 @@ struct BlockRun {
   Body body = nullptr;
   void* frame = nullptr;
   unsigned current = 0;
+  bool reverse = false;         // this block's threads run in reverse order
+  unsigned position = 0;        // the current thread's place in that order
+  bool from_scheduler = false;  // the last switch came from the scheduler, not from a fiber
   void* scheduler_sp = nullptr;
   const void* scheduler_stack = nullptr;
   std::size_t scheduler_stack_bytes = 0;
@@ -172,26 +175,56 @@ void end_switch(void* fake, const void** old_bottom, std::size_t* old_bytes) {
 #endif
 }
 
+unsigned thread_at(const BlockRun& r, unsigned position) {
+  return r.reverse ? r.threads - 1 - position : position;
+}
+
+// After a fiber switches in: ASan's bookkeeping, and the scheduler's stack when it came from there.
+void arrived(BlockRun& r, void* fake) {
+  if (r.from_scheduler)
+    end_switch(fake, &r.scheduler_stack, &r.scheduler_stack_bytes);
+  else
+    end_switch(fake, nullptr, nullptr);
+}
+
+// Leaves the current fiber (its stack pointer saved in *save; fake is ASan's, null when the fiber
+// has ended) for the next one in this pass that can run, or, when there is none, for the
+// scheduler. Going from fiber to fiber directly halves the switches a pass takes.
+void switch_onward(BlockRun& r, void** save, void** fake) {
+  for (unsigned p = r.position + 1; p < r.threads; ++p) {
+    const unsigned t = thread_at(r, p);
+    if (r.fibers[t].wait != Wait::running) continue;
+    r.current = t;
+    r.position = p;
+    r.from_scheduler = false;
+    detail::t_current.thread = r.fibers[t].index;
+    detail::t_current.lane = t % kWarp;
+    begin_switch(fake, t_stacks.stack(t), kStackBytes);
+    cuda_emulator_switch(save, r.fibers[t].sp);
+    return;
+  }
+  begin_switch(fake, r.scheduler_stack, r.scheduler_stack_bytes);
+  cuda_emulator_switch(save, r.scheduler_sp);
+}
+
 [[noreturn]] void fiber_main(void*) {
   BlockRun& r = *t_run;
-  end_switch(nullptr, &r.scheduler_stack, &r.scheduler_stack_bytes);
+  arrived(r, nullptr);
   r.body(r.frame);
   r.fibers[r.current].wait = Wait::done;
-  begin_switch(nullptr, r.scheduler_stack, r.scheduler_stack_bytes);
   void* unused;
-  cuda_emulator_switch(&unused, r.scheduler_sp);
+  switch_onward(r, &unused, nullptr);
   __builtin_unreachable();
 }
 
-// From a fiber back to the scheduler, until a barrier releases it.
+// Leaves a fiber at a barrier, until the scheduler releases it.
 void wait_at(Wait w) {
   BlockRun& r = run();
   Fiber& f = r.fibers[r.current];
   f.wait = w;
   void* fake = nullptr;
-  begin_switch(&fake, r.scheduler_stack, r.scheduler_stack_bytes);
-  cuda_emulator_switch(&f.sp, r.scheduler_sp);
-  end_switch(fake, &r.scheduler_stack, &r.scheduler_stack_bytes);
+  switch_onward(r, &f.sp, &fake);
+  arrived(r, fake);
 }
 
 void start_fiber(BlockRun& r, unsigned t) {
@@ -217,8 +250,12 @@ void start_fiber(BlockRun& r, unsigned t) {
   r.fibers[t].index = uint3{t % r.block.x, t / r.block.x % r.block.y, t / (r.block.x * r.block.y)};
 }
 
-void resume(BlockRun& r, unsigned t) {
+// Starts a pass of the scheduler at the fiber in `position`; returns when the pass is over.
+void resume(BlockRun& r, unsigned position) {
+  const unsigned t = thread_at(r, position);
   r.current = t;
+  r.position = position;
+  r.from_scheduler = true;
   detail::t_current.thread = r.fibers[t].index;
   detail::t_current.lane = t % kWarp;
   void* fake = nullptr;
@@ -274,6 +311,7 @@ thread_local std::uint64_t t_block_serial = 0;
 
 void run_block(BlockRun& r, bool reverse_threads) {
   for (unsigned t = 0; t < r.threads; ++t) start_fiber(r, t);
+  r.reverse = reverse_threads;
   // Shared memory starts as garbage on a GPU; all-ones bytes read as NaN in a float.
   std::fill(r.shared.begin(), r.shared.end(), static_cast<unsigned char>(0xFF));
   detail::t_current.block = r.index;
@@ -282,10 +320,11 @@ void run_block(BlockRun& r, bool reverse_threads) {
   detail::t_current.shared = r.shared.empty() ? nullptr : r.shared.data();
   detail::t_current.block_serial = ++t_block_serial;
   for (;;) {
-    for (unsigned i = 0; i < r.threads; ++i) {
-      const unsigned t = reverse_threads ? r.threads - 1 - i : i;
-      if (r.fibers[t].wait == Wait::running) resume(r, t);
-    }
+    for (unsigned p = 0; p < r.threads; ++p)
+      if (r.fibers[thread_at(r, p)].wait == Wait::running) {
+        resume(r, p);  // runs every fiber of the pass that can run, from this one on
+        break;
+      }
     if (release_shuffles(r)) continue;
     unsigned alive = 0, at_barrier = 0;
     for (const Fiber& f : r.fibers) {
@@ -366,32 +405,39 @@ void run_kernel(const LaunchConfig& c, unsigned max_threads, const void* address
     detail::set_last_error(refused);
     return;
   }
-  BlockRun r;
-  r.kernel = name;
-  r.grid = c.grid;
-  r.block = c.block;
-  r.threads = c.block.x * c.block.y * c.block.z;
-  r.fibers.resize(r.threads);
-  r.shared.resize(c.shared);
-  r.body = body;
-  r.frame = frame;
-  t_stacks.reserve(r.threads);
   const Order o = order();
   const std::uint64_t launch = g_launches.fetch_add(1);
   const bool reverse_blocks = o == Order::reverse || (o == Order::mixed && launch % 2 == 1);
-  const std::uint64_t blocks = std::uint64_t{c.grid.x} * c.grid.y * c.grid.z;
-  t_run = &r;
-  for (std::uint64_t i = 0; i < blocks; ++i) {
-    const std::uint64_t b = reverse_blocks ? blocks - 1 - i : i;
-    r.index =
-        uint3{static_cast<unsigned>(b % c.grid.x), static_cast<unsigned>(b / c.grid.x % c.grid.y),
-              static_cast<unsigned>(b / (std::uint64_t{c.grid.x} * c.grid.y))};
-    const bool reverse_threads =
-        o == Order::reverse || (o == Order::mixed && (b + launch) % 2 == 1);
-    run_block(r, reverse_threads);
+  const std::int64_t blocks = std::int64_t{c.grid.x} * c.grid.y * c.grid.z;
+  // Blocks are independent (a kernel whose blocks depend on each other's order is wrong on a GPU
+  // too), so they run on the OpenMP threads, each with its own fibers, stacks and shared memory;
+  // each thread takes one contiguous range of blocks, in the launch's order.
+#pragma omp parallel if (blocks > 1)
+  {
+    BlockRun r;
+    r.kernel = name;
+    r.grid = c.grid;
+    r.block = c.block;
+    r.threads = c.block.x * c.block.y * c.block.z;
+    r.fibers.resize(r.threads);
+    r.shared.resize(c.shared);
+    r.body = body;
+    r.frame = frame;
+    t_stacks.reserve(r.threads);
+    t_run = &r;
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < blocks; ++i) {
+      const auto b = static_cast<std::uint64_t>(reverse_blocks ? blocks - 1 - i : i);
+      r.index =
+          uint3{static_cast<unsigned>(b % c.grid.x), static_cast<unsigned>(b / c.grid.x % c.grid.y),
+                static_cast<unsigned>(b / (std::uint64_t{c.grid.x} * c.grid.y))};
+      const bool reverse_threads =
+          o == Order::reverse || (o == Order::mixed && (b + launch) % 2 == 1);
+      run_block(r, reverse_threads);
+    }
+    t_run = nullptr;
+    detail::t_current = detail::Current{};
   }
-  t_run = nullptr;
-  detail::t_current = detail::Current{};
 }
 
 }  // namespace cuda_emulator
