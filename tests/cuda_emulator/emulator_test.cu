@@ -39,7 +39,6 @@ __global__ void rotate_kernel(const float* x, float* y, bool sync) {
   y[t] = s[(t + 1) % n];
 }
 
-// Broadcast from a lane chosen per call, and the 2-D and 3-D coordinates.
 // Each thread reads its lower neighbour's slot: without a barrier, a race.
 __global__ void shift_kernel(const float* x, float* y) {
   extern __shared__ float s[];
@@ -61,6 +60,7 @@ __global__ void chain_kernel(float* y) {
   if (threadIdx.x == 0) y[blockIdx.x] = blockIdx.x == 0 ? 1.0f : y[blockIdx.x - 1] + 1.0f;
 }
 
+// Broadcast from a lane chosen per call, and the 2-D and 3-D coordinates.
 __global__ void coordinates_kernel(int* out) {
   const unsigned b = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   const unsigned t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
@@ -134,6 +134,14 @@ struct ScopedOrder {
   cuda_emulator::Order previous = cuda_emulator::order();
   explicit ScopedOrder(cuda_emulator::Order o) { cuda_emulator::set_order(o); }
   ~ScopedOrder() { cuda_emulator::set_order(previous); }
+};
+
+// Runs launches on n CPU threads (the emulator spreads blocks over OpenMP's threads), and puts
+// the previous count back.
+struct ScopedCpuThreads {
+  int previous = omp_get_max_threads();
+  explicit ScopedCpuThreads(int n) { omp_set_num_threads(n); }
+  ~ScopedCpuThreads() { omp_set_num_threads(previous); }
 };
 
 int count_nan(const std::vector<float>& v, std::size_t begin, std::size_t end) {
@@ -225,8 +233,7 @@ TEST(CudaEmulator, StaticSharedMemoryStartsAsGarbageInEveryBlock) {
 // Blocks are not ordered: one that reads another block's output of the same launch finds it in
 // index order, and not in reverse. (On one CPU thread: blocks on several run at the same time.)
 TEST(CudaEmulator, TheBlockOrderVariesSoThatARaceBetweenBlocksShows) {
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const ScopedCpuThreads one(1);
   float* dy = device(std::vector<float>(4, 0.0f));
   {
     const ScopedOrder forward(cuda_emulator::Order::forward);
@@ -240,7 +247,6 @@ TEST(CudaEmulator, TheBlockOrderVariesSoThatARaceBetweenBlocksShows) {
     EXPECT_EQ(host(dy, 4), (std::vector<float>{1, 1, 1, 1}));
   }
   cudaFree(dy);
-  omp_set_num_threads(threads);
 }
 
 // Blocks run on every OpenMP thread, each with its own shared memory; the result is the same.
@@ -248,14 +254,12 @@ TEST(CudaEmulator, BlocksOnSeveralCpuThreadsGiveTheSameResult) {
   const std::vector<float> x = normal(64 * 256, 4);
   float* dx = device(x);
   float* dout = device(std::vector<float>(64, 0.0f));
-  const int threads = omp_get_max_threads();
   std::vector<std::vector<float>> results;
   for (int n : {1, 2, 3}) {
-    omp_set_num_threads(n);
+    const ScopedCpuThreads threads(n);
     block_sum_kernel<<<64, 256>>>(dx, dout);
     results.push_back(host(dout, 64));
   }
-  omp_set_num_threads(threads);
   EXPECT_EQ(results[1], results[0]);
   EXPECT_EQ(results[2], results[0]);
   EXPECT_EQ(count_nan(results[0], 0, 64), 0);
@@ -287,7 +291,7 @@ TEST(CudaEmulator, AShuffleAmongTheLanesItNamesWhileOthersWait) {
 // in the order the threads run.
 TEST(CudaEmulator, IntegerAtomicsTheFirstWriterWins) {
   int* d = device(std::vector<int>(1, 0));
-  for (const auto [o, winner] :
+  for (const auto& [o, winner] :
        {std::pair{cuda_emulator::Order::forward, 7}, std::pair{cuda_emulator::Order::reverse, 9}}) {
     const ScopedOrder order(o);
     cudaMemset(d, 0, sizeof(int));

@@ -13,8 +13,8 @@ Only the two constructs plain C++ cannot express are rewritten; every other line
          deduces: the lambda calls the kernel by name, so deduction works as nvcc's does);
   extern __shared__ T name[];  ->  T* name = ::cuda_emulator::dynamic_shared<T>();
   __shared__ T name[N][M];     ->  T (&name)[N][M] = ::cuda_emulator::static_shared<T[N][M], AT>();
-      (AT: the declaration's offset in the file, so that no two declarations of a file share storage)
-      (storage that every block finds full of garbage, whatever the previous block left there);
+      storage that every block finds full of garbage, whatever the previous block left there
+      (AT: the declaration's offset in the file, so that no two declarations share storage);
 a __shared__ in any other form stops the translation.
 
 usage: translate_cu.py INPUT.cu OUTPUT.cc
