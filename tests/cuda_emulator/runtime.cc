@@ -34,6 +34,7 @@ struct State {
   std::size_t in_use = 0;
   std::set<const void*> pinned;
   std::set<const void*> streams;
+  std::set<const void*> events;
   std::map<const void*, int> shared_limit;  // kernel -> max dynamic shared memory
 };
 
@@ -162,20 +163,44 @@ cudaError_t check_launch(const LaunchConfig& c, unsigned max_threads, const void
 
 using cuda_emulator::error;
 using cuda_emulator::state;
+using cuda_emulator::State;
+
+namespace {
+
+// The emulated node's GPUs: TANDEM_CUDA_EMULATOR_DEVICES (default 8, a node of eight H200s), so
+// that data-parallel runs of one rank per GPU run under mpirun. Each process has its own memory;
+// the device number only says which GPU a rank would drive (NCCL refuses two ranks on one).
+int device_count() {
+  static const int n = [] {
+    const char* v = std::getenv("TANDEM_CUDA_EMULATOR_DEVICES");
+    const int parsed = v != nullptr ? std::atoi(v) : 8;
+    return parsed >= 0 ? parsed : 0;
+  }();
+  return n;
+}
+
+thread_local int t_device = 0;
+
+bool valid_device(int device) { return device >= 0 && device < device_count(); }
+
+}  // namespace
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
-  return cudaSuccess;
+  *count = device_count();
+  return device_count() > 0 ? cudaSuccess : error(cudaErrorNoDevice);
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  if (device_count() == 0) return error(cudaErrorNoDevice);
+  *device = t_device;
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : error(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return error(cudaErrorInvalidDevice);
+  t_device = device;
+  return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return error(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return error(cudaErrorInvalidDevice);
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "CUDA emulator (CPU)");
   prop->totalGlobalMem = cuda_emulator::kDeviceBytes;
@@ -189,7 +214,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0) return error(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return error(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrMaxThreadsPerBlock:
       *value = 1024;
@@ -289,22 +314,37 @@ cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
   return cudaMemsetAsync(dst, value, bytes, nullptr);
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+namespace {
+
+// Streams and events are handles that only name themselves: created, checked, destroyed.
+template <typename Handle>
+cudaError_t create_handle(std::set<const void*> State::*handles, Handle* out) {
   auto& s = state();
   std::lock_guard lock(s.mutex);
-  *stream = reinterpret_cast<cudaStream_t>(new char);
-  s.streams.insert(*stream);
+  *out = reinterpret_cast<Handle>(new char);
+  (s.*handles).insert(*out);
   return cudaSuccess;
+}
+
+template <typename Handle>
+cudaError_t destroy_handle(std::set<const void*> State::*handles, Handle handle) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!(s.*handles).erase(handle)) return error(cudaErrorInvalidResourceHandle);
+  delete reinterpret_cast<char*>(handle);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  return create_handle(&State::streams, stream);
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  if (!s.streams.erase(stream)) return error(cudaErrorInvalidResourceHandle);
-  delete reinterpret_cast<char*>(stream);
-  return cudaSuccess;
+  return destroy_handle(&State::streams, stream);
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   auto& s = state();
@@ -312,7 +352,33 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return stream == nullptr || s.streams.count(stream) ? cudaSuccess
                                                       : error(cudaErrorInvalidResourceHandle);
 }
+cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  return create_handle(&State::events, event);
+}
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) { return destroy_handle(&State::events, event); }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.events.count(event)) return error(cudaErrorInvalidResourceHandle);
+  return check_stream(s, stream);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.events.count(event) ? cudaSuccess : error(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.events.count(event)) return error(cudaErrorInvalidResourceHandle);
+  return check_stream(s, stream);
+}
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = cuda_emulator::t_last_error;
@@ -341,6 +407,8 @@ const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorInvalidResourceHandle";
     case cudaErrorLaunchOutOfResources:
       return "cudaErrorLaunchOutOfResources";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
   }
   return "cudaErrorUnknown";
 }
@@ -364,6 +432,8 @@ const char* cudaGetErrorString(cudaError_t e) {
       return "invalid resource handle";
     case cudaErrorLaunchOutOfResources:
       return "too many resources requested for launch";
+    case cudaErrorNotReady:
+      return "device not ready";
   }
   return "unknown error";
 }
