@@ -44,6 +44,17 @@ void Communicator::all_gather_bytes(void*, const std::size_t*, std::size_t) {
       name());
 }
 
+void Communicator::start_all_reduce_sum_device(float*, std::size_t, void*) {
+  core::fail(
+      "the {} communicator reduces host memory only (TANDEM_COMMUNICATOR=nccl reduces a "
+      "GPU backend's gradients)",
+      name());
+}
+
+void Communicator::finish_device_reductions(void*) {
+  core::fail("the {} communicator reduces host memory only", name());
+}
+
 std::unique_ptr<Communicator> Communicator::split(int, int) {
   core::fail("the {} communicator cannot be split into groups (needed by dist.strategy fsdp/hsdp)",
              name());

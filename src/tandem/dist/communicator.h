@@ -37,6 +37,16 @@ class Communicator {
   virtual bool allows_communication_thread() const { return false; }
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // Sums over device memory, ordered with a device backend's work (NCCL): gradients are reduced
+  // where they are, while the backward goes on. `stream` is the backend's device_stream().
+  virtual bool reduces_device_memory() const { return false; }
+  // Queues the in-place sum of data[0, n) (device memory) behind the work queued on `stream` so
+  // far and returns at once; every rank starts the same sums in the same order. Default: refused.
+  virtual void start_all_reduce_sum_device(float* data, std::size_t n, void* stream);
+  // Work queued on `stream` from now on runs after every started sum; returns once they are done
+  // (a peer that never joins is caught by the communicator's timeout). Default: refused.
+  virtual void finish_device_reductions(void* stream);
   // Wall seconds this process has spent inside collectives (for the communication share).
   virtual double seconds_in_collectives() const { return 0.0; }
   // Ends the whole job (all ranks) with a message, e.g. when one rank fails.

@@ -22,6 +22,9 @@ DistConfig read_dist_config(io::ConfigSection s) {
   TANDEM_CHECK(c.strategy != Strategy::kHsdp || c.shard_group_size > 0,
                "{}: strategy hsdp needs shard_group_size (ranks per shard group)", s.where(""));
   c.prefetch = s.get_bool("prefetch", true);
+  c.bucket_mb = s.get_double("bucket_mb", c.bucket_mb);
+  TANDEM_CHECK(c.bucket_mb > 0 && c.bucket_mb <= 1 << 20, "{} must be in (0, 1048576] MiB, not {}",
+               s.where("bucket_mb"), c.bucket_mb);
   s.finish();
   return c;
 }

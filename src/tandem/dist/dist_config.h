@@ -22,6 +22,9 @@ struct DistConfig {
   std::int64_t shard_group_size = 0;
   // fsdp/hsdp: gather the next block's parameters while this one computes.
   bool prefetch = true;
+  // ddp on a GPU backend: gradients are summed in buckets of at least this many MiB, each started
+  // as the backward completes it (PyTorch DDP's bucket_cap_mb, with its default).
+  double bucket_mb = 25.0;
 };
 
 // Reads the section (an absent section is the defaults); unknown keys and values are errors.

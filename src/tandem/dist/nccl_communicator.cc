@@ -75,6 +75,10 @@ void abort_nccl_or_exit(ncclComm_t comm, int code) {
 struct NcclCommunicator::Cuda {
   std::atomic<ncclComm_t> comm{nullptr};  // read by the watchdog thread
   cudaStream_t stream = nullptr;
+  // Recorded on the backend's stream before each started sum, and on this stream by finish.
+  // One of each suffices: a wait orders after the event's latest record at the time it is queued.
+  cudaEvent_t backend_ready = nullptr, sums_done = nullptr;
+  std::size_t started = 0;  // sums started since the last finish
   void* staging = nullptr;
   std::size_t staging_bytes = 0;
   float* barrier_word = nullptr;
@@ -132,6 +136,10 @@ void NcclCommunicator::init_nccl() {
   // A blocking stream (not cudaStreamNonBlocking): it waits for work on the legacy default
   // stream, so device buffers written there are ready for the *_device calls.
   check_cuda(cudaStreamCreate(&cuda_->stream), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&cuda_->backend_ready, cudaEventDisableTiming),
+             "cudaEventCreate");
+  check_cuda(cudaEventCreateWithFlags(&cuda_->sums_done, cudaEventDisableTiming),
+             "cudaEventCreate");
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&cuda_->barrier_word), sizeof(float)),
              "cudaMalloc");
   check_cuda(cudaMemset(cuda_->barrier_word, 0, sizeof(float)), "cudaMemset");
@@ -169,6 +177,8 @@ NcclCommunicator::~NcclCommunicator() {
   // Nothing can be done about a failure to free at exit; the process is ending.
   if (cuda_->staging != nullptr) cudaFree(cuda_->staging);
   if (cuda_->barrier_word != nullptr) cudaFree(cuda_->barrier_word);
+  if (cuda_->backend_ready != nullptr) cudaEventDestroy(cuda_->backend_ready);
+  if (cuda_->sums_done != nullptr) cudaEventDestroy(cuda_->sums_done);
   if (cuda_->stream != nullptr) cudaStreamDestroy(cuda_->stream);
 }
 
@@ -374,6 +384,29 @@ void NcclCommunicator::barrier() {
   use_device();
   enqueue_all_reduce(cuda_->barrier_word, 1, ncclFloat32);
   wait_for_stream("barrier");
+}
+
+// --- a device backend's buffers, overlapped with its work ---
+
+void NcclCommunicator::start_all_reduce_sum_device(float* data, std::size_t n, void* stream) {
+  if (n == 0) return;
+  use_device();
+  auto backend = static_cast<cudaStream_t>(stream);
+  check_cuda(cudaEventRecord(cuda_->backend_ready, backend), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(cuda_->stream, cuda_->backend_ready, 0), "cudaStreamWaitEvent");
+  enqueue_all_reduce(data, n, ncclFloat32);
+  ++cuda_->started;
+}
+
+void NcclCommunicator::finish_device_reductions(void* stream) {
+  if (cuda_->started == 0) return;
+  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum (gradient buckets)");
+  use_device();
+  check_cuda(cudaEventRecord(cuda_->sums_done, cuda_->stream), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), cuda_->sums_done, 0),
+             "cudaStreamWaitEvent");
+  cuda_->started = 0;
+  wait_for_stream("all_reduce_sum (gradient buckets)");
 }
 
 // --- device pointers ---

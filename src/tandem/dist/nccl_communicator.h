@@ -49,9 +49,18 @@ class NcclCommunicator final : public Communicator {
   [[noreturn]] void abort(const std::string& message, int code) override;
   double seconds_in_collectives() const override { return watchdog_->seconds_in_collectives(); }
 
+  // A GPU backend's gradients, in place on its device: each sum waits (on the device, through an
+  // event) for the work queued on the backend's stream before it, and runs on this
+  // communicator's stream beside the work queued after it; finish makes the backend's stream
+  // wait for all of them and waits on the host under the watchdog.
+  bool reduces_device_memory() const override { return true; }
+  void start_all_reduce_sum_device(float* data, std::size_t n, void* stream) override;
+  void finish_device_reductions(void* stream) override;
+
   // Device pointers on this rank's device, same semantics as the host calls. They return once
   // the result is in place. Work that wrote the buffer must be complete or have been issued to
-  // the legacy default stream (this communicator's stream is ordered after it).
+  // the legacy default stream (this communicator's stream is ordered after it); the CUDA
+  // backend's stream is not that stream: its buffers go through the two calls above.
   void all_reduce_sum_device(float* data, std::size_t n);
   void all_reduce_sum_device(double* data, std::size_t n);
   void reduce_scatter_sum_device(float* data, const std::size_t* offsets);

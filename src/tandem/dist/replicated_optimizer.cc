@@ -17,8 +17,29 @@ ReplicatedOptimizer::ReplicatedOptimizer(kernels::Backend& backend,
   for (const auto& p : params_) grads_.push_back(p.grad);
 }
 
+ReplicatedOptimizer::~ReplicatedOptimizer() {
+  if (listened_) listened_->set_gradient_listener(nullptr);
+}
+
+void ReplicatedOptimizer::reduce_on_device(model::Olmo3Model& model, std::int64_t bucket_bytes) {
+  device_ = std::make_unique<DeviceGradientReduction>(comm_, backend_.device_stream(), flat_grads_,
+                                                      model::parameter_units(model.layout()),
+                                                      bucket_bytes);
+  model.set_gradient_listener(device_.get());
+  listened_ = &model;
+}
+
+void ReplicatedOptimizer::last_backward_follows() {
+  if (device_) device_->arm();
+}
+
 void ReplicatedOptimizer::reduce_gradients() {
   if (comm_.world_size() == 1) return;
+  if (device_) {
+    device_->finish();
+    backend_.scale(flat_grads_, 1.0f / static_cast<float>(comm_.world_size()));
+    return;
+  }
   comm_.all_reduce_sum(flat_grads_.ptr<float>(), static_cast<std::size_t>(flat_grads_.numel()));
   backend_.scale(flat_grads_, 1.0f / static_cast<float>(comm_.world_size()));
 }

@@ -1,12 +1,15 @@
 // Data parallelism with a replicated optimiser (DDP): every rank holds every parameter, gradient
 // and Adam moment. Gradients are all-reduced (summed in rank order) and divided by the world size;
 // the norm, clipping and AdamW then run identically on every rank. One process is the W = 1 case.
+// On a GPU backend the sums run on the device, in buckets overlapped with the step's last
+// backward (dist/device_gradient_reduction.h); on the CPU one all-reduce follows the backward.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "tandem/dist/communicator.h"
+#include "tandem/dist/device_gradient_reduction.h"
 #include "tandem/dist/host_moments.h"
 #include "tandem/kernels/backend.h"
 #include "tandem/optim/adamw.h"
@@ -21,7 +24,15 @@ class ReplicatedOptimizer final : public optim::Optimizer {
                       kernels::Tensor flat_grads, const optim::AdamWHyper& hyper,
                       Communicator& comm);
 
+  ~ReplicatedOptimizer() override;
+
+  // Reduces `model`'s gradients on the device (its backend's memory, this communicator's device
+  // sums) in buckets of at least `bucket_bytes`, each started as the backward completes it.
+  void reduce_on_device(model::Olmo3Model& model, std::int64_t bucket_bytes);
+  const DeviceGradientReduction* device_reduction() const { return device_.get(); }
+
   std::string name() const override { return "replicated"; }
+  void last_backward_follows() override;
   void reduce_gradients() override;
   double clip(double max_norm) override;
   void step(double lr) override;
@@ -40,6 +51,8 @@ class ReplicatedOptimizer final : public optim::Optimizer {
   Communicator& comm_;
   optim::AdamW adam_;
   HostMoments host_;
+  std::unique_ptr<DeviceGradientReduction> device_;
+  model::Olmo3Model* listened_ = nullptr;  // the model that reports to device_
 };
 
 }  // namespace tandem::dist

@@ -83,6 +83,9 @@ class Backend {
   void cast(const Tensor& dst, const Tensor& src);
   // Waits for queued work (a no-op where ops are synchronous).
   virtual void synchronize() {}
+  // The device stream this backend queues its work on (a cudaStream_t), so that collectives on
+  // its memory can be ordered with that work; null where ops are synchronous host code.
+  virtual void* device_stream() const { return nullptr; }
   // Bytes held by this backend's live Buffers, and the most held at once since construction or
   // the last reset_peak_bytes() (what `tandem plan` predicts; kernels' own scratch not included).
   std::int64_t bytes_in_use() const { return bytes_in_use_.load(); }

@@ -149,7 +149,15 @@ void Olmo3Model::release_unit(int u) {
 }
 
 void Olmo3Model::unit_gradient_done(int u) {
-  if (sharded_) sharded_->gradient_done(u);
+  if (sharded_)
+    sharded_->gradient_done(u);
+  else if (gradient_listener_)
+    gradient_listener_->gradient_ready(u);
+}
+
+void Olmo3Model::set_gradient_listener(GradientReadyListener* listener) {
+  check_not_sharded("set_gradient_listener");
+  gradient_listener_ = listener;
 }
 
 void Olmo3Model::begin_pass(bool backward_follows) {

@@ -30,6 +30,15 @@ using LossSums = kernels::LossSums;
 // The RoPE frequencies (and attention factor) of one attention type's config.
 kernels::RopeFrequencies rope_frequencies(const RopeConfig& rope, std::int64_t head_dim);
 
+// Told during a backward when a unit's gradients (the units of model/sharded_parameters.h) are
+// complete in grads(): a data-parallel optimiser starts reducing them while the backward goes on.
+// Units complete in the backward's order: the head, the blocks from last to first, the embedding.
+class GradientReadyListener {
+ public:
+  virtual ~GradientReadyListener() = default;
+  virtual void gradient_ready(int unit) = 0;
+};
+
 class Olmo3Model {
  public:
   Olmo3Model(ModelConfig config, kernels::Backend& backend, Precision precision = Precision::kFp32);
@@ -66,6 +75,9 @@ class Olmo3Model {
 
   void zero_grads();
   void init_weights(std::uint64_t seed);
+  // A model with whole gradient buffers (not sharded) tells `listener` (null: nobody) of each
+  // unit whose gradients a backward has completed.
+  void set_gradient_listener(GradientReadyListener* listener);
 
   // A training step's bracket. Under bf16 every forward outside a step casts the masters to the
   // bf16 compute weights (they may have changed); inside a step the first forward casts and the
@@ -204,6 +216,7 @@ class Olmo3Model {
   ParameterLayout layout_;
   kernels::Backend& backend_;
   ShardedParameters* sharded_ = nullptr;
+  GradientReadyListener* gradient_listener_ = nullptr;
   std::vector<ParameterUnit> units_;
   kernels::Buffer params_, grads_;
   ModelTensors weights_, weight_grads_;

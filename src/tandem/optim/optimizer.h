@@ -33,6 +33,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;  // "replicated", "zero1"
 
+  // The next backward is the step's last (its last micro-batch): an optimiser may start
+  // reducing gradients as that backward completes them. reduce_gradients() follows it.
+  virtual void last_backward_follows() {}
   // Turns each rank's gradients into the mean over ranks (where this rank needs them).
   virtual void reduce_gradients() = 0;
   // Global pre-clip L2 norm of the reduced gradients; clips them when max_norm > 0.

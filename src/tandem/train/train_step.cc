@@ -44,6 +44,7 @@ StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
     std::vector<std::int64_t> doc_start;
     if (options_.intra_document)
       doc_start = model::document_starts(ids, mb, T, options_.eos_token_id, options_.bos_token_id);
+    if (start + mb == rows) optimizer_.last_backward_follows();
     model::LossSums s = model_.forward_backward(
         ids, labels.data() + start * T, mb, T, static_cast<float>(z_multiplier), loss.grad_scale(),
         true, options_.intra_document ? doc_start.data() : nullptr);

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -43,8 +44,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const RunConfig& config, kernel
   if (config.dist.strategy == dist::Strategy::kZero1 && comm.world_size() > 1)
     return std::make_unique<dist::Zero1Optimizer>(backend, parameter_buffers(model), model.params(),
                                                   model.grads(), config.optim.adamw, comm);
-  return std::make_unique<dist::ReplicatedOptimizer>(backend, parameter_buffers(model),
-                                                     model.grads(), config.optim.adamw, comm);
+  auto replicated = std::make_unique<dist::ReplicatedOptimizer>(
+      backend, parameter_buffers(model), model.grads(), config.optim.adamw, comm);
+  if (!backend.host_accessible() && comm.world_size() > 1)
+    replicated->reduce_on_device(model,
+                                 static_cast<std::int64_t>(config.dist.bucket_mb * (1 << 20)));
+  return replicated;
 }
 
 // This process's resident memory now (Linux /proc/self/statm), in MB.
@@ -66,11 +71,18 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
     : config_(std::move(config)), comm_(comm), run_dir_(config_.trainer.save_folder) {
   fs::create_directories(run_dir_);
   backend_ = kernels::make_backend(config_.backend);
-  // The communicators reduce host memory; device buffers would need them on device pointers.
-  TANDEM_CHECK(backend_->host_accessible() || comm_.world_size() == 1,
-               "backend '{}' with {} ranks: data-parallel training reduces host buffers, and this "
-               "backend's gradients live on the device (one rank per run for now)",
-               config_.backend, comm_.world_size());
+  // A GPU backend's gradients are reduced where they live: by a communicator with device sums
+  // (NCCL), under ddp. ZeRO-1 and FSDP reduce-scatter and gather host buffers.
+  if (!backend_->host_accessible() && comm_.world_size() > 1) {
+    TANDEM_CHECK(comm_.reduces_device_memory(),
+                 "backend '{}' with {} ranks: its gradients live on the device, and the {} "
+                 "communicator reduces host memory (run with TANDEM_COMMUNICATOR=nccl)",
+                 config_.backend, comm_.world_size(), comm_.name());
+    TANDEM_CHECK(config_.dist.strategy == dist::Strategy::kDdp,
+                 "backend '{}' with {} ranks: dist.strategy {} shards host buffers; on this "
+                 "backend data parallelism is dist.strategy ddp (gradients summed on the device)",
+                 config_.backend, comm_.world_size(), dist::strategy_name(config_.dist.strategy));
+  }
   const double rss_before = resident_megabytes();
   if (config_.dist.strategy == dist::Strategy::kFsdp ||
       config_.dist.strategy == dist::Strategy::kHsdp)
@@ -114,6 +126,21 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::log_device_reduction() const {
+  const auto* replicated = dynamic_cast<const dist::ReplicatedOptimizer*>(optimizer_.get());
+  const dist::DeviceGradientReduction* reduction =
+      replicated != nullptr ? replicated->device_reduction() : nullptr;
+  if (reduction == nullptr) return;
+  std::int64_t largest = 0;
+  for (const dist::GradientBucket& b : reduction->buckets()) largest = std::max(largest, b.size());
+  log(fmt::format(
+      "gradient reduction on the device ({}): {} bucket(s) of up to {:.2f} MiB, {} started by "
+      "the backward as it completed them",
+      comm_.name(), reduction->buckets().size(),
+      static_cast<double>(largest) * sizeof(float) / (1024.0 * 1024.0),
+      reduction->started_during_backward()));
+}
 
 void Trainer::log_memory() const {
   const std::int64_t rank_tokens =
@@ -236,9 +263,11 @@ int Trainer::run() {
     step_busy_seconds += optimizer_->seconds_in_own_collectives() - busy_before;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     step_seconds += dt;
-    if (counters_.step == first_step)  // what `tandem plan` predicts (docs/distributed.md)
+    if (counters_.step == first_step) {  // what `tandem plan` predicts (docs/distributed.md)
       log(fmt::format("backend memory per rank after the first step: {} held, peak {}",
                       bytes(backend_->bytes_in_use()), bytes(backend_->peak_bytes())));
+      log_device_reduction();
+    }
     ++counters_.step;
     counters_.tokens += r.tokens;
     if (r.skipped) ++counters_.skipped_steps;

@@ -277,6 +277,8 @@ void CudaBackend::synchronize() {
   s_->check_device_error("synchronize");
 }
 
+void* CudaBackend::device_stream() const { return s_->stream; }
+
 MemoryStats CudaBackend::memory_stats() const {
   const cuda::MemoryCounters& c = s_->memory.counters();
   return {c.in_use, c.peak_in_use, c.reserved, c.peak_reserved};

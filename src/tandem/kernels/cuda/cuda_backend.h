@@ -28,6 +28,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string describe() const override;
   bool host_accessible() const override { return false; }
+  void* device_stream() const override;
   double peak_flops(DType dtype) const override;
   std::string describe_peak(DType dtype) const override;
   void synchronize() override;
