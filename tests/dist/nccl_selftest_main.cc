@@ -143,7 +143,7 @@ class SelfTest {
     for (std::size_t i = 0; i < n; ++i) data[i] = contribution(rank_, i, salt);
     if (on_device) {
       DeviceBuffer<float> d(data);
-      comm_.reduce_scatter_sum_device(d.get(), offsets.data());
+      comm_.reduce_scatter_sum_device(d.get(), offsets.data(), nullptr);
       data = d.to_host();
     } else {
       comm_.reduce_scatter_sum(data.data(), offsets.data());
@@ -172,7 +172,7 @@ class SelfTest {
       data[i] = contribution(rank_, i, salt);
     if (on_device) {
       DeviceBuffer<float> d(data);
-      comm_.all_gather_device(d.get(), offsets.data());
+      comm_.all_gather_device(d.get(), offsets.data(), nullptr);
       data = d.to_host();
     } else {
       comm_.all_gather(data.data(), offsets.data());

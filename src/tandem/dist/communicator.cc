@@ -55,6 +55,14 @@ void Communicator::finish_device_reductions(void*) {
   core::fail("the {} communicator reduces host memory only", name());
 }
 
+void Communicator::reduce_scatter_sum_device(float*, const std::size_t*, void*) {
+  core::fail("the {} communicator reduces host memory only", name());
+}
+
+void Communicator::all_gather_device(float*, const std::size_t*, void*) {
+  core::fail("the {} communicator gathers host memory only", name());
+}
+
 std::unique_ptr<Communicator> Communicator::split(int, int) {
   core::fail("the {} communicator cannot be split into groups (needed by dist.strategy fsdp/hsdp)",
              name());

@@ -388,12 +388,22 @@ void NcclCommunicator::barrier() {
 
 // --- a device backend's buffers, overlapped with its work ---
 
+void NcclCommunicator::follow(void* stream) {
+  check_cuda(cudaEventRecord(cuda_->backend_ready, static_cast<cudaStream_t>(stream)),
+             "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(cuda_->stream, cuda_->backend_ready, 0), "cudaStreamWaitEvent");
+}
+
+void NcclCommunicator::lead(void* stream) {
+  check_cuda(cudaEventRecord(cuda_->sums_done, cuda_->stream), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), cuda_->sums_done, 0),
+             "cudaStreamWaitEvent");
+}
+
 void NcclCommunicator::start_all_reduce_sum_device(float* data, std::size_t n, void* stream) {
   if (n == 0) return;
   use_device();
-  auto backend = static_cast<cudaStream_t>(stream);
-  check_cuda(cudaEventRecord(cuda_->backend_ready, backend), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(cuda_->stream, cuda_->backend_ready, 0), "cudaStreamWaitEvent");
+  follow(stream);
   enqueue_all_reduce(data, n, ncclFloat32);
   ++cuda_->started;
 }
@@ -402,53 +412,49 @@ void NcclCommunicator::finish_device_reductions(void* stream) {
   if (cuda_->started == 0) return;
   CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum (gradient buckets)");
   use_device();
-  check_cuda(cudaEventRecord(cuda_->sums_done, cuda_->stream), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), cuda_->sums_done, 0),
-             "cudaStreamWaitEvent");
+  lead(stream);
   cuda_->started = 0;
   wait_for_stream("all_reduce_sum (gradient buckets)");
 }
 
 // --- device pointers ---
 
-void NcclCommunicator::all_reduce_sum_device(float* data, std::size_t n) {
+template <typename Enqueue>
+void NcclCommunicator::on_device(const char* what, void* stream, Enqueue enqueue) {
+  CollectiveWatchdog::Scope guard(*watchdog_, what);
+  use_device();
+  follow(stream);
+  enqueue();
+  lead(stream);
+  wait_for_stream(what);
+}
+
+void NcclCommunicator::all_reduce_sum_device(float* data, std::size_t n, void* stream) {
   if (n == 0) return;
-  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
-  use_device();
-  enqueue_all_reduce(data, n, ncclFloat32);
-  wait_for_stream("all_reduce_sum");
+  on_device("all_reduce_sum", stream, [&] { enqueue_all_reduce(data, n, ncclFloat32); });
 }
 
-void NcclCommunicator::all_reduce_sum_device(double* data, std::size_t n) {
+void NcclCommunicator::all_reduce_sum_device(double* data, std::size_t n, void* stream) {
   if (n == 0) return;
-  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum");
-  use_device();
-  enqueue_all_reduce(data, n, ncclFloat64);
-  wait_for_stream("all_reduce_sum");
+  on_device("all_reduce_sum", stream, [&] { enqueue_all_reduce(data, n, ncclFloat64); });
 }
 
-void NcclCommunicator::reduce_scatter_sum_device(float* data, const std::size_t* offsets) {
-  CollectiveWatchdog::Scope guard(*watchdog_, "reduce_scatter_sum");
-  use_device();
-  enqueue_reduce_scatter(data, offsets);
-  wait_for_stream("reduce_scatter_sum");
+void NcclCommunicator::reduce_scatter_sum_device(float* data, const std::size_t* offsets,
+                                                 void* stream) {
+  on_device("reduce_scatter_sum", stream, [&] { enqueue_reduce_scatter(data, offsets); });
 }
 
-void NcclCommunicator::all_gather_device(float* data, const std::size_t* offsets) {
-  CollectiveWatchdog::Scope guard(*watchdog_, "all_gather");
-  use_device();
-  enqueue_all_gather(data, offsets);
-  wait_for_stream("all_gather");
+void NcclCommunicator::all_gather_device(float* data, const std::size_t* offsets, void* stream) {
+  on_device("all_gather", stream, [&] { enqueue_all_gather(data, offsets); });
 }
 
-void NcclCommunicator::broadcast_device(void* data, std::size_t bytes, int root) {
+void NcclCommunicator::broadcast_device(void* data, std::size_t bytes, int root, void* stream) {
   if (bytes == 0) return;
-  CollectiveWatchdog::Scope guard(*watchdog_, "broadcast");
-  use_device();
-  const ncclComm_t comm = cuda_->comm.load();
-  check_nccl(ncclBroadcast(data, data, bytes, ncclUint8, root, comm, cuda_->stream),
-             "ncclBroadcast", comm);
-  wait_for_stream("broadcast");
+  on_device("broadcast", stream, [&] {
+    const ncclComm_t comm = cuda_->comm.load();
+    check_nccl(ncclBroadcast(data, data, bytes, ncclUint8, root, comm, cuda_->stream),
+               "ncclBroadcast", comm);
+  });
 }
 
 void NcclCommunicator::abort(const std::string& message, int code) {

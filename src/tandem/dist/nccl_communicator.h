@@ -58,14 +58,13 @@ class NcclCommunicator final : public Communicator {
   void finish_device_reductions(void* stream) override;
 
   // Device pointers on this rank's device, same semantics as the host calls. They return once
-  // the result is in place. Work that wrote the buffer must be complete or have been issued to
-  // the legacy default stream (this communicator's stream is ordered after it); the CUDA
-  // backend's stream is not that stream: its buffers go through the two calls above.
-  void all_reduce_sum_device(float* data, std::size_t n);
-  void all_reduce_sum_device(double* data, std::size_t n);
-  void reduce_scatter_sum_device(float* data, const std::size_t* offsets);
-  void all_gather_device(float* data, const std::size_t* offsets);
-  void broadcast_device(void* data, std::size_t bytes, int root);
+  // the result is in place. Each runs after the work queued on `stream` before the call and
+  // before the work queued on it afterwards (events); null is the legacy default stream.
+  void all_reduce_sum_device(float* data, std::size_t n, void* stream = nullptr);
+  void all_reduce_sum_device(double* data, std::size_t n, void* stream = nullptr);
+  void reduce_scatter_sum_device(float* data, const std::size_t* offsets, void* stream) override;
+  void all_gather_device(float* data, const std::size_t* offsets, void* stream) override;
+  void broadcast_device(void* data, std::size_t bytes, int root, void* stream = nullptr);
 
  private:
   struct Cuda;  // stream, NCCL communicator and staging buffer (CUDA types stay in the .cc)
@@ -82,6 +81,14 @@ class NcclCommunicator final : public Communicator {
   void enqueue_reduce_scatter(float* data, const std::size_t* offsets);
   void enqueue_all_gather(float* data, const std::size_t* offsets);
   void wait_for_stream(const char* what);
+  // This communicator's stream waits for the work queued on `stream` so far; then `stream` waits
+  // for what this communicator's stream has queued (each through an event, not the host).
+  void follow(void* stream);
+  void lead(void* stream);
+  // One device collective: ordered after and before `stream`'s work, waited for under the
+  // watchdog.
+  template <typename Enqueue>
+  void on_device(const char* what, void* stream, Enqueue enqueue);
   // The watchdog's check: ends the job on a timeout or an NCCL error the main thread missed.
   void check_progress(const char* collective, double waited_s);
 

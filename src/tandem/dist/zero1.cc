@@ -39,7 +39,11 @@ Zero1Optimizer::Zero1Optimizer(kernels::Backend& backend,
 }
 
 void Zero1Optimizer::reduce_gradients() {
-  comm_.reduce_scatter_sum(grads_.ptr<float>(), offsets_.data());
+  // A GPU backend's buffers are reduced and gathered where they are, ordered with its stream.
+  if (on_device())
+    comm_.reduce_scatter_sum_device(grads_.ptr<float>(), offsets_.data(), backend_.device_stream());
+  else
+    comm_.reduce_scatter_sum(grads_.ptr<float>(), offsets_.data());
   const auto rank = static_cast<std::size_t>(comm_.rank());
   const kernels::Shape mine{static_cast<std::int64_t>(offsets_[rank + 1] - offsets_[rank])};
   backend_.scale(grads_.view(static_cast<std::int64_t>(offsets_[rank]), mine),
@@ -56,7 +60,10 @@ double Zero1Optimizer::clip(double max_norm) {
 
 void Zero1Optimizer::step(double lr) {
   shard_->step(lr);
-  comm_.all_gather(params_.ptr<float>(), offsets_.data());
+  if (on_device())
+    comm_.all_gather_device(params_.ptr<float>(), offsets_.data(), backend_.device_stream());
+  else
+    comm_.all_gather(params_.ptr<float>(), offsets_.data());
 }
 
 optim::OptimizerShard Zero1Optimizer::moments() {

@@ -48,6 +48,7 @@ class Zero1Optimizer final : public optim::Optimizer {
   }
 
  private:
+  bool on_device() const { return !backend_.host_accessible(); }
   // One parameter's part inside this rank's range.
   struct Piece {
     std::size_t param_index;  // in `full_`

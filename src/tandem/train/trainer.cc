@@ -71,16 +71,18 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
     : config_(std::move(config)), comm_(comm), run_dir_(config_.trainer.save_folder) {
   fs::create_directories(run_dir_);
   backend_ = kernels::make_backend(config_.backend);
-  // A GPU backend's gradients are reduced where they live: by a communicator with device sums
-  // (NCCL), under ddp. ZeRO-1 and FSDP reduce-scatter and gather host buffers.
+  // A GPU backend's gradients are reduced where they live: by a communicator with device
+  // collectives (NCCL), under ddp or zero1. FSDP gathers and reduces its units through the host.
   if (!backend_->host_accessible() && comm_.world_size() > 1) {
     TANDEM_CHECK(comm_.reduces_device_memory(),
                  "backend '{}' with {} ranks: its gradients live on the device, and the {} "
                  "communicator reduces host memory (run with TANDEM_COMMUNICATOR=nccl)",
                  config_.backend, comm_.world_size(), comm_.name());
-    TANDEM_CHECK(config_.dist.strategy == dist::Strategy::kDdp,
-                 "backend '{}' with {} ranks: dist.strategy {} shards host buffers; on this "
-                 "backend data parallelism is dist.strategy ddp (gradients summed on the device)",
+    TANDEM_CHECK(config_.dist.strategy == dist::Strategy::kDdp ||
+                     config_.dist.strategy == dist::Strategy::kZero1,
+                 "backend '{}' with {} ranks: dist.strategy {} gathers and reduces its units "
+                 "through host memory; on this backend data parallelism is dist.strategy ddp or "
+                 "zero1 (collectives on the device)",
                  config_.backend, comm_.world_size(), dist::strategy_name(config_.dist.strategy));
   }
   const double rss_before = resident_megabytes();
