@@ -72,15 +72,19 @@ TEST(CommunicatorSelection, SingleUnderALauncherOfSeveralProcessesIsAnError) {
 // The error a user sees from `tandem train` when NCCL cannot be used here; the run that can use
 // it is below.
 TEST(CommunicatorSelection, NcclWhereItCannotRunIsAClearError) {
-#ifdef TANDEM_HAVE_NCCL
+  std::string env = "TANDEM_COMMUNICATOR=nccl ";
+#if defined(TANDEM_EMULATED_CUDA)
+  // The CUDA emulator's machine without its GPUs.
+  env += "TANDEM_CUDA_EMULATOR_DEVICES=0 ";
+  const std::string expected = "TANDEM_COMMUNICATOR=nccl: no usable CUDA device";
+#elif defined(TANDEM_HAVE_NCCL)
   if (dist::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: NCCL can run here";
   const std::string expected = "TANDEM_COMMUNICATOR=nccl: no usable CUDA device";
 #else
   const std::string expected = "TANDEM_COMMUNICATOR=nccl: this tandem was built without NCCL";
 #endif
   const std::string run = temp_dir("nccl_unusable");
-  auto r =
-      run_shell("TANDEM_COMMUNICATOR=nccl " + tandem_command(1, "train " + train_args(run, 1)));
+  auto r = run_shell(env + tandem_command(1, "train " + train_args(run, 1)));
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(run + "/metrics.jsonl")) << "it trained anyway";
