@@ -1,5 +1,9 @@
 #include "tandem/dist/replicated_optimizer.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "tandem/optim/grad_clip.h"
 
 namespace tandem::dist {
@@ -42,6 +46,18 @@ void ReplicatedOptimizer::reduce_gradients() {
   }
   comm_.all_reduce_sum(flat_grads_.ptr<float>(), static_cast<std::size_t>(flat_grads_.numel()));
   backend_.scale(flat_grads_, 1.0f / static_cast<float>(comm_.world_size()));
+}
+
+std::string ReplicatedOptimizer::describe_reduction() const {
+  if (!device_) return {};
+  std::int64_t largest = 0;
+  for (const GradientBucket& b : device_->buckets()) largest = std::max(largest, b.size());
+  return fmt::format(
+      "gradient reduction on the device ({}): {} bucket(s) of up to {:.2f} MiB, {} started by "
+      "the backward as it completed them",
+      comm_.name(), device_->buckets().size(),
+      static_cast<double>(largest) * sizeof(float) / (1024.0 * 1024.0),
+      device_->started_during_backward());
 }
 
 double ReplicatedOptimizer::clip(double max_norm) {

@@ -29,11 +29,13 @@ class ReplicatedOptimizer final : public optim::Optimizer {
   // Reduces `model`'s gradients on the device (its backend's memory, this communicator's device
   // sums) in buckets of at least `bucket_bytes`, each started as the backward completes it.
   void reduce_on_device(model::Olmo3Model& model, std::int64_t bucket_bytes);
-  const DeviceGradientReduction* device_reduction() const { return device_.get(); }
 
   std::string name() const override { return "replicated"; }
   void last_backward_follows() override;
   void reduce_gradients() override;
+  // On a GPU backend: "gradient reduction on the device (nccl): N bucket(s) of up to X MiB, K
+  // started by the backward as it completed them".
+  std::string describe_reduction() const override;
   double clip(double max_norm) override;
   void step(double lr) override;
   std::int64_t step_count() const override { return adam_.step_count(); }

@@ -38,6 +38,9 @@ class Optimizer {
   virtual void last_backward_follows() {}
   // Turns each rank's gradients into the mean over ranks (where this rank needs them).
   virtual void reduce_gradients() = 0;
+  // A line for the log on how the last step's gradients were reduced, where there is more to say
+  // than the strategy's name (a GPU backend's buckets); empty otherwise.
+  virtual std::string describe_reduction() const { return {}; }
   // Global pre-clip L2 norm of the reduced gradients; clips them when max_norm > 0.
   virtual double clip(double max_norm) = 0;
   // One AdamW update with learning rate `lr`; afterwards every rank holds the updated

@@ -3,7 +3,6 @@
 #include <sys/resource.h>
 
 #include <unistd.h>
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -129,21 +128,6 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
 
 Trainer::~Trainer() = default;
 
-void Trainer::log_device_reduction() const {
-  const auto* replicated = dynamic_cast<const dist::ReplicatedOptimizer*>(optimizer_.get());
-  const dist::DeviceGradientReduction* reduction =
-      replicated != nullptr ? replicated->device_reduction() : nullptr;
-  if (reduction == nullptr) return;
-  std::int64_t largest = 0;
-  for (const dist::GradientBucket& b : reduction->buckets()) largest = std::max(largest, b.size());
-  log(fmt::format(
-      "gradient reduction on the device ({}): {} bucket(s) of up to {:.2f} MiB, {} started by "
-      "the backward as it completed them",
-      comm_.name(), reduction->buckets().size(),
-      static_cast<double>(largest) * sizeof(float) / (1024.0 * 1024.0),
-      reduction->started_during_backward()));
-}
-
 void Trainer::log_memory() const {
   const std::int64_t rank_tokens =
       config_.data.micro_batch_size > 0
@@ -268,7 +252,7 @@ int Trainer::run() {
     if (counters_.step == first_step) {  // what `tandem plan` predicts (docs/distributed.md)
       log(fmt::format("backend memory per rank after the first step: {} held, peak {}",
                       bytes(backend_->bytes_in_use()), bytes(backend_->peak_bytes())));
-      log_device_reduction();
+      if (const std::string r = optimizer_->describe_reduction(); !r.empty()) log(r);
     }
     ++counters_.step;
     counters_.tokens += r.tokens;

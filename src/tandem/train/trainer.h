@@ -35,8 +35,6 @@ class Trainer {
   void initialise_weights();
   void start_fresh();
   void log_memory() const;
-  // Where a GPU backend's gradients are summed over the ranks: buckets, and how many overlapped.
-  void log_device_reduction() const;
   void log(const std::string& line) const { log_line(comm_, line); }
 
   RunConfig config_;
