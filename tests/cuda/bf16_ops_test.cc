@@ -131,6 +131,10 @@ void expect_bf16_close(Backend& gpu, const Quad& q, bool exact, const char* what
 double gpu_vs_cpu(Backend& gpu, const Tensor& g, const Tensor& c) {
   return rel_l2(values(gpu, g), values(testing::cpu_backend(), c));
 }
+// Two tensors of the GPU (its bf16 result against its fp32 one).
+double gpu_vs_gpu(Backend& gpu, const Tensor& a, const Tensor& b) {
+  return rel_l2(values(gpu, a), values(gpu, b));
+}
 
 TEST(CudaBf16, CastGivesTorchsBitsAndWidensExactly) {
   REQUIRE_CUDA(gpu);
@@ -191,7 +195,7 @@ TEST(CudaBf16, LinearForwardAndBackward) {
   gpu.linear_forward(x.gb, w.gb, y.gb);
   testing::cpu_backend().linear_forward(x.cf, w.cf, y.cf);
   testing::cpu_backend().linear_forward(x.cb, w.cb, y.cb);
-  EXPECT_LE(gpu_vs_cpu(gpu, y.gb, y.gf), kGemmBound);
+  EXPECT_LE(gpu_vs_gpu(gpu, y.gb, y.gf), kGemmBound);
   EXPECT_LE(gpu_vs_cpu(gpu, y.gb, y.cb), 2 * kGemmBound + reduction_bound(in));
   for (bool accumulate : {false, true}) {
     Quad dy = quad(gpu, Shape{T, out}, bf16_values(T * out, 3));
@@ -204,11 +208,11 @@ TEST(CudaBf16, LinearForwardAndBackward) {
     gpu.linear_backward(x.gb, w.gb, dy.gb, dx.gb, dw_gb, accumulate);
     testing::cpu_backend().linear_backward(x.cf, w.cf, dy.cf, dx.cf, dw.cf, accumulate);
     testing::cpu_backend().linear_backward(x.cb, w.cb, dy.cb, dx.cb, dw_cb, accumulate);
-    EXPECT_LE(gpu_vs_cpu(gpu, dx.gb, dx.gf), kGemmBound) << "accumulate " << accumulate;
+    EXPECT_LE(gpu_vs_gpu(gpu, dx.gb, dx.gf), kGemmBound) << "accumulate " << accumulate;
     EXPECT_LE(gpu_vs_cpu(gpu, dx.gb, dx.cb), 2 * kGemmBound + reduction_bound(out + 1))
         << "accumulate " << accumulate;
     // f32 sums of the same exact products: only the order differs.
-    EXPECT_LE(gpu_vs_cpu(gpu, dw_gb, dw.gf), reduction_bound(T));
+    EXPECT_LE(gpu_vs_gpu(gpu, dw_gb, dw.gf), reduction_bound(T));
     EXPECT_LE(gpu_vs_cpu(gpu, dw_gb, dw_cb), reduction_bound(T));
   }
 }
@@ -512,8 +516,8 @@ TEST(CudaBf16, FusedCrossEntropyWithinItsRoundingBounds) {
     EXPECT_LE(std::fabs(gb.ce_sum - cb.ce_sum), 2 * ce_bound + fp32_ce) << chunk;
     EXPECT_LE(std::fabs(gb.z_sum - cb.z_sum), 2 * z_bound + fp32_z) << chunk;
     const double grad_bound = kBf16U * (2.0 + max_logit);
-    EXPECT_LE(gpu_vs_cpu(gpu, dh.gb, dh.gf), grad_bound + kBf16U) << chunk;
-    EXPECT_LE(gpu_vs_cpu(gpu, dw_gb, dw.gf), grad_bound) << chunk;
+    EXPECT_LE(gpu_vs_gpu(gpu, dh.gb, dh.gf), grad_bound + kBf16U) << chunk;
+    EXPECT_LE(gpu_vs_gpu(gpu, dw_gb, dw.gf), grad_bound) << chunk;
     EXPECT_LE(gpu_vs_cpu(gpu, dh.gb, dh.cb), 2 * (grad_bound + kBf16U) + reduction_bound(V + d))
         << chunk;
     EXPECT_LE(gpu_vs_cpu(gpu, dw_gb, dw_cb), 2 * grad_bound + reduction_bound(N + d)) << chunk;
