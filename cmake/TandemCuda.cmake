@@ -64,8 +64,8 @@ function(tandem_add_emulated_cuda_backend target)
     list(APPEND translated ${out})
   endforeach()
   # nccl.cc: the emulator's NCCL over MPI, for dist/nccl_communicator.cc (CMakeLists.txt).
-  add_library(tandem_cuda_emulator STATIC ${emu}/scheduler.cc ${emu}/runtime.cc ${emu}/cublaslt.cc
-    ${emu}/nccl.cc)
+  add_library(tandem_cuda_emulator STATIC ${emu}/scheduler.cc ${emu}/runtime.cc ${emu}/streams.cc
+    ${emu}/cublaslt.cc ${emu}/nccl.cc)
   set_target_properties(tandem_cuda_emulator PROPERTIES UNITY_BUILD OFF)
   target_include_directories(tandem_cuda_emulator BEFORE PUBLIC ${emu}/include)
   target_link_libraries(tandem_cuda_emulator PUBLIC OpenMP::OpenMP_CXX PRIVATE MPI::MPI_C)

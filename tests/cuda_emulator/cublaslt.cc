@@ -225,7 +225,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               cublasLtMatrixLayout_t b, const void* beta, const void* C,
                               cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t d,
                               const cublasLtMatmulAlgo_t* algo, void* workspace,
-                              std::size_t workspace_bytes, cudaStream_t) {
+                              std::size_t workspace_bytes, cudaStream_t stream) {
   if (!handle || !desc || !a || !b || !c || !d || !alpha || !beta)
     return CUBLAS_STATUS_INVALID_VALUE;
   Dims dims;
@@ -260,31 +260,39 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (workspace_bytes > 0 && !cuda_emulator::detail::device_range(workspace, workspace_bytes))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "the workspace is not device memory of its size");
 
-  const auto m = static_cast<std::int64_t>(dims.m), n = static_cast<std::int64_t>(dims.n),
-             k = static_cast<std::int64_t>(dims.k);
-  const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
-  // op(A) as m rows of k and op(B) as n columns of k, widened to float, contiguous.
-  std::vector<float> rows(static_cast<std::size_t>(m * k)), cols(static_cast<std::size_t>(n * k));
-  for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t p = 0; p < k; ++p)
-      rows[i * k + p] = load(A, a->type, ta ? p + i * a->ld : i + p * a->ld);
-  for (std::int64_t j = 0; j < n; ++j)
-    for (std::int64_t p = 0; p < k; ++p)
-      cols[j * k + p] = load(B, b->type, tb ? j + p * b->ld : p + j * b->ld);
+  // Queued on the stream: the operands are read, and D written, when the stream runs. The scalars
+  // (host pointer mode) and the descriptors are read now, as cuBLASLt reads them during the call.
+  const cublasLtMatmulDescOpaque_t op = *desc;
+  const cublasLtMatrixLayoutOpaque_t la = *a, lb = *b, lc = *c, ld_ = *d;
+  const cudaError_t queued = cuda_emulator::detail::enqueue(stream, [=] {
+    const auto m = static_cast<std::int64_t>(dims.m), n = static_cast<std::int64_t>(dims.n),
+               k = static_cast<std::int64_t>(dims.k);
+    const bool ta = op.transa == CUBLAS_OP_T, tb = op.transb == CUBLAS_OP_T;
+    // op(A) as m rows of k and op(B) as n columns of k, widened to float, contiguous.
+    std::vector<float> rows(static_cast<std::size_t>(m * k)), cols(static_cast<std::size_t>(n * k));
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t p = 0; p < k; ++p)
+        rows[i * k + p] = load(A, la.type, ta ? p + i * la.ld : i + p * la.ld);
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t p = 0; p < k; ++p)
+        cols[j * k + p] = load(B, lb.type, tb ? j + p * lb.ld : p + j * lb.ld);
 #pragma omp parallel for schedule(static) if (m * n * k > (1 << 22))
-  for (std::int64_t j = 0; j < n; ++j) {
-    const float* y = cols.data() + j * k;
-    for (std::int64_t i = 0; i < m; ++i) {
-      const float* x = rows.data() + i * k;
-      double acc[4] = {0.0, 0.0, 0.0, 0.0};
-      std::int64_t p = 0;
-      for (; p + 4 <= k; p += 4)
-        for (int u = 0; u < 4; ++u) acc[u] += static_cast<double>(x[p + u]) * y[p + u];
-      for (; p < k; ++p) acc[0] += static_cast<double>(x[p]) * y[p];
-      double r = static_cast<double>(alpha_v) * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
-      if (read_c) r += static_cast<double>(beta_v) * load(C, c->type, i + j * c->ld);
-      store(D, d->type, i + j * d->ld, static_cast<float>(r));
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float* y = cols.data() + j * k;
+      for (std::int64_t i = 0; i < m; ++i) {
+        const float* x = rows.data() + i * k;
+        double acc[4] = {0.0, 0.0, 0.0, 0.0};
+        std::int64_t p = 0;
+        for (; p + 4 <= k; p += 4)
+          for (int u = 0; u < 4; ++u) acc[u] += static_cast<double>(x[p + u]) * y[p + u];
+        for (; p < k; ++p) acc[0] += static_cast<double>(x[p]) * y[p];
+        double r = static_cast<double>(alpha_v) * ((acc[0] + acc[1]) + (acc[2] + acc[3]));
+        if (read_c) r += static_cast<double>(beta_v) * load(C, lc.type, i + j * lc.ld);
+        store(D, ld_.type, i + j * ld_.ld, static_cast<float>(r));
+      }
     }
-  }
+  });
+  if (queued != cudaSuccess)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "the stream does not exist");
   return CUBLAS_STATUS_SUCCESS;
 }

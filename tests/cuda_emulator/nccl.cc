@@ -1,5 +1,8 @@
 // The CUDA emulator's NCCL (include/nccl.h) over MPI: a communicator is a duplicate of
-// MPI_COMM_WORLD, each collective the MPI collective of the same meaning, run at once. A misuse
+// MPI_COMM_WORLD, each collective the MPI collective of the same meaning, queued on the call's
+// stream and run when that stream runs (streams.cc), so the buffers are read and written in stream
+// order, as on a GPU. Every rank synchronises its streams in the same order, so the MPI collectives
+// match as NCCL's would. A misuse
 // that NCCL would reject or that would corrupt memory on a GPU (a host buffer, a count that does
 // not fit the buffer's allocation, an unsupported type or operation) returns an error and says
 // why on stderr, with the message ncclGetLastError gives.
@@ -7,8 +10,10 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +22,7 @@
 struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
   int rank = 0, size = 0;
+  std::atomic<int> async_error{ncclSuccess};  // a queued collective's failure, when it ran
 };
 
 namespace {
@@ -116,6 +122,19 @@ ncclResult_t mpi_result(const char* call, int rc) {
   return fail(ncclSystemError, std::string(call) + ": MPI error " + std::to_string(rc));
 }
 
+// Queues a collective's MPI call on the stream; its failure becomes the communicator's
+// asynchronous error (ncclCommGetAsyncError), as a GPU kernel's does.
+ncclResult_t queue(const char* call, ncclComm_t comm, cudaStream_t stream,
+                   std::function<int()> collective) {
+  const cudaError_t rc =
+      cuda_emulator::detail::enqueue(stream, [call, comm, collective = std::move(collective)] {
+        if (mpi_result(call, collective()) != ncclSuccess) comm->async_error = ncclSystemError;
+      });
+  if (rc != cudaSuccess)
+    return fail(ncclUnhandledCudaError, std::string(call) + ": the stream does not exist");
+  return ncclSuccess;
+}
+
 }  // namespace
 
 ncclResult_t ncclGetVersion(int* version) {
@@ -172,11 +191,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommFinalize: no communicator");
+  cuda_emulator::detail::run_all_work();  // NCCL completes the operations queued on it first
   return mpi_result("ncclCommFinalize", MPI_Barrier(comm->mpi));
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommDestroy: no communicator");
+  cuda_emulator::detail::run_all_work();
   MPI_Comm_free(&comm->mpi);
   delete comm;
   return ncclSuccess;
@@ -187,7 +208,7 @@ ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommGetAsyncError: no communicator");
-  *async_error = ncclSuccess;  // every collective completed (or failed) when it was called
+  *async_error = static_cast<ncclResult_t>(comm->async_error.load());
   return ncclSuccess;
 }
 
@@ -215,25 +236,27 @@ const char* ncclGetErrorString(ncclResult_t result) {
 
 const char* ncclGetLastError(ncclComm_t) { return t_last_error.c_str(); }
 
-// Each collective of a group runs when it is called, in call order, which every rank shares.
+// Each collective of a group is queued when it is called, in call order, which every rank shares.
 ncclResult_t ncclGroupStart() { return ncclSuccess; }
 ncclResult_t ncclGroupEnd() { return ncclSuccess; }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count,
-                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
   if (ncclResult_t rc =
           check("ncclAllReduce", comm, datatype, {{sendbuff, count}, {recvbuff, count}}))
     return rc;
   if (mpi_op(op) == MPI_OP_NULL) return fail(ncclInvalidArgument, "ncclAllReduce: op not emulated");
   if (count == 0) return ncclSuccess;
-  return mpi_result("ncclAllReduce", MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff,
-                                                   recvbuff, static_cast<int>(count),
-                                                   mpi_type(datatype), mpi_op(op), comm->mpi));
+  return queue("ncclAllReduce", comm, stream, [=] {
+    return MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff,
+                         static_cast<int>(count), mpi_type(datatype), mpi_op(op), comm->mpi);
+  });
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,
                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
-                        cudaStream_t) {
+                        cudaStream_t stream) {
   const bool is_root = comm != nullptr && comm->rank == root;
   if (ncclResult_t rc =
           check("ncclReduce", comm, datatype,
@@ -243,13 +266,15 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,
   if (mpi_op(op) == MPI_OP_NULL) return fail(ncclInvalidArgument, "ncclReduce: op not emulated");
   if (count == 0) return ncclSuccess;
   const void* send = is_root && sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
-  return mpi_result("ncclReduce", MPI_Reduce(send, recvbuff, static_cast<int>(count),
-                                             mpi_type(datatype), mpi_op(op), root, comm->mpi));
+  return queue("ncclReduce", comm, stream, [=] {
+    return MPI_Reduce(send, recvbuff, static_cast<int>(count), mpi_type(datatype), mpi_op(op), root,
+                      comm->mpi);
+  });
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount,
                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                               cudaStream_t) {
+                               cudaStream_t stream) {
   const std::size_t total = comm != nullptr ? recvcount * static_cast<std::size_t>(comm->size) : 0;
   if (ncclResult_t rc =
           check("ncclReduceScatter", comm, datatype, {{sendbuff, total}, {recvbuff, recvcount}}))
@@ -257,16 +282,18 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t
   if (mpi_op(op) == MPI_OP_NULL)
     return fail(ncclInvalidArgument, "ncclReduceScatter: op not emulated");
   if (recvcount == 0) return ncclSuccess;
-  // Through a host copy: in place, NCCL's output block lies inside the input.
-  std::vector<char> out(recvcount * type_bytes(datatype));
-  const int rc = MPI_Reduce_scatter_block(sendbuff, out.data(), static_cast<int>(recvcount),
-                                          mpi_type(datatype), mpi_op(op), comm->mpi);
-  if (rc == MPI_SUCCESS) std::memcpy(recvbuff, out.data(), out.size());
-  return mpi_result("ncclReduceScatter", rc);
+  return queue("ncclReduceScatter", comm, stream, [=] {
+    // Through a host copy: in place, NCCL's output block lies inside the input.
+    std::vector<char> out(recvcount * type_bytes(datatype));
+    const int rc = MPI_Reduce_scatter_block(sendbuff, out.data(), static_cast<int>(recvcount),
+                                            mpi_type(datatype), mpi_op(op), comm->mpi);
+    if (rc == MPI_SUCCESS) std::memcpy(recvbuff, out.data(), out.size());
+    return rc;
+  });
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sendcount,
-                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   const std::size_t total = comm != nullptr ? sendcount * static_cast<std::size_t>(comm->size) : 0;
   if (ncclResult_t rc =
           check("ncclAllGather", comm, datatype, {{sendbuff, sendcount}, {recvbuff, total}}))
@@ -275,14 +302,16 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sen
   const std::size_t block = sendcount * type_bytes(datatype);
   const bool in_place =
       sendbuff == static_cast<const char*>(recvbuff) + block * static_cast<std::size_t>(comm->rank);
-  return mpi_result("ncclAllGather",
-                    MPI_Allgather(in_place ? MPI_IN_PLACE : sendbuff, static_cast<int>(sendcount),
-                                  mpi_type(datatype), recvbuff, static_cast<int>(sendcount),
-                                  mpi_type(datatype), comm->mpi));
+  return queue("ncclAllGather", comm, stream, [=] {
+    return MPI_Allgather(in_place ? MPI_IN_PLACE : sendbuff, static_cast<int>(sendcount),
+                         mpi_type(datatype), recvbuff, static_cast<int>(sendcount),
+                         mpi_type(datatype), comm->mpi);
+  });
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
   const bool is_root = comm != nullptr && comm->rank == root;
   if (ncclResult_t rc =
           check("ncclBroadcast", comm, datatype,
@@ -290,8 +319,9 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, std::size_t cou
     return rc;
   if (root < 0 || root >= comm->size) return fail(ncclInvalidArgument, "ncclBroadcast: bad root");
   if (count == 0) return ncclSuccess;
-  if (is_root && sendbuff != recvbuff)
-    std::memcpy(recvbuff, sendbuff, count * type_bytes(datatype));
-  return mpi_result("ncclBroadcast", MPI_Bcast(recvbuff, static_cast<int>(count),
-                                               mpi_type(datatype), root, comm->mpi));
+  return queue("ncclBroadcast", comm, stream, [=] {
+    if (is_root && sendbuff != recvbuff)
+      std::memcpy(recvbuff, sendbuff, count * type_bytes(datatype));
+    return MPI_Bcast(recvbuff, static_cast<int>(count), mpi_type(datatype), root, comm->mpi);
+  });
 }

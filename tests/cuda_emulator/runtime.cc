@@ -2,19 +2,29 @@
 // limits. Device memory is host memory from malloc, filled with all-ones bytes (NaN as floats)
 // when allocated, as cudaMalloc's memory is garbage; every copy and memset is checked against the
 // allocations it names, and a mismatch (a host pointer where a device range belongs, a range past
-// its allocation) fails the call with cudaErrorInvalidValue and says why on stderr. Streams exist
-// as names only: every call completes before it returns, so stream order always holds.
+// its allocation) fails the call with cudaErrorInvalidValue and says why on stderr. Copies and
+// memsets are queued on their stream (streams.cc) and run when CUDA says they complete: with the
+// stream, or before the call returns where CUDA documents the call as synchronous with the host.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <set>
 #include <string>
+#include <vector>
 
 #include "cuda_emulator_device.h"
 #include "emulator_state.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace cuda_emulator {
 namespace {
@@ -32,9 +42,11 @@ struct State {
   std::mutex mutex;
   std::map<const char*, std::size_t> allocations;  // device memory: start -> bytes
   std::size_t in_use = 0;
-  std::set<const void*> pinned;
-  std::set<const void*> streams;
-  std::set<const void*> events;
+  std::map<const char*, std::size_t> pinned;  // cudaMallocHost: start -> bytes
+  // Device memory is readable by the host only while queued device work runs (open), so that a
+  // host access of device memory faults as it does with a GPU, instead of reading host memory.
+  bool device_open = false;
+  bool exiting = false;
   std::map<const void*, int> shared_limit;  // kernel -> max dynamic shared memory
 };
 
@@ -55,13 +67,18 @@ cudaError_t invalid(const std::string& why) {
   return error(cudaErrorInvalidValue);
 }
 
-// True when [p, p + bytes) lies inside one device allocation (the caller holds the mutex).
-bool on_device(State& s, const void* p, std::size_t bytes) {
+// True when [p, p + bytes) lies inside one allocation of the map (the caller holds the mutex).
+bool inside(const std::map<const char*, std::size_t>& allocations, const void* p,
+            std::size_t bytes) {
   const char* c = static_cast<const char*>(p);
-  auto it = s.allocations.upper_bound(c);
-  if (it == s.allocations.begin()) return false;
+  auto it = allocations.upper_bound(c);
+  if (it == allocations.begin()) return false;
   --it;
   return c >= it->first && c + bytes <= it->first + it->second;
+}
+
+bool on_device(State& s, const void* p, std::size_t bytes) {
+  return inside(s.allocations, p, bytes);
 }
 
 bool overlaps_device(State& s, const void* p, std::size_t bytes) {
@@ -78,16 +95,85 @@ std::string where(const void* p, std::size_t bytes) {
   return buf;
 }
 
-cudaError_t check_stream(State& s, cudaStream_t stream) {
-  if (stream == nullptr || s.streams.count(stream)) return cudaSuccess;
+constexpr std::size_t kPage = 4096;
+std::size_t pages(std::size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+
+void protect(void* p, std::size_t bytes, bool open) {
+  if (mprotect(p, pages(bytes), open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+    std::perror("CUDA emulator: mprotect of device memory");
+    std::abort();
+  }
+}
+
+// Marks [p, p + bytes) as out of bounds for ASan.
+void poison(void* p, std::size_t bytes) {
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_POISON_MEMORY_REGION(p, bytes);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+void set_device_open(State& s, bool open) {
+  if (s.device_open == open || (s.exiting && !open)) return;
+  for (const auto& [p, bytes] : s.allocations) protect(const_cast<char*>(p), bytes, open);
+  s.device_open = open;
+}
+
+// A fault on protected device memory: says what it is, then lets the previous handler (ASan's, or
+// the default) report it as the segmentation fault it is.
+struct sigaction g_previous_segv;
+
+void on_segv(int, siginfo_t* info, void*) {
+  const char* a = static_cast<const char*>(info->si_addr);
+  State& s = state();
+  bool device = false;
+  for (const auto& [p, bytes] : s.allocations) device |= a >= p && a < p + pages(bytes);
+  if (device) {
+    static const char msg[] =
+        "CUDA emulator: the host read or wrote device memory (a pointer from cudaMalloc) outside "
+        "any device work; on a GPU this is a crash. Copy it to the host (cudaMemcpy*) instead.\n";
+    (void)!write(2, msg, sizeof msg - 1);
+  }
+  sigaction(SIGSEGV, &g_previous_segv, nullptr);
+}
+
+// Once: the fault handler, and at exit every device page opened again (LeakSanitizer reads live
+// allocations; nothing queued runs after the program's end).
+void watch_host_access() {
+  static const bool installed = [] {
+    struct sigaction action {};
+    action.sa_sigaction = on_segv;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGSEGV, &action, &g_previous_segv);
+    std::atexit([] {
+      State& s = state();
+      std::lock_guard lock(s.mutex);
+      set_device_open(s, true);
+      s.exiting = true;
+    });
+    return true;
+  }();
+  (void)installed;
+}
+
+cudaError_t check_stream(cudaStream_t stream) {
+  if (detail::stream_exists(stream)) return cudaSuccess;
   return invalid("a call names a stream that does not exist (destroyed, or never created)");
 }
 
+// Which sides of a copy are device memory: cudaMemcpyDefault's, as the pointers say.
+struct Sides {
+  bool dst_device = false, src_device = false;
+};
+
 cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, Sides* sides) {
+  if (check_stream(stream) != cudaSuccess) return cudaErrorInvalidValue;
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (check_stream(s, stream) != cudaSuccess) return cudaErrorInvalidValue;
   if (bytes == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return invalid("a copy with a null pointer");
   const bool dst_device = on_device(s, dst, bytes), src_device = on_device(s, src, bytes);
@@ -105,10 +191,12 @@ cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
       want_dst = want_src = true;
       break;
     case cudaMemcpyDefault:
+      *sides = Sides{dst_device, src_device};
       return cudaSuccess;
     default:
       return invalid("a copy of an unknown kind");
   }
+  *sides = Sides{want_dst, want_src};
   if (want_dst && !dst_device)
     return invalid("a copy to the device names " + where(dst, bytes) +
                    ", which is not inside one device allocation");
@@ -134,6 +222,18 @@ bool device_range(const void* p, std::size_t bytes) {
   return on_device(s, p, bytes);
 }
 
+void open_device_memory(bool open) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  set_device_open(s, open);
+}
+
+bool pinned_range(const void* p, std::size_t bytes) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return inside(s.pinned, p, bytes);
+}
+
 cudaError_t check_launch(const LaunchConfig& c, unsigned max_threads, const void* address) {
   const dim3 g = c.grid, b = c.block;
   if (b.x == 0 || b.y == 0 || b.z == 0 || b.x > 1024 || b.y > 1024 || b.z > 64 ||
@@ -142,9 +242,9 @@ cudaError_t check_launch(const LaunchConfig& c, unsigned max_threads, const void
     return cudaErrorInvalidConfiguration;
   if (max_threads > 0 && std::size_t{b.x} * b.y * b.z > max_threads)
     return cudaErrorLaunchOutOfResources;
+  if (!stream_exists(c.stream)) return cudaErrorInvalidResourceHandle;
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (c.stream != nullptr && !s.streams.count(c.stream)) return cudaErrorInvalidResourceHandle;
   std::size_t limit = kDefaultSharedBytes;
   if (auto it = s.shared_limit.find(address); address && it != s.shared_limit.end())
     limit = std::max<std::size_t>(limit, static_cast<std::size_t>(it->second));
@@ -241,23 +341,32 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   auto& s = state();
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
+  cuda_emulator::watch_host_access();
   std::lock_guard lock(s.mutex);
   if (s.in_use + bytes > cuda_emulator::kDeviceBytes) return error(cudaErrorMemoryAllocation);
-  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  const std::size_t span = cuda_emulator::pages(bytes);
+  void* p = std::aligned_alloc(cuda_emulator::kPage, span);
   if (!p) return error(cudaErrorMemoryAllocation);
   std::memset(p, 0xFF, bytes);
+  // As before the pages: past cudaMalloc's 256-byte granule, a kernel's access is ASan's to report.
+  const std::size_t granted = (bytes + 255) / 256 * 256;
+  cuda_emulator::poison(static_cast<char*>(p) + granted, span - granted);
   s.allocations.emplace(static_cast<const char*>(p), bytes);
   s.in_use += bytes;
+  if (!s.device_open) cuda_emulator::protect(p, bytes, false);
   *ptr = p;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  // cudaFree synchronises the device: queued work that uses the block runs first.
+  cuda_emulator::detail::run_all_work();
   auto& s = state();
   std::lock_guard lock(s.mutex);
   auto it = s.allocations.find(static_cast<const char*>(ptr));
   if (it == s.allocations.end())
     return cuda_emulator::invalid("cudaFree of a pointer cudaMalloc did not return");
+  cuda_emulator::protect(ptr, it->second, true);
   s.in_use -= it->second;
   s.allocations.erase(it);
   std::free(ptr);
@@ -269,13 +378,14 @@ cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
   std::memset(*ptr, 0xFF, bytes);
   auto& s = state();
   std::lock_guard lock(s.mutex);
-  s.pinned.insert(*ptr);
+  s.pinned.emplace(static_cast<const char*>(*ptr), bytes);
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {
+  cuda_emulator::detail::run_all_work();  // as cudaFree: queued copies may still use the buffer
   auto& s = state();
   std::lock_guard lock(s.mutex);
-  if (!s.pinned.erase(ptr))
+  if (!s.pinned.erase(static_cast<const char*>(ptr)))
     return cuda_emulator::invalid("cudaFreeHost of a pointer cudaMallocHost did not return");
   std::free(ptr);
   return cudaSuccess;
@@ -288,96 +398,72 @@ cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t stream) {
-  if (cudaError_t e = cuda_emulator::check_copy(dst, src, bytes, kind, stream); e != cudaSuccess)
+namespace {
+
+using cuda_emulator::detail::Completion;
+
+// Queues a copy as CUDA's documented synchronisation behaviour for it says ("API synchronization
+// behavior" in the runtime API's documentation). From pageable host memory the source is read when
+// the call is made (CUDA stages it); from page-locked memory, when the copy runs, so a host that
+// changes the buffer before then changes what the device gets. Into pageable host memory the call
+// returns only once the copy is done; into page-locked memory an asynchronous copy completes with
+// its stream. `synchronous`: cudaMemcpy, which also completes before it returns when it reads
+// page-locked memory or writes to the host, but not for a device-to-device copy, nor (only the
+// staging is done) from pageable memory to the device.
+cudaError_t queue_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                       cudaStream_t stream, bool synchronous) {
+  cuda_emulator::Sides sides;
+  if (cudaError_t e = cuda_emulator::check_copy(dst, src, bytes, kind, stream, &sides);
+      e != cudaSuccess)
     return e;
-  if (bytes) std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  if (bytes == 0) return cudaSuccess;
+  const bool src_pinned = !sides.src_device && cuda_emulator::detail::pinned_range(src, bytes);
+  const bool dst_pinned = !sides.dst_device && cuda_emulator::detail::pinned_range(dst, bytes);
+  Completion completion = Completion::when_synchronised;
+  if (!sides.dst_device && (synchronous || !dst_pinned)) completion = Completion::before_return;
+  if (synchronous && !sides.src_device && src_pinned) completion = Completion::before_return;
+  cudaError_t e;
+  if (!sides.src_device && !src_pinned) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    e = cuda_emulator::detail::enqueue(
+        stream, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, completion);
+  } else {
+    e = cuda_emulator::detail::enqueue(
+        stream, [dst, src, bytes] { std::memmove(dst, src, bytes); }, completion);
+  }
+  return error(e);
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
-}
-cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
+
+cudaError_t queue_memset(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
+  if (cuda_emulator::check_stream(stream) != cudaSuccess) return cudaErrorInvalidValue;
+  if (bytes == 0) return cudaSuccess;
   {
     auto& s = state();
     std::lock_guard lock(s.mutex);
-    if (cuda_emulator::check_stream(s, stream) != cudaSuccess) return cudaErrorInvalidValue;
-    if (bytes && !cuda_emulator::on_device(s, dst, bytes))
+    if (!cuda_emulator::on_device(s, dst, bytes))
       return cuda_emulator::invalid("a memset names " + cuda_emulator::where(dst, bytes) +
                                     ", which is not inside one device allocation");
   }
-  if (bytes) std::memset(dst, value, bytes);
-  return cudaSuccess;
-}
-cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
-  return cudaMemsetAsync(dst, value, bytes, nullptr);
-}
-
-namespace {
-
-// Streams and events are handles that only name themselves: created, checked, destroyed.
-template <typename Handle>
-cudaError_t create_handle(std::set<const void*> State::*handles, Handle* out) {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  *out = reinterpret_cast<Handle>(new char);
-  (s.*handles).insert(*out);
-  return cudaSuccess;
-}
-
-template <typename Handle>
-cudaError_t destroy_handle(std::set<const void*> State::*handles, Handle handle) {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  if (!(s.*handles).erase(handle)) return error(cudaErrorInvalidResourceHandle);
-  delete reinterpret_cast<char*>(handle);
-  return cudaSuccess;
+  return error(cuda_emulator::detail::enqueue(
+      stream, [dst, value, bytes] { std::memset(dst, value, bytes); }));
 }
 
 }  // namespace
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
-  return create_handle(&State::streams, stream);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  return queue_copy(dst, src, bytes, kind, stream, false);
 }
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  return queue_copy(dst, src, bytes, kind, nullptr, true);
 }
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  return destroy_handle(&State::streams, stream);
+// A memset of device memory is asynchronous with the host even without Async (CUDA's rule).
+cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
+  return queue_memset(dst, value, bytes, stream);
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  return stream == nullptr || s.streams.count(stream) ? cudaSuccess
-                                                      : error(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  return create_handle(&State::events, event);
-}
-cudaError_t cudaEventCreate(cudaEvent_t* event) {
-  return cudaEventCreateWithFlags(event, cudaEventDefault);
-}
-cudaError_t cudaEventDestroy(cudaEvent_t event) { return destroy_handle(&State::events, event); }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  if (!s.events.count(event)) return error(cudaErrorInvalidResourceHandle);
-  return check_stream(s, stream);
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  return s.events.count(event) ? cudaSuccess : error(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  if (!s.events.count(event)) return error(cudaErrorInvalidResourceHandle);
-  return check_stream(s, stream);
+cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
+  return queue_memset(dst, value, bytes, nullptr);
 }
 
 cudaError_t cudaGetLastError() {

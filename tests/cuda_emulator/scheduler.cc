@@ -396,15 +396,10 @@ void warp_exchange(unsigned mask, const void* in, void* out, std::size_t bytes, 
   std::memcpy(out, &r.fibers[r.current].received, bytes);
 }
 
-void run_kernel(const LaunchConfig& c, unsigned max_threads, const void* address, const char* name,
-                Body body, void* frame) {
-  if (t_run)
-    fail("a kernel launched from inside a kernel: the emulator has no dynamic parallelism");
-  const cudaError_t refused = detail::check_launch(c, max_threads, address);
-  if (refused != cudaSuccess) {
-    detail::set_last_error(refused);
-    return;
-  }
+namespace {
+
+// Runs every block of a launch, now (the launch was queued on its stream; this is its turn).
+void run_grid(const LaunchConfig& c, const char* name, Body body, void* frame) {
   const Order o = order();
   const std::uint64_t launch = g_launches.fetch_add(1);
   const bool reverse_blocks = o == Order::reverse || (o == Order::mixed && launch % 2 == 1);
@@ -438,6 +433,22 @@ void run_kernel(const LaunchConfig& c, unsigned max_threads, const void* address
     t_run = nullptr;
     detail::t_current = detail::Current{};
   }
+}
+
+}  // namespace
+
+void run_kernel(const LaunchConfig& c, unsigned max_threads, const void* address, const char* name,
+                Body body, std::shared_ptr<void> frame) {
+  if (t_run)
+    fail("a kernel launched from inside a kernel: the emulator has no dynamic parallelism");
+  const cudaError_t refused = detail::check_launch(c, max_threads, address);
+  if (refused != cudaSuccess) {
+    detail::set_last_error(refused);
+    return;
+  }
+  detail::enqueue(c.stream, [c, name, body, frame = std::move(frame)] {
+    run_grid(c, name, body, frame.get());
+  });
 }
 
 }  // namespace cuda_emulator

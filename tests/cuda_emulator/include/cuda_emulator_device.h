@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -60,10 +61,11 @@ void syncthreads();
 void warp_exchange(unsigned mask, const void* in, void* out, std::size_t bytes, int src);
 
 using Body = void (*)(void* frame);
-// Runs body(frame) as every thread of the grid; a launch the GPU would refuse sets the error that
-// cudaGetLastError returns, and runs nothing.
+// Queues body(frame) as every thread of the grid on the launch's stream, to run when the host
+// synchronises with it; a launch the GPU would refuse sets the error that cudaGetLastError returns,
+// and queues nothing.
 void run_kernel(const LaunchConfig& config, unsigned max_threads, const void* address,
-                const char* name, Body body, void* frame);
+                const char* name, Body body, std::shared_ptr<void> frame);
 
 template <typename T>
 T* dynamic_shared() {
@@ -96,8 +98,8 @@ enum class Order { forward, reverse, mixed };
 void set_order(Order order);
 Order order();
 
-// The arguments are evaluated once, as a launch does; each thread calls the kernel with its own
-// copies of them.
+// The arguments are evaluated once, when the kernel is launched (they are kept until it runs); each
+// thread calls the kernel with its own copies of them.
 template <typename F, typename... A>
 void launch(const LaunchConfig& config, unsigned max_threads, const void* address, const char* name,
             F kernel, A&&... args) {
@@ -105,14 +107,15 @@ void launch(const LaunchConfig& config, unsigned max_threads, const void* addres
     F kernel;
     std::tuple<std::decay_t<A>...> args;
   };
-  Frame frame{kernel, std::tuple<std::decay_t<A>...>(std::forward<A>(args)...)};
+  auto frame = std::make_shared<Frame>(
+      Frame{kernel, std::tuple<std::decay_t<A>...>(std::forward<A>(args)...)});
   run_kernel(
       config, max_threads, address, name,
       [](void* p) {
         auto* f = static_cast<Frame*>(p);
         std::apply(f->kernel, f->args);
       },
-      &frame);
+      std::move(frame));
 }
 
 template <typename T>

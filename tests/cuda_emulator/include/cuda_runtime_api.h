@@ -1,7 +1,8 @@
 // The CUDA emulator's runtime API: the part of CUDA's host API that tandem's CUDA backend calls,
 // implemented on the CPU (tests/cuda_emulator/runtime.cc). "Device" memory is host memory that the
-// emulator tracks, so that copies are checked against the allocations they name; a kernel launch
-// runs every thread of the grid before it returns (tests/cuda_emulator/scheduler.cc).
+// emulator tracks, so that copies are checked against the allocations they name. Kernels, copies
+// and memsets are queued on their stream and run when the host synchronises with it
+// (tests/cuda_emulator/streams.cc), a kernel's grid as tests/cuda_emulator/scheduler.cc does.
 #pragma once
 
 #include <cstddef>
@@ -101,13 +102,14 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize();
 
-// Events: every call completes before it returns, so an event is complete once recorded and a
-// wait for it has nothing to wait for; the handles are checked as the streams' are.
+// Events order one stream's later work after another's earlier work (cudaStreamWaitEvent), and the
+// host after a stream's (cudaEventSynchronize); queries report queued work as not ready.
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
 
 cudaError_t cudaGetLastError();

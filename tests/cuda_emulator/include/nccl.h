@@ -1,9 +1,10 @@
 // The CUDA emulator's nccl.h: the part of NCCL's API that dist/nccl_communicator.cc calls,
 // implemented over MPI between the processes mpirun started (tests/cuda_emulator/nccl.cc), one
-// emulated GPU per process. Like the emulator's streams, every collective is complete when it
-// returns. It checks what NCCL requires of its callers and a CPU run would not notice: buffers in
-// device memory, the same collective in the same order on every rank (MPI's matching), and the
-// in-place layouts NCCL defines. Its sums are MPI's, not NCCL's ring or tree order.
+// emulated GPU per process. Each collective is queued on its stream and runs when that stream
+// runs, like the emulator's kernels and copies. It checks what NCCL requires of its callers and a
+// CPU run would not notice: buffers in device memory, the same collective in the same order on
+// every rank (MPI's matching), and the in-place layouts NCCL defines. Its sums are MPI's, not
+// NCCL's ring or tree order.
 #pragma once
 
 #include <cuda_runtime_api.h>
