@@ -129,7 +129,7 @@ filter_test_output() {
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|Expected|Which is|actual|no CUDA|rel|error|differ|step" |
     head -150
 }
-step "test_cuda: ops (fp32 and bf16), determinism, model parity"
+step "test_cuda: ops (fp32 and bf16), determinism, model parity, downstream evaluation"
 # CudaDataParallel runs tandem under mpirun on two GPUs: the device machine has one (and no
 # launcher of ours); it runs on the CUDA emulator here.
 bounded 110 "${ours[@]}" "$bin/test_cuda" --gtest_filter='-CudaTraining.*:CudaDataParallel.*' \

@@ -29,15 +29,17 @@ suppressions="suppressions=$ROOT/scripts/lsan_suppressions.txt:print_suppression
 # unwinder sees far enough up their stacks to match the suppressions; the rest keep the fast one.
 mpi_tests='^(DataParallel|Faults|Zero1|Fsdp|PlanDist|MultiHost|HostLosses/MultiHostLoss|NcclCommunicator|NcclTraining|CommunicatorSelection|CudaDataParallel)[./]|DeadRankDuringASave'
 # The CUDA backend runs here on the CPU emulator (tests/cuda_emulator, docs/cuda.md): every
-# test_cuda suite but the training runs, which take about 1 s a step emulated (run them by hand).
-emulated_slow='^CudaTraining[.]'
+# test_cuda suite but the training runs, which take about 1 s a step emulated, and four of the six
+# downstream tasks (15-19 s each emulated; the two quick ones stay). Run those by hand.
+emulated_slow='^CudaTraining[.]|^Tasks/CudaDownstream[.].*/(arc_easy_rc|hellaswag_rc|winogrande_rc|arc_challenge_mc)'
+emulated_slow_filter='CudaTraining.*:Tasks/CudaDownstream.*/arc_easy_rc:Tasks/CudaDownstream.*/hellaswag_rc:Tasks/CudaDownstream.*/winogrande_rc:Tasks/CudaDownstream.*/arc_challenge_mc'
 status=0
 if ((${#folders[@]} > 0)); then
   # gtest filters of the same split: the MPI tests' suites, and the rest.
   mpi_filter='DataParallel.*:Faults.*:Zero1.*:Fsdp.*:PlanDist.*:MultiHost.*:HostLosses/*:NcclCommunicator.*:NcclTraining.*:CommunicatorSelection.*:CudaDataParallel.*:*DeadRankDuringASave*'
   for f in "${folders[@]}"; do
     LSAN_OPTIONS="$suppressions" OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 \
-      "./tests/test_$f" --gtest_filter="-$mpi_filter:CudaTraining.*" || status=1
+      "./tests/test_$f" --gtest_filter="-$mpi_filter:$emulated_slow_filter" || status=1
     LSAN_OPTIONS="$suppressions:fast_unwind_on_malloc=0" OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 \
       "./tests/test_$f" --gtest_filter="$mpi_filter" || status=1
   done
