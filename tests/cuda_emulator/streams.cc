@@ -156,6 +156,24 @@ cudaError_t bad_handle() {
   return cudaErrorInvalidResourceHandle;
 }
 
+// Under the device's lock: f(stream) for a stream that exists (nullptr: the legacy stream).
+template <typename F>
+cudaError_t with_stream(cudaStream_t stream, F f) {
+  auto& q = queues();
+  std::lock_guard lock(q.mutex);
+  const auto s = find(q, stream);
+  return s ? f(*s) : bad_handle();
+}
+
+// Under the device's lock: f(its last record) for an event that exists.
+template <typename F>
+cudaError_t with_event(cudaEvent_t event, F f) {
+  auto& q = queues();
+  std::lock_guard lock(q.mutex);
+  auto it = q.events.find(event);
+  return it != q.events.end() ? f(it->second) : bad_handle();
+}
+
 }  // namespace
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
@@ -181,19 +199,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  auto& q = queues();
-  std::lock_guard lock(q.mutex);
-  const auto s = find(q, stream);
-  if (!s) return bad_handle();
-  cuda_emulator::detail::run_to(*s, s->last);
-  return cudaSuccess;
+  return with_stream(stream, [](cuda_emulator::detail::Stream& s) {
+    cuda_emulator::detail::run_to(s, s.last);
+    return cudaSuccess;
+  });
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   auto& q = queues();
   std::lock_guard lock(q.mutex);
   const auto s = find(q, stream);
-  if (!s) return bad_handle();
-  return cuda_emulator::detail::query(Mark{s, s->last});
+  return s ? cuda_emulator::detail::query(Mark{s, s->last}) : bad_handle();
 }
 cudaError_t cudaDeviceSynchronize() {
   auto& q = queues();
@@ -230,19 +245,13 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  auto& q = queues();
-  std::lock_guard lock(q.mutex);
-  auto it = q.events.find(event);
-  if (it == q.events.end()) return bad_handle();
-  cuda_emulator::detail::run_to(it->second);
-  return cudaSuccess;
+  return with_event(event, [](const Mark& m) {
+    cuda_emulator::detail::run_to(m);
+    return cudaSuccess;
+  });
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  auto& q = queues();
-  std::lock_guard lock(q.mutex);
-  auto it = q.events.find(event);
-  if (it == q.events.end()) return bad_handle();
-  return cuda_emulator::detail::query(it->second);
+  return with_event(event, [](const Mark& m) { return cuda_emulator::detail::query(m); });
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   auto& q = queues();
