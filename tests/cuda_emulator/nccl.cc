@@ -2,10 +2,9 @@
 // MPI_COMM_WORLD, each collective the MPI collective of the same meaning, queued on the call's
 // stream and run when that stream runs (streams.cc), so the buffers are read and written in stream
 // order, as on a GPU. Every rank synchronises its streams in the same order, so the MPI collectives
-// match as NCCL's would. A misuse
-// that NCCL would reject or that would corrupt memory on a GPU (a host buffer, a count that does
-// not fit the buffer's allocation, an unsupported type or operation) returns an error and says
-// why on stderr, with the message ncclGetLastError gives.
+// match as NCCL's would. A misuse that NCCL would reject or that would corrupt memory on a GPU (a
+// host buffer, a count that does not fit the buffer's allocation, an unsupported type or
+// operation) returns an error and says why on stderr, with the message ncclGetLastError gives.
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 #include <nccl.h>
