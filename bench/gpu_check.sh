@@ -15,9 +15,10 @@
 #   4. throughput in bf16 (the precision policy OLMo 3 trains with): tandem's full training step on
 #      the OLMo 3-shaped 1B model (seq 8192), HF transformers' Olmo3ForCausalLM on the same config
 #      in the same call, and a 7B-shaped layer stack.
-# Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.json,
-# test_cuda_training.json, bench_1b.json, bench_7b_stack.json, hf_1b.json. Exit status 0 only when
-# the tests passed and the benchmarks ran.
+# Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
+# test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
+# *.crashed.json), bench_1b.json, bench_7b_stack.json, hf_1b.json. Exit status 0 only when the
+# tests passed and the benchmarks ran.
 #
 # Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
 # Here (no GPU) the same command rehearses everything up to the GPU: unpacking, library
@@ -126,19 +127,22 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
 cd "$root"
 
 filter_test_output() {
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|Expected|Which is|actual|no CUDA|rel|error|differ|step" |
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|^gtest_resumable|Failure|Expected|Which is|actual|no CUDA|rel|error|differ|step" |
     head -150
 }
 step "test_cuda: ops (fp32 and bf16), determinism, model parity, downstream evaluation"
 # CudaDataParallel runs tandem under mpirun on two GPUs: the device machine has one (and no
 # launcher of ours); it runs on the CUDA emulator here.
-bounded 110 "${ours[@]}" "$bin/test_cuda" --gtest_filter='-CudaTraining.*:CudaDataParallel.*' \
-  --gtest_output="json:$out/test_cuda.json" 2>&1 | filter_test_output
+# Through gtest_resumable.py: a test that kills the process is recorded as crashed and the tests
+# after it run in a new process, so one crash cannot lose the rest of this one device call.
+bounded 120 "$python" bench/gtest_resumable.py --prefix "$out/test_cuda" --seconds 110 -- \
+  "${ours[@]}" "$bin/test_cuda" --gtest_filter='-CudaTraining.*:CudaDataParallel.*' 2>&1 |
+  filter_test_output
 status[tests]=${PIPESTATUS[0]}
 
 step "test_cuda: training (fp32 and bf16) against the CPU backend and the reference, resumes"
-bounded 140 "${ours[@]}" "$bin/test_cuda" --gtest_filter='CudaTraining.*' \
-  --gtest_output="json:$out/test_cuda_training.json" 2>&1 | filter_test_output
+bounded 150 "$python" bench/gtest_resumable.py --prefix "$out/test_cuda_training" --seconds 140 \
+  -- "${ours[@]}" "$bin/test_cuda" --gtest_filter='CudaTraining.*' 2>&1 | filter_test_output
 status[tests_training]=${PIPESTATUS[0]}
 
 gpu_visible=0
@@ -182,7 +186,7 @@ fi
 step "summary"
 for k in "${!status[@]}"; do echo "$k=${status[$k]}"; done >"$out/status.txt"
 "$python" - "$out" <<'PY'
-import json, os, sys
+import glob, json, os, sys
 out = sys.argv[1]
 def load(name):
     try:
@@ -191,14 +195,27 @@ def load(name):
     except Exception:
         return None
 status = dict(line.strip().split("=", 1) for line in open(os.path.join(out, "status.txt")) if "=" in line)
-tests = [t for t in (load("test_cuda.json"), load("test_cuda_training.json")) if t]
+# Each test_cuda call's outcomes (gtest_resumable.py, over every process it ran) and the
+# properties the tests recorded (GoogleTest's JSON of each process that finished).
+runs = [o for o in (load("test_cuda.outcomes.json"), load("test_cuda_training.outcomes.json")) if o]
 counts = None
-if tests:
-    cases = [c for t in tests for s in t.get("testsuites", []) for c in s.get("testsuite", [])]
-    skipped = [c for c in cases if c.get("result") == "SKIPPED"]
-    failed = [c for c in cases if c.get("failures")]
-    counts = {"tests": len(cases), "failed": len(failed), "skipped": len(skipped),
-              "failed_names": [f"{c.get('classname')}.{c.get('name')}" for c in failed]}
+if runs:
+    names = {k: [n for o in runs for n in o.get(k, [])]
+             for k in ("passed", "failed", "skipped", "crashed")}
+    counts = {"tests": sum(len(v) for v in names.values()), "passed": len(names["passed"]),
+              "failed": len(names["failed"]) + len(names["crashed"]),
+              "skipped": len(names["skipped"]), "crashed": names["crashed"],
+              "failed_names": names["failed"] + names["crashed"]}
+    properties = {}
+    for path in sorted(glob.glob(os.path.join(out, "test_cuda*.part*.json"))):
+        for suite in (load(os.path.basename(path)) or {}).get("testsuites", []):
+            for case in suite.get("testsuite", []):
+                extra = {k: v for k, v in case.items() if k not in (
+                    "name", "file", "line", "status", "result", "timestamp", "time", "classname",
+                    "failures", "value_param", "type_param", "skipped")}
+                if extra:
+                    properties[f"{case.get('classname')}.{case.get('name')}"] = extra
+    counts["recorded"] = properties
 b1, b7, hf = load("bench_1b.json"), load("bench_7b_stack.json"), load("hf_1b.json")
 summary = {"status": status, "tests": counts, "tandem_1b": b1, "tandem_7b_stack": b7, "hf_1b": hf}
 if b1 and hf and hf.get("best"):
