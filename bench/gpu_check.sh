@@ -201,11 +201,12 @@ runs = [o for o in (load("test_cuda.outcomes.json"), load("test_cuda_training.ou
 counts = None
 if runs:
     names = {k: [n for o in runs for n in o.get(k, [])]
-             for k in ("passed", "failed", "skipped", "crashed")}
+             for k in ("passed", "failed", "skipped", "crashed", "timed_out")}
     counts = {"tests": sum(len(v) for v in names.values()), "passed": len(names["passed"]),
-              "failed": len(names["failed"]) + len(names["crashed"]),
+              "failed": len(names["failed"]) + len(names["crashed"]) + len(names["timed_out"]),
               "skipped": len(names["skipped"]), "crashed": names["crashed"],
-              "failed_names": names["failed"] + names["crashed"]}
+              "timed_out": names["timed_out"],
+              "failed_names": names["failed"] + names["crashed"] + names["timed_out"]}
     properties = {}
     for path in sorted(glob.glob(os.path.join(out, "test_cuda*.part*.json"))):
         for suite in (load(os.path.basename(path)) or {}).get("testsuites", []):

@@ -9,9 +9,10 @@ again on the tests it had not finished (a fresh process, so a broken CUDA contex
 over), until every test has run or the time is spent.
 
 Writes PREFIX.partN.json (GoogleTest's JSON of each run that finished, with the tests' recorded
-properties) and PREFIX.outcomes.json ({"passed", "failed", "skipped", "crashed": [names], "runs":
-N}, from the output of every run, including those that crashed before writing their JSON). Prints
-the program's output. Exit status: 1 when a test crashed, else the last run's (0: all passed).
+properties) and PREFIX.outcomes.json: the names "passed", "failed", "skipped", "crashed" and
+"timed_out" (running when the time ran out), from the output of every run, including those that
+crashed before writing their JSON, and "runs". Prints the program's output. Exit status: 1 when
+a test crashed, 124 when the time ran out, else the last run's (0: all passed).
 
 Usage: gtest_resumable.py --prefix OUT/test_cuda --seconds 110 -- PROGRAM [--gtest_filter=F] ...
 """
@@ -62,7 +63,7 @@ def main():
 
     deadline = time.monotonic() + args.seconds
     ended, runs, status = set(), 0, 0
-    outcomes = {"passed": [], "failed": [], "skipped": [], "crashed": []}
+    outcomes = {"passed": [], "failed": [], "skipped": [], "crashed": [], "timed_out": []}
     crashed = outcomes["crashed"]
     while True:
         left = deadline - time.monotonic()
@@ -77,7 +78,13 @@ def main():
         running = None
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
-        timer = threading.Timer(left, proc.kill)  # a test that hangs silently
+        timed_out = threading.Event()
+
+        def stop(proc=proc, timed_out=timed_out):  # a test that hangs silently
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(left, stop)
         timer.start()
         try:
             for line in proc.stdout:
@@ -97,9 +104,11 @@ def main():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        if time.monotonic() > deadline:
+        if timed_out.is_set():
             print(f"gtest_resumable: time spent during run {runs} ({running or 'between tests'})",
                   flush=True)
+            if running is not None:
+                outcomes["timed_out"].append(running)
             status = 124
             break
         if status < 0 or status >= 128:  # ended by a signal (or by a handler re-raising one)
