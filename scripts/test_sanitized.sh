@@ -31,8 +31,9 @@ mpi_tests='^(DataParallel|Faults|Zero1|Fsdp|PlanDist|MultiHost|HostLosses/MultiH
 # The CUDA backend runs here on the CPU emulator (tests/cuda_emulator, docs/cuda.md): every
 # test_cuda suite but the training runs, which take about 1 s a step emulated, and four of the six
 # downstream tasks (15-19 s each emulated; the two quick ones stay). Run those by hand.
-emulated_slow='^CudaTraining[.]|^Tasks/CudaDownstream[.].*/(arc_easy_rc|hellaswag_rc|winogrande_rc|arc_challenge_mc)'
-emulated_slow_filter='CudaTraining.*:Tasks/CudaDownstream.*/arc_easy_rc:Tasks/CudaDownstream.*/hellaswag_rc:Tasks/CudaDownstream.*/winogrande_rc:Tasks/CudaDownstream.*/arc_challenge_mc'
+slow_tasks=(arc_easy_rc hellaswag_rc winogrande_rc arc_challenge_mc)
+emulated_slow="^CudaTraining[.]|^Tasks/CudaDownstream[.].*/($(IFS='|'; echo "${slow_tasks[*]}"))"
+emulated_slow_filter="CudaTraining.*$(printf ':Tasks/CudaDownstream.*/%s' "${slow_tasks[@]}")"
 status=0
 if ((${#folders[@]} > 0)); then
   # gtest filters of the same split: the MPI tests' suites, and the rest.

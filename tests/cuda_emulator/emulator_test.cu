@@ -1,5 +1,6 @@
 // The CUDA emulator's own tests: kernels written as for nvcc (this file is translated like the
 // backend's .cu files) run as CUDA defines them, and what the emulator claims to catch, it catches.
+// Its streams have their own file (streams_test.cu).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -10,6 +11,8 @@
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "emulator_test_util.h"
 
 namespace {
 
@@ -104,28 +107,10 @@ __global__ void record_error_kernel(int* word) {
   if (threadIdx.x == 7 || threadIdx.x == 9) atomicCAS(word, 0, static_cast<int>(threadIdx.x));
 }
 
-// y[i] = x[i] + 1 over one block of 64 threads.
-__global__ void add_one_kernel(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x] + 1.0f; }
-
 // ---- helpers ----
 
-template <typename T>
-T* device(const std::vector<T>& host) {
-  T* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  // From pageable memory cudaMemcpy returns once the data is staged, before it reaches the device,
-  // and a non-blocking stream is not ordered after it: wait, so that every stream sees it.
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return p;
-}
-template <typename T>
-std::vector<T> host(const T* p, std::size_t n) {
-  std::vector<T> out(n);
-  EXPECT_EQ(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return out;
-}
+using cuda_emulator_test::device;
+using cuda_emulator_test::host;
 
 std::vector<float> normal(std::size_t n, unsigned seed) {
   std::mt19937 gen(seed);
@@ -407,181 +392,6 @@ TEST(CudaEmulator, CopiesAreCheckedAgainstTheAllocationsTheyName) {
   ASSERT_EQ(cudaMalloc(&fresh, 4 * sizeof(float)), cudaSuccess);
   EXPECT_TRUE(std::isnan(host(fresh, 4)[3]));  // fresh device memory is garbage, not zeros
   cudaFree(fresh);
-  cudaFree(d);
-}
-
-// ---- streams: work runs when the host synchronises with it ----
-
-// RAII streams and events for the tests below.
-struct Stream {
-  cudaStream_t s = nullptr;
-  explicit Stream(unsigned flags) { EXPECT_EQ(cudaStreamCreateWithFlags(&s, flags), cudaSuccess); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
-struct Event {
-  cudaEvent_t e = nullptr;
-  Event() { EXPECT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess); }
-  ~Event() { cudaEventDestroy(e); }
-};
-
-TEST(CudaEmulatorStreams, ANonBlockingStreamIsNotOrderedWithTheLegacyStream) {
-  float* x = device(std::vector<float>(64, 1.0f));
-  float* y = device(std::vector<float>(64, 0.0f));
-  Stream s(cudaStreamNonBlocking);
-  add_one_kernel<<<1, 64, 0, s.s>>>(x, y);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  // cudaMemcpy runs on the legacy stream, which does not wait for a non-blocking stream: the race
-  // that reads a result before it is there reads the old value here, every time.
-  EXPECT_EQ(host(y, 64)[5], 0.0f);
-  ASSERT_EQ(cudaStreamSynchronize(s.s), cudaSuccess);
-  EXPECT_EQ(host(y, 64)[5], 2.0f);
-  cudaFree(x);
-  cudaFree(y);
-}
-
-TEST(CudaEmulatorStreams, ABlockingStreamAndTheLegacyStreamWaitForEachOther) {
-  float* x = device(std::vector<float>(64, 1.0f));
-  float* y = device(std::vector<float>(64, 0.0f));
-  Stream s(cudaStreamDefault);
-  ASSERT_EQ(cudaMemset(x, 0, 64 * sizeof(float)), cudaSuccess);  // legacy stream, queued
-  add_one_kernel<<<1, 64, 0, s.s>>>(x, y);                       // waits for the memset
-  EXPECT_EQ(host(y, 64)[63], 1.0f);  // the legacy stream's copy waits for the kernel
-  cudaFree(x);
-  cudaFree(y);
-}
-
-TEST(CudaEmulatorStreams, AnEventOrdersOneStreamAfterAnother) {
-  float* x = device(std::vector<float>(64, 1.0f));
-  float* y = device(std::vector<float>(64, 0.0f));
-  float* z = device(std::vector<float>(64, 0.0f));
-  Stream producer(cudaStreamNonBlocking), consumer(cudaStreamNonBlocking);
-  Event ready;
-  for (bool wait : {false, true}) {
-    ASSERT_EQ(cudaMemsetAsync(y, 0, 64 * sizeof(float), producer.s), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(producer.s), cudaSuccess);
-    add_one_kernel<<<1, 64, 0, producer.s>>>(x, y);  // y = 2
-    if (wait) {
-      ASSERT_EQ(cudaEventRecord(ready.e, producer.s), cudaSuccess);
-      ASSERT_EQ(cudaStreamWaitEvent(consumer.s, ready.e, 0), cudaSuccess);
-    }
-    add_one_kernel<<<1, 64, 0, consumer.s>>>(y, z);  // z = y + 1
-    ASSERT_EQ(cudaStreamSynchronize(consumer.s), cudaSuccess);
-    // Without the wait the consumer ran on the zeros; with it, on the producer's 2s.
-    EXPECT_EQ(host(z, 64)[0], wait ? 3.0f : 1.0f) << "wait " << wait;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  }
-  cudaFree(x);
-  cudaFree(y);
-  cudaFree(z);
-}
-
-TEST(CudaEmulatorStreams, AWaitOrdersAfterTheRecordItFoundNotALaterOne) {
-  float* x = device(std::vector<float>(64, 1.0f));
-  float* y = device(std::vector<float>(64, 0.0f));
-  float* z = device(std::vector<float>(64, 0.0f));
-  Stream producer(cudaStreamNonBlocking), consumer(cudaStreamNonBlocking);
-  Event ready;
-  ASSERT_EQ(cudaEventRecord(ready.e, producer.s), cudaSuccess);  // nothing before it
-  ASSERT_EQ(cudaStreamWaitEvent(consumer.s, ready.e, 0), cudaSuccess);
-  add_one_kernel<<<1, 64, 0, producer.s>>>(x, y);
-  ASSERT_EQ(cudaEventRecord(ready.e, producer.s), cudaSuccess);  // too late for the wait
-  add_one_kernel<<<1, 64, 0, consumer.s>>>(y, z);
-  ASSERT_EQ(cudaStreamSynchronize(consumer.s), cudaSuccess);
-  EXPECT_EQ(host(z, 64)[0], 1.0f);
-  ASSERT_EQ(cudaEventSynchronize(ready.e), cudaSuccess);
-  EXPECT_EQ(host(y, 64)[0], 2.0f);
-  cudaFree(x);
-  cudaFree(y);
-  cudaFree(z);
-}
-
-TEST(CudaEmulatorStreams, CopiesToTheHostCompleteAsCudaDocuments) {
-  float* x = device(std::vector<float>(64, 1.0f));
-  float* y = device(std::vector<float>(64, 0.0f));
-  Stream s(cudaStreamNonBlocking);
-  float* pinned = nullptr;
-  ASSERT_EQ(cudaMallocHost(&pinned, 64 * sizeof(float)), cudaSuccess);
-  for (int i = 0; i < 64; ++i) pinned[i] = -1.0f;
-  std::vector<float> pageable(64, -1.0f);
-  add_one_kernel<<<1, 64, 0, s.s>>>(x, y);
-  // Into page-locked memory an asynchronous copy completes with its stream...
-  ASSERT_EQ(cudaMemcpyAsync(pinned, y, 64 * sizeof(float), cudaMemcpyDeviceToHost, s.s),
-            cudaSuccess);
-  EXPECT_EQ(pinned[0], -1.0f);
-  // ...into pageable memory only once it is done, which is after the stream's earlier work.
-  ASSERT_EQ(cudaMemcpyAsync(pageable.data(), y, 64 * sizeof(float), cudaMemcpyDeviceToHost, s.s),
-            cudaSuccess);
-  EXPECT_EQ(pageable[0], 2.0f);
-  EXPECT_EQ(pinned[0], 2.0f);  // the stream's earlier copy ran too
-  cudaFreeHost(pinned);
-  cudaFree(x);
-  cudaFree(y);
-}
-
-TEST(CudaEmulatorStreams, CopiesFromTheHostReadPinnedMemoryWhenTheyRun) {
-  float* d = device(std::vector<float>(2, 0.0f));
-  Stream s(cudaStreamNonBlocking);
-  float* pinned = nullptr;
-  ASSERT_EQ(cudaMallocHost(&pinned, sizeof(float)), cudaSuccess);
-  float pageable = 5.0f;
-  *pinned = 5.0f;
-  ASSERT_EQ(cudaMemcpyAsync(d, pinned, sizeof(float), cudaMemcpyHostToDevice, s.s), cudaSuccess);
-  ASSERT_EQ(cudaMemcpyAsync(d + 1, &pageable, sizeof(float), cudaMemcpyHostToDevice, s.s),
-            cudaSuccess);
-  *pinned = 7.0f;   // before the copy ran: the device gets this (a bug the emulator shows)
-  pageable = 7.0f;  // CUDA staged the pageable source during the call: the device gets 5
-  ASSERT_EQ(cudaStreamSynchronize(s.s), cudaSuccess);
-  const std::vector<float> h = host(d, 2);
-  EXPECT_EQ(h[0], 7.0f);
-  EXPECT_EQ(h[1], 5.0f);
-  cudaFreeHost(pinned);
-  cudaFree(d);
-}
-
-TEST(CudaEmulatorStreams, AQueryReportsQueuedWorkAsNotReadyOnce) {
-  float* x = device(std::vector<float>(64, 1.0f));
-  float* y = device(std::vector<float>(64, 0.0f));
-  Stream s(cudaStreamNonBlocking);
-  Event done;
-  EXPECT_EQ(cudaStreamQuery(s.s), cudaSuccess);  // nothing queued
-  add_one_kernel<<<1, 64, 0, s.s>>>(x, y);
-  ASSERT_EQ(cudaEventRecord(done.e, s.s), cudaSuccess);
-  EXPECT_EQ(cudaEventQuery(done.e), cudaErrorNotReady);
-  EXPECT_EQ(cudaEventQuery(done.e), cudaSuccess);  // the work ran: a polling loop ends
-  EXPECT_EQ(cudaStreamQuery(s.s), cudaSuccess);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // not ready is not an error
-  EXPECT_EQ(host(y, 64)[0], 2.0f);
-  cudaFree(x);
-  cudaFree(y);
-}
-
-TEST(CudaEmulatorStreams, FreeingWaitsForTheWorkThatUsesTheMemory) {
-  float* x = device(std::vector<float>(64, 1.0f));
-  float* y = device(std::vector<float>(64, 0.0f));
-  Stream s(cudaStreamNonBlocking);
-  add_one_kernel<<<1, 64, 0, s.s>>>(x, y);
-  cudaFree(x);  // synchronises the device first, as cudaFree does: the kernel read x
-  ASSERT_EQ(cudaStreamSynchronize(s.s), cudaSuccess);
-  EXPECT_EQ(host(y, 64)[0], 2.0f);
-  cudaFree(y);
-}
-
-TEST(CudaEmulatorStreams, UnknownHandlesAreRefused) {
-  Stream s(cudaStreamNonBlocking);
-  cudaStream_t gone = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&gone), cudaSuccess);
-  ASSERT_EQ(cudaStreamDestroy(gone), cudaSuccess);
-  EXPECT_EQ(cudaStreamSynchronize(gone), cudaErrorInvalidResourceHandle);
-  EXPECT_EQ(cudaStreamDestroy(gone), cudaErrorInvalidResourceHandle);
-  cudaEvent_t e = nullptr;
-  ASSERT_EQ(cudaEventCreate(&e), cudaSuccess);
-  EXPECT_EQ(cudaEventRecord(e, gone), cudaErrorInvalidResourceHandle);
-  ASSERT_EQ(cudaEventDestroy(e), cudaSuccess);
-  EXPECT_EQ(cudaStreamWaitEvent(s.s, e, 0), cudaErrorInvalidResourceHandle);
-  float* d = device(std::vector<float>(1, 0.0f));
-  add_one_kernel<<<1, 1, 0, gone>>>(d, d);
-  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidResourceHandle);
-  cudaGetLastError();
   cudaFree(d);
 }
 
