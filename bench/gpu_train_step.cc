@@ -4,11 +4,13 @@
 // after warm-up. Reports tokens/s, MFU with the window-aware FLOP count against the device's
 // stated dense peak (bf16 tensor-core peak and, separately, its fp32 peak), and peak device memory.
 // --precision chooses the precision policy (model/precision.h): bf16 (the default, as OLMo 3 is
-// trained) or fp32.
+// trained) or fp32. --profile adds one step after the timed ones with the backend's op profile
+// (kernels/op_profile.h): device time, calls and TFLOP/s per op, and the time the device spent
+// between ops, so that one run shows where a step's time goes.
 //
 // Usage: bench_gpu_train_step --config MODEL.yaml [--backend cuda] [--precision bf16|fp32]
 //          [--batch 1] [--seq 8192] [--micro-batch 1] [--steps 5] [--warmup 2] [--layers N]
-//          [--label NAME] [--json FILE]
+//          [--label NAME] [--json FILE] [--profile]
 // --layers overrides the model's layer count (a 7B layer stack that fits in memory, say).
 // Prints one JSON object on the last line of stdout (and writes it to --json FILE).
 #include <algorithm>
@@ -38,6 +40,7 @@ struct Args {
   std::string label;
   std::string json_out;
   std::int64_t batch = 1, seq = 8192, micro_batch = 1, steps = 5, warmup = 2, layers = 0;
+  bool profile = false;
 };
 
 void usage() {
@@ -45,10 +48,48 @@ void usage() {
       "usage: bench_gpu_train_step --config MODEL.yaml [--backend cuda|cpu] "
       "[--precision bf16|fp32] [--batch B] "
       "[--seq T] [--micro-batch M] [--steps N] [--warmup W] [--layers L] [--label NAME] "
-      "[--json FILE]\n");
+      "[--json FILE] [--profile]\n");
 }
 
 double gib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
+
+// One profiled step: per op its calls, device milliseconds, share of the step's span and, for ops
+// with matmuls, TFLOP/s; the span, the ops' sum and the device's time between ops.
+nlohmann::json profile_json(const tandem::kernels::OpProfile& p) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const tandem::kernels::OpTime& t : p.ops) {
+    nlohmann::json o{{"op", t.op},
+                     {"calls", t.calls},
+                     {"ms", 1e3 * t.seconds},
+                     {"share", p.span_seconds > 0 ? t.seconds / p.span_seconds : 0.0}};
+    if (t.flops > 0) {
+      o["tflop"] = t.flops / 1e12;
+      o["tflops_per_s"] = t.seconds > 0 ? t.flops / t.seconds / 1e12 : 0.0;
+    }
+    ops.push_back(o);
+  }
+  return {{"span_ms", 1e3 * p.span_seconds},
+          {"ops_ms", 1e3 * p.op_seconds},
+          {"between_ops_ms", 1e3 * (p.span_seconds - p.op_seconds)},
+          {"calls", p.calls},
+          {"ops", ops}};
+}
+
+void print_profile(const tandem::kernels::OpProfile& p) {
+  fmt::print(
+      "profile of one step: {:.2f} ms from the first op to the last, {:.2f} ms in {} ops, "
+      "{:.2f} ms between them\n",
+      1e3 * p.span_seconds, 1e3 * p.op_seconds, p.calls, 1e3 * (p.span_seconds - p.op_seconds));
+  for (const tandem::kernels::OpTime& t : p.ops) {
+    const double share = p.span_seconds > 0 ? 100.0 * t.seconds / p.span_seconds : 0.0;
+    if (t.flops > 0 && t.seconds > 0)
+      fmt::print("  {:<24} {:6} calls {:10.3f} ms {:5.1f}%  {:7.1f} TFLOP/s\n", t.op, t.calls,
+                 1e3 * t.seconds, share, t.flops / t.seconds / 1e12);
+    else
+      fmt::print("  {:<24} {:6} calls {:10.3f} ms {:5.1f}%\n", t.op, t.calls, 1e3 * t.seconds,
+                 share);
+  }
+}
 
 }  // namespace
 
@@ -81,6 +122,8 @@ int main(int argc, char** argv) {
       a.warmup = std::stoll(next());
     else if (arg == "--layers")
       a.layers = std::stoll(next());
+    else if (arg == "--profile")
+      a.profile = true;
     else {
       fmt::print(stderr, "unknown argument {}\n", arg);
       usage();
@@ -173,6 +216,13 @@ int main(int argc, char** argv) {
     j["peak_memory_reserved_gib"] = gib(mem.peak_reserved);
     j["last_loss"] = last_loss;
     j["last_grad_norm"] = last_norm;
+    if (a.profile) {
+      backend->start_op_profile();
+      step();
+      const kernels::OpProfile p = backend->finish_op_profile();
+      j["profile"] = profile_json(p);
+      print_profile(p);
+    }
     fmt::print(
         "{} ({}): {:.0f} tokens/s, {:.3f} s/step (median of {}), {:.1f} TFLOP/s = MFU {:.1f}% of "
         "the "

@@ -11,6 +11,8 @@
 // a stream's later work after the event's last record; the legacy default stream (nullptr) waits
 // for the earlier work of every blocking stream, and a blocking stream (cudaStreamCreate, not
 // cudaStreamNonBlocking) for the legacy stream's earlier work.
+#include <chrono>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <memory>
@@ -43,12 +45,20 @@ struct Stream {
   std::uint64_t last = 0;  // the id of the newest item queued
 };
 
+// An event: its last record, and for a timing event the host clock when that record ran (NaN
+// until it has).
+struct Event {
+  Mark record;  // no stream: never recorded
+  bool timing = true;
+  std::shared_ptr<double> at;
+};
+
 struct Queues {
   std::recursive_mutex mutex;  // the whole device: one host thread queues or runs at a time
   std::uint64_t next = 0;      // ids grow over all streams, so `after` only points back
   std::shared_ptr<Stream> legacy = std::make_shared<Stream>();
   std::map<const void*, std::shared_ptr<Stream>> streams;
-  std::map<const void*, Mark> events;  // an event's last record (no stream: never recorded)
+  std::map<const void*, Event> events;
 };
 
 Queues& queues() {
@@ -111,11 +121,19 @@ void run_everything(Queues& q) {
   for (const auto& [handle, s] : q.streams) run_to(*s, s->last);
 }
 
+bool done(const Mark& m) {
+  return !m.stream || m.stream->queue.empty() || m.stream->queue.front().id > m.id;
+}
+
 // A query: work still queued is reported as not ready (and run, so that a polling loop ends).
 cudaError_t query(const Mark& m) {
-  if (!m.stream || m.stream->queue.empty() || m.stream->queue.front().id > m.id) return cudaSuccess;
+  if (done(m)) return cudaSuccess;
   run_to(m);
   return cudaErrorNotReady;
+}
+
+double host_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -144,6 +162,7 @@ void run_all_work() {
 
 }  // namespace cuda_emulator::detail
 
+using cuda_emulator::detail::Event;
 using cuda_emulator::detail::find;
 using cuda_emulator::detail::Mark;
 using cuda_emulator::detail::queues;
@@ -171,7 +190,7 @@ cudaError_t with_event(cudaEvent_t event, F f) {
   auto& q = queues();
   std::lock_guard lock(q.mutex);
   auto it = q.events.find(event);
-  return it != q.events.end() ? f(it->second) : bad_handle();
+  return it != q.events.end() ? f(it->second.record) : bad_handle();
 }
 
 }  // namespace
@@ -217,11 +236,11 @@ cudaError_t cudaDeviceSynchronize() {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   auto& q = queues();
   std::lock_guard lock(q.mutex);
   *event = reinterpret_cast<cudaEvent_t>(new char);
-  q.events.emplace(*event, Mark{});
+  q.events.emplace(*event, Event{Mark{}, (flags & cudaEventDisableTiming) == 0, nullptr});
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
@@ -240,8 +259,30 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   auto it = q.events.find(event);
   const auto s = find(q, stream);
   if (it == q.events.end() || !s) return bad_handle();
-  // A marker item, so that a record on the legacy stream also covers what that stream waits for.
-  it->second = Mark{s, cuda_emulator::detail::push(q, s, {}, {})};
+  // A marker item, so that a record on the legacy stream also covers what that stream waits for;
+  // a timing event's marker reads the clock when it runs (after the work queued before it).
+  Event& e = it->second;
+  cuda_emulator::detail::Work stamp;
+  if (e.timing) {
+    e.at = std::make_shared<double>(std::nan(""));
+    stamp = [at = e.at] { *at = cuda_emulator::detail::host_seconds(); };
+  }
+  e.record = Mark{s, cuda_emulator::detail::push(q, s, {}, std::move(stamp))};
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  auto& q = queues();
+  std::lock_guard lock(q.mutex);
+  auto a = q.events.find(start), b = q.events.find(end);
+  if (ms == nullptr) return cudaErrorInvalidValue;
+  // CUDA's answers: an unknown, unrecorded or non-timing event is an invalid handle; a record
+  // whose work has not run yet is not ready (nothing runs here).
+  if (a == q.events.end() || b == q.events.end()) return bad_handle();
+  const Event &x = a->second, &y = b->second;
+  if (!x.timing || !y.timing || !x.record.stream || !y.record.stream) return bad_handle();
+  if (!cuda_emulator::detail::done(x.record) || !cuda_emulator::detail::done(y.record))
+    return cudaErrorNotReady;
+  *ms = static_cast<float>(1e3 * (*y.at - *x.at));
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
@@ -260,6 +301,6 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   const auto s = find(q, stream);
   if (it == q.events.end() || !s) return bad_handle();
   // The wait orders after the event's record as it is now; a later record does not move it.
-  if (it->second.stream) cuda_emulator::detail::push(q, s, {it->second}, {});
+  if (it->second.record.stream) cuda_emulator::detail::push(q, s, {it->second.record}, {});
   return cudaSuccess;
 }

@@ -25,7 +25,9 @@ struct Stream {
 };
 struct Event {
   cudaEvent_t e = nullptr;
-  Event() { EXPECT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess); }
+  explicit Event(unsigned flags = cudaEventDisableTiming) {
+    EXPECT_EQ(cudaEventCreateWithFlags(&e, flags), cudaSuccess);
+  }
   ~Event() { cudaEventDestroy(e); }
 };
 
@@ -168,6 +170,32 @@ TEST_F(CudaEmulatorStreams, FreeingWaitsForTheWorkThatUsesTheMemory) {
   cudaFree(x);  // synchronises the device first, as cudaFree does: the kernel read x
   ASSERT_EQ(cudaStreamSynchronize(s.s), cudaSuccess);
   EXPECT_EQ(host(y, 64)[0], 2.0f);
+}
+
+TEST_F(CudaEmulatorStreams, TimingEventsMeasureTheWorkBetweenTheirRecords) {
+  float* x = filled(64, 1.0f);
+  float* y = filled(64, 0.0f);
+  Stream s(cudaStreamNonBlocking);
+  Event start(cudaEventDefault), middle(cudaEventDefault), end(cudaEventDefault);
+  Event untimed(cudaEventDisableTiming), unrecorded(cudaEventDefault);
+  ASSERT_EQ(cudaEventRecord(start.e, s.s), cudaSuccess);
+  add_one_kernel<<<1, 64, 0, s.s>>>(x, y);
+  ASSERT_EQ(cudaEventRecord(middle.e, s.s), cudaSuccess);
+  for (int i = 0; i < 50; ++i) add_one_kernel<<<1, 64, 0, s.s>>>(x, y);
+  ASSERT_EQ(cudaEventRecord(end.e, s.s), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(untimed.e, s.s), cudaSuccess);
+  float ms = -1.0f;
+  // Nothing has run yet: the records are not complete.
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start.e, end.e), cudaErrorNotReady);
+  ASSERT_EQ(cudaEventSynchronize(end.e), cudaSuccess);
+  float first = -1.0f, all = -1.0f;
+  ASSERT_EQ(cudaEventElapsedTime(&first, start.e, middle.e), cudaSuccess);
+  ASSERT_EQ(cudaEventElapsedTime(&all, start.e, end.e), cudaSuccess);
+  EXPECT_GE(first, 0.0f);
+  EXPECT_GT(all, first);  // fifty kernels after the first one
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start.e, untimed.e), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, unrecorded.e, end.e), cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
 }
 
 TEST_F(CudaEmulatorStreams, UnknownHandlesAreRefused) {

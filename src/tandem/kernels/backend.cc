@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <utility>
+
 #include "tandem/core/error.h"
 #include "tandem/kernels/cpu/cpu_backend.h"
 #ifdef TANDEM_HAVE_CUDA
@@ -31,6 +34,11 @@ void expect_same(const Tensor& t, const Tensor& like, const char* op, const char
 
 Shape shape2(std::int64_t a, std::int64_t b) { return Shape{a, b}; }
 
+// 2 FLOPs per multiply-add of a [rows, in] x [in, out] product.
+double matmul_flops(std::int64_t rows, std::int64_t in, std::int64_t out) {
+  return 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
+}
+
 // The precision policy's activation dtype of an op: f32, or bf16 under mixed precision. Every
 // activation, weight and activation gradient of one op shares it; weight gradients, statistics
 // (rstd, lse) and losses stay f32.
@@ -42,6 +50,61 @@ DType activation_dtype(const Tensor& t, const char* op, const char* arg) {
 
 }  // namespace
 
+// Brackets one public op with two timing marks while profiling; an op that another public op
+// calls is part of the outer op's time.
+class Backend::OpScope {
+ public:
+  OpScope(Backend& b, const char* op, double flops = 0.0) {
+    if (!b.profiling_) return;
+    b_ = &b;
+    if (b.op_depth_++ > 0) return;
+    index_ = b.profiled_.size();
+    b.profiled_.push_back({op, flops, b.record_mark(), 0});
+    outer_ = true;
+  }
+  ~OpScope() {
+    if (!b_) return;
+    --b_->op_depth_;
+    if (!outer_) return;
+    ProfiledCall& call = b_->profiled_[index_];
+    try {
+      call.end = b_->record_mark();
+    } catch (...) {
+      call.end = call.begin;  // the profile's summary names it; the op's own error goes on
+    }
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  Backend* b_ = nullptr;
+  std::size_t index_ = 0;
+  bool outer_ = false;
+};
+
+std::size_t Backend::record_mark() {
+  host_marks_.push_back(
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+  return host_marks_.size() - 1;
+}
+
+std::vector<double> Backend::mark_seconds() { return std::exchange(host_marks_, {}); }
+
+void Backend::start_op_profile() {
+  TANDEM_CHECK(op_depth_ == 0, "start_op_profile: called inside an op");
+  profiled_.clear();
+  mark_seconds();  // forgets marks of an earlier profile
+  profiling_ = true;
+}
+
+OpProfile Backend::finish_op_profile() {
+  profiling_ = false;
+  const std::vector<double> marks = mark_seconds();
+  OpProfile out = summarize_op_profile(profiled_, marks);
+  profiled_.clear();
+  return out;
+}
+
 void Backend::count_allocation(std::int64_t bytes) {
   const std::int64_t now = bytes_in_use_.fetch_add(bytes) + bytes;
   std::int64_t peak = peak_bytes_.load();
@@ -52,12 +115,14 @@ void Backend::count_allocation(std::int64_t bytes) {
 void Backend::upload(const Tensor& dst, const void* host) {
   if (dst.numel() == 0) return;
   TANDEM_CHECK(dst.data() && host, "upload: no memory for {}", dst.str());
+  OpScope scope(*this, "upload");
   do_upload(dst, host);
 }
 
 void Backend::download(void* host, const Tensor& src) {
   if (src.numel() == 0) return;
   TANDEM_CHECK(src.data() && host, "download: no memory for {}", src.str());
+  OpScope scope(*this, "download");
   do_download(host, src);
 }
 
@@ -65,16 +130,21 @@ void Backend::copy(const Tensor& dst, const Tensor& src) {
   TANDEM_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
                "copy: {} into {}: dtype or size differ", src.str(), dst.str());
   if (dst.numel() == 0 || dst.data() == src.data()) return;
+  OpScope scope(*this, "copy");
   do_copy(dst, src);
 }
 
 void Backend::fill(const Tensor& dst, float value) {
   TANDEM_CHECK(dst.dtype() == DType::f32, "fill: {} is not f32", dst.str());
-  if (dst.numel() > 0) do_fill(dst, value);
+  if (dst.numel() == 0) return;
+  OpScope scope(*this, "fill");
+  do_fill(dst, value);
 }
 
 void Backend::zero(const Tensor& dst) {
-  if (dst.numel() > 0) do_zero(dst);
+  if (dst.numel() == 0) return;
+  OpScope scope(*this, "zero");
+  do_zero(dst);
 }
 
 void Backend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
@@ -86,6 +156,8 @@ void Backend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, con
   const std::int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
   TANDEM_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "gemm: {}{} x {}{} does not give {}",
                a.str(), trans_a ? "^T" : "", b.str(), trans_b ? "^T" : "", c.str());
+  OpScope scope(*this, "gemm",
+                2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
   do_gemm(trans_a, trans_b, alpha, a, b, beta, c);
 }
 
@@ -94,6 +166,7 @@ void Backend::cast(const Tensor& dst, const Tensor& src) {
   activation_dtype(dst, "cast", "dst");
   TANDEM_CHECK(src.numel() == dst.numel(), "cast: {} into {}: sizes differ", src.str(), dst.str());
   if (src.numel() == 0) return;
+  OpScope scope(*this, "cast");
   if (src.dtype() == dst.dtype())
     do_copy(dst, src);
   else
@@ -107,6 +180,7 @@ void Backend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& y) 
   expect(y, act, shape2(x.dim(0), w.dim(0)), "linear_forward", "y");
   TANDEM_CHECK(x.dim(1) == w.dim(1), "linear_forward: x {} and w {} disagree on the input width",
                x.str(), w.str());
+  OpScope scope(*this, "linear_forward", matmul_flops(x.dim(0), x.dim(1), w.dim(0)));
   do_linear_forward(x, w, y);
 }
 
@@ -118,6 +192,8 @@ void Backend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy
   expect(dy, act, shape2(x.dim(0), w.dim(0)), "linear_backward", "dy");
   if (dx) expect_same(dx, x, "linear_backward", "dx");
   if (dw) expect(dw, DType::f32, w.shape(), "linear_backward", "dw");
+  OpScope scope(*this, "linear_backward",
+                matmul_flops(x.dim(0), x.dim(1), w.dim(0)) * ((dx ? 1 : 0) + (dw ? 1 : 0)));
   do_linear_backward(x, w, dy, dx, dw, accumulate_dx);
 }
 
@@ -128,6 +204,7 @@ void Backend::embedding_forward(const Tensor& ids, const Tensor& table, const Te
   expect_rank(table, table.dtype() == DType::f32 ? DType::f32 : act, 2, "embedding_forward",
               "table");
   expect(out, act, shape2(ids.dim(0), table.dim(1)), "embedding_forward", "out");
+  OpScope scope(*this, "embedding_forward");
   do_embedding_forward(ids, table, out);
 }
 
@@ -136,6 +213,7 @@ void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Te
   expect_rank(dtable, DType::f32, 2, "embedding_backward", "dtable");
   expect(dout, activation_dtype(dout, "embedding_backward", "dout"),
          shape2(ids.dim(0), dtable.dim(1)), "embedding_backward", "dout");
+  OpScope scope(*this, "embedding_backward");
   do_embedding_backward(ids, dout, dtable);
 }
 
@@ -146,6 +224,7 @@ void Backend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
   expect(w, act, Shape{x.dim(1)}, "rmsnorm_forward", "w");
   expect_same(y, x, "rmsnorm_forward", "y");
   expect(rstd, DType::f32, Shape{x.dim(0)}, "rmsnorm_forward", "rstd");
+  OpScope scope(*this, "rmsnorm_forward");
   do_rmsnorm_forward(x, w, y, rstd, eps);
 }
 
@@ -158,6 +237,7 @@ void Backend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& r
   expect_same(dy, x, "rmsnorm_backward", "dy");
   expect_same(dx, x, "rmsnorm_backward", "dx");
   if (dw) expect(dw, DType::f32, w.shape(), "rmsnorm_backward", "dw");
+  OpScope scope(*this, "rmsnorm_backward");
   do_rmsnorm_backward(x, w, rstd, dy, dx, dw);
 }
 
@@ -181,12 +261,14 @@ void check_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Ten
 void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
                            const Tensor& positions) {
   check_rope(x, cos, sin, positions, "rope_forward");
+  OpScope scope(*this, "rope_forward");
   do_rope_forward(x, cos, sin, positions);
 }
 
 void Backend::rope_backward(const Tensor& dx, const Tensor& cos, const Tensor& sin,
                             const Tensor& positions) {
   check_rope(dx, cos, sin, positions, "rope_backward");
+  OpScope scope(*this, "rope_backward");
   do_rope_backward(dx, cos, sin, positions);
 }
 
@@ -211,6 +293,8 @@ void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& 
                                 const Tensor& out, const Tensor& lse, std::int64_t window,
                                 float scale, const Tensor& doc_start) {
   check_attention(q, k, v, out, lse, doc_start, "attention_forward");
+  OpScope scope(*this, "attention_forward",
+                attention_flops(q.dim(0), q.dim(1), q.dim(2), q.dim(3), window, false));
   do_attention_forward(q, k, v, out, lse, window, scale, doc_start);
 }
 
@@ -223,6 +307,8 @@ void Backend::attention_backward(const Tensor& q, const Tensor& k, const Tensor&
   expect_same(dq, q, "attention_backward", "dq");
   expect_same(dk, k, "attention_backward", "dk");
   expect_same(dv, v, "attention_backward", "dv");
+  OpScope scope(*this, "attention_backward",
+                attention_flops(q.dim(0), q.dim(1), q.dim(2), q.dim(3), window, true));
   do_attention_backward(q, k, v, out, lse, dout, dq, dk, dv, window, scale, doc_start);
 }
 
@@ -230,6 +316,7 @@ void Backend::swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& h) 
   activation_dtype(g, "swiglu_forward", "g");
   expect_same(u, g, "swiglu_forward", "u");
   expect_same(h, g, "swiglu_forward", "h");
+  OpScope scope(*this, "swiglu_forward");
   do_swiglu_forward(g, u, h);
 }
 
@@ -240,6 +327,7 @@ void Backend::swiglu_backward(const Tensor& g, const Tensor& u, const Tensor& dh
   expect_same(dh, g, "swiglu_backward", "dh");
   expect_same(dg, g, "swiglu_backward", "dg");
   expect_same(du, g, "swiglu_backward", "du");
+  OpScope scope(*this, "swiglu_backward");
   do_swiglu_backward(g, u, dh, dg, du);
 }
 
@@ -247,12 +335,15 @@ void Backend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
   activation_dtype(a, "add", "a");
   expect_same(b, a, "add", "b");
   expect_same(y, a, "add", "y");
+  OpScope scope(*this, "add");
   do_add(a, b, y);
 }
 
 void Backend::scale(const Tensor& x, float factor) {
   TANDEM_CHECK(x.dtype() == DType::f32, "scale: x must be f32, got {}", x.str());
-  if (x.numel() > 0) do_scale(x, factor);
+  if (x.numel() == 0) return;
+  OpScope scope(*this, "scale");
+  do_scale(x, factor);
 }
 
 void Backend::gather_rows(const Tensor& src, const Tensor& index, const Tensor& dst) {
@@ -260,6 +351,7 @@ void Backend::gather_rows(const Tensor& src, const Tensor& index, const Tensor& 
   expect_rank(src, act, 2, "gather_rows", "src");
   expect_rank(index, DType::i64, 1, "gather_rows", "index");
   expect(dst, act, shape2(index.dim(0), src.dim(1)), "gather_rows", "dst");
+  OpScope scope(*this, "gather_rows");
   do_gather_rows(src, index, dst);
 }
 
@@ -274,6 +366,9 @@ LossSums Backend::lm_head_cross_entropy(const Tensor& hidden, const Tensor& w, c
   expect(labels, DType::i64, Shape{hidden.dim(0)}, "lm_head_cross_entropy", "labels");
   if (dhidden) expect_same(dhidden, hidden, "lm_head_cross_entropy", "dhidden");
   if (dw) expect(dw, DType::f32, w.shape(), "lm_head_cross_entropy", "dw");
+  OpScope scope(*this, "lm_head_cross_entropy",
+                matmul_flops(hidden.dim(0), hidden.dim(1), w.dim(0)) *
+                    (1 + (dhidden ? 1 : 0) + (dw ? 1 : 0)));
   return do_lm_head_cross_entropy(hidden, w, labels, z_weight, grad_scale, dhidden, dw);
 }
 
@@ -282,12 +377,15 @@ std::vector<double> Backend::token_log_probs(const Tensor& logits, const Tensor&
               "logits");
   expect(targets, DType::i64, Shape{logits.dim(0)}, "token_log_probs", "targets");
   TANDEM_CHECK(logits.dim(1) > 0, "token_log_probs: empty vocabulary");
+  OpScope scope(*this, "token_log_probs");
   return do_token_log_probs(logits, targets);
 }
 
 double Backend::sum_of_squares(const Tensor& x) {
   TANDEM_CHECK(x.dtype() == DType::f32, "sum_of_squares: x must be f32, got {}", x.str());
-  return x.numel() > 0 ? do_sum_of_squares(x) : 0.0;
+  if (x.numel() == 0) return 0.0;
+  OpScope scope(*this, "sum_of_squares");
+  return do_sum_of_squares(x);
 }
 
 void Backend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
@@ -296,7 +394,9 @@ void Backend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, co
   for (const Tensor* t : {&g, &m, &v})
     TANDEM_CHECK(t->dtype() == DType::f32 && t->numel() == p.numel(),
                  "adamw_update: {} does not match the parameter {}", t->str(), p.str());
-  if (p.numel() > 0) do_adamw_update(p, g, m, v, s);
+  if (p.numel() == 0) return;
+  OpScope scope(*this, "adamw_update");
+  do_adamw_update(p, g, m, v, s);
 }
 
 std::vector<std::string> available_backends() {

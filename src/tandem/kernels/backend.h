@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/kernels/op_profile.h"
 #include "tandem/kernels/tensor.h"
 
 namespace tandem::kernels {
@@ -178,8 +179,20 @@ class Backend {
   void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                     const AdamWScalars& s);
 
+  // ---- op profile (op_profile.h) ----
+  // From now on every outermost op above (not allocation) is timed by two marks in this backend's
+  // work; for one thread's ops (a benchmark's), not a trainer's ops on several threads.
+  void start_op_profile();
+  // Waits for the work, stops timing and returns the ops' times since start_op_profile().
+  OpProfile finish_op_profile();
+
  protected:
   friend class Buffer;
+  // Timing marks: record_mark() marks this point of the backend's work and returns its index;
+  // mark_seconds() waits for the work and returns every mark's time in seconds (any origin), then
+  // forgets them. Default: the host clock, for backends whose ops run when called.
+  virtual std::size_t record_mark();
+  virtual std::vector<double> mark_seconds();
   void count_allocation(std::int64_t bytes);  // Buffer: +bytes on allocation, -bytes on release
   virtual void* do_allocate(std::size_t bytes) = 0;
   virtual void do_free(void* data) = 0;
@@ -227,8 +240,13 @@ class Backend {
                                const AdamWScalars& s) = 0;
 
  private:
+  class OpScope;  // brackets one public op with marks while profiling (backend.cc)
   std::atomic<std::int64_t> bytes_in_use_{0};
   std::atomic<std::int64_t> peak_bytes_{0};
+  bool profiling_ = false;
+  int op_depth_ = 0;  // public ops running: an op called inside another is the outer one's time
+  std::vector<ProfiledCall> profiled_;
+  std::vector<double> host_marks_;
 };
 
 // The names `backend:` accepts in a config, and the backends built into this binary.

@@ -77,7 +77,9 @@ struct CudaBackend::State {
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
   std::unique_ptr<cuda::CudnnAttention> cudnn;
 #endif
-  std::string attention_note;  // why bf16 attention takes the path it takes
+  std::string attention_note;      // why bf16 attention takes the path it takes
+  std::vector<cudaEvent_t> marks;  // the op profile's timing events, reused between profiles
+  std::size_t marks_used = 0;
   bool refusal_reported = false;
 
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
@@ -193,6 +195,7 @@ CudaBackend::~CudaBackend() {
   s_->cudnn.reset();
 #endif
   s_->gemm.reset();
+  for (cudaEvent_t e : s_->marks) cudaEventDestroy(e);
   if (s_->error_host) cudaFreeHost(s_->error_host);
   // The allocator frees its blocks when State goes away; the stream goes last.
   cudaStream_t stream = s_->stream;
@@ -287,6 +290,31 @@ MemoryStats CudaBackend::memory_stats() const {
 void CudaBackend::reset_peak_memory() { s_->memory.reset_peak(); }
 
 // ---- memory ----
+
+std::size_t CudaBackend::record_mark() {
+  if (s_->marks_used == s_->marks.size()) {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), "cudaEventCreate (op profile)");
+    s_->marks.push_back(e);
+  }
+  check(cudaEventRecord(s_->marks[s_->marks_used], s_->stream), "cudaEventRecord (op profile)");
+  return s_->marks_used++;
+}
+
+std::vector<double> CudaBackend::mark_seconds() {
+  std::vector<double> seconds(s_->marks_used, 0.0);
+  if (s_->marks_used > 0) {
+    check(cudaEventSynchronize(s_->marks[s_->marks_used - 1]), "cudaEventSynchronize (op profile)");
+    for (std::size_t i = 1; i < s_->marks_used; ++i) {
+      float ms = 0.0f;
+      check(cudaEventElapsedTime(&ms, s_->marks[0], s_->marks[i]),
+            "cudaEventElapsedTime (op profile)");
+      seconds[i] = 1e-3 * static_cast<double>(ms);
+    }
+  }
+  s_->marks_used = 0;
+  return seconds;
+}
 
 void* CudaBackend::do_allocate(std::size_t bytes) { return s_->memory.allocate(bytes); }
 

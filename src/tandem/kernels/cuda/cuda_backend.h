@@ -83,6 +83,9 @@ class CudaBackend final : public Backend {
   double do_sum_of_squares(const Tensor& x) override;
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& s) override;
+  // Timing marks are events recorded on the stream: the op profile times the device's work.
+  std::size_t record_mark() override;
+  std::vector<double> mark_seconds() override;
 
  private:
   struct State;
