@@ -127,11 +127,21 @@ TEST(CudaDataParallel, TwoRanksSumOnTheDeviceAndFollowTheCpuRanks) {
   EXPECT_EQ(started, buckets) << out;
 }
 
-// ZeRO-1: the gradients reduce-scattered and the updated parameters gathered on the device.
+// ZeRO-1: the gradients summed onto their owners in buckets the backward starts (a reduce-scatter
+// overlapped with the backward), the updated parameters gathered on the device.
 TEST(CudaDataParallel, ZeroOneReducesAndGathersOnTheDeviceAndFollowsTheCpuRanks) {
   REQUIRE_TWO_GPUS_AND_NCCL();
-  const std::string out = expect_gpu_ranks_follow_cpu_ranks("zero1", 4, "");
+  const std::string out = expect_gpu_ranks_follow_cpu_ranks("zero1", 4, "dist.bucket_mb=0.05");
   EXPECT_NE(out.find("zero1 optimiser"), std::string::npos) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(R"(gradient reduction on the device \(nccl\): (\d+) bucket\(s\) of up to [0-9.]+ )"
+                 R"(MiB, (\d+) started by the backward as it completed them; each summed onto )"
+                 R"(the ranks that own its elements \(ZeRO-1\))")))
+      << out;
+  EXPECT_GE(std::stoi(m[1]), 3) << out;
+  EXPECT_EQ(std::stoi(m[2]), std::stoi(m[1])) << out;
 }
 
 TEST(CudaDataParallel, HostCommunicatorIsRefusedByName) {

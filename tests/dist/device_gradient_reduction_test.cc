@@ -92,6 +92,14 @@ class RecordingCommunicator final : public dist::Communicator {
     EXPECT_EQ(stream, kStream);
     events.push_back("start " + std::to_string(data - base_) + "+" + std::to_string(n));
   }
+  void start_reduce_scatter_sum_device(float* data, const std::size_t* offsets, std::size_t begin,
+                                       std::size_t end, void* stream) override {
+    EXPECT_EQ(stream, kStream);
+    EXPECT_EQ(data, base_);
+    events.push_back("onto owners " + std::to_string(begin) + ".." + std::to_string(end) + " of " +
+                     std::to_string(offsets[0]) + "|" + std::to_string(offsets[1]) + "|" +
+                     std::to_string(offsets[2]));
+  }
   void finish_device_reductions(void* stream) override {
     EXPECT_EQ(stream, kStream);
     events.push_back("finish");
@@ -160,6 +168,31 @@ TEST(DeviceGradientReduction, RefusesAUnitReportedTwiceAndHostOnlyCommunicators)
     EXPECT_NE(std::string(e.what()).find("cannot reduce gradients in device memory"),
               std::string::npos)
         << e.what();
+  }
+}
+
+TEST(DeviceGradientReduction, ZeroOneSumsEachBucketOntoTheOwnersOfItsElements) {
+  Fixture f;
+  dist::DeviceGradientReduction zero1{
+      f.comm,       RecordingCommunicator::kStream, f.grads.tensor(), kUnits, 250 * sizeof(float),
+      {0, 352, 704}};
+  zero1.arm();
+  for (int u = 3; u >= 0; --u) zero1.gradient_ready(u);
+  zero1.finish();
+  // The same buckets at the same moments as the all-reduce, each one summed onto its owners.
+  EXPECT_EQ(f.comm.events, std::vector<std::string>({"onto owners 384..700 of 0|352|704",
+                                                     "onto owners 0..328 of 0|352|704", "finish"}));
+  EXPECT_EQ(zero1.started_during_backward(), 2);
+  EXPECT_NE(zero1.describe().find("2 bucket(s) of up to"), std::string::npos) << zero1.describe();
+  EXPECT_NE(zero1.describe().find("2 started by the backward"), std::string::npos);
+  EXPECT_NE(zero1.describe().find("ZeRO-1"), std::string::npos);
+  EXPECT_EQ(f.reduction.describe().find("ZeRO-1"), std::string::npos);
+  // Ranges that do not fit the ranks or the buffer are refused.
+  for (const std::vector<std::size_t>& bad :
+       std::vector<std::vector<std::size_t>>{{0, 704}, {0, 400, 300}, {0, 352, 705}}) {
+    EXPECT_THROW(dist::DeviceGradientReduction(f.comm, RecordingCommunicator::kStream,
+                                               f.grads.tensor(), kUnits, 1024, bad),
+                 core::Error);
   }
 }
 

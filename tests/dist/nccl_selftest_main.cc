@@ -157,6 +157,32 @@ class SelfTest {
                  [&](std::size_t i) { return contribution(rank_, i, salt); });
   }
 
+  // ZeRO-1's bucketed form on the device: buckets of `bucket` elements over the whole buffer,
+  // started last first (the backward's order) and each summed onto the owners of its elements,
+  // then finished together.
+  void bucketed_reduce_scatter(const std::string& name, const std::vector<std::size_t>& offsets,
+                               std::size_t bucket, int salt) {
+    const std::string what =
+        fmt::format("start_reduce_scatter_sum_device {} in buckets of {}", name, bucket);
+    const std::size_t n = offsets.back() + 3;
+    std::vector<float> data(n);
+    for (std::size_t i = 0; i < n; ++i) data[i] = contribution(rank_, i, salt);
+    DeviceBuffer<float> d(data);
+    for (std::size_t end = n; end > 0;) {
+      const std::size_t begin = end > bucket ? end - bucket : 0;
+      comm_.start_reduce_scatter_sum_device(d.get(), offsets.data(), begin, end, nullptr);
+      end = begin;
+    }
+    comm_.finish_device_reductions(nullptr);
+    data = d.to_host();
+    expect_range(what, data, offsets[rank_], offsets[rank_ + 1],
+                 [&](std::size_t i) { return expected_sum(world_, i, salt); });
+    expect_range(what + " (outside the ranges)", data, 0, offsets[0],
+                 [&](std::size_t i) { return contribution(rank_, i, salt); });
+    expect_range(what + " (outside the ranges)", data, offsets.back(), n,
+                 [&](std::size_t i) { return contribution(rank_, i, salt); });
+  }
+
   void all_gather(const std::string& name, const std::vector<std::size_t>& offsets, int salt,
                   bool on_device) {
     const std::string what = fmt::format("all_gather {}{}", name, where(on_device));
@@ -258,6 +284,10 @@ void run_all(SelfTest& t, int world) {
     for (const auto& [name, offsets] : splits) {
       t.reduce_scatter(name, offsets, ++salt, on_device);
       t.all_gather(name, offsets, ++salt, on_device);
+      // Buckets inside one range, across several, and one over the whole buffer.
+      if (on_device)
+        for (std::size_t bucket : {std::size_t{3}, std::size_t{1001}, offsets.back() + 3})
+          t.bucketed_reduce_scatter(name, offsets, bucket, ++salt);
     }
     for (int root = 0; root < world; ++root)
       for (std::size_t bytes : {std::size_t{1}, std::size_t{1001}, std::size_t{1 << 20}})

@@ -51,6 +51,11 @@ void Communicator::start_all_reduce_sum_device(float*, std::size_t, void*) {
       name());
 }
 
+void Communicator::start_reduce_scatter_sum_device(float*, const std::size_t*, std::size_t,
+                                                   std::size_t, void*) {
+  core::fail("the {} communicator reduces host memory only", name());
+}
+
 void Communicator::finish_device_reductions(void*) {
   core::fail("the {} communicator reduces host memory only", name());
 }

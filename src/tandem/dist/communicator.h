@@ -44,6 +44,11 @@ class Communicator {
   // Queues the in-place sum of data[0, n) (device memory) behind the work queued on `stream` so
   // far and returns at once; every rank starts the same sums in the same order. Default: refused.
   virtual void start_all_reduce_sum_device(float* data, std::size_t n, void* stream);
+  // ZeRO-1's form of the same: queues the sum over ranks of elements [begin, end) of `data` onto
+  // their owners only (the part inside [offsets[r], offsets[r + 1]) onto rank r, in place; the
+  // other ranks' copies are left unspecified) and returns at once. Default: refused.
+  virtual void start_reduce_scatter_sum_device(float* data, const std::size_t* offsets,
+                                               std::size_t begin, std::size_t end, void* stream);
   // Work queued on `stream` from now on runs after every started sum; returns once they are done
   // (a peer that never joins is caught by the communicator's timeout). Default: refused.
   virtual void finish_device_reductions(void* stream);

@@ -1,6 +1,9 @@
 #include "tandem/dist/device_gradient_reduction.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <utility>
 
 #include "tandem/core/error.h"
 
@@ -28,8 +31,9 @@ std::vector<GradientBucket> plan_gradient_buckets(std::span<const model::Paramet
 DeviceGradientReduction::DeviceGradientReduction(Communicator& comm, void* stream,
                                                  kernels::Tensor flat_grads,
                                                  std::span<const model::ParameterUnit> units,
-                                                 std::int64_t bucket_bytes)
-    : comm_(comm), stream_(stream), flat_grads_(flat_grads) {
+                                                 std::int64_t bucket_bytes,
+                                                 std::vector<std::size_t> owners)
+    : comm_(comm), stream_(stream), flat_grads_(flat_grads), owners_(std::move(owners)) {
   TANDEM_CHECK(comm.reduces_device_memory(),
                "the {} communicator cannot reduce gradients in device memory", comm.name());
   TANDEM_CHECK(stream != nullptr, "gradient sums on the device need the backend's stream");
@@ -43,7 +47,24 @@ DeviceGradientReduction::DeviceGradientReduction(Communicator& comm, void* strea
   TANDEM_CHECK(buckets_.empty() || buckets_.front().end <= flat_grads.numel(),
                "gradient buckets reach element {}, past the gradient buffer's {}",
                buckets_.front().end, flat_grads.numel());
+  TANDEM_CHECK(
+      owners_.empty() || (owners_.size() == static_cast<std::size_t>(comm.world_size()) + 1 &&
+                          std::is_sorted(owners_.begin(), owners_.end()) &&
+                          owners_.back() <= static_cast<std::size_t>(flat_grads.numel())),
+      "ZeRO-1's gradient ranges must be {} ascending offsets inside the buffer",
+      comm.world_size() + 1);
   reset();
+}
+
+std::string DeviceGradientReduction::describe() const {
+  std::int64_t largest = 0;
+  for (const GradientBucket& b : buckets_) largest = std::max(largest, b.size());
+  return fmt::format(
+      "gradient reduction on the device ({}): {} bucket(s) of up to {:.2f} MiB, {} started by "
+      "the backward as it completed them{}",
+      comm_.name(), buckets_.size(),
+      static_cast<double>(largest) * sizeof(float) / (1024.0 * 1024.0), overlapped_last_,
+      owners_.empty() ? "" : "; each summed onto the ranks that own its elements (ZeRO-1)");
 }
 
 void DeviceGradientReduction::reset() {
@@ -75,8 +96,13 @@ void DeviceGradientReduction::start_ready_buckets() {
 
 void DeviceGradientReduction::start(std::size_t bucket) {
   const GradientBucket& b = buckets_[bucket];
-  comm_.start_all_reduce_sum_device(flat_grads_.ptr<float>() + b.begin,
-                                    static_cast<std::size_t>(b.size()), stream_);
+  if (owners_.empty())
+    comm_.start_all_reduce_sum_device(flat_grads_.ptr<float>() + b.begin,
+                                      static_cast<std::size_t>(b.size()), stream_);
+  else
+    comm_.start_reduce_scatter_sum_device(flat_grads_.ptr<float>(), owners_.data(),
+                                          static_cast<std::size_t>(b.begin),
+                                          static_cast<std::size_t>(b.end), stream_);
 }
 
 void DeviceGradientReduction::finish() {

@@ -7,10 +7,15 @@
 //
 // Buckets start in one fixed order on every rank (the backward's), so the collectives match. A
 // sum's rounding depends on the rank count and NCCL's algorithm, not on where the buckets end.
+//
+// ZeRO-1 (dist/zero1.h) gives the ranks' ranges of the buffer (`owners`): each bucket is then
+// summed onto the ranks owning its elements only (a reduce-scatter a bucket at a time), which is
+// all that ZeRO-1's optimiser step reads.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tandem/dist/communicator.h"
@@ -37,8 +42,11 @@ class DeviceGradientReduction final : public model::GradientReadyListener {
  public:
   // `flat_grads`: the model's f32 gradient buffer, laid out as `units` say, on the backend whose
   // device_stream() is `stream` (the sums are ordered with it).
+  // `owners` (W + 1 offsets into the buffer, ZeRO-1): sum each bucket onto the owners of its
+  // elements; empty: all-reduce each bucket.
   DeviceGradientReduction(Communicator& comm, void* stream, kernels::Tensor flat_grads,
-                          std::span<const model::ParameterUnit> units, std::int64_t bucket_bytes);
+                          std::span<const model::ParameterUnit> units, std::int64_t bucket_bytes,
+                          std::vector<std::size_t> owners = {});
 
   // The next backward is the step's last: its completed units start their buckets' sums.
   void arm() { armed_ = true; }
@@ -50,6 +58,9 @@ class DeviceGradientReduction final : public model::GradientReadyListener {
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   // Of the last finished step's buckets, how many started while its backward still ran.
   int started_during_backward() const { return overlapped_last_; }
+  // For the run's log: "gradient reduction on the device (nccl): N bucket(s) of up to X MiB, K
+  // started by the backward as it completed them" (and how ZeRO-1's buckets are summed).
+  std::string describe() const;
 
  private:
   void reset();  // a new step: no unit reported, no bucket started, not armed
@@ -59,6 +70,7 @@ class DeviceGradientReduction final : public model::GradientReadyListener {
   Communicator& comm_;
   void* stream_;
   kernels::Tensor flat_grads_;
+  std::vector<std::size_t> owners_;  // ZeRO-1's ranges; empty: all-reduce
   std::vector<GradientBucket> buckets_;
   std::vector<int> bucket_of_unit_;
   std::vector<bool> reported_;  // per unit: completed by the armed backward

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -408,13 +409,34 @@ void NcclCommunicator::start_all_reduce_sum_device(float* data, std::size_t n, v
   ++cuda_->started;
 }
 
+void NcclCommunicator::start_reduce_scatter_sum_device(float* data, const std::size_t* offsets,
+                                                       std::size_t begin, std::size_t end,
+                                                       void* stream) {
+  if (begin >= end) return;
+  use_device();
+  follow(stream);
+  // Each owner's part of [begin, end) reduced onto it, in place; the parts are disjoint, so one
+  // group launches them together (the reduce-scatter's traffic, a bucket at a time).
+  const ncclComm_t comm = cuda_->comm.load();
+  check_nccl(ncclGroupStart(), "ncclGroupStart", comm);
+  for (int owner = 0; owner < world_size(); ++owner) {
+    const std::size_t lo = std::max(begin, offsets[owner]), hi = std::min(end, offsets[owner + 1]);
+    if (lo >= hi) continue;
+    check_nccl(
+        ncclReduce(data + lo, data + lo, hi - lo, ncclFloat32, ncclSum, owner, comm, cuda_->stream),
+        "ncclReduce", comm);
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm);
+  ++cuda_->started;
+}
+
 void NcclCommunicator::finish_device_reductions(void* stream) {
   if (cuda_->started == 0) return;
-  CollectiveWatchdog::Scope guard(*watchdog_, "all_reduce_sum (gradient buckets)");
+  CollectiveWatchdog::Scope guard(*watchdog_, "gradient bucket sums");
   use_device();
   lead(stream);
   cuda_->started = 0;
-  wait_for_stream("all_reduce_sum (gradient buckets)");
+  wait_for_stream("gradient bucket sums");
 }
 
 // --- device pointers ---

@@ -55,6 +55,8 @@ class NcclCommunicator final : public Communicator {
   // wait for all of them and waits on the host under the watchdog.
   bool reduces_device_memory() const override { return true; }
   void start_all_reduce_sum_device(float* data, std::size_t n, void* stream) override;
+  void start_reduce_scatter_sum_device(float* data, const std::size_t* offsets, std::size_t begin,
+                                       std::size_t end, void* stream) override;
   void finish_device_reductions(void* stream) override;
 
   // Device pointers on this rank's device, same semantics as the host calls. They return once

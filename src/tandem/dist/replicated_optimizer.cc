@@ -1,9 +1,5 @@
 #include "tandem/dist/replicated_optimizer.h"
 
-#include <fmt/format.h>
-
-#include <algorithm>
-
 #include "tandem/optim/grad_clip.h"
 
 namespace tandem::dist {
@@ -49,15 +45,7 @@ void ReplicatedOptimizer::reduce_gradients() {
 }
 
 std::string ReplicatedOptimizer::describe_reduction() const {
-  if (!device_) return {};
-  std::int64_t largest = 0;
-  for (const GradientBucket& b : device_->buckets()) largest = std::max(largest, b.size());
-  return fmt::format(
-      "gradient reduction on the device ({}): {} bucket(s) of up to {:.2f} MiB, {} started by "
-      "the backward as it completed them",
-      comm_.name(), device_->buckets().size(),
-      static_cast<double>(largest) * sizeof(float) / (1024.0 * 1024.0),
-      device_->started_during_backward());
+  return device_ ? device_->describe() : std::string();
 }
 
 double ReplicatedOptimizer::clip(double max_norm) {

@@ -38,9 +38,34 @@ Zero1Optimizer::Zero1Optimizer(kernels::Backend& backend,
   shard_ = std::make_unique<optim::AdamW>(backend_, std::move(shard), hyper);
 }
 
+Zero1Optimizer::~Zero1Optimizer() {
+  if (listened_) listened_->set_gradient_listener(nullptr);
+}
+
+void Zero1Optimizer::reduce_on_device(model::Olmo3Model& model, std::int64_t bucket_bytes) {
+  TANDEM_CHECK(on_device(), "ZeRO-1: bucketed device sums need a GPU backend, not '{}'",
+               backend_.name());
+  device_ = std::make_unique<DeviceGradientReduction>(comm_, backend_.device_stream(), grads_,
+                                                      model::parameter_units(model.layout()),
+                                                      bucket_bytes, offsets_);
+  model.set_gradient_listener(device_.get());
+  listened_ = &model;
+}
+
+void Zero1Optimizer::last_backward_follows() {
+  if (device_) device_->arm();
+}
+
+std::string Zero1Optimizer::describe_reduction() const {
+  return device_ ? device_->describe() : std::string();
+}
+
 void Zero1Optimizer::reduce_gradients() {
-  // A GPU backend's buffers are reduced and gathered where they are, ordered with its stream.
-  if (on_device())
+  // A GPU backend's buffers are reduced and gathered where they are, ordered with its stream:
+  // in buckets started by the backward, or (without them) in one reduce-scatter now.
+  if (device_)
+    device_->finish();
+  else if (on_device())
     comm_.reduce_scatter_sum_device(grads_.ptr<float>(), offsets_.data(), backend_.device_stream());
   else
     comm_.reduce_scatter_sum(grads_.ptr<float>(), offsets_.data());

@@ -5,6 +5,11 @@
 // parameters all-gathered. AdamW updates every element independently, so the result equals the
 // replicated optimiser's up to the order of the norm's partial sums.
 //
+// On a GPU backend the sums run on the device, in buckets that the step's last backward starts as
+// it completes them, each summed onto the ranks owning its elements
+// (dist/device_gradient_reduction.h), so the reduce-scatter overlaps the backward as DDP's
+// all-reduce does; the gather of the updated parameters follows the optimiser step.
+//
 // Checkpoints: each rank writes the moments of its range as its own shard (moments()), and reads
 // its range at any W' from whichever shards hold it (train/optimizer_shards.h).
 #pragma once
@@ -13,6 +18,7 @@
 #include <vector>
 
 #include "tandem/dist/communicator.h"
+#include "tandem/dist/device_gradient_reduction.h"
 #include "tandem/dist/host_moments.h"
 #include "tandem/kernels/backend.h"
 #include "tandem/optim/adamw.h"
@@ -27,8 +33,16 @@ class Zero1Optimizer final : public optim::Optimizer {
   Zero1Optimizer(kernels::Backend& backend, const std::vector<optim::ParamBuffer>& full,
                  kernels::Tensor params, kernels::Tensor grads, const optim::AdamWHyper& hyper,
                  Communicator& comm);
+  ~Zero1Optimizer() override;
+
+  // Reduces `model`'s gradients (the buffer `grads`) on the device in buckets of at least
+  // `bucket_bytes`, each started as the backward completes it (a GPU backend and a communicator
+  // that sums device memory).
+  void reduce_on_device(model::Olmo3Model& model, std::int64_t bucket_bytes);
 
   std::string name() const override { return "zero1"; }
+  void last_backward_follows() override;
+  std::string describe_reduction() const override;
   // Sums the gradients over ranks into this rank's range and divides them by W.
   void reduce_gradients() override;
   // Global pre-clip L2 norm of the (reduced) gradients; clips this rank's range when
@@ -66,6 +80,8 @@ class Zero1Optimizer final : public optim::Optimizer {
   std::vector<kernels::Tensor> shard_grads_;
   std::unique_ptr<optim::AdamW> shard_;
   HostMoments host_;
+  std::unique_ptr<DeviceGradientReduction> device_;
+  model::Olmo3Model* listened_ = nullptr;  // the model that reports to device_
 };
 
 }  // namespace tandem::dist

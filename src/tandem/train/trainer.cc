@@ -40,14 +40,17 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const RunConfig& config, kernel
   if (sharded)
     return std::make_unique<dist::FsdpOptimizer>(backend, *sharded, config.optim.adamw, comm);
   // ZeRO-1 with one rank is the replicated optimiser.
-  if (config.dist.strategy == dist::Strategy::kZero1 && comm.world_size() > 1)
-    return std::make_unique<dist::Zero1Optimizer>(backend, parameter_buffers(model), model.params(),
-                                                  model.grads(), config.optim.adamw, comm);
+  const auto bucket_bytes = static_cast<std::int64_t>(config.dist.bucket_mb * (1 << 20));
+  const bool device_sums = !backend.host_accessible() && comm.world_size() > 1;
+  if (config.dist.strategy == dist::Strategy::kZero1 && comm.world_size() > 1) {
+    auto zero1 = std::make_unique<dist::Zero1Optimizer>(
+        backend, parameter_buffers(model), model.params(), model.grads(), config.optim.adamw, comm);
+    if (device_sums) zero1->reduce_on_device(model, bucket_bytes);
+    return zero1;
+  }
   auto replicated = std::make_unique<dist::ReplicatedOptimizer>(
       backend, parameter_buffers(model), model.grads(), config.optim.adamw, comm);
-  if (!backend.host_accessible() && comm.world_size() > 1)
-    replicated->reduce_on_device(model,
-                                 static_cast<std::int64_t>(config.dist.bucket_mb * (1 << 20)));
+  if (device_sums) replicated->reduce_on_device(model, bucket_bytes);
   return replicated;
 }
 
