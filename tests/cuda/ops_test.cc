@@ -318,6 +318,20 @@ TEST(CudaOps, SumOfSquaresAndAdamWMatchCpuBitForBit) {
     Both x = both(gpu, Shape{n}, normal(n, 39));
     EXPECT_EQ(gpu.sum_of_squares(x.g), testing::cpu_backend().sum_of_squares(x.c)) << n;
   }
+  // All at once (one copy to the host): each tensor's sum exactly as alone, and as the CPU's.
+  std::vector<Both> xs;
+  for (std::int64_t n : {5, 0, 16384, 16385, 16384 * 3 + 1234})
+    xs.push_back(both(gpu, Shape{n}, normal(n, 50 + n)));
+  std::vector<Tensor> on_gpu, on_cpu;
+  for (const Both& x : xs) on_gpu.push_back(x.g), on_cpu.push_back(x.c);
+  const std::vector<double> together = gpu.sums_of_squares(on_gpu);
+  const std::vector<double> cpu_together = testing::cpu_backend().sums_of_squares(on_cpu);
+  ASSERT_EQ(together.size(), xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_EQ(together[i], gpu.sum_of_squares(on_gpu[i])) << i;
+    EXPECT_EQ(together[i], cpu_together[i]) << i;
+  }
+  EXPECT_EQ(together[1], 0.0);
   const std::int64_t n = 10007;
   std::vector<float> v0 = normal(n, 43);
   for (float& x : v0) x = x * x * 1e-4f;  // second moments are non-negative

@@ -84,6 +84,25 @@ TEST(GradClip, NormIsIndependentOfThreadCountAndAccurate) {
   EXPECT_NEAR(one, std::sqrt(static_cast<double>(exact)), 1e-12 * one);
 }
 
+TEST(GradClip, SumsOfSquaresAreEachTensorsInTheirOrder) {
+  std::vector<float> a(40000), b = {3.0f, 4.0f};
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.25f;
+  std::vector<float> none;
+  kernels::Backend& cpu = testing::cpu();
+  const std::vector<kernels::Tensor> views = {testing::host_tensor(a), testing::host_tensor(none),
+                                              testing::host_tensor(b)};
+  const std::vector<double> sums = cpu.sums_of_squares(views);
+  ASSERT_EQ(sums.size(), 3u);
+  EXPECT_EQ(sums[0], cpu.sum_of_squares(views[0]));
+  EXPECT_EQ(sums[1], 0.0);
+  EXPECT_EQ(sums[2], 25.0);
+  EXPECT_EQ(sum_of_squares(cpu, views), (sums[0] + sums[1]) + sums[2]);
+  EXPECT_TRUE(cpu.sums_of_squares({}).empty());
+  kernels::Buffer ids = cpu.allocate(kernels::DType::i64, kernels::Shape{2});
+  const std::vector<kernels::Tensor> wrong = {views[0], ids.tensor()};
+  EXPECT_THROW(cpu.sums_of_squares(wrong), core::Error);
+}
+
 TEST(GradClip, RejectsNonPositiveMaxNorm) {
   std::vector<float> a = {1.0f};
   std::vector<kernels::Tensor> views = {testing::host_tensor(a)};

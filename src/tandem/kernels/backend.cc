@@ -156,8 +156,7 @@ void Backend::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, con
   const std::int64_t kb = trans_b ? b.dim(1) : b.dim(0), n = trans_b ? b.dim(0) : b.dim(1);
   TANDEM_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "gemm: {}{} x {}{} does not give {}",
                a.str(), trans_a ? "^T" : "", b.str(), trans_b ? "^T" : "", c.str());
-  OpScope scope(*this, "gemm",
-                2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
+  OpScope scope(*this, "gemm", matmul_flops(m, k, n));
   do_gemm(trans_a, trans_b, alpha, a, b, beta, c);
 }
 
@@ -386,6 +385,29 @@ double Backend::sum_of_squares(const Tensor& x) {
   if (x.numel() == 0) return 0.0;
   OpScope scope(*this, "sum_of_squares");
   return do_sum_of_squares(x);
+}
+
+std::vector<double> Backend::sums_of_squares(std::span<const Tensor> xs) {
+  std::vector<Tensor> work;
+  for (const Tensor& x : xs) {
+    TANDEM_CHECK(x.dtype() == DType::f32, "sum_of_squares: x must be f32, got {}", x.str());
+    if (x.numel() > 0) work.push_back(x);
+  }
+  std::vector<double> out(xs.size(), 0.0);
+  if (work.empty()) return out;
+  OpScope scope(*this, "sums_of_squares");
+  const std::vector<double> sums = do_sums_of_squares(work);
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].numel() > 0) out[i] = sums.at(k++);
+  return out;
+}
+
+std::vector<double> Backend::do_sums_of_squares(std::span<const Tensor> xs) {
+  std::vector<double> out;
+  out.reserve(xs.size());
+  for (const Tensor& x : xs) out.push_back(do_sum_of_squares(x));
+  return out;
 }
 
 void Backend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,

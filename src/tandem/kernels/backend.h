@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,9 @@ class Backend {
   // Sum of squares of an f32 tensor in double, in a fixed order that does not depend on the
   // thread count (gradient norms).
   double sum_of_squares(const Tensor& x);
+  // sum_of_squares of each tensor, the same values, with at most one wait for the device (a
+  // gradient norm over every parameter tensor would otherwise wait once per tensor).
+  std::vector<double> sums_of_squares(std::span<const Tensor> xs);
   // One AdamW update of p with gradient g and moments m, v (all f32, same numel).
   void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                     const AdamWScalars& s);
@@ -236,6 +240,8 @@ class Backend {
                                             const Tensor& dhidden, const Tensor& dw) = 0;
   virtual std::vector<double> do_token_log_probs(const Tensor& logits, const Tensor& targets) = 0;
   virtual double do_sum_of_squares(const Tensor& x) = 0;
+  // Non-empty f32 tensors. Default: do_sum_of_squares of each.
+  virtual std::vector<double> do_sums_of_squares(std::span<const Tensor> xs);
   virtual void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                                const AdamWScalars& s) = 0;
 

@@ -9,7 +9,7 @@ namespace tandem::optim {
 
 double sum_of_squares(kernels::Backend& backend, std::span<const kernels::Tensor> grads) {
   double total = 0.0;
-  for (const kernels::Tensor& g : grads) total += backend.sum_of_squares(g);
+  for (double s : backend.sums_of_squares(grads)) total += s;  // in the tensors' order
   return total;
 }
 

@@ -1,8 +1,9 @@
 // Global L2 gradient-norm clipping as torch.nn.utils.clip_grad_norm_ (and OLMo-core's train
 // module) does it: norm over every gradient together, coefficient max_norm / (norm + 1e-6) clamped
 // to 1, every gradient scaled by it. Each tensor's sum of squares is the backend's deterministic
-// sum_of_squares (double, fixed chunk order), and the tensors' sums are added in the given order,
-// so the norm does not depend on the thread count.
+// sum_of_squares (double, fixed chunk order; all tensors' at once, so a GPU backend waits for the
+// device once), and the tensors' sums are added in the given order, so the norm does not depend on
+// the thread count.
 #pragma once
 
 #include <span>

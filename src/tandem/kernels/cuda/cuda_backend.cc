@@ -637,15 +637,31 @@ std::vector<double> CudaBackend::do_token_log_probs(const Tensor& logits, const 
 // ---- optimiser ----
 
 double CudaBackend::do_sum_of_squares(const Tensor& x) {
-  const i64 n = x.numel();
-  const i64 chunks = (n + cuda::kSumOfSquaresChunk - 1) / cuda::kSumOfSquaresChunk;
+  return do_sums_of_squares(std::span<const Tensor>(&x, 1)).front();
+}
+
+std::vector<double> CudaBackend::do_sums_of_squares(std::span<const Tensor> xs) {
+  std::vector<i64> first_chunk;  // of each tensor in the partials, and the total at the end
+  i64 chunks = 0;
+  for (const Tensor& x : xs) {
+    first_chunk.push_back(chunks);
+    chunks += (x.numel() + cuda::kSumOfSquaresChunk - 1) / cuda::kSumOfSquaresChunk;
+  }
+  first_chunk.push_back(chunks);
   State::Scratch partials(s_->memory, static_cast<std::size_t>(chunks) * sizeof(double));
-  cuda::sum_of_squares_chunks(f32_or_null(x), n, partials.as<double>(), s_->stream);
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    cuda::sum_of_squares_chunks(f32_or_null(xs[i]), xs[i].numel(),
+                                partials.as<double>() + first_chunk[i], s_->stream);
   const std::vector<double> host =
       s_->to_host<double>(partials.p, static_cast<std::size_t>(chunks), "sum_of_squares");
-  double s = 0.0;
-  for (double p : host) s += p;  // chunk order, as the CPU adds them
-  return s;
+  std::vector<double> sums;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    double s = 0.0;
+    for (i64 c = first_chunk[i]; c < first_chunk[i + 1]; ++c)
+      s += host[static_cast<std::size_t>(c)];  // chunk order, as the CPU adds them
+    sums.push_back(s);
+  }
+  return sums;
 }
 
 void CudaBackend::do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m,
