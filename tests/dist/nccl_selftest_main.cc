@@ -134,14 +134,35 @@ class SelfTest {
     });
   }
 
+  // How a reduce-scatter is asked for: on host or device memory in one call, or (bucket > 0,
+  // ZeRO-1's form on the device) in buckets of `bucket` elements over the whole buffer, started
+  // last first (the backward's order), each summed onto the owners of its elements, then finished
+  // together.
+  struct Via {
+    bool device = false;
+    std::size_t bucket = 0;
+  };
+
   // `offsets` index into a buffer of offsets.back() + tail elements.
   void reduce_scatter(const std::string& name, const std::vector<std::size_t>& offsets, int salt,
-                      bool on_device) {
-    const std::string what = fmt::format("reduce_scatter_sum {}{}", name, where(on_device));
+                      Via via) {
+    const std::string what =
+        via.bucket > 0
+            ? fmt::format("start_reduce_scatter_sum_device {} in buckets of {}", name, via.bucket)
+            : fmt::format("reduce_scatter_sum {}{}", name, where(via.device));
     const std::size_t n = offsets.back() + 3;
     std::vector<float> data(n);
     for (std::size_t i = 0; i < n; ++i) data[i] = contribution(rank_, i, salt);
-    if (on_device) {
+    if (via.bucket > 0) {
+      DeviceBuffer<float> d(data);
+      for (std::size_t end = n; end > 0;) {
+        const std::size_t begin = end > via.bucket ? end - via.bucket : 0;
+        comm_.start_reduce_scatter_sum_device(d.get(), offsets.data(), begin, end, nullptr);
+        end = begin;
+      }
+      comm_.finish_device_reductions(nullptr);
+      data = d.to_host();
+    } else if (via.device) {
       DeviceBuffer<float> d(data);
       comm_.reduce_scatter_sum_device(d.get(), offsets.data(), nullptr);
       data = d.to_host();
@@ -151,32 +172,6 @@ class SelfTest {
     expect_range(what, data, offsets[rank_], offsets[rank_ + 1],
                  [&](std::size_t i) { return expected_sum(world_, i, salt); });
     // Outside the ranges nothing may be touched.
-    expect_range(what + " (outside the ranges)", data, 0, offsets[0],
-                 [&](std::size_t i) { return contribution(rank_, i, salt); });
-    expect_range(what + " (outside the ranges)", data, offsets.back(), n,
-                 [&](std::size_t i) { return contribution(rank_, i, salt); });
-  }
-
-  // ZeRO-1's bucketed form on the device: buckets of `bucket` elements over the whole buffer,
-  // started last first (the backward's order) and each summed onto the owners of its elements,
-  // then finished together.
-  void bucketed_reduce_scatter(const std::string& name, const std::vector<std::size_t>& offsets,
-                               std::size_t bucket, int salt) {
-    const std::string what =
-        fmt::format("start_reduce_scatter_sum_device {} in buckets of {}", name, bucket);
-    const std::size_t n = offsets.back() + 3;
-    std::vector<float> data(n);
-    for (std::size_t i = 0; i < n; ++i) data[i] = contribution(rank_, i, salt);
-    DeviceBuffer<float> d(data);
-    for (std::size_t end = n; end > 0;) {
-      const std::size_t begin = end > bucket ? end - bucket : 0;
-      comm_.start_reduce_scatter_sum_device(d.get(), offsets.data(), begin, end, nullptr);
-      end = begin;
-    }
-    comm_.finish_device_reductions(nullptr);
-    data = d.to_host();
-    expect_range(what, data, offsets[rank_], offsets[rank_ + 1],
-                 [&](std::size_t i) { return expected_sum(world_, i, salt); });
     expect_range(what + " (outside the ranges)", data, 0, offsets[0],
                  [&](std::size_t i) { return contribution(rank_, i, salt); });
     expect_range(what + " (outside the ranges)", data, offsets.back(), n,
@@ -282,12 +277,12 @@ void run_all(SelfTest& t, int world) {
         {"rank 0 empty", lopsided_offsets(20 + w, world)},
     };
     for (const auto& [name, offsets] : splits) {
-      t.reduce_scatter(name, offsets, ++salt, on_device);
+      t.reduce_scatter(name, offsets, ++salt, {on_device, 0});
       t.all_gather(name, offsets, ++salt, on_device);
       // Buckets inside one range, across several, and one over the whole buffer.
       if (on_device)
         for (std::size_t bucket : {std::size_t{3}, std::size_t{1001}, offsets.back() + 3})
-          t.bucketed_reduce_scatter(name, offsets, bucket, ++salt);
+          t.reduce_scatter(name, offsets, ++salt, {true, bucket});
     }
     for (int root = 0; root < world; ++root)
       for (std::size_t bytes : {std::size_t{1}, std::size_t{1001}, std::size_t{1 << 20}})
