@@ -30,6 +30,7 @@
 #include "tandem/optim/adamw.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/loss_normalization.h"
+#include "tandem/train/op_profile_report.h"
 
 namespace {
 
@@ -52,44 +53,6 @@ void usage() {
 }
 
 double gib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
-
-// One profiled step: per op its calls, device milliseconds, share of the step's span and, for ops
-// with matmuls, TFLOP/s; the span, the ops' sum and the device's time between ops.
-nlohmann::json profile_json(const tandem::kernels::OpProfile& p) {
-  nlohmann::json ops = nlohmann::json::array();
-  for (const tandem::kernels::OpTime& t : p.ops) {
-    nlohmann::json o{{"op", t.op},
-                     {"calls", t.calls},
-                     {"ms", 1e3 * t.seconds},
-                     {"share", p.span_seconds > 0 ? t.seconds / p.span_seconds : 0.0}};
-    if (t.flops > 0) {
-      o["tflop"] = t.flops / 1e12;
-      o["tflops_per_s"] = t.seconds > 0 ? t.flops / t.seconds / 1e12 : 0.0;
-    }
-    ops.push_back(o);
-  }
-  return {{"span_ms", 1e3 * p.span_seconds},
-          {"ops_ms", 1e3 * p.op_seconds},
-          {"between_ops_ms", 1e3 * (p.span_seconds - p.op_seconds)},
-          {"calls", p.calls},
-          {"ops", ops}};
-}
-
-void print_profile(const tandem::kernels::OpProfile& p) {
-  fmt::print(
-      "profile of one step: {:.2f} ms from the first op to the last, {:.2f} ms in {} ops, "
-      "{:.2f} ms between them\n",
-      1e3 * p.span_seconds, 1e3 * p.op_seconds, p.calls, 1e3 * (p.span_seconds - p.op_seconds));
-  for (const tandem::kernels::OpTime& t : p.ops) {
-    const double share = p.span_seconds > 0 ? 100.0 * t.seconds / p.span_seconds : 0.0;
-    if (t.flops > 0 && t.seconds > 0)
-      fmt::print("  {:<24} {:6} calls {:10.3f} ms {:5.1f}%  {:7.1f} TFLOP/s\n", t.op, t.calls,
-                 1e3 * t.seconds, share, t.flops / t.seconds / 1e12);
-    else
-      fmt::print("  {:<24} {:6} calls {:10.3f} ms {:5.1f}%\n", t.op, t.calls, 1e3 * t.seconds,
-                 share);
-  }
-}
 
 }  // namespace
 
@@ -220,8 +183,8 @@ int main(int argc, char** argv) {
       backend->start_op_profile();
       step();
       const kernels::OpProfile p = backend->finish_op_profile();
-      j["profile"] = profile_json(p);
-      print_profile(p);
+      j["profile"] = train::op_profile_json(p);
+      fmt::print("profile of one step: {}\n", train::op_profile_summary(p, p.ops.size()));
     }
     fmt::print(
         "{} ({}): {:.0f} tokens/s, {:.3f} s/step (median of {}), {:.1f} TFLOP/s = MFU {:.1f}% of "

@@ -39,6 +39,9 @@ TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir) {
   t.progress = s.get_bool("progress", true);
   t.fresh_start = s.get_bool("fresh_start", false);
   t.recompute = model::parse_recompute(s.get_string("recompute", "none"), s.where("recompute"));
+  t.profile_step = s.get_int("profile_step", 0);
+  TANDEM_CHECK(t.profile_step >= 0, "{} must be a step (>= 1) or 0 for none",
+               s.where("profile_step"));
   s.finish();
   return t;
 }

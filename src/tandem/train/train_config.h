@@ -55,6 +55,9 @@ struct TrainerConfig {
   bool fresh_start = false;
   // Activation recompute (OLMo-core's activation checkpointing): none, full or selective.
   model::Recompute recompute = model::Recompute::kNone;
+  // Times this step's backend ops (kernels/op_profile.h) into
+  // <save_folder>/profile/step-NNNNNN.rank-R.json and the log; 0: no step.
+  std::int64_t profile_step = 0;
 };
 
 struct RunConfig {

@@ -18,6 +18,7 @@
 #include "tandem/dist/replicated_optimizer.h"
 #include "tandem/dist/zero1.h"
 #include "tandem/model/model_io.h"
+#include "tandem/train/op_profile_report.h"
 #include "tandem/train/stop_signals.h"
 
 namespace fs = std::filesystem;
@@ -204,6 +205,24 @@ void Trainer::start_fresh() {
   if (config_.trainer.save_initial) checkpoints_->save(false);
 }
 
+void Trainer::write_op_profile(const kernels::OpProfile& p, std::int64_t step,
+                               std::int64_t tokens) {
+  nlohmann::json j = op_profile_json(p);
+  j["step"] = step;
+  j["rank"] = comm_.rank();
+  j["backend"] = backend_->describe();
+  j["tokens"] = tokens;
+  // The ops' FLOPs equal this (the MFU's count) unless recompute adds forwards.
+  j["mfu_flops"] =
+      config_.model.flops_per_token(config_.data.sequence_length) * static_cast<double>(tokens);
+  const fs::path dir = fs::path(run_dir_) / "profile";
+  fs::create_directories(dir);
+  const std::string path =
+      (dir / fmt::format("step-{:06d}.rank-{}.json", step, comm_.rank())).string();
+  core::write_file_atomic(path, j.dump(2) + "\n");
+  log(fmt::format("op profile of step {} ({}): {}", step, path, op_profile_summary(p, 6)));
+}
+
 int Trainer::run() {
   if (!checkpoints_->resume()) start_fresh();
   const std::int64_t first_step = counters_.step;
@@ -245,8 +264,11 @@ int Trainer::run() {
     const double busy_before = optimizer_->seconds_in_own_collectives();
     data::Batch batch = loader_->next_batch(static_cast<std::uint64_t>(comm_.rank()),
                                             static_cast<std::uint64_t>(comm_.world_size()));
+    const bool profiled = counters_.step + 1 == config_.trainer.profile_step;
+    if (profiled) backend_->start_op_profile();
     StepResult r = train_step_->run(batch, counters_.step + 1);
     backend_->synchronize();
+    if (profiled) write_op_profile(backend_->finish_op_profile(), counters_.step + 1, r.tokens);
     step_comm_seconds += comm_.seconds_in_collectives() +
                          optimizer_->seconds_waiting_for_collectives() - comm_before;
     step_busy_seconds += optimizer_->seconds_in_own_collectives() - busy_before;
