@@ -184,6 +184,8 @@ int main(int argc, char** argv) {
       step();
       const kernels::OpProfile p = backend->finish_op_profile();
       j["profile"] = train::op_profile_json(p);
+      // What the MFU counts for the step (the ops' FLOPs equal it: OpProfileFlops.*).
+      j["profile"]["mfu_flops"] = flops_per_token * static_cast<double>(B * T);
       fmt::print("profile of one step: {}\n", train::op_profile_summary(p, p.ops.size()));
     }
     fmt::print(

@@ -1,7 +1,7 @@
 // Data-parallel `tandem train` under mpirun on the curve-parity fixture: W=1, 2, 4 give the same
 // global batches and per-step losses within 1e-5 relative; a W=4 checkpoint resumes at W=1 and
 // W=2 and continues like the uninterrupted W=4 run; a checkpoint written with 2 OpenMP threads
-// resumes with 1.
+// resumes with 1; trainer.profile_step profiles each rank's share of the step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,6 +110,29 @@ TEST(DataParallel, CheckpointFromTwoThreadsResumesOnOneThread) {
   EXPECT_NE(rr.output.find("resumed from"), std::string::npos) << rr.output;
   expect_close_losses(read_metrics(straight), read_metrics(run), at,
                       "2 threads W=1 -> 1 thread W=2");
+}
+
+// trainer.profile_step on two ranks: each rank writes its own profile, whose op FLOPs are the
+// MFU's count for its half of the step's tokens.
+TEST(DataParallel, EachRankProfilesItsShareOfTheStep) {
+  const std::string run = temp_dir("dist_profile_w2");
+  auto r = run_shell(tandem_command(2, "train " + train_args(run, 2) + " trainer.profile_step=2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto metrics = read_metrics(run);
+  ASSERT_EQ(metrics.size(), 2u);
+  const std::int64_t step_tokens =
+      metrics[1]["tokens"].get<std::int64_t>() - metrics[0]["tokens"].get<std::int64_t>();
+  const train::RunConfig config = train::load_run_config(fixture("train/parity.yaml"), {});
+  const double per_token = config.model.flops_per_token(config.data.sequence_length);
+  for (int rank : {0, 1}) {
+    const nlohmann::json p =
+        read_json(run + "/profile/step-000002.rank-" + std::to_string(rank) + ".json");
+    EXPECT_EQ(p["rank"], rank);
+    EXPECT_EQ(p["tokens"].get<std::int64_t>(), step_tokens / 2) << rank;
+    EXPECT_DOUBLE_EQ(p["mfu_flops"].get<double>(),
+                     per_token * static_cast<double>(step_tokens / 2));
+    EXPECT_DOUBLE_EQ(p["flops"].get<double>(), p["mfu_flops"].get<double>()) << rank;
+  }
 }
 
 }  // namespace

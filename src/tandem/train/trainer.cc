@@ -211,7 +211,7 @@ void Trainer::write_op_profile(const kernels::OpProfile& p, std::int64_t step,
   j["step"] = step;
   j["rank"] = comm_.rank();
   j["backend"] = backend_->describe();
-  j["tokens"] = tokens;
+  j["tokens"] = tokens;  // this rank's
   // The ops' FLOPs equal this (the MFU's count) unless recompute adds forwards.
   j["mfu_flops"] =
       config_.model.flops_per_token(config_.data.sequence_length) * static_cast<double>(tokens);
@@ -268,7 +268,9 @@ int Trainer::run() {
     if (profiled) backend_->start_op_profile();
     StepResult r = train_step_->run(batch, counters_.step + 1);
     backend_->synchronize();
-    if (profiled) write_op_profile(backend_->finish_op_profile(), counters_.step + 1, r.tokens);
+    if (profiled)  // this rank's ops, over its share of the step's tokens
+      write_op_profile(backend_->finish_op_profile(), counters_.step + 1,
+                       r.tokens / comm_.world_size());
     step_comm_seconds += comm_.seconds_in_collectives() +
                          optimizer_->seconds_waiting_for_collectives() - comm_before;
     step_busy_seconds += optimizer_->seconds_in_own_collectives() - busy_before;

@@ -35,7 +35,8 @@ class Trainer {
   void initialise_weights();
   void start_fresh();
   void log_memory() const;
-  // trainer.profile_step: the step's op profile into the run directory and the log.
+  // trainer.profile_step: the step's op profile into the run directory and the log; `tokens`:
+  // this rank's share of the step.
   void write_op_profile(const kernels::OpProfile& p, std::int64_t step, std::int64_t tokens);
   void log(const std::string& line) const { log_line(comm_, line); }
 

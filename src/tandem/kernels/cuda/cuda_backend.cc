@@ -289,7 +289,7 @@ MemoryStats CudaBackend::memory_stats() const {
 
 void CudaBackend::reset_peak_memory() { s_->memory.reset_peak(); }
 
-// ---- memory ----
+// ---- op profile marks ----
 
 std::size_t CudaBackend::record_mark() {
   if (s_->marks_used == s_->marks.size()) {
@@ -315,6 +315,8 @@ std::vector<double> CudaBackend::mark_seconds() {
   s_->marks_used = 0;
   return seconds;
 }
+
+// ---- memory ----
 
 void* CudaBackend::do_allocate(std::size_t bytes) { return s_->memory.allocate(bytes); }
 
