@@ -76,25 +76,29 @@ struct CudnnAttention::Impl {
     float scale;
     std::memcpy(&scale, &scale_bits, sizeof scale);
     Entry e;
-    auto g = std::make_shared<fe::graph::Graph>();
-    new_graph(*g);
-    auto q = bthd(*g, "Q", kQ, B, T, Hq, D);
-    auto k = bthd(*g, "K", kK, B, T, Hkv, D);
-    auto v = bthd(*g, "V", kV, B, T, Hkv, D);
-    auto options = fe::graph::SDPA_attributes()
-                       .set_name("tandem_attention")
-                       .set_generate_stats(true)
-                       .set_attn_scale(scale)
-                       .set_causal_mask(true);
-    if (window > 0) options.set_sliding_window_length(static_cast<int>(window));
-    auto [o, stats] = g->sdpa(q, k, v, options);
-    o->set_output(true).set_uid(kO).set_dim({B, Hq, T, D}).set_stride({T * Hq * D, D, Hq * D, 1});
-    stats->set_output(true)
-        .set_uid(kStats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({B, Hq, T, 1})
-        .set_stride({Hq * T, T, 1, 1});
-    finish(e, g);
+    try {  // the frontend throws where no implementation fits, or on a missing symbol
+      auto g = std::make_shared<fe::graph::Graph>();
+      new_graph(*g);
+      auto q = bthd(*g, "Q", kQ, B, T, Hq, D);
+      auto k = bthd(*g, "K", kK, B, T, Hkv, D);
+      auto v = bthd(*g, "V", kV, B, T, Hkv, D);
+      auto options = fe::graph::SDPA_attributes()
+                         .set_name("tandem_attention")
+                         .set_generate_stats(true)
+                         .set_attn_scale(scale)
+                         .set_causal_mask(true);
+      if (window > 0) options.set_sliding_window_length(static_cast<int>(window));
+      auto [o, stats] = g->sdpa(q, k, v, options);
+      o->set_output(true).set_uid(kO).set_dim({B, Hq, T, D}).set_stride({T * Hq * D, D, Hq * D, 1});
+      stats->set_output(true)
+          .set_uid(kStats)
+          .set_data_type(fe::DataType_t::FLOAT)
+          .set_dim({B, Hq, T, 1})
+          .set_stride({Hq * T, T, 1, 1});
+      finish(e, g);
+    } catch (const std::exception& ex) {
+      e.refusal = ex.what();
+    }
     return forward.emplace(key, std::move(e)).first->second;
   }
 
@@ -105,63 +109,78 @@ struct CudnnAttention::Impl {
     float scale;
     std::memcpy(&scale, &scale_bits, sizeof scale);
     Entry e;
-    auto g = std::make_shared<fe::graph::Graph>();
-    new_graph(*g);
-    auto q = bthd(*g, "Q", kQ, B, T, Hq, D);
-    auto k = bthd(*g, "K", kK, B, T, Hkv, D);
-    auto v = bthd(*g, "V", kV, B, T, Hkv, D);
-    auto o = bthd(*g, "O", kO, B, T, Hq, D);
-    auto d_o = bthd(*g, "dO", kDO, B, T, Hq, D);
-    auto stats = g->tensor(fe::graph::Tensor_attributes()
-                               .set_name("Stats")
-                               .set_uid(kStats)
-                               .set_dim({B, Hq, T, 1})
-                               .set_stride({Hq * T, T, 1, 1})
-                               .set_data_type(fe::DataType_t::FLOAT));
-    auto options = fe::graph::SDPA_backward_attributes()
-                       .set_name("tandem_attention_backward")
-                       .set_attn_scale(scale)
-                       .set_causal_mask(true)
-                       .set_deterministic_algorithm(true);
-    if (window > 0) options.set_sliding_window_length(static_cast<int>(window));
-    auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
-    dq->set_output(true).set_uid(kDQ).set_dim({B, Hq, T, D}).set_stride({T * Hq * D, D, Hq * D, 1});
-    dk->set_output(true)
-        .set_uid(kDK)
-        .set_dim({B, Hkv, T, D})
-        .set_stride({T * Hkv * D, D, Hkv * D, 1});
-    dv->set_output(true)
-        .set_uid(kDV)
-        .set_dim({B, Hkv, T, D})
-        .set_stride({T * Hkv * D, D, Hkv * D, 1});
-    finish(e, g);
+    try {  // the frontend throws where no implementation fits, or on a missing symbol
+      auto g = std::make_shared<fe::graph::Graph>();
+      new_graph(*g);
+      auto q = bthd(*g, "Q", kQ, B, T, Hq, D);
+      auto k = bthd(*g, "K", kK, B, T, Hkv, D);
+      auto v = bthd(*g, "V", kV, B, T, Hkv, D);
+      auto o = bthd(*g, "O", kO, B, T, Hq, D);
+      auto d_o = bthd(*g, "dO", kDO, B, T, Hq, D);
+      auto stats = g->tensor(fe::graph::Tensor_attributes()
+                                 .set_name("Stats")
+                                 .set_uid(kStats)
+                                 .set_dim({B, Hq, T, 1})
+                                 .set_stride({Hq * T, T, 1, 1})
+                                 .set_data_type(fe::DataType_t::FLOAT));
+      auto options = fe::graph::SDPA_backward_attributes()
+                         .set_name("tandem_attention_backward")
+                         .set_attn_scale(scale)
+                         .set_causal_mask(true)
+                         .set_deterministic_algorithm(true);
+      if (window > 0) options.set_sliding_window_length(static_cast<int>(window));
+      auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
+      dq->set_output(true)
+          .set_uid(kDQ)
+          .set_dim({B, Hq, T, D})
+          .set_stride({T * Hq * D, D, Hq * D, 1});
+      dk->set_output(true)
+          .set_uid(kDK)
+          .set_dim({B, Hkv, T, D})
+          .set_stride({T * Hkv * D, D, Hkv * D, 1});
+      dv->set_output(true)
+          .set_uid(kDV)
+          .set_dim({B, Hkv, T, D})
+          .set_stride({T * Hkv * D, D, Hkv * D, 1});
+      finish(e, g);
+    } catch (const std::exception& ex) {
+      e.refusal = ex.what();
+    }
     return backward.emplace(key, std::move(e)).first->second;
   }
 
+  // Builds the graph's plans (the caller catches what the frontend throws, e.g. on a symbol
+  // libcudnn lacks).
   void finish(Entry& e, const std::shared_ptr<fe::graph::Graph>& g) {
-    try {
-      auto status = g->build(handle, {fe::HeurMode_t::A});
-      if (status.is_bad()) {
-        e.refusal = status.get_message();
-        return;
-      }
-      std::int64_t ws = 0;
-      status = g->get_workspace_size(ws);
-      if (status.is_bad()) {
-        e.refusal = status.get_message();
-        return;
-      }
-      e.workspace = ws;
-      e.graph = g;
-    } catch (const std::exception& ex) {  // the frontend throws on missing symbols
-      e.refusal = ex.what();
+    auto status = g->build(handle, {fe::HeurMode_t::A});
+    if (status.is_bad()) {
+      e.refusal = status.get_message();
+      return;
     }
+    std::int64_t ws = 0;
+    status = g->get_workspace_size(ws);
+    if (status.is_bad()) {
+      e.refusal = status.get_message();
+      return;
+    }
+    e.workspace = ws;
+    e.graph = g;
   }
 
   bool run(const Entry& e, std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*>& pack,
            std::string* refusal) {
-    void* workspace =
-        e.workspace > 0 ? memory->allocate(static_cast<std::size_t>(e.workspace)) : nullptr;
+    // The deterministic backward's workspace grows with B x H x T^2 (17 GB at B = 4, 32 heads,
+    // T = 8192 with cuDNN before 9.25): when it does not fit, the plain kernels run instead of the
+    // step failing.
+    void* workspace = nullptr;
+    if (e.workspace > 0) {
+      try {
+        workspace = memory->allocate(static_cast<std::size_t>(e.workspace));
+      } catch (const std::exception& ex) {
+        *refusal = fmt::format("no room for cuDNN's {} B workspace: {}", e.workspace, ex.what());
+        return false;
+      }
+    }
     auto status = e.graph->execute(handle, pack, workspace);
     if (workspace) memory->free(workspace);  // stream-ordered: safe to reuse after this call
     if (status.is_bad()) {
