@@ -31,7 +31,8 @@ struct Event {
   ~Event() { cudaEventDestroy(e); }
 };
 
-// Device buffers made by filled() are freed when the test ends.
+// Device buffers made by filled() are freed when the test ends; x (ones) and y (zeros) are the
+// kernels' usual input and output.
 class CudaEmulatorStreams : public ::testing::Test {
  protected:
   float* filled(std::size_t n, float value) {
@@ -42,13 +43,12 @@ class CudaEmulatorStreams : public ::testing::Test {
     for (float* p : buffers_) cudaFree(p);
   }
 
- private:
-  std::vector<float*> buffers_;
+  std::vector<float*> buffers_;  // declared before x and y, which filled() adds to it
+  float* x = filled(64, 1.0f);
+  float* y = filled(64, 0.0f);
 };
 
 TEST_F(CudaEmulatorStreams, ANonBlockingStreamIsNotOrderedWithTheLegacyStream) {
-  float* x = filled(64, 1.0f);
-  float* y = filled(64, 0.0f);
   Stream s(cudaStreamNonBlocking);
   add_one_kernel<<<1, 64, 0, s.s>>>(x, y);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
@@ -60,20 +60,22 @@ TEST_F(CudaEmulatorStreams, ANonBlockingStreamIsNotOrderedWithTheLegacyStream) {
 }
 
 TEST_F(CudaEmulatorStreams, ABlockingStreamAndTheLegacyStreamWaitForEachOther) {
-  float* x = filled(64, 1.0f);
-  float* y = filled(64, 0.0f);
   Stream s(cudaStreamDefault);
   ASSERT_EQ(cudaMemset(x, 0, 64 * sizeof(float)), cudaSuccess);  // legacy stream, queued
   add_one_kernel<<<1, 64, 0, s.s>>>(x, y);                       // waits for the memset
   EXPECT_EQ(host(y, 64)[63], 1.0f);  // the legacy stream's copy waits for the kernel
 }
 
-TEST_F(CudaEmulatorStreams, AnEventOrdersOneStreamAfterAnother) {
-  float* x = filled(64, 1.0f);
-  float* y = filled(64, 0.0f);
+// A producer stream writing y = x + 1, a consumer stream reading it into z = y + 1, and the event
+// that may order them.
+class CudaEmulatorStreamPair : public CudaEmulatorStreams {
+ protected:
   float* z = filled(64, 0.0f);
-  Stream producer(cudaStreamNonBlocking), consumer(cudaStreamNonBlocking);
+  Stream producer{cudaStreamNonBlocking}, consumer{cudaStreamNonBlocking};
   Event ready;
+};
+
+TEST_F(CudaEmulatorStreamPair, AnEventOrdersOneStreamAfterAnother) {
   for (bool wait : {false, true}) {
     ASSERT_EQ(cudaMemsetAsync(y, 0, 64 * sizeof(float), producer.s), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(producer.s), cudaSuccess);
@@ -90,12 +92,7 @@ TEST_F(CudaEmulatorStreams, AnEventOrdersOneStreamAfterAnother) {
   }
 }
 
-TEST_F(CudaEmulatorStreams, AWaitOrdersAfterTheRecordItFoundNotALaterOne) {
-  float* x = filled(64, 1.0f);
-  float* y = filled(64, 0.0f);
-  float* z = filled(64, 0.0f);
-  Stream producer(cudaStreamNonBlocking), consumer(cudaStreamNonBlocking);
-  Event ready;
+TEST_F(CudaEmulatorStreamPair, AWaitOrdersAfterTheRecordItFoundNotALaterOne) {
   ASSERT_EQ(cudaEventRecord(ready.e, producer.s), cudaSuccess);  // nothing before it
   ASSERT_EQ(cudaStreamWaitEvent(consumer.s, ready.e, 0), cudaSuccess);
   add_one_kernel<<<1, 64, 0, producer.s>>>(x, y);
@@ -108,8 +105,6 @@ TEST_F(CudaEmulatorStreams, AWaitOrdersAfterTheRecordItFoundNotALaterOne) {
 }
 
 TEST_F(CudaEmulatorStreams, CopiesToTheHostCompleteAsCudaDocuments) {
-  float* x = filled(64, 1.0f);
-  float* y = filled(64, 0.0f);
   Stream s(cudaStreamNonBlocking);
   float* pinned = nullptr;
   ASSERT_EQ(cudaMallocHost(&pinned, 64 * sizeof(float)), cudaSuccess);
@@ -148,8 +143,6 @@ TEST_F(CudaEmulatorStreams, CopiesFromTheHostReadPinnedMemoryWhenTheyRun) {
 }
 
 TEST_F(CudaEmulatorStreams, AQueryReportsQueuedWorkAsNotReadyOnce) {
-  float* x = filled(64, 1.0f);
-  float* y = filled(64, 0.0f);
   Stream s(cudaStreamNonBlocking);
   Event done;
   EXPECT_EQ(cudaStreamQuery(s.s), cudaSuccess);  // nothing queued
@@ -163,18 +156,15 @@ TEST_F(CudaEmulatorStreams, AQueryReportsQueuedWorkAsNotReadyOnce) {
 }
 
 TEST_F(CudaEmulatorStreams, FreeingWaitsForTheWorkThatUsesTheMemory) {
-  float* x = device(std::vector<float>(64, 1.0f));
-  float* y = filled(64, 0.0f);
+  float* freed = device(std::vector<float>(64, 1.0f));
   Stream s(cudaStreamNonBlocking);
-  add_one_kernel<<<1, 64, 0, s.s>>>(x, y);
-  cudaFree(x);  // synchronises the device first, as cudaFree does: the kernel read x
+  add_one_kernel<<<1, 64, 0, s.s>>>(freed, y);
+  cudaFree(freed);  // synchronises the device first, as cudaFree does: the kernel read it
   ASSERT_EQ(cudaStreamSynchronize(s.s), cudaSuccess);
   EXPECT_EQ(host(y, 64)[0], 2.0f);
 }
 
 TEST_F(CudaEmulatorStreams, TimingEventsMeasureTheWorkBetweenTheirRecords) {
-  float* x = filled(64, 1.0f);
-  float* y = filled(64, 0.0f);
   Stream s(cudaStreamNonBlocking);
   Event start(cudaEventDefault), middle(cudaEventDefault), end(cudaEventDefault);
   Event untimed(cudaEventDisableTiming), unrecorded(cudaEventDefault);

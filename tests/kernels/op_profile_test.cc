@@ -27,8 +27,8 @@ TEST(OpProfile, SumsTheCallsOfEachOpLongestFirst) {
   EXPECT_EQ(p.ops[1].calls, 2);
   EXPECT_DOUBLE_EQ(p.ops[1].seconds, 0.75);
   EXPECT_DOUBLE_EQ(p.span_seconds, 4.25);
-  EXPECT_DOUBLE_EQ(p.op_seconds, 2.75);
-  EXPECT_EQ(p.calls, 3);
+  EXPECT_DOUBLE_EQ(p.op_seconds(), 2.75);
+  EXPECT_EQ(p.calls(), 3);
   EXPECT_TRUE(summarize_op_profile({}, {}).ops.empty());
   // A call whose end mark is missing (its record failed) is named, not summed as zero.
   EXPECT_THROW(summarize_op_profile({{"add", 0.0, 1, 1}}, marks), core::Error);
@@ -84,14 +84,14 @@ TEST(OpProfile, RecordsEachPublicOpBetweenStartAndFinishWithItsFlops) {
   // dx and dw: two products; dw alone: one.
   EXPECT_EQ(ops.at("linear_backward").calls, 2);
   EXPECT_DOUBLE_EQ(ops.at("linear_backward").flops, 3 * 2.0 * 4 * 3 * 5);
-  EXPECT_EQ(p.calls, 9);
+  EXPECT_EQ(p.calls(), 9);
   double sum = 0.0;
   for (const OpTime& t : p.ops) {
     EXPECT_GE(t.seconds, 0.0) << t.op;
     sum += t.seconds;
   }
-  EXPECT_DOUBLE_EQ(p.op_seconds, sum);
-  EXPECT_LE(p.op_seconds, p.span_seconds);  // calls do not overlap on one thread
+  EXPECT_DOUBLE_EQ(p.op_seconds(), sum);
+  EXPECT_LE(p.op_seconds(), p.span_seconds);  // calls do not overlap on one thread
   // A second profile starts empty.
   cpu->start_op_profile();
   EXPECT_TRUE(cpu->finish_op_profile().ops.empty());

@@ -8,8 +8,8 @@
 #include <map>
 #include <random>
 
-#include "tandem/core/ignore_index.h"
 #include "tandem/model/olmo3_model.h"
+#include "tandem/optim/loss_normalization.h"
 
 namespace tandem {
 namespace {
@@ -30,10 +30,9 @@ kernels::OpProfile profile_step(model::Recompute recompute) {
   m.set_recompute(recompute);
   const std::int64_t B = 2, T = 24;
   std::mt19937_64 rng(5);
-  std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T)), labels(ids.size());
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T));
   for (auto& id : ids) id = static_cast<std::int64_t>(rng() % 90);
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    labels[i] = (i + 1) % static_cast<std::size_t>(T) == 0 ? core::kIgnoreIndex : ids[i + 1];
+  const std::vector<std::int64_t> labels = optim::make_labels(ids.data(), B, T, nullptr);
   cpu->start_op_profile();
   m.forward_backward(ids.data(), labels.data(), B, T, 1e-4f, 0.5f, true);
   return cpu->finish_op_profile();

@@ -60,10 +60,6 @@ void Communicator::finish_device_reductions(void*) {
   core::fail("the {} communicator reduces host memory only", name());
 }
 
-void Communicator::reduce_scatter_sum_device(float*, const std::size_t*, void*) {
-  core::fail("the {} communicator reduces host memory only", name());
-}
-
 void Communicator::all_gather_device(float*, const std::size_t*, void*) {
   core::fail("the {} communicator gathers host memory only", name());
 }

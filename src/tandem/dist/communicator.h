@@ -52,10 +52,9 @@ class Communicator {
   // Work queued on `stream` from now on runs after every started sum; returns once they are done
   // (a peer that never joins is caught by the communicator's timeout). Default: refused.
   virtual void finish_device_reductions(void* stream);
-  // reduce_scatter_sum and all_gather on device memory (ZeRO-1 on a GPU backend): after the work
-  // queued on `stream` so far, before the work queued on it afterwards; they return once done.
+  // all_gather on device memory (ZeRO-1's updated parameters on a GPU backend): after the work
+  // queued on `stream` so far, before the work queued on it afterwards; returns once done.
   // Default: refused.
-  virtual void reduce_scatter_sum_device(float* data, const std::size_t* offsets, void* stream);
   virtual void all_gather_device(float* data, const std::size_t* offsets, void* stream);
   // Wall seconds this process has spent inside collectives (for the communication share).
   virtual double seconds_in_collectives() const { return 0.0; }

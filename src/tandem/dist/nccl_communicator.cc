@@ -272,16 +272,23 @@ void NcclCommunicator::enqueue_reduce_scatter(float* data, const std::size_t* of
   }
   // Uneven ranges (offsets are n * r / W): ncclReduceScatter needs equal blocks. Rather than
   // padding into a second buffer (W x the longest range, two extra device copies), each range is
-  // reduced onto its owner with ncclReduce, in place; the ranges are disjoint, so one group
-  // launches them together. Non-owners' copies of a range are left as they were, which the
-  // interface allows.
+  // reduced onto its owner.
+  enqueue_reduce_onto_owners(data, offsets, offsets[0], offsets[world]);
+}
+
+void NcclCommunicator::enqueue_reduce_onto_owners(float* data, const std::size_t* offsets,
+                                                  std::size_t begin, std::size_t end) {
+  // Each owner's part of [begin, end) reduced onto it with ncclReduce, in place; the parts are
+  // disjoint, so one group launches them together. Non-owners' copies are left as they were,
+  // which the interface allows.
+  const ncclComm_t comm = cuda_->comm.load();
   check_nccl(ncclGroupStart(), "ncclGroupStart", comm);
-  for (int owner = 0; owner < world; ++owner) {
-    const std::size_t count = offsets[owner + 1] - offsets[owner];
-    if (count == 0) continue;
-    float* range = data + offsets[owner];
-    check_nccl(ncclReduce(range, range, count, ncclFloat32, ncclSum, owner, comm, cuda_->stream),
-               "ncclReduce", comm);
+  for (int owner = 0; owner < world_size(); ++owner) {
+    const std::size_t lo = std::max(begin, offsets[owner]), hi = std::min(end, offsets[owner + 1]);
+    if (lo >= hi) continue;
+    check_nccl(
+        ncclReduce(data + lo, data + lo, hi - lo, ncclFloat32, ncclSum, owner, comm, cuda_->stream),
+        "ncclReduce", comm);
   }
   check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm);
 }
@@ -415,18 +422,7 @@ void NcclCommunicator::start_reduce_scatter_sum_device(float* data, const std::s
   if (begin >= end) return;
   use_device();
   follow(stream);
-  // Each owner's part of [begin, end) reduced onto it, in place; the parts are disjoint, so one
-  // group launches them together (the reduce-scatter's traffic, a bucket at a time).
-  const ncclComm_t comm = cuda_->comm.load();
-  check_nccl(ncclGroupStart(), "ncclGroupStart", comm);
-  for (int owner = 0; owner < world_size(); ++owner) {
-    const std::size_t lo = std::max(begin, offsets[owner]), hi = std::min(end, offsets[owner + 1]);
-    if (lo >= hi) continue;
-    check_nccl(
-        ncclReduce(data + lo, data + lo, hi - lo, ncclFloat32, ncclSum, owner, comm, cuda_->stream),
-        "ncclReduce", comm);
-  }
-  check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm);
+  enqueue_reduce_onto_owners(data, offsets, begin, end);  // a reduce-scatter, a bucket at a time
   ++cuda_->started;
 }
 

@@ -64,7 +64,7 @@ class NcclCommunicator final : public Communicator {
   // before the work queued on it afterwards (events); null is the legacy default stream.
   void all_reduce_sum_device(float* data, std::size_t n, void* stream = nullptr);
   void all_reduce_sum_device(double* data, std::size_t n, void* stream = nullptr);
-  void reduce_scatter_sum_device(float* data, const std::size_t* offsets, void* stream) override;
+  void reduce_scatter_sum_device(float* data, const std::size_t* offsets, void* stream);
   void all_gather_device(float* data, const std::size_t* offsets, void* stream) override;
   void broadcast_device(void* data, std::size_t bytes, int root, void* stream = nullptr);
 
@@ -81,6 +81,9 @@ class NcclCommunicator final : public Communicator {
   void staged_all_reduce(void* data, std::size_t n, std::size_t element_bytes, int nccl_type);
   void enqueue_all_reduce(void* data, std::size_t n, int nccl_type);
   void enqueue_reduce_scatter(float* data, const std::size_t* offsets);
+  // The part of [begin, end) in each rank's range [offsets[r], offsets[r + 1]) summed onto rank r.
+  void enqueue_reduce_onto_owners(float* data, const std::size_t* offsets, std::size_t begin,
+                                  std::size_t end);
   void enqueue_all_gather(float* data, const std::size_t* offsets);
   void wait_for_stream(const char* what);
   // This communicator's stream waits for the work queued on `stream` so far; then `stream` waits

@@ -61,12 +61,13 @@ std::string Zero1Optimizer::describe_reduction() const {
 }
 
 void Zero1Optimizer::reduce_gradients() {
-  // A GPU backend's buffers are reduced and gathered where they are, ordered with its stream:
-  // in buckets started by the backward, or (without them) in one reduce-scatter now.
+  // A GPU backend's gradients are summed where they are, in the buckets the backward started.
+  TANDEM_CHECK(device_ || !on_device(),
+               "ZeRO-1 on backend '{}': its gradients are summed on the device, in buckets "
+               "(reduce_on_device), not through host memory",
+               backend_.name());
   if (device_)
     device_->finish();
-  else if (on_device())
-    comm_.reduce_scatter_sum_device(grads_.ptr<float>(), offsets_.data(), backend_.device_stream());
   else
     comm_.reduce_scatter_sum(grads_.ptr<float>(), offsets_.data());
   const auto rank = static_cast<std::size_t>(comm_.rank());

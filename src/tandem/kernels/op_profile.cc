@@ -7,6 +7,18 @@
 
 namespace tandem::kernels {
 
+double OpProfile::op_seconds() const {
+  double s = 0.0;
+  for (const OpTime& t : ops) s += t.seconds;
+  return s;
+}
+
+std::int64_t OpProfile::calls() const {
+  std::int64_t n = 0;
+  for (const OpTime& t : ops) n += t.calls;
+  return n;
+}
+
 OpProfile summarize_op_profile(const std::vector<ProfiledCall>& calls,
                                const std::vector<double>& marks) {
   OpProfile out;
@@ -25,11 +37,7 @@ OpProfile summarize_op_profile(const std::vector<ProfiledCall>& calls,
     first = std::min(first, marks[c.begin]);
     last = std::max(last, marks[c.end]);
   }
-  for (auto& [name, t] : by_op) {
-    out.op_seconds += t.seconds;
-    out.calls += t.calls;
-    out.ops.push_back(std::move(t));
-  }
+  for (auto& [name, t] : by_op) out.ops.push_back(std::move(t));
   std::stable_sort(out.ops.begin(), out.ops.end(),
                    [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
   out.span_seconds = last - first;

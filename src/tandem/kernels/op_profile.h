@@ -25,8 +25,8 @@ struct OpTime {
 struct OpProfile {
   std::vector<OpTime> ops;    // longest total first
   double span_seconds = 0.0;  // the first op's start to the last op's end
-  double op_seconds = 0.0;    // the ops' seconds added
-  std::int64_t calls = 0;     // ops profiled
+  double op_seconds() const;  // the ops' seconds added
+  std::int64_t calls() const;
 };
 
 // A profiled call: its op, FLOPs and the indices of its start and end marks.

@@ -22,9 +22,9 @@ nlohmann::json op_profile_json(const kernels::OpProfile& p) {
     ops.push_back(std::move(o));
   }
   return {{"span_ms", 1e3 * p.span_seconds},
-          {"ops_ms", 1e3 * p.op_seconds},
-          {"between_ops_ms", 1e3 * (p.span_seconds - p.op_seconds)},
-          {"calls", p.calls},
+          {"ops_ms", 1e3 * p.op_seconds()},
+          {"between_ops_ms", 1e3 * (p.span_seconds - p.op_seconds())},
+          {"calls", p.calls()},
           {"flops", flops},
           {"ops", std::move(ops)}};
 }
@@ -32,7 +32,8 @@ nlohmann::json op_profile_json(const kernels::OpProfile& p) {
 std::string op_profile_summary(const kernels::OpProfile& p, std::size_t top) {
   std::string out = fmt::format(
       "{:.2f} ms from the first op to the last, {:.2f} ms in {} ops, {:.2f} ms between them",
-      1e3 * p.span_seconds, 1e3 * p.op_seconds, p.calls, 1e3 * (p.span_seconds - p.op_seconds));
+      1e3 * p.span_seconds, 1e3 * p.op_seconds(), p.calls(),
+      1e3 * (p.span_seconds - p.op_seconds()));
   const std::size_t n = std::min(top, p.ops.size());
   for (std::size_t i = 0; i < n; ++i) {
     const kernels::OpTime& t = p.ops[i];

@@ -50,10 +50,10 @@ std::shared_ptr<fe::graph::Tensor_attributes> bthd(fe::graph::Graph& g, const ch
                       .set_stride({T * H * D, D, H * D, 1}));
 }
 
-void new_graph(fe::graph::Graph& g) {
-  g.set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
+float scale_of(std::uint32_t bits) {
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return scale;
 }
 
 }  // namespace
@@ -69,36 +69,54 @@ struct CudnnAttention::Impl {
   };
   std::map<Key, Entry> forward, backward;
 
+  // A graph of `key`'s q, k, v that `describe` completes, built into plans. What the frontend
+  // throws (no implementation fits the graph, a symbol libcudnn lacks) is a refusal like a bad
+  // status.
+  template <typename Describe>
+  Entry build(const Key& key, Describe describe) {
+    const auto [B, T, Hq, Hkv, D, window, scale_bits] = key;
+    Entry e;
+    try {
+      auto g = std::make_shared<fe::graph::Graph>();
+      g->set_io_data_type(fe::DataType_t::BFLOAT16)
+          .set_intermediate_data_type(fe::DataType_t::FLOAT)
+          .set_compute_data_type(fe::DataType_t::FLOAT);
+      describe(*g, bthd(*g, "Q", kQ, B, T, Hq, D), bthd(*g, "K", kK, B, T, Hkv, D),
+               bthd(*g, "V", kV, B, T, Hkv, D));
+      auto status = g->build(handle, {fe::HeurMode_t::A});
+      std::int64_t ws = 0;
+      if (status.is_good()) status = g->get_workspace_size(ws);
+      if (status.is_bad()) {
+        e.refusal = status.get_message();
+      } else {
+        e.workspace = ws;
+        e.graph = g;
+      }
+    } catch (const std::exception& ex) {
+      e.refusal = ex.what();
+    }
+    return e;
+  }
+
   const Entry& build_forward(const Key& key) {
     auto found = forward.find(key);
     if (found != forward.end()) return found->second;
     const auto [B, T, Hq, Hkv, D, window, scale_bits] = key;
-    float scale;
-    std::memcpy(&scale, &scale_bits, sizeof scale);
-    Entry e;
-    try {  // the frontend throws where no implementation fits, or on a missing symbol
-      auto g = std::make_shared<fe::graph::Graph>();
-      new_graph(*g);
-      auto q = bthd(*g, "Q", kQ, B, T, Hq, D);
-      auto k = bthd(*g, "K", kK, B, T, Hkv, D);
-      auto v = bthd(*g, "V", kV, B, T, Hkv, D);
+    Entry e = build(key, [&](fe::graph::Graph& g, auto q, auto k, auto v) {
       auto options = fe::graph::SDPA_attributes()
                          .set_name("tandem_attention")
                          .set_generate_stats(true)
-                         .set_attn_scale(scale)
+                         .set_attn_scale(scale_of(scale_bits))
                          .set_causal_mask(true);
       if (window > 0) options.set_sliding_window_length(static_cast<int>(window));
-      auto [o, stats] = g->sdpa(q, k, v, options);
+      auto [o, stats] = g.sdpa(q, k, v, options);
       o->set_output(true).set_uid(kO).set_dim({B, Hq, T, D}).set_stride({T * Hq * D, D, Hq * D, 1});
       stats->set_output(true)
           .set_uid(kStats)
           .set_data_type(fe::DataType_t::FLOAT)
           .set_dim({B, Hq, T, 1})
           .set_stride({Hq * T, T, 1, 1});
-      finish(e, g);
-    } catch (const std::exception& ex) {
-      e.refusal = ex.what();
-    }
+    });
     return forward.emplace(key, std::move(e)).first->second;
   }
 
@@ -106,30 +124,22 @@ struct CudnnAttention::Impl {
     auto found = backward.find(key);
     if (found != backward.end()) return found->second;
     const auto [B, T, Hq, Hkv, D, window, scale_bits] = key;
-    float scale;
-    std::memcpy(&scale, &scale_bits, sizeof scale);
-    Entry e;
-    try {  // the frontend throws where no implementation fits, or on a missing symbol
-      auto g = std::make_shared<fe::graph::Graph>();
-      new_graph(*g);
-      auto q = bthd(*g, "Q", kQ, B, T, Hq, D);
-      auto k = bthd(*g, "K", kK, B, T, Hkv, D);
-      auto v = bthd(*g, "V", kV, B, T, Hkv, D);
-      auto o = bthd(*g, "O", kO, B, T, Hq, D);
-      auto d_o = bthd(*g, "dO", kDO, B, T, Hq, D);
-      auto stats = g->tensor(fe::graph::Tensor_attributes()
-                                 .set_name("Stats")
-                                 .set_uid(kStats)
-                                 .set_dim({B, Hq, T, 1})
-                                 .set_stride({Hq * T, T, 1, 1})
-                                 .set_data_type(fe::DataType_t::FLOAT));
+    Entry e = build(key, [&](fe::graph::Graph& g, auto q, auto k, auto v) {
+      auto o = bthd(g, "O", kO, B, T, Hq, D);
+      auto d_o = bthd(g, "dO", kDO, B, T, Hq, D);
+      auto stats = g.tensor(fe::graph::Tensor_attributes()
+                                .set_name("Stats")
+                                .set_uid(kStats)
+                                .set_dim({B, Hq, T, 1})
+                                .set_stride({Hq * T, T, 1, 1})
+                                .set_data_type(fe::DataType_t::FLOAT));
       auto options = fe::graph::SDPA_backward_attributes()
                          .set_name("tandem_attention_backward")
-                         .set_attn_scale(scale)
+                         .set_attn_scale(scale_of(scale_bits))
                          .set_causal_mask(true)
                          .set_deterministic_algorithm(true);
       if (window > 0) options.set_sliding_window_length(static_cast<int>(window));
-      auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, options);
+      auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, d_o, stats, options);
       dq->set_output(true)
           .set_uid(kDQ)
           .set_dim({B, Hq, T, D})
@@ -142,29 +152,8 @@ struct CudnnAttention::Impl {
           .set_uid(kDV)
           .set_dim({B, Hkv, T, D})
           .set_stride({T * Hkv * D, D, Hkv * D, 1});
-      finish(e, g);
-    } catch (const std::exception& ex) {
-      e.refusal = ex.what();
-    }
+    });
     return backward.emplace(key, std::move(e)).first->second;
-  }
-
-  // Builds the graph's plans (the caller catches what the frontend throws, e.g. on a symbol
-  // libcudnn lacks).
-  void finish(Entry& e, const std::shared_ptr<fe::graph::Graph>& g) {
-    auto status = g->build(handle, {fe::HeurMode_t::A});
-    if (status.is_bad()) {
-      e.refusal = status.get_message();
-      return;
-    }
-    std::int64_t ws = 0;
-    status = g->get_workspace_size(ws);
-    if (status.is_bad()) {
-      e.refusal = status.get_message();
-      return;
-    }
-    e.workspace = ws;
-    e.graph = g;
   }
 
   bool run(const Entry& e, std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*>& pack,
