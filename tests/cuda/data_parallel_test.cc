@@ -3,7 +3,9 @@
 // buckets that the backward starts as it completes them, and follows the CPU backend's two-rank
 // run (MPI) from the same weights and batches: per step within the 1e-4 relative that a one-rank
 // GPU run keeps to the CPU's (training_test.cc). ZeRO-1 likewise, its reduce-scatter and gather
-// on the device. And the setups it cannot run are refused by name.
+// on the device; FSDP and HSDP with their unit gathers and reduces on the device, checkpoints
+// that resume on either backend, and bf16 units that are the replicated run's bits. And the setups
+// it cannot run are refused by name.
 // NCCL drives one GPU per rank, so the two-rank run needs two GPUs (the CUDA emulator has eight).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -25,6 +27,8 @@ namespace {
 
 using testing::fixture;
 using testing::run_shell;
+
+namespace fs = std::filesystem;
 
 std::string ranks(int world) {
   return "TANDEM_DIST_TIMEOUT_S=300 OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root "
@@ -74,18 +78,51 @@ constexpr bool kHaveNccl = false;
 
 double relative_gap(double a, double b) { return std::fabs(a - b) / std::fabs(b); }
 
+// `world` ranks of `tandem train` on `backend` (the GPU's with NCCL), `extra` added.
+testing::CommandResult train_ranks(int world, const std::string& backend, const std::string& run,
+                                   int steps, const std::string& extra) {
+  return run_shell((backend == "cuda" ? "TANDEM_COMMUNICATOR=nccl " : "") + ranks(world) +
+                   rank_train_args(backend, run, steps) + " " + extra);
+}
+
+// Per step: tokens equal, losses and grad norms within `bound` relative of the reference's, from
+// `first` (0-based) on. Returns the worst loss and grad-norm gaps.
+std::pair<double, double> expect_steps_close(const std::string& reference_run,
+                                             const std::string& run, std::size_t first,
+                                             double bound, const std::string& what) {
+  const auto a = testing::read_metrics(reference_run + "/metrics.jsonl");
+  const auto b = testing::read_metrics(run + "/metrics.jsonl");
+  EXPECT_EQ(b.size(), a.size()) << what;
+  double worst_loss = 0, worst_norm = 0;
+  for (std::size_t i = first; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i]["step"], b[i]["step"]) << what;
+    EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]) << what;
+    const double dl =
+        relative_gap(b[i]["train/loss"].get<double>(), a[i]["train/loss"].get<double>());
+    const double dn =
+        relative_gap(b[i]["train/grad_norm"].get<double>(), a[i]["train/grad_norm"].get<double>());
+    worst_loss = std::max(worst_loss, dl);
+    worst_norm = std::max(worst_norm, dn);
+    EXPECT_LE(dl, bound) << what << ": loss at step " << a[i]["step"];
+    EXPECT_LE(dn, bound) << what << ": grad norm at step " << a[i]["step"];
+  }
+  return {worst_loss, worst_norm};
+}
+
 // The two-rank GPU run (`gpu_extra` added) against the two-rank CPU run of the same strategy:
-// tokens equal, losses and grad norms within 1e-4 relative per step. Returns the GPU run's output.
+// tokens equal, losses and grad norms within 1e-4 relative per step. Returns the GPU run's output
+// (and its folder in *gpu_run when asked).
 std::string expect_gpu_ranks_follow_cpu_ranks(const std::string& strategy, int steps,
-                                              const std::string& gpu_extra) {
+                                              const std::string& gpu_extra,
+                                              std::string* gpu_run = nullptr) {
   const std::string cpu = testing::temp_dir("dp_cpu_w2_" + strategy);
-  auto rc = run_shell(ranks(2) + rank_train_args("cpu", cpu, steps) + " dist.strategy=" + strategy);
+  auto rc = train_ranks(2, "cpu", cpu, steps, "dist.strategy=" + strategy);
   EXPECT_EQ(rc.exit_code, 0) << rc.output;
   const std::string gpu = testing::temp_dir("dp_cuda_w2_" + strategy);
-  auto rg = run_shell("TANDEM_COMMUNICATOR=nccl " + ranks(2) + rank_train_args("cuda", gpu, steps) +
-                      " dist.strategy=" + strategy + " " + gpu_extra);
+  auto rg = train_ranks(2, "cuda", gpu, steps, "dist.strategy=" + strategy + " " + gpu_extra);
   EXPECT_EQ(rg.exit_code, 0) << rg.output;
   EXPECT_NE(rg.output.find("data parallel: 2 rank(s)"), std::string::npos) << rg.output;
+  if (gpu_run) *gpu_run = gpu;
 
   const auto a = testing::read_metrics(cpu + "/metrics.jsonl");
   const auto b = testing::read_metrics(gpu + "/metrics.jsonl");
@@ -157,17 +194,75 @@ TEST(CudaDataParallel, HostCommunicatorIsRefusedByName) {
   EXPECT_FALSE(std::filesystem::exists(run + "/metrics.jsonl")) << "it trained anyway";
 }
 
-TEST(CudaDataParallel, FsdpIsRefusedByName) {
+// A run's checkpoint at `at` copied into a fresh run folder (with the metrics so far), to resume.
+std::string resume_folder(const std::string& from, int at, const std::string& name) {
+  const std::string run = testing::temp_dir(name);
+  const std::string ckpt = fmt::format("checkpoints/step-{:06d}", at);
+  fs::create_directories(run + "/checkpoints");
+  fs::copy(from + "/" + ckpt, run + "/" + ckpt, fs::copy_options::recursive);
+  fs::copy_file(from + "/metrics.jsonl", run + "/metrics.jsonl");
+  return run;
+}
+
+// FSDP: every unit gathered on the device before its use and its gradient summed onto the owners
+// of its elements right after its backward, with prefetch (no thread: the device orders them).
+// The sharded checkpoint it writes resumes on the GPU bit for bit and on the CPU backend's FSDP
+// (the hardware switch) within the CPU-vs-GPU bound.
+TEST(CudaDataParallel, FsdpGathersAndReducesItsUnitsOnTheDeviceAndFollowsTheCpuRanks) {
   REQUIRE_TWO_GPUS_AND_NCCL();
-  const std::string run = testing::temp_dir("dp_cuda_fsdp");
-  auto r = run_shell("TANDEM_COMMUNICATOR=nccl " + ranks(2) + rank_train_args("cuda", run, 2) +
-                     " dist.strategy=fsdp");
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("dist.strategy fsdp gathers and reduces its units through host memory; "
-                          "on this backend data parallelism is dist.strategy ddp or zero1"),
-            std::string::npos)
-      << r.output;
-  EXPECT_FALSE(std::filesystem::exists(run + "/metrics.jsonl")) << "it trained anyway";
+  const int steps = 4;
+  const std::string save = "trainer.save_interval=2 trainer.keep_last=5";
+  std::string gpu;
+  const std::string out = expect_gpu_ranks_follow_cpu_ranks("fsdp", steps, save, &gpu);
+  EXPECT_NE(out.find("fsdp optimiser"), std::string::npos) << out;
+  EXPECT_NE(out.find("prefetch on (device collectives on their stream)"), std::string::npos) << out;
+  for (int s = 0; s < 2; ++s)
+    EXPECT_TRUE(fs::exists(gpu + fmt::format("/checkpoints/step-000002/model/"
+                                             "shard-{:05d}-of-00002.safetensors",
+                                             s)))
+        << s;
+
+  const std::string again = resume_folder(gpu, 2, "dp_cuda_w2_fsdp_resumed");
+  auto r = train_ranks(2, "cuda", again, steps, "dist.strategy=fsdp");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  expect_steps_close(gpu, again, 2, 0.0, "fsdp W=2 GPU -> GPU resume");
+
+  const std::string on_cpu = resume_folder(gpu, 2, "dp_cuda_w2_fsdp_to_cpu");
+  r = train_ranks(2, "cpu", on_cpu, steps, "dist.strategy=fsdp");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_steps_close(gpu, on_cpu, 2, 1e-4, "fsdp W=2 GPU -> CPU resume");
+}
+
+// HSDP 2x2 (shard groups and replicas split from the NCCL communicator) against the CPU's HSDP
+// 2x2; and bf16 units (gathered as bf16 bytes, full recompute) against the replicated GPU run: with
+// one micro-batch per rank and two ranks FSDP adds the same two gradients, so the two follow each
+// other as closely as the CPU's FSDP follows its replicated run (tests/dist/fsdp_test.cc: 1e-5).
+TEST(CudaDataParallel, HsdpAndBf16UnitsOnTheDevice) {
+  REQUIRE_TWO_GPUS_AND_NCCL();
+  const int steps = 3;
+  const std::string hsdp = "dist.strategy=hsdp dist.shard_group_size=2 data.micro_batch_size=1";
+  const std::string cpu = testing::temp_dir("dp_cpu_w4_hsdp");
+  auto r = train_ranks(4, "cpu", cpu, steps, hsdp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string gpu = testing::temp_dir("dp_cuda_w4_hsdp");
+  r = train_ranks(4, "cuda", gpu, steps, hsdp);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("hsdp optimiser"), std::string::npos) << r.output;
+  const auto [loss, norm] = expect_steps_close(cpu, gpu, 0, 1e-4, "hsdp 2x2 GPU vs CPU");
+  RecordProperty("worst_loss_rel_vs_cpu_w4_hsdp", fmt::format("{:.3g}", loss));
+  RecordProperty("worst_grad_norm_rel_vs_cpu_w4_hsdp", fmt::format("{:.3g}", norm));
+
+  // With full recompute: each block's units are acquired again for its backward.
+  const std::string bf16 = "precision=bf16 data.micro_batch_size=4 trainer.recompute=full";
+  const std::string ddp = testing::temp_dir("dp_cuda_w2_bf16_ddp");
+  r = train_ranks(2, "cuda", ddp, steps, bf16);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string fsdp = testing::temp_dir("dp_cuda_w2_bf16_fsdp");
+  r = train_ranks(2, "cuda", fsdp, steps, bf16 + " dist.strategy=fsdp");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gathered unit weights"), std::string::npos) << r.output;
+  expect_steps_close(ddp, fsdp, 0, 1e-5, "bf16 fsdp W=2 vs ddp W=2 on the GPU");
 }
 
 }  // namespace

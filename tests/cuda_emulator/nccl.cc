@@ -1,10 +1,11 @@
 // The CUDA emulator's NCCL (include/nccl.h) over MPI: a communicator is a duplicate of
-// MPI_COMM_WORLD, each collective the MPI collective of the same meaning, queued on the call's
-// stream and run when that stream runs (streams.cc), so the buffers are read and written in stream
-// order, as on a GPU. Every rank synchronises its streams in the same order, so the MPI collectives
-// match as NCCL's would. A misuse that NCCL would reject or that would corrupt memory on a GPU (a
-// host buffer, a count that does not fit the buffer's allocation, an unsupported type or
-// operation) returns an error and says why on stderr, with the message ncclGetLastError gives.
+// MPI_COMM_WORLD (or an MPI_Comm_split of its parent's, for ncclCommSplit), each collective the MPI
+// collective of the same meaning, queued on the call's stream and run when that stream runs
+// (streams.cc), so the buffers are read and written in stream order, as on a GPU. Every rank
+// synchronises its streams in the same order, so the MPI collectives match as NCCL's would. A
+// misuse that NCCL would reject or that would corrupt memory on a GPU (a host buffer, a count that
+// does not fit the buffer's allocation, an unsupported type or operation) returns an error and says
+// why on stderr, with the message ncclGetLastError gives.
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 #include <nccl.h>
@@ -185,6 +186,28 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   c->rank = rank;
   c->size = nranks;
   *comm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                           ncclConfig_t* config) {
+  if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommSplit: no communicator");
+  if (config != nullptr)
+    return fail(ncclInvalidArgument, "ncclCommSplit: a configuration is not emulated");
+  // Collective over the parent, in its call order on every rank, as MPI_Comm_split is; NCCL
+  // completes the work queued on the parent first.
+  cuda_emulator::detail::run_all_work();
+  MPI_Comm split = MPI_COMM_NULL;
+  const int rc =
+      MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &split);
+  if (rc != MPI_SUCCESS) return mpi_result("ncclCommSplit", rc);
+  *newcomm = nullptr;
+  if (split == MPI_COMM_NULL) return ncclSuccess;
+  auto* c = new ncclComm;
+  c->mpi = split;
+  MPI_Comm_rank(split, &c->rank);
+  MPI_Comm_size(split, &c->size);
+  *newcomm = c;
   return ncclSuccess;
 }
 

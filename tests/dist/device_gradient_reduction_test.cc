@@ -100,7 +100,7 @@ class RecordingCommunicator final : public dist::Communicator {
                      std::to_string(offsets[0]) + "|" + std::to_string(offsets[1]) + "|" +
                      std::to_string(offsets[2]));
   }
-  void finish_device_reductions(void* stream) override {
+  void finish_device_collectives(void* stream) override {
     EXPECT_EQ(stream, kStream);
     events.push_back("finish");
   }

@@ -160,7 +160,7 @@ class SelfTest {
         comm_.start_reduce_scatter_sum_device(d.get(), offsets.data(), begin, end, nullptr);
         end = begin;
       }
-      comm_.finish_device_reductions(nullptr);
+      comm_.finish_device_collectives(nullptr);
       data = d.to_host();
     } else if (via.device) {
       DeviceBuffer<float> d(data);
@@ -204,6 +204,58 @@ class SelfTest {
                  [](std::size_t) { return -1.0f; });
     expect_range(what + " (outside the ranges)", data, offsets.back(), n,
                  [](std::size_t) { return -1.0f; });
+  }
+
+  // FSDP's form: an all-gather of `element_bytes`-byte elements (2: bf16 weights, moved as bytes)
+  // started on the device, and a copy to the host queued on another stream behind a mark only:
+  // the copy must see the gathered values although the host never waited for the gather.
+  void all_gather_started(const std::string& name, const std::vector<std::size_t>& offsets,
+                          int salt, std::size_t element_bytes) {
+    const std::string what =
+        fmt::format("start_all_gather_device {} of {}-byte elements", name, element_bytes);
+    const std::size_t n = offsets.back() + 3;
+    auto owner_of = [&](std::size_t i) {
+      int owner = 0;
+      while (i >= offsets[owner + 1]) ++owner;
+      return owner;
+    };
+    // Both widths hold the contribution (below 2^16) as an integer; the rest holds a marker.
+    auto value = [&](int r, std::size_t i) {
+      return static_cast<std::uint32_t>(contribution(r, i, salt)) % 60000;
+    };
+    constexpr std::uint32_t kMarker = 65535;
+    std::vector<std::uint32_t> got(n);
+    cudaStream_t reader = nullptr;
+    check_cuda(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking), "cudaStreamCreate");
+    auto gather = [&](auto zero) {
+      using T = decltype(zero);
+      std::vector<T> data(n, static_cast<T>(kMarker));
+      for (std::size_t i = offsets[rank_]; i < offsets[rank_ + 1]; ++i)
+        data[i] = static_cast<T>(value(rank_, i));
+      DeviceBuffer<T> d(data);
+      T* pinned = nullptr;
+      check_cuda(cudaMallocHost(reinterpret_cast<void**>(&pinned), n * sizeof(T)),
+                 "cudaMallocHost");
+      comm_.start_all_gather_device(d.get(), offsets.data(), sizeof(T), nullptr);
+      comm_.order_after_device_collectives(comm_.mark_device_collectives(), reader);
+      check_cuda(cudaMemcpyAsync(pinned, d.get(), n * sizeof(T), cudaMemcpyDeviceToHost, reader),
+                 "cudaMemcpyAsync");
+      check_cuda(cudaStreamSynchronize(reader), "cudaStreamSynchronize");
+      for (std::size_t i = 0; i < n; ++i) got[i] = pinned[i];
+      comm_.finish_device_collectives(reader);
+      check_cuda(cudaFreeHost(pinned), "cudaFreeHost");
+    };
+    if (element_bytes == 2)
+      gather(std::uint16_t{0});
+    else
+      gather(std::uint32_t{0});
+    check_cuda(cudaStreamDestroy(reader), "cudaStreamDestroy");
+    expect_range(what, got, offsets[0], offsets.back(),
+                 [&](std::size_t i) { return value(owner_of(i), i); });
+    expect_range(what + " (outside the ranges)", got, 0, offsets[0],
+                 [](std::size_t) { return kMarker; });
+    expect_range(what + " (outside the ranges)", got, offsets.back(), n,
+                 [](std::size_t) { return kMarker; });
   }
 
   void broadcast(std::size_t bytes, int root, bool on_device) {
@@ -280,9 +332,12 @@ void run_all(SelfTest& t, int world) {
       t.reduce_scatter(name, offsets, ++salt, {on_device, 0});
       t.all_gather(name, offsets, ++salt, on_device);
       // Buckets inside one range, across several, and one over the whole buffer.
-      if (on_device)
+      if (on_device) {
         for (std::size_t bucket : {std::size_t{3}, std::size_t{1001}, offsets.back() + 3})
           t.reduce_scatter(name, offsets, ++salt, {true, bucket});
+        for (std::size_t element_bytes : {std::size_t{2}, std::size_t{4}})
+          t.all_gather_started(name, offsets, ++salt, element_bytes);
+      }
     }
     for (int root = 0; root < world; ++root)
       for (std::size_t bytes : {std::size_t{1}, std::size_t{1001}, std::size_t{1 << 20}})
@@ -290,6 +345,30 @@ void run_all(SelfTest& t, int world) {
   }
   t.barrier();
   t.seconds_in_collectives();
+}
+
+// FSDP/HSDP's groups: consecutive pairs (shard groups) and equal positions in the pairs
+// (replicas), split from the world communicator; each runs the device collectives FSDP uses over
+// its own ranks. Adds its checks and failures to `t`'s counts through the returned pair.
+std::pair<int, int> run_splits(NcclCommunicator& world) {
+  int checks = 0, failures = 0;
+  for (const bool pairs : {true, false}) {
+    const int color = pairs ? world.rank() / 2 : world.rank() % 2;
+    std::unique_ptr<tandem::dist::Communicator> split = world.split(color, world.rank());
+    auto& group = dynamic_cast<NcclCommunicator&>(*split);
+    SelfTest t(group);
+    const int w = group.world_size();
+    int salt = pairs ? 1000 : 2000;
+    t.all_reduce(1001, ++salt, true);
+    for (const auto& offsets : {proportional_offsets(100 * static_cast<std::size_t>(w) + 1, w, 0),
+                                lopsided_offsets(7 + static_cast<std::size_t>(w), w)}) {
+      t.reduce_scatter("in a split", offsets, ++salt, {true, 5});
+      t.all_gather_started("in a split", offsets, ++salt, 2);
+    }
+    checks += t.checks();
+    failures += t.failures();
+  }
+  return {checks, failures};
 }
 
 }  // namespace
@@ -305,11 +384,12 @@ int main() {
   try {
     SelfTest t(*comm);
     run_all(t, comm->world_size());
-    double failed = t.failures();
+    const auto [split_checks, split_failures] = run_splits(*comm);
+    double failed = t.failures() + split_failures;
     comm->all_reduce_sum(&failed, 1);
     if (comm->rank() == 0)
       fmt::print("nccl_selftest: {} ranks, {} checks per rank, {} failed in total\n",
-                 comm->world_size(), t.checks(), static_cast<int>(failed));
+                 comm->world_size(), t.checks() + split_checks, static_cast<int>(failed));
     return failed == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     comm->abort(fmt::format("nccl_selftest: error: {}", e.what()), 2);

@@ -56,7 +56,19 @@ void Communicator::start_reduce_scatter_sum_device(float*, const std::size_t*, s
   core::fail("the {} communicator reduces host memory only", name());
 }
 
-void Communicator::finish_device_reductions(void*) {
+void Communicator::start_all_gather_device(void*, const std::size_t*, std::size_t, void*) {
+  core::fail("the {} communicator gathers host memory only", name());
+}
+
+Communicator::DeviceMark Communicator::mark_device_collectives() {
+  core::fail("the {} communicator has no device collectives", name());
+}
+
+void Communicator::order_after_device_collectives(DeviceMark, void*) {
+  core::fail("the {} communicator has no device collectives", name());
+}
+
+void Communicator::finish_device_collectives(void*) {
   core::fail("the {} communicator reduces host memory only", name());
 }
 

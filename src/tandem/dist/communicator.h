@@ -49,9 +49,21 @@ class Communicator {
   // other ranks' copies are left unspecified) and returns at once. Default: refused.
   virtual void start_reduce_scatter_sum_device(float* data, const std::size_t* offsets,
                                                std::size_t begin, std::size_t end, void* stream);
-  // Work queued on `stream` from now on runs after every started sum; returns once they are done
-  // (a peer that never joins is caught by the communicator's timeout). Default: refused.
-  virtual void finish_device_reductions(void* stream);
+  // FSDP's unit gathers: queues the all-gather of `data`'s ranges (elements of `element_bytes`
+  // bytes; rank r contributes [offsets[r], offsets[r + 1])) behind the work queued on `stream` so
+  // far and returns at once. Default: refused.
+  virtual void start_all_gather_device(void* data, const std::size_t* offsets,
+                                       std::size_t element_bytes, void* stream);
+  // A point after every device collective started so far (they run in the order started). Work
+  // queued on `stream` after order_after_device_collectives(mark, stream) runs after them, while
+  // the host goes on; the collectives started after the mark are not waited for. A mark is valid
+  // until the next finish_device_collectives. Default: refused.
+  using DeviceMark = std::uint64_t;
+  virtual DeviceMark mark_device_collectives();
+  virtual void order_after_device_collectives(DeviceMark mark, void* stream);
+  // Work queued on `stream` from now on runs after every started collective; returns once they
+  // are done (a peer that never joins is caught by the communicator's timeout). Default: refused.
+  virtual void finish_device_collectives(void* stream);
   // all_gather on device memory (ZeRO-1's updated parameters on a GPU backend): after the work
   // queued on `stream` so far, before the work queued on it afterwards; returns once done.
   // Default: refused.

@@ -107,7 +107,7 @@ void DeviceGradientReduction::start(std::size_t bucket) {
 
 void DeviceGradientReduction::finish() {
   while (next_ < buckets_.size()) start(next_++);
-  comm_.finish_device_reductions(stream_);
+  comm_.finish_device_collectives(stream_);
   reset();
   overlapped_last_ = overlapped_;
   overlapped_ = 0;

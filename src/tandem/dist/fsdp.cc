@@ -28,11 +28,12 @@ FsdpParameters::FsdpParameters(const model::ModelConfig& config, kernels::Backen
       shards_(layout_, dist::shard_group_size(dist, world.world_size()),
               world.rank() % dist::shard_group_size(dist, world.world_size())),
       head_(static_cast<int>(config.n_layers) + 1) {
-  TANDEM_CHECK(backend_.host_accessible(),
-               "dist.strategy {}: backend '{}' keeps its memory on the device; sharded parameters "
-               "are gathered and reduced through host memory (a host-addressable backend only)",
-               strategy_name(dist.strategy), backend_.name());
+  on_device_ = !backend_.host_accessible();
   const int S = shards_.group();
+  TANDEM_CHECK(!on_device_ || S == 1 || world.reduces_device_memory(),
+               "dist.strategy {}: backend '{}' keeps its memory on the device, and the {} "
+               "communicator gathers and reduces host memory (run with TANDEM_COMMUNICATOR=nccl)",
+               strategy_name(dist.strategy), backend_.name(), world.name());
   replica_ = world.rank() / S;
   // Consecutive ranks form a shard group; equal positions across groups are replicas.
   group_ = world.split(replica_, world.rank());
@@ -43,8 +44,9 @@ FsdpParameters::FsdpParameters(const model::ModelConfig& config, kernels::Backen
   grads_ = backend_.allocate(DType::f32, Shape{shards_.shard_size()});
   backend_.zero(master_);
   backend_.zero(grads_);
-  prefetch_ = dist.prefetch && S > 1 && group_->allows_communication_thread();
-  if (prefetch_) thread_ = std::make_unique<CommThread>();
+  // On a device the collectives are asynchronous already: prefetch needs no thread.
+  prefetch_ = dist.prefetch && S > 1 && (on_device_ || group_->allows_communication_thread());
+  if (prefetch_ && !on_device_) thread_ = std::make_unique<CommThread>();
   const int block_slots = prefetch_ ? 2 : 1;
   auto make_slots = [&](std::vector<Slot>& slots, DType dtype) {
     slots.clear();
@@ -87,6 +89,25 @@ void FsdpParameters::wait(CommThread::Ticket ticket) {
   if (thread_ && ticket != 0) waited_ += thread_->wait(ticket);
 }
 
+void FsdpParameters::wait_for(Slot& slot) {
+  wait(slot.ready);
+  slot.ready = 0;
+  if (slot.mark != 0) group_->order_after_device_collectives(slot.mark, backend_.device_stream());
+  slot.mark = 0;
+}
+
+void FsdpParameters::add_into_shard(Slot& slot) {
+  const std::vector<std::size_t>& off = shards_.offsets(slot.unit);
+  const auto g = static_cast<std::size_t>(shards_.group_rank());
+  const auto n = static_cast<std::int64_t>(off[g + 1] - off[g]);
+  slot.add_pending = false;
+  if (n == 0) return;
+  const Tensor shard = grads_.tensor().view(shards_.local_begin(slot.unit), Shape{n});
+  // The same float additions as the host path's loop.
+  backend_.add(shard, slot.buffer.tensor().view(static_cast<std::int64_t>(off[g]), Shape{n}),
+               shard);
+}
+
 FsdpParameters::Slot* FsdpParameters::find_free(std::vector<Slot>& slots, int unit) {
   // The first buffer holding nothing, else the first one not in use (its unit was released; the
   // pass order makes the choice the same on every rank).
@@ -106,7 +127,7 @@ FsdpParameters::Slot& FsdpParameters::free_slot(std::vector<Slot>& slots, int un
 }
 
 void FsdpParameters::start_gather(int unit, Slot& slot) {
-  wait(slot.ready);  // a gather still filling it (a prefetch that was not used)
+  wait_for(slot);  // a gather still filling it (a prefetch that was not used)
   slot.unit = unit;
   const std::vector<std::size_t>& off = shards_.offsets(unit);
   const auto g = static_cast<std::size_t>(shards_.group_rank());
@@ -119,11 +140,16 @@ void FsdpParameters::start_gather(int unit, Slot& slot) {
     else
       backend_.cast(dst, src);  // elementwise: the same bits as casting the whole masters
   }
-  slot.ready = 0;
   if (shards_.group() == 1) return;
   void* data = slot.buffer.tensor().data();
   const std::size_t element_bytes = kernels::dtype_size(dtype_);
   Communicator* group = group_.get();
+  if (on_device_) {
+    // Behind the cast above on the backend's stream; the unit's compute waits for the mark.
+    group->start_all_gather_device(data, off.data(), element_bytes, backend_.device_stream());
+    slot.mark = group->mark_device_collectives();
+    return;
+  }
   slot.ready = run([group, data, &off, element_bytes] {
     if (element_bytes == 4)
       group->all_gather(static_cast<float*>(data), off.data());
@@ -154,8 +180,7 @@ Tensor FsdpParameters::acquire(int unit, bool backward) {
     for (const Slot& s : weight_slots_) held = held || s.unit == next;
     if (Slot* target = held ? nullptr : find_free(weight_slots_, next)) start_gather(next, *target);
   }
-  wait(slot->ready);
-  slot->ready = 0;
+  wait_for(*slot);
   return slot->buffer.tensor().view(0,
                                     Shape{shards_.units()[static_cast<std::size_t>(unit)].size()});
 }
@@ -171,8 +196,8 @@ void FsdpParameters::release(int unit) {
 
 Tensor FsdpParameters::gradient(int unit) {
   Slot& slot = free_slot(grad_slots_, unit);
-  wait(slot.ready);  // its previous unit's reduce-scatter
-  slot.ready = 0;
+  wait_for(slot);  // its previous unit's reduce-scatter
+  if (slot.add_pending) add_into_shard(slot);
   slot.unit = unit;
   slot.in_use = true;
   const Tensor t =
@@ -188,6 +213,16 @@ void FsdpParameters::gradient_done(int unit) {
   TANDEM_CHECK(slot != nullptr, "FSDP: gradient of unit {} handed back but not taken", unit);
   const std::vector<std::size_t>& off = shards_.offsets(unit);
   const auto g = static_cast<std::size_t>(shards_.group_rank());
+  if (on_device_) {
+    slot->in_use = false;
+    slot->add_pending = true;  // added when the buffer is next taken, or at the pass's end
+    if (shards_.group() == 1) return;
+    const std::size_t S = static_cast<std::size_t>(shards_.group());
+    group_->start_reduce_scatter_sum_device(slot->buffer.tensor().ptr<float>(), off.data(), off[0],
+                                            off[S], backend_.device_stream());
+    slot->mark = group_->mark_device_collectives();
+    return;
+  }
   auto* data = slot->buffer.tensor().ptr<float>();
   float* shard = grads_.tensor().ptr<float>() + shards_.local_begin(unit);
   const std::size_t n = off[g + 1] - off[g];
@@ -203,16 +238,32 @@ void FsdpParameters::gradient_done(int unit) {
 
 void FsdpParameters::end_pass() {
   if (thread_) waited_ += thread_->drain();
+  if (on_device_) {
+    if (shards_.group() > 1) {
+      const double before = group_->seconds_in_collectives();
+      group_->finish_device_collectives(backend_.device_stream());
+      waited_ += group_->seconds_in_collectives() - before;
+    }
+    for (Slot& s : grad_slots_)
+      if (s.add_pending) add_into_shard(s);
+  }
   // The masters may change before the next pass: nothing gathered is kept.
-  for (Slot& s : weight_slots_) s.unit = -1, s.in_use = false, s.ready = 0;
-  for (Slot& s : grad_slots_) s.unit = -1, s.in_use = false, s.ready = 0;
+  for (std::vector<Slot>* slots : {&weight_slots_, &grad_slots_})
+    for (Slot& s : *slots) s.unit = -1, s.in_use = false, s.ready = 0, s.mark = 0;
 }
 
 void FsdpParameters::zero_grads() { backend_.zero(grads_); }
 
 model::WeightShard FsdpParameters::weights() {
   model::WeightShard out;
-  auto* base = master_.tensor().ptr<float>();
+  float* base = nullptr;
+  if (on_device_) {
+    host_masters_.resize(static_cast<std::size_t>(master_.tensor().numel()));
+    backend_.download(host_masters_.data(), master_.tensor());
+    base = host_masters_.data();
+  } else {
+    base = master_.tensor().ptr<float>();
+  }
   for (const FsdpShards::Piece& p : shards_.pieces()) {
     const model::ParameterEntry& e = layout_.entries()[p.param_index];
     out.slices.push_back({e.name, e.shape, p.start,
@@ -221,6 +272,13 @@ model::WeightShard FsdpParameters::weights() {
   out.num_shards = checkpoint_shards();
   out.shard = checkpoint_shard();
   return out;
+}
+
+void FsdpParameters::weights_written() {
+  if (!on_device_) return;
+  TANDEM_CHECK(host_masters_.size() == static_cast<std::size_t>(master_.tensor().numel()),
+               "FSDP: weights_written without weights()");
+  backend_.upload(master_.tensor(), host_masters_.data());
 }
 
 int FsdpParameters::checkpoint_shard() const {
@@ -264,7 +322,13 @@ void FsdpOptimizer::reduce_gradients() {
   const Tensor g = params_.grad_shard();
   if (Communicator* replicas = params_.replicas()) {
     const auto t0 = std::chrono::steady_clock::now();
-    replicas->all_reduce_sum(g.ptr<float>(), static_cast<std::size_t>(g.numel()));
+    const auto n = static_cast<std::size_t>(g.numel());
+    if (backend_.host_accessible()) {
+      replicas->all_reduce_sum(g.ptr<float>(), n);
+    } else {
+      replicas->start_all_reduce_sum_device(g.ptr<float>(), n, backend_.device_stream());
+      replicas->finish_device_collectives(backend_.device_stream());
+    }
     params_.add_waited(seconds_since(t0));
   }
   // The mean over every rank's micro-batches, as the replicated optimiser's.

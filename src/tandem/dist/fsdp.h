@@ -26,6 +26,15 @@
 // HSDP: shard groups of dist.shard_group_size consecutive ranks; ranks with the same position in
 // their groups hold the same shard and all-reduce their gradient shards once per step (rank
 // order) before the optimiser step.
+//
+// On a device backend (CUDA, with the NCCL communicator) the same units, pools and order, with
+// the collectives on the device: a gather is queued on the communicator's stream behind the
+// cast of this rank's range and the unit's compute waits for it there (an event, not the host);
+// a unit gradient's reduce onto its owners is queued right after the unit's backward, and its
+// owner's range is added into the shard when the buffer is next needed or the pass ends. No
+// thread is needed for overlap: prefetch starts the next unit's gather before this unit's compute
+// is queued. The pass ends with one host wait for its collectives (under the watchdog). The
+// masters are copied through host memory only to initialise, save or load them.
 #pragma once
 
 #include <memory>
@@ -57,6 +66,7 @@ class FsdpParameters final : public model::ShardedParameters {
   kernels::Tensor gradient(int unit) override;
   void gradient_done(int unit) override;
   void end_pass() override;
+  void weights_written() override;
   void set_compute_dtype(kernels::DType dtype) override;
   void zero_grads() override;
   model::WeightShard weights() override;
@@ -75,7 +85,9 @@ class FsdpParameters final : public model::ShardedParameters {
   Communicator& group() { return *group_; }
   Communicator* replicas() { return replicas_.get(); }  // null without HSDP replicas
   int replica_index() const { return replica_; }
-  bool prefetching() const { return thread_ != nullptr; }
+  // Whether the next unit's gather starts before this unit's compute (on the communication
+  // thread, or on a device the communicator's stream).
+  bool prefetching() const { return prefetch_; }
   // Seconds the calling thread spent waiting for unit and replica collectives, and seconds spent
   // inside the shard-group and replica communicators' collectives on any thread.
   double seconds_waited() const { return waited_; }
@@ -89,11 +101,19 @@ class FsdpParameters final : public model::ShardedParameters {
     int unit = -1;       // the unit it holds (or is receiving); -1: none
     bool in_use = false;
     CommThread::Ticket ready = 0;  // the task that fills (weights) or empties (gradients) it
+    // Device backend: the collective that fills or empties it, and (gradients) whether its
+    // owner's range is still to be added into the shard.
+    Communicator::DeviceMark mark = 0;
+    bool add_pending = false;
   };
   bool is_large(int unit) const { return unit == 0 || unit == head_; }
   Slot* find_free(std::vector<Slot>& slots, int unit);  // null when every buffer is in use
   Slot& free_slot(std::vector<Slot>& slots, int unit);
   void start_gather(int unit, Slot& slot);
+  // Until the slot's collective is done: the host (thread tickets) or the device (marks) waits.
+  void wait_for(Slot& slot);
+  // Device backend: this rank's range of a reduced unit gradient into the gradient shard.
+  void add_into_shard(Slot& slot);
   // Runs `task` on the communication thread (returns its ticket) or here (returns 0).
   CommThread::Ticket run(std::function<void()> task);
   void wait(CommThread::Ticket ticket);
@@ -107,7 +127,9 @@ class FsdpParameters final : public model::ShardedParameters {
   kernels::DType dtype_ = kernels::DType::f32;
   kernels::Buffer master_, grads_;  // fp32 shards
   std::vector<Slot> weight_slots_, grad_slots_;
+  bool on_device_ = false;  // the backend's memory is not the host's
   bool prefetch_ = false, backward_follows_ = false;
+  std::vector<float> host_masters_;  // weights()'s copy on a device backend
   std::unique_ptr<CommThread> thread_;
   double waited_ = 0.0;
 };

@@ -79,7 +79,10 @@ struct NcclCommunicator::Cuda {
   // Recorded on the backend's stream before each started sum, and on this stream by finish.
   // One of each suffices: a wait orders after the event's latest record at the time it is queued.
   cudaEvent_t backend_ready = nullptr, sums_done = nullptr;
-  std::size_t started = 0;  // sums started since the last finish
+  std::size_t started = 0;  // collectives started since the last finish
+  // Marks: events recorded on `stream`, handed out in order and reused after each finish.
+  std::vector<cudaEvent_t> marks;
+  std::size_t marks_used = 0;
   void* staging = nullptr;
   std::size_t staging_bytes = 0;
   float* barrier_word = nullptr;
@@ -119,6 +122,36 @@ NcclCommunicator::NcclCommunicator() : cuda_(std::make_unique<Cuda>()) {
   }
 }
 
+NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, int device,
+                                   double timeout_s, void* comm)
+    : mpi_(std::move(mpi)),
+      cuda_(std::make_unique<Cuda>()),
+      device_(device),
+      timeout_s_(timeout_s) {
+  cuda_->comm.store(static_cast<ncclComm_t>(comm));
+  watchdog_ = std::make_unique<CollectiveWatchdog>(
+      [this](const char* collective, double waited) { check_progress(collective, waited); });
+  use_device();
+  create_stream();
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  // MPI first: its split is collective too, and the group's launch facts come from it.
+  std::unique_ptr<Communicator> split_mpi = mpi_->split(color, key);
+  std::unique_ptr<MpiCommunicator> group(static_cast<MpiCommunicator*>(split_mpi.release()));
+  ncclComm_t child = nullptr;
+  {
+    CollectiveWatchdog::Scope guard(*watchdog_, "ncclCommSplit");
+    use_device();
+    const ncclComm_t parent = cuda_->comm.load();
+    check_nccl(ncclCommSplit(parent, color, key, &child, nullptr), "ncclCommSplit", parent);
+  }
+  TANDEM_CHECK(child != nullptr, "NCCL ncclCommSplit gave rank {} no communicator (color {})",
+               rank(), color);
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(std::move(group), device_, timeout_s_, child));
+}
+
 void NcclCommunicator::init_nccl() {
   CollectiveWatchdog::Scope guard(*watchdog_, "NCCL initialisation");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -134,6 +167,18 @@ void NcclCommunicator::init_nccl() {
         rank(), world_size(), device_, ncclGetErrorString(rc), last_nccl_error(nullptr));
   }
   cuda_->comm.store(comm);
+  create_stream();
+
+  int version = 0;
+  check_nccl(ncclGetVersion(&version), "ncclGetVersion", comm);
+  cudaDeviceProp props{};
+  check_cuda(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
+  fmt::print(stderr, "tandem: rank {} of {}: NCCL {}.{}.{} on CUDA device {} ({})\n", rank(),
+             world_size(), version / 10000, version / 100 % 100, version % 100, device_,
+             props.name);
+}
+
+void NcclCommunicator::create_stream() {
   // A blocking stream (not cudaStreamNonBlocking): it waits for work on the legacy default
   // stream, so device buffers written there are ready for the *_device calls.
   check_cuda(cudaStreamCreate(&cuda_->stream), "cudaStreamCreate");
@@ -144,14 +189,6 @@ void NcclCommunicator::init_nccl() {
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&cuda_->barrier_word), sizeof(float)),
              "cudaMalloc");
   check_cuda(cudaMemset(cuda_->barrier_word, 0, sizeof(float)), "cudaMemset");
-
-  int version = 0;
-  check_nccl(ncclGetVersion(&version), "ncclGetVersion", comm);
-  cudaDeviceProp props{};
-  check_cuda(cudaGetDeviceProperties(&props, device_), "cudaGetDeviceProperties");
-  fmt::print(stderr, "tandem: rank {} of {}: NCCL {}.{}.{} on CUDA device {} ({})\n", rank(),
-             world_size(), version / 10000, version / 100 % 100, version % 100, device_,
-             props.name);
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -180,6 +217,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (cuda_->barrier_word != nullptr) cudaFree(cuda_->barrier_word);
   if (cuda_->backend_ready != nullptr) cudaEventDestroy(cuda_->backend_ready);
   if (cuda_->sums_done != nullptr) cudaEventDestroy(cuda_->sums_done);
+  for (cudaEvent_t mark : cuda_->marks) cudaEventDestroy(mark);
   if (cuda_->stream != nullptr) cudaStreamDestroy(cuda_->stream);
 }
 
@@ -293,14 +331,21 @@ void NcclCommunicator::enqueue_reduce_onto_owners(float* data, const std::size_t
   check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm);
 }
 
-void NcclCommunicator::enqueue_all_gather(float* data, const std::size_t* offsets) {
+void NcclCommunicator::enqueue_all_gather(void* data, const std::size_t* offsets,
+                                          std::size_t element_bytes) {
   const ncclComm_t comm = cuda_->comm.load();
   const int world = world_size();
+  // Nothing is summed: other widths (bf16 weights) move as bytes.
+  const bool fp32 = element_bytes == sizeof(float);
+  const ncclDataType_t type = fp32 ? ncclFloat32 : ncclUint8;
+  const std::size_t scale = fp32 ? 1 : element_bytes;
+  char* base = static_cast<char*>(data);
+  auto at = [&](std::size_t element) { return base + element * element_bytes; };
   if (equal_ranges(offsets, world)) {
     const std::size_t chunk = offsets[1] - offsets[0];
     if (chunk == 0) return;
     // In place: this rank's input sits at output + rank * chunk, which is data + offsets[rank].
-    check_nccl(ncclAllGather(data + offsets[rank()], data + offsets[0], chunk, ncclFloat32, comm,
+    check_nccl(ncclAllGather(at(offsets[rank()]), at(offsets[0]), chunk * scale, type, comm,
                              cuda_->stream),
                "ncclAllGather", comm);
     return;
@@ -311,8 +356,8 @@ void NcclCommunicator::enqueue_all_gather(float* data, const std::size_t* offset
   for (int owner = 0; owner < world; ++owner) {
     const std::size_t count = offsets[owner + 1] - offsets[owner];
     if (count == 0) continue;
-    float* range = data + offsets[owner];
-    check_nccl(ncclBroadcast(range, range, count, ncclFloat32, owner, comm, cuda_->stream),
+    char* range = at(offsets[owner]);
+    check_nccl(ncclBroadcast(range, range, count * scale, type, owner, comm, cuda_->stream),
                "ncclBroadcast", comm);
   }
   check_nccl(ncclGroupEnd(), "ncclGroupEnd", comm);
@@ -368,7 +413,7 @@ void NcclCommunicator::all_gather(float* data, const std::size_t* offsets) {
   auto* d = static_cast<float*>(staging(total * sizeof(float)));
   const std::size_t mine = local[me + 1] - local[me];
   if (mine > 0) copy_to_device(d + local[me], data + offsets[me], mine * sizeof(float));
-  enqueue_all_gather(d, local.data());
+  enqueue_all_gather(d, local.data(), sizeof(float));
   copy_to_host(data + offsets[0], d, total * sizeof(float));
   wait_for_stream("all_gather");
 }
@@ -426,13 +471,43 @@ void NcclCommunicator::start_reduce_scatter_sum_device(float* data, const std::s
   ++cuda_->started;
 }
 
-void NcclCommunicator::finish_device_reductions(void* stream) {
+void NcclCommunicator::start_all_gather_device(void* data, const std::size_t* offsets,
+                                               std::size_t element_bytes, void* stream) {
+  if (offsets[world_size()] == offsets[0]) return;
+  use_device();
+  follow(stream);
+  enqueue_all_gather(data, offsets, element_bytes);
+  ++cuda_->started;
+}
+
+Communicator::DeviceMark NcclCommunicator::mark_device_collectives() {
+  use_device();
+  if (cuda_->marks_used == cuda_->marks.size()) {
+    cudaEvent_t event = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_->marks.push_back(event);
+  }
+  check_cuda(cudaEventRecord(cuda_->marks[cuda_->marks_used], cuda_->stream), "cudaEventRecord");
+  return ++cuda_->marks_used;  // 1-based: a default DeviceMark{} names none
+}
+
+void NcclCommunicator::order_after_device_collectives(DeviceMark mark, void* stream) {
+  TANDEM_CHECK(mark >= 1 && mark <= cuda_->marks_used,
+               "NCCL: device mark {} is not one of the {} made since the last finish", mark,
+               cuda_->marks_used);
+  check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), cuda_->marks[mark - 1], 0),
+             "cudaStreamWaitEvent");
+}
+
+void NcclCommunicator::finish_device_collectives(void* stream) {
+  // Marks are handed out again from here: every wait on them is queued already.
+  cuda_->marks_used = 0;
   if (cuda_->started == 0) return;
-  CollectiveWatchdog::Scope guard(*watchdog_, "gradient bucket sums");
+  CollectiveWatchdog::Scope guard(*watchdog_, "device collectives (gradient sums, unit gathers)");
   use_device();
   lead(stream);
   cuda_->started = 0;
-  wait_for_stream("gradient bucket sums");
+  wait_for_stream("device collectives (gradient sums, unit gathers)");
 }
 
 // --- device pointers ---
@@ -463,7 +538,7 @@ void NcclCommunicator::reduce_scatter_sum_device(float* data, const std::size_t*
 }
 
 void NcclCommunicator::all_gather_device(float* data, const std::size_t* offsets, void* stream) {
-  on_device("all_gather", stream, [&] { enqueue_all_gather(data, offsets); });
+  on_device("all_gather", stream, [&] { enqueue_all_gather(data, offsets, sizeof(float)); });
 }
 
 void NcclCommunicator::broadcast_device(void* data, std::size_t bytes, int root, void* stream) {

@@ -57,7 +57,16 @@ class NcclCommunicator final : public Communicator {
   void start_all_reduce_sum_device(float* data, std::size_t n, void* stream) override;
   void start_reduce_scatter_sum_device(float* data, const std::size_t* offsets, std::size_t begin,
                                        std::size_t end, void* stream) override;
-  void finish_device_reductions(void* stream) override;
+  void start_all_gather_device(void* data, const std::size_t* offsets, std::size_t element_bytes,
+                               void* stream) override;
+  // A mark is an event recorded on this communicator's stream (a pool reused after each finish).
+  DeviceMark mark_device_collectives() override;
+  void order_after_device_collectives(DeviceMark mark, void* stream) override;
+  void finish_device_collectives(void* stream) override;
+
+  // The shard groups and replicas of FSDP/HSDP: an MPI split of this communicator's MPI one and
+  // ncclCommSplit of its NCCL one, on the same device, with a stream and watchdog of its own.
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   // Device pointers on this rank's device, same semantics as the host calls. They return once
   // the result is in place. Each runs after the work queued on `stream` before the call and
@@ -71,7 +80,10 @@ class NcclCommunicator final : public Communicator {
  private:
   struct Cuda;  // stream, NCCL communicator and staging buffer (CUDA types stay in the .cc)
 
+  // A split's: `mpi` is its MPI communicator, `comm` (an ncclComm_t) its NCCL one.
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, int device, double timeout_s, void* comm);
   void init_nccl();
+  void create_stream();  // the stream, its events and the barrier word
   void use_device();
   void* staging(std::size_t bytes);  // grown on demand, kept between calls
   void copy_to_device(void* device, const void* host, std::size_t bytes);
@@ -84,7 +96,8 @@ class NcclCommunicator final : public Communicator {
   // The part of [begin, end) in each rank's range [offsets[r], offsets[r + 1]) summed onto rank r.
   void enqueue_reduce_onto_owners(float* data, const std::size_t* offsets, std::size_t begin,
                                   std::size_t end);
-  void enqueue_all_gather(float* data, const std::size_t* offsets);
+  // Elements of `element_bytes` bytes (4: fp32, else moved as bytes).
+  void enqueue_all_gather(void* data, const std::size_t* offsets, std::size_t element_bytes);
   void wait_for_stream(const char* what);
   // This communicator's stream waits for the work queued on `stream` so far; then `stream` waits
   // for what this communicator's stream has queued (each through an event, not the host).

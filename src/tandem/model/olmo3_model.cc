@@ -209,6 +209,7 @@ void Olmo3Model::init_weights(std::uint64_t seed) {
       init_parameter_range(
           layout_, static_cast<std::size_t>(&layout_.entry(s.name) - layout_.entries().data()),
           config_.init_std, seed, s.start, s.values);
+    sharded_->weights_written();
     return;
   }
   std::vector<float> host(static_cast<std::size_t>(layout_.total()), 0.0f);

@@ -63,9 +63,11 @@ class ShardedParameters {
   // The compute dtype of acquire()'s buffers (the model's activation dtype).
   virtual void set_compute_dtype(kernels::DType dtype) = 0;
   virtual void zero_grads() = 0;
-  // This rank's masters as host memory (the values themselves; the backend must be host
-  // addressable), to initialise, save or load them.
+  // This rank's masters as host memory, to initialise, save or load them: the values themselves
+  // on a host-addressable backend, else a copy made by this call; after writing into it, call
+  // weights_written() to put the values where the masters live.
   virtual WeightShard weights() = 0;
+  virtual void weights_written() {}
   // The checkpoint shard this rank writes, and how many there are (WeightShard's two numbers).
   virtual int checkpoint_shard() const = 0;
   virtual int checkpoint_shards() const = 0;

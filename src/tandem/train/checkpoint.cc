@@ -281,6 +281,7 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
     model::check_same_architecture(found, model.config(), "checkpoint " + dir);
     std::vector<model::WeightSlice> mine = sharded->weights().slices;
     model::read_weight_ranges(model_dir, mine);
+    sharded->weights_written();
   } else {
     model::ModelWeights loaded = model::read_model_weights(model_dir);
     model::check_same_architecture(loaded.config, model.config(), "checkpoint " + dir);

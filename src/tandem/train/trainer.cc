@@ -75,19 +75,12 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
   fs::create_directories(run_dir_);
   backend_ = kernels::make_backend(config_.backend);
   // A GPU backend's gradients are reduced where they live: by a communicator with device
-  // collectives (NCCL), under ddp or zero1. FSDP gathers and reduces its units through the host.
-  if (!backend_->host_accessible() && comm_.world_size() > 1) {
+  // collectives (NCCL), under every strategy (FSDP's unit gathers too).
+  if (!backend_->host_accessible() && comm_.world_size() > 1)
     TANDEM_CHECK(comm_.reduces_device_memory(),
                  "backend '{}' with {} ranks: its gradients live on the device, and the {} "
                  "communicator reduces host memory (run with TANDEM_COMMUNICATOR=nccl)",
                  config_.backend, comm_.world_size(), comm_.name());
-    TANDEM_CHECK(config_.dist.strategy == dist::Strategy::kDdp ||
-                     config_.dist.strategy == dist::Strategy::kZero1,
-                 "backend '{}' with {} ranks: dist.strategy {} gathers and reduces its units "
-                 "through host memory; on this backend data parallelism is dist.strategy ddp or "
-                 "zero1 (collectives on the device)",
-                 config_.backend, comm_.world_size(), dist::strategy_name(config_.dist.strategy));
-  }
   const double rss_before = resident_megabytes();
   if (config_.dist.strategy == dist::Strategy::kFsdp ||
       config_.dist.strategy == dist::Strategy::kHsdp)
@@ -120,7 +113,9 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
   if (sharded_)
     log(fmt::format("sharded parameters: shard groups of {} rank(s), {} replica(s); prefetch {}",
                     sharded_->shard_group_size(), comm_.world_size() / sharded_->shard_group_size(),
-                    sharded_->prefetching() ? "on (communication thread)"
+                    sharded_->prefetching()
+                        ? (backend_->host_accessible() ? "on (communication thread)"
+                                                       : "on (device collectives on their stream)")
                     : config_.dist.prefetch ? "off (one rank per shard group)"
                                             : "off (dist.prefetch false)"));
   const double ceiling = measure_gemm_flops(*backend_, 1024, 1024, 1024, 0.3);
@@ -182,6 +177,7 @@ void Trainer::initialise_weights() {
       for (const model::WeightSlice& s : sharded_->weights().slices)
         std::copy_n(src.flat.data() + model_->layout().entry(s.name).offset + s.start,
                     s.values.size(), s.values.data());
+      sharded_->weights_written();
     } else {
       model_->params_from_host(src.flat);
     }
