@@ -181,6 +181,28 @@ TEST(CudaDataParallel, ZeroOneReducesAndGathersOnTheDeviceAndFollowsTheCpuRanks)
   EXPECT_EQ(std::stoi(m[2]), std::stoi(m[1])) << out;
 }
 
+// One rank (the device check's machine has one GPU): FSDP's device path with no collectives, its
+// masters initialised through weights()/weights_written(), bf16 units cast from them, gradients
+// added into the shard by the backend, against the replicated run on the same GPU. Within the
+// 1e-5 that the CPU's FSDP keeps to its replicated run (tests/dist/fsdp_test.cc): the gradient
+// norm's sums of squares go per shard piece rather than per tensor.
+TEST(CudaDataParallel, OneRankFsdpFollowsTheReplicatedRun) {
+  REQUIRE_GPU();
+  const int steps = 4;
+  const std::string bf16 = " precision=bf16 data.micro_batch_size=4";
+  const std::string ddp = testing::temp_dir("dp_cuda_w1_ddp");
+  auto r = run_shell(testing::tandem_binary() + rank_train_args("cuda", ddp, steps) + bf16);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string fsdp = testing::temp_dir("dp_cuda_w1_fsdp");
+  r = run_shell(testing::tandem_binary() + rank_train_args("cuda", fsdp, steps) + bf16 +
+                " dist.strategy=fsdp");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fsdp optimiser"), std::string::npos) << r.output;
+  const auto [loss, norm] = expect_steps_close(ddp, fsdp, 0, 1e-5, "bf16 fsdp W=1 vs ddp W=1");
+  RecordProperty("worst_loss_rel_fsdp_vs_ddp_w1", fmt::format("{:.3g}", loss));
+  RecordProperty("worst_grad_norm_rel_fsdp_vs_ddp_w1", fmt::format("{:.3g}", norm));
+}
+
 TEST(CudaDataParallel, HostCommunicatorIsRefusedByName) {
   REQUIRE_GPU();
   REQUIRE_MPIRUN();
