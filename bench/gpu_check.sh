@@ -11,16 +11,18 @@
 #      attention), determinism in both precisions, the model against HF fixtures (fp32 and bf16)
 #      and against the CPU backend; (b) training on the GPU against the CPU backend and the
 #      PyTorch reference in fp32, against the CPU backend's bf16 run in bf16, repeated runs bit
-#      for bit, checkpoints moving between backends;
+#      for bit, checkpoints moving between backends; then the model on the GPU against HF
+#      transformers on the same GPU on fresh random configs (tools/gpu_hf_parity.py: fp32 KL,
+#      logits and gradients; bf16 KL against HF's bf16 model);
 #   4. throughput in bf16 (the precision policy OLMo 3 trains with): tandem's full training step on
 #      the OLMo 3-shaped 1B model (seq 8192), HF transformers' Olmo3ForCausalLM on the same config
 #      in the same call, and a 7B-shaped layer stack; each of tandem's with one more step profiled
 #      op by op (device time, TFLOP/s, time between ops), so that one call shows where it goes.
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
 # test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
-# *.crashed.json), bench_1b.json, bench_7b_stack.json, hf_1b.json, bench_1b_accumulated.json (when
-# time is left for it). Exit status 0 only when the tests passed and the benchmarks ran (the
-# optional last one aside).
+# *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,
+# bench_1b_accumulated.json (when time is left for it). Exit status 0 only when the tests and the
+# HF comparison passed and the benchmarks ran (the optional last one aside).
 #
 # Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
 # Here (no GPU) the same command rehearses everything up to the GPU: unpacking, library
@@ -152,6 +154,18 @@ gpu_visible=0
 "${cuda_only[@]}" "$python" -c 'import ctypes,sys; n=ctypes.c_int(0); r=ctypes.CDLL("libcudart.so.13").cudaGetDeviceCount(ctypes.byref(n)); sys.exit(0 if r==0 and n.value>0 else 1)' \
   2>/dev/null && gpu_visible=1
 
+step "model on the GPU vs HF transformers on the GPU: fresh random configs, fp32 and bf16"
+# Configs drawn from the clock's seed (so each device call sees new ones), trained briefly, then
+# `tandem parity --backend cuda` against HF's logits and gradients computed on the same GPU.
+if ((gpu_visible)); then
+  bounded 90 "$python" tools/gpu_hf_parity.py --tandem "$bin/tandem" --tandem-ld-path "$ours_path" \
+    --configs 4 --json "$out/hf_parity.json" 2>&1 | grep -v Warning | tail -12
+  status[hf_parity]=${PIPESTATUS[0]}
+else
+  echo "no GPU visible: skipped"
+  status[hf_parity]=skipped
+fi
+
 step "tandem: OLMo 3-shaped 1B, full training step in bf16, seq 8192"
 if ((gpu_visible)); then
   bounded 80 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-1b.yaml --label tandem-1b \
@@ -235,8 +249,9 @@ if runs:
     counts["recorded"] = properties
 b1, b7, hf = load("bench_1b.json"), load("bench_7b_stack.json"), load("hf_1b.json")
 b1a = load("bench_1b_accumulated.json")
+parity = load("hf_parity.json")
 summary = {"status": status, "tests": counts, "tandem_1b": b1, "tandem_7b_stack": b7, "hf_1b": hf,
-           "tandem_1b_4_micro_batches": b1a}
+           "tandem_1b_4_micro_batches": b1a, "hf_parity_on_gpu": parity}
 if b1 and hf and hf.get("best"):
     summary["tandem_over_hf_tokens_per_s"] = b1["tokens_per_s"] / hf["best"]["tokens_per_s"]
 try:
@@ -246,6 +261,13 @@ except Exception:
 with open(os.path.join(out, "gpu_check.json"), "w") as f:
     json.dump(summary, f, indent=2)
 print("tests:", counts)
+if parity:
+    w = parity["worst"]
+    print(f"model vs HF on the GPU ({len(parity['configs'])} random configs, seed {parity['seed']}): "
+          f"{'pass' if parity['pass'] else 'FAIL'}; fp32 max KL {w['fp32_max_kl']:.2e}, max grad "
+          f"rel L2 {w['fp32_max_grad_rel_l2']:.2e}; bf16 mean KL {w['bf16_mean_kl']:.2e} (max "
+          f"{w['bf16_max_kl']:.2e}), from fp32 at most "
+          f"{w['bf16_mean_kl_from_fp32_over_hf_bf16']:.3f}x HF bf16's")
 for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7), ("tandem 1B, 4 micro-batches", b1a)):
     if b:
         print(f"{name}: {b['tokens_per_s']:.0f} tokens/s, MFU {100 * b['mfu_vs_bf16_peak']:.1f}% of "
@@ -269,5 +291,5 @@ PY
 echo "gpu_check: done in $((SECONDS - start)) s; results in $out"
 ok=0
 [[ "${status[tests]}" == 0 && "${status[tests_training]}" == 0 ]] || ok=1
-for k in bench_1b hf_1b bench_7b; do [[ "${status[$k]}" == 0 || "${status[$k]}" == skipped ]] || ok=1; done
+for k in hf_parity bench_1b hf_1b bench_7b; do [[ "${status[$k]}" == 0 || "${status[$k]}" == skipped ]] || ok=1; done
 exit $ok

@@ -1,7 +1,9 @@
 // `tandem parity`: runs a model on token ids and compares logits (and optionally gradients) with
 // a reference, printing one JSON object with --json; a breached threshold exits non-zero.
 // --save-logits writes tandem's own logits as a .npy, so a third party can redo the comparison;
-// --intra-doc-eos applies OLMo-core's intra-document masking (documents end at that EOS id).
+// --intra-doc-eos applies OLMo-core's intra-document masking (documents end at that EOS id);
+// --backend runs the model on the CPU (default) or the GPU (tools/gpu_hf_parity.py compares the
+// GPU's logits and gradients with HF transformers' on the same GPU).
 #include <fmt/format.h>
 
 #include <optional>
@@ -18,7 +20,7 @@ namespace tandem::cli {
 namespace {
 
 struct ParityArgs {
-  std::string model, tokens, reference, grads, save_logits, precision = "fp32";
+  std::string model, tokens, reference, grads, save_logits, precision = "fp32", backend = "cpu";
   std::optional<std::int64_t> doc_eos, doc_bos;
   bool json = false;
   std::optional<double> max_kl, max_mean_kl, max_abs_diff_rel, max_grad_rel_l2, min_top1;
@@ -28,7 +30,7 @@ int run_parity(const ParityArgs& a) {
   TANDEM_CHECK(!a.reference.empty() || !a.save_logits.empty(),
                "parity: give --reference LOGITS.npy to compare with, --save-logits FILE, or both");
   TANDEM_CHECK(!a.doc_bos || a.doc_eos, "parity: --intra-doc-bos needs --intra-doc-eos");
-  std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
+  std::unique_ptr<kernels::Backend> backend = kernels::make_backend(a.backend);
   auto model = model::load_model(a.model, *backend);
   model->set_precision(model::parse_precision(a.precision));
   io::NpyArray ids_arr = io::read_npy(a.tokens);
@@ -87,6 +89,7 @@ int run_parity(const ParityArgs& a) {
   if (!a.save_logits.empty()) j["saved_logits"] = a.save_logits;
   if (a.doc_eos) j["intra_doc_eos"] = *a.doc_eos;
   j["precision"] = a.precision;
+  j["backend"] = backend->describe();
   j["pass"] = breaches.empty();
   j["breaches"] = breaches;
   if (a.json) {
@@ -126,6 +129,7 @@ void add_parity_command(CLI::App& app, int& exit_code) {
                   "Reference gradients (.safetensors, HF names) of HF's mean next-token CE");
   cmd->add_option("--precision", args->precision,
                   "fp32 (default) or bf16: the mixed-precision policy of docs/precision.md");
+  cmd->add_option("--backend", args->backend, "cpu (default) or cuda: where the model runs");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option("--max-kl", args->max_kl, "Fail if the max per-token KL exceeds this");
   cmd->add_option("--max-mean-kl", args->max_mean_kl, "Fail if the mean per-token KL exceeds this");
