@@ -117,5 +117,24 @@ TEST(CudaModel, ScoresMatchTheCpuBackend) {
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * (1 + std::fabs(a[i])));
 }
 
+// `tandem parity --backend cuda`, which tools/gpu_hf_parity.py runs against HF on the same GPU:
+// a fixture's logits and gradients within the bounds above, reported as one JSON object that
+// names the backend.
+TEST(CudaModel, ParityCommandRunsTheModelOnTheGpu) {
+  REQUIRE_GPU();
+  const std::string d = testing::fixture("model/deep");
+  auto r = testing::run_tandem("parity --backend cuda --json --model " + d + " --tokens " + d +
+                               "/ids.npy --reference " + d + "/logits.npy --grads " + d +
+                               "/grads.safetensors --max-kl 1e-6 --max-abs-diff-rel 1e-4 "
+                               "--max-grad-rel-l2 1e-4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::size_t at = r.output.rfind("\n{");
+  const nlohmann::json j =
+      nlohmann::json::parse(r.output.substr(at == std::string::npos ? 0 : at + 1));
+  EXPECT_TRUE(j["pass"].get<bool>()) << r.output;
+  EXPECT_EQ(j["backend"].get<std::string>().rfind("cuda: ", 0), 0u) << j["backend"];
+  EXPECT_LE(j["max_grad_rel_l2"].get<double>(), 1e-4);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -48,6 +48,14 @@ TEST(ParityCommand, SaveLogitsWritesTheModelsLogits) {
   EXPECT_NE(neither.output.find("--save-logits"), std::string::npos) << neither.output;
 }
 
+TEST(ParityCommand, UnknownBackendIsRefusedByName) {
+  const std::string d = fixture("model/window");
+  auto r = run_tandem("parity --backend tpu --model " + d + " --tokens " + d +
+                      "/ids.npy --reference " + d + "/logits.npy");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("unknown backend 'tpu'"), std::string::npos) << r.output;
+}
+
 TEST(ParityCommand, IntraDocumentMasking) {
   const std::string d = fixture("model/document_mask");
   const std::string base = "parity --model " + d + " --tokens " + d + "/ids.npy --reference " + d +
