@@ -211,6 +211,12 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   return ncclSuccess;
 }
 
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommUserRank: no communicator");
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommFinalize: no communicator");
   cuda_emulator::detail::run_all_work();  // NCCL completes the operations queued on it first

@@ -4,6 +4,7 @@
 // Without a GPU the NCCL runs skip, saying why.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -125,6 +126,29 @@ TEST(NcclCommunicator, SelfTestOnTwoRanksWithUnevenRanges) {
   skip_without_devices(2);
   if (IsSkipped()) return;
   expect_selftest_passes(2);
+}
+
+// A device collective a peer never joins, waited for on the host through a stream ordered after
+// it (FSDP's compute stream waits on its unit gathers so): the watchdog ends the job after
+// TANDEM_DIST_TIMEOUT_S (3 s here) with the collective's name, long before the peer's 60 s sleep
+// would end it.
+TEST(NcclCommunicator, WatchdogEndsAHostWaitOnADeviceCollectiveAPeerNeverJoins) {
+  skip_without_devices(2);
+  if (IsSkipped()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run_shell(
+      "TANDEM_DIST_TIMEOUT_S=3 OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np "
+      "2 " +
+      std::string(TANDEM_NCCL_SELFTEST) + " --peer-never-joins");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0 waits for a gather"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("device collectives (gradient sums, unit gathers)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("made no progress for"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("the wait returned"), std::string::npos) << r.output;
+  EXPECT_LT(seconds, 45.0) << r.output;
 }
 
 void expect_nccl_training_matches_mpi(int world) {

@@ -3,6 +3,9 @@
 // host. Contributions are small integers, so every sum is exact in any order and the comparison
 // is exact. Prints one line per failed check; exits 1 if any rank saw a mismatch.
 // Usage: mpirun -np W nccl_selftest (one GPU per rank).
+// `nccl_selftest --peer-never-joins` (W >= 2): rank 0 starts a device all-gather that the other
+// ranks never join and waits on the host for a stream ordered after it (as FSDP's compute stream
+// is); the communicator's watchdog must end the job after TANDEM_DIST_TIMEOUT_S.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -373,7 +376,27 @@ std::pair<int, int> run_splits(NcclCommunicator& world) {
 
 }  // namespace
 
-int main() {
+// Rank 0 waits for a gather nobody else joins; the others sleep for a minute, then leave.
+int peer_never_joins(NcclCommunicator& comm) {
+  if (comm.rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 3;
+  }
+  const std::size_t w = static_cast<std::size_t>(comm.world_size());
+  std::vector<float> data(8 * w, 1.0f);
+  DeviceBuffer<float> d(data);
+  const std::vector<std::size_t> offsets = proportional_offsets(8 * w, comm.world_size(), 0);
+  cudaStream_t reader = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking), "cudaStreamCreate");
+  comm.start_all_gather_device(d.get(), offsets.data(), sizeof(float), nullptr);
+  comm.order_after_device_collectives(comm.mark_device_collectives(), reader);
+  fmt::print(stderr, "nccl_selftest: rank 0 waits for a gather the other ranks never join\n");
+  check_cuda(cudaStreamSynchronize(reader), "cudaStreamSynchronize");
+  fmt::print(stderr, "nccl_selftest: the wait returned (it must not)\n");
+  return 4;
+}
+
+int main(int argc, char** argv) {
   std::unique_ptr<NcclCommunicator> comm;
   try {
     comm = std::make_unique<NcclCommunicator>();
@@ -381,6 +404,7 @@ int main() {
     fmt::print(stderr, "nccl_selftest: {}\n", e.what());
     return 2;
   }
+  if (argc > 1 && std::string(argv[1]) == "--peer-never-joins") return peer_never_joins(*comm);
   try {
     SelfTest t(*comm);
     run_all(t, comm->world_size());

@@ -43,11 +43,20 @@ void CollectiveWatchdog::stop() {
 void CollectiveWatchdog::watch() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; })) {
-    const std::int64_t since = since_ns_.load();
-    if (since == 0) continue;
-    check_(name_.load(), static_cast<double>(now_ns() - since) * 1e-9);
+    if (const std::int64_t since = since_ns_.load(); since != 0)
+      check_(name_.load(), static_cast<double>(now_ns() - since) * 1e-9);
+    else if (const std::int64_t queued = outstanding_since_ns_.load(); queued != 0)
+      check_(outstanding_name_.load(), static_cast<double>(now_ns() - queued) * 1e-9);
   }
 }
+
+void CollectiveWatchdog::begin_outstanding(const char* what) {
+  if (outstanding_since_ns_.load() != 0) return;
+  outstanding_name_.store(what);
+  outstanding_since_ns_.store(now_ns());
+}
+
+void CollectiveWatchdog::end_outstanding() { outstanding_since_ns_.store(0); }
 
 CollectiveWatchdog::Scope::Scope(CollectiveWatchdog& watchdog, const char* collective)
     : watchdog_(watchdog) {

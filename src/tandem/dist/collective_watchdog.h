@@ -42,6 +42,13 @@ class CollectiveWatchdog {
   // Identifies the collective in progress (its start time), so `check` can act once per call.
   std::int64_t collective_id() const { return since_ns_.load(); }
 
+  // Device collectives queued and not finished yet (NCCL's start_*_device until
+  // finish_device_collectives): watched as a collective in progress from the first one queued,
+  // because the host may wait for them anywhere once a device stream is ordered after them. A
+  // Scope in progress takes precedence; neither nests. Not counted in seconds_in_collectives.
+  void begin_outstanding(const char* what);  // no-op while already outstanding
+  void end_outstanding();
+
   // Marks one collective (named by a string literal) as in progress for its lifetime.
   class Scope {
    public:
@@ -60,6 +67,8 @@ class CollectiveWatchdog {
   Check check_;
   std::atomic<std::int64_t> since_ns_{0};  // 0: not in a collective
   std::atomic<const char*> name_{""};
+  std::atomic<std::int64_t> outstanding_since_ns_{0};  // 0: no device collective outstanding
+  std::atomic<const char*> outstanding_name_{""};
   std::atomic<int> awaited_{kAwaitingAny};
   std::int64_t total_ns_ = 0;  // only the communicating thread updates it
   std::mutex mutex_;

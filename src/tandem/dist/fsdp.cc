@@ -30,7 +30,7 @@ FsdpParameters::FsdpParameters(const model::ModelConfig& config, kernels::Backen
       head_(static_cast<int>(config.n_layers) + 1) {
   on_device_ = !backend_.host_accessible();
   const int S = shards_.group();
-  TANDEM_CHECK(!on_device_ || S == 1 || world.reduces_device_memory(),
+  TANDEM_CHECK(!on_device_ || world.world_size() == 1 || world.reduces_device_memory(),
                "dist.strategy {}: backend '{}' keeps its memory on the device, and the {} "
                "communicator gathers and reduces host memory (run with TANDEM_COMMUNICATOR=nccl)",
                strategy_name(dist.strategy), backend_.name(), world.name());

@@ -61,6 +61,8 @@ bool equal_ranges(const std::size_t* offsets, int world) {
   return true;
 }
 
+constexpr const char* kDeviceCollectives = "device collectives (gradient sums, unit gathers)";
+
 // ncclCommAbort should return promptly; if it does not, end the process anyway so that the
 // launcher can end the job.
 void abort_nccl_or_exit(ncclComm_t comm, int code) {
@@ -123,16 +125,24 @@ NcclCommunicator::NcclCommunicator() : cuda_(std::make_unique<Cuda>()) {
 }
 
 NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, int device,
-                                   double timeout_s, void* comm)
+                                   double timeout_s, void* comm, std::string origin)
     : mpi_(std::move(mpi)),
       cuda_(std::make_unique<Cuda>()),
       device_(device),
-      timeout_s_(timeout_s) {
+      timeout_s_(timeout_s),
+      origin_(std::move(origin)) {
   cuda_->comm.store(static_cast<ncclComm_t>(comm));
   watchdog_ = std::make_unique<CollectiveWatchdog>(
       [this](const char* collective, double waited) { check_progress(collective, waited); });
-  use_device();
-  create_stream();
+  try {
+    use_device();
+    create_stream();
+  } catch (...) {
+    // As the world constructor: the destructor does not run for a half-built object.
+    watchdog_->stop();
+    if (ncclComm_t c = cuda_->comm.exchange(nullptr)) abort_nccl_or_exit(c, 1);
+    throw;
+  }
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
@@ -148,8 +158,16 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   }
   TANDEM_CHECK(child != nullptr, "NCCL ncclCommSplit gave rank {} no communicator (color {})",
                rank(), color);
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(std::move(group), device_, timeout_s_, child));
+  std::unique_ptr<NcclCommunicator> split(new NcclCommunicator(
+      std::move(group), device_, timeout_s_, child,
+      fmt::format(", split from rank {} of {}{}", rank(), world_size(), origin_)));
+  // Ranges are indexed by the MPI group's ranks; NCCL must number the ranks the same way.
+  int nccl_rank = -1;
+  check_nccl(ncclCommUserRank(child, &nccl_rank), "ncclCommUserRank", child);
+  TANDEM_CHECK(nccl_rank == split->rank(),
+               "NCCL ncclCommSplit: rank {} of the MPI group is NCCL's rank {} (color {}, key {})",
+               split->rank(), nccl_rank, color, key);
+  return split;
 }
 
 void NcclCommunicator::init_nccl() {
@@ -241,8 +259,8 @@ void NcclCommunicator::check_progress(const char* collective, double waited) {
     return;
   // Not MPI_Abort (not safe from this thread while the main one may be inside MPI): a non-zero
   // exit makes mpirun end every rank.
-  fmt::print(stderr, "tandem: rank {} of {}: {} (CUDA device {}): {}; ending the job\n",
-             mpi_->rank(), mpi_->world_size(), collective, device_, reason);
+  fmt::print(stderr, "tandem: rank {} of {}{}: {} (CUDA device {}): {}; ending the job\n",
+             mpi_->rank(), mpi_->world_size(), origin_, collective, device_, reason);
   std::fflush(stderr);
   if (comm != nullptr) abort_nccl_or_exit(comm, 1);
   std::_Exit(1);
@@ -456,6 +474,7 @@ void NcclCommunicator::lead(void* stream) {
 void NcclCommunicator::start_all_reduce_sum_device(float* data, std::size_t n, void* stream) {
   if (n == 0) return;
   use_device();
+  watch_outstanding();
   follow(stream);
   enqueue_all_reduce(data, n, ncclFloat32);
   ++cuda_->started;
@@ -466,6 +485,7 @@ void NcclCommunicator::start_reduce_scatter_sum_device(float* data, const std::s
                                                        void* stream) {
   if (begin >= end) return;
   use_device();
+  watch_outstanding();
   follow(stream);
   enqueue_reduce_onto_owners(data, offsets, begin, end);  // a reduce-scatter, a bucket at a time
   ++cuda_->started;
@@ -475,6 +495,7 @@ void NcclCommunicator::start_all_gather_device(void* data, const std::size_t* of
                                                std::size_t element_bytes, void* stream) {
   if (offsets[world_size()] == offsets[0]) return;
   use_device();
+  watch_outstanding();
   follow(stream);
   enqueue_all_gather(data, offsets, element_bytes);
   ++cuda_->started;
@@ -499,15 +520,25 @@ void NcclCommunicator::order_after_device_collectives(DeviceMark mark, void* str
              "cudaStreamWaitEvent");
 }
 
+void NcclCommunicator::watch_outstanding() {
+  // From the first one queued (the first on a new communicator may wait for its peers to
+  // connect inside the call) until finish: the backend's stream may be ordered after them, so the
+  // host may wait for them in any synchronisation of that stream.
+  if (cuda_->started == 0) watchdog_->begin_outstanding(kDeviceCollectives);
+}
+
 void NcclCommunicator::finish_device_collectives(void* stream) {
   // Marks are handed out again from here: every wait on them is queued already.
   cuda_->marks_used = 0;
   if (cuda_->started == 0) return;
-  CollectiveWatchdog::Scope guard(*watchdog_, "device collectives (gradient sums, unit gathers)");
-  use_device();
-  lead(stream);
-  cuda_->started = 0;
-  wait_for_stream("device collectives (gradient sums, unit gathers)");
+  {
+    CollectiveWatchdog::Scope guard(*watchdog_, kDeviceCollectives);
+    use_device();
+    lead(stream);
+    cuda_->started = 0;
+    wait_for_stream(kDeviceCollectives);
+  }
+  watchdog_->end_outstanding();
 }
 
 // --- device pointers ---

@@ -81,7 +81,8 @@ class NcclCommunicator final : public Communicator {
   struct Cuda;  // stream, NCCL communicator and staging buffer (CUDA types stay in the .cc)
 
   // A split's: `mpi` is its MPI communicator, `comm` (an ncclComm_t) its NCCL one.
-  NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, int device, double timeout_s, void* comm);
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> mpi, int device, double timeout_s, void* comm,
+                   std::string origin);
   void init_nccl();
   void create_stream();  // the stream, its events and the barrier word
   void use_device();
@@ -99,6 +100,8 @@ class NcclCommunicator final : public Communicator {
   // Elements of `element_bytes` bytes (4: fp32, else moved as bytes).
   void enqueue_all_gather(void* data, const std::size_t* offsets, std::size_t element_bytes);
   void wait_for_stream(const char* what);
+  // The watchdog watches the device collectives from the first one started until finish.
+  void watch_outstanding();
   // This communicator's stream waits for the work queued on `stream` so far; then `stream` waits
   // for what this communicator's stream has queued (each through an event, not the host).
   void follow(void* stream);
@@ -114,6 +117,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Cuda> cuda_;
   int device_ = -1;
   double timeout_s_ = 600.0;
+  std::string origin_;  // a split's ", split from rank r of W" (its messages name that rank too)
   std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 

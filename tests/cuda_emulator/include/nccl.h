@@ -57,6 +57,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
 struct ncclConfig_t;
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                            ncclConfig_t* config);
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
