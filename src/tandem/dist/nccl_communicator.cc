@@ -167,6 +167,9 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   TANDEM_CHECK(nccl_rank == split->rank(),
                "NCCL ncclCommSplit: rank {} of the MPI group is NCCL's rank {} (color {}, key {})",
                split->rank(), nccl_rank, color, key);
+  // NCCL connects and allocates its buffers at a communicator's first collective: now, under the
+  // watchdog and before the run's own device buffers take the memory, not at the first unit gather.
+  split->barrier();
   return split;
 }
 
