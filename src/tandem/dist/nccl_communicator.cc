@@ -490,7 +490,10 @@ void NcclCommunicator::start_reduce_scatter_sum_device(float* data, const std::s
   use_device();
   watch_outstanding();
   follow(stream);
-  enqueue_reduce_onto_owners(data, offsets, begin, end);  // a reduce-scatter, a bucket at a time
+  if (begin <= offsets[0] && end >= offsets[world_size()])
+    enqueue_reduce_scatter(data, offsets);  // every range at once (FSDP's units): one collective
+  else
+    enqueue_reduce_onto_owners(data, offsets, begin, end);  // a bucket of a reduce-scatter
   ++cuda_->started;
 }
 
