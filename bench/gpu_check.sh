@@ -267,7 +267,8 @@ if parity:
           f"{'pass' if parity['pass'] else 'FAIL'}; fp32 max KL {w['fp32_max_kl']:.2e}, max grad "
           f"rel L2 {w['fp32_max_grad_rel_l2']:.2e}; bf16 mean KL {w['bf16_mean_kl']:.2e} (max "
           f"{w['bf16_max_kl']:.2e}), from fp32 at most "
-          f"{w['bf16_mean_kl_from_fp32_over_hf_bf16']:.3f}x HF bf16's")
+          f"{w['bf16_mean_kl_from_fp32_over_hf_farther_bf16']:.3f}x the farther of HF's bf16 "
+          f"models (eager, sdpa), {w['bf16_mean_kl_from_fp32_over_hf_bf16']:.3f}x eager's")
 for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7), ("tandem 1B, 4 micro-batches", b1a)):
     if b:
         print(f"{name}: {b['tokens_per_s']:.0f} tokens/s, MFU {100 * b['mfu_vs_bf16_peak']:.1f}% of "
