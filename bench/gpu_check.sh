@@ -25,6 +25,8 @@
 # HF comparison passed and the benchmarks ran (the optional last one aside).
 #
 # Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
+# GPU_CHECK_BUDGET_S (default 480) bounds the whole; GPU_CHECK_STEPS='bench_1b hf_1b' runs only
+# those steps (keys of the summary's status; the end of the log names the steps cut short so).
 # Here (no GPU) the same command rehearses everything up to the GPU: unpacking, library
 # resolution, --help, and test_cuda starting and skipping every test with its reason.
 set -uo pipefail
@@ -52,6 +54,25 @@ bounded() {
   timeout --kill-after=10 "$limit" "$@"
 }
 declare -A status=()
+# GPU_CHECK_STEPS (default all): the steps to run, by their keys in gpu_check.json's status
+# (tests tests_training hf_parity bench_1b hf_1b bench_7b bench_1b_accumulated), so that a second
+# device call can run only what the first did not finish. The others say not_selected.
+selection=" ${GPU_CHECK_STEPS:-all} "
+selection="${selection//,/ }"
+wanted() {
+  [[ "$selection" == " all " || "$selection" == *" $1 "* ]] && return 0
+  echo "not selected (GPU_CHECK_STEPS)"
+  status[$1]=not_selected
+  return 1
+}
+# A step that needs the GPU: selected and a GPU visible (else status skipped, with the reason).
+gpu_step() {
+  wanted "$1" || return 1
+  ((gpu_visible)) && return 0
+  echo "no GPU visible: skipped"
+  status[$1]=skipped
+  return 1
+}
 
 step "machine"
 if command -v nvidia-smi >/dev/null; then
@@ -140,15 +161,20 @@ step "test_cuda: ops (fp32 and bf16), determinism, model parity, downstream eval
 # here); its one-rank FSDP test runs.
 # Through gtest_resumable.py: a test that kills the process is recorded as crashed and the tests
 # after it run in a new process, so one crash cannot lose the rest of this one device call.
-bounded 120 "$python" bench/gtest_resumable.py --prefix "$out/test_cuda" --seconds 110 -- \
-  "${ours[@]}" "$bin/test_cuda" --gtest_filter='-CudaTraining.*' 2>&1 |
-  filter_test_output
-status[tests]=${PIPESTATUS[0]}
+if wanted tests; then
+  bounded 120 "$python" bench/gtest_resumable.py --prefix "$out/test_cuda" --seconds 110 -- \
+    "${ours[@]}" "$bin/test_cuda" --gtest_filter='-CudaTraining.*' 2>&1 |
+    filter_test_output
+  status[tests]=${PIPESTATUS[0]}
+fi
 
 step "test_cuda: training (fp32 and bf16) against the CPU backend and the reference, resumes"
-bounded 150 "$python" bench/gtest_resumable.py --prefix "$out/test_cuda_training" --seconds 140 \
-  -- "${ours[@]}" "$bin/test_cuda" --gtest_filter='CudaTraining.*' 2>&1 | filter_test_output
-status[tests_training]=${PIPESTATUS[0]}
+if wanted tests_training; then
+  bounded 150 "$python" bench/gtest_resumable.py --prefix "$out/test_cuda_training" \
+    --seconds 140 -- "${ours[@]}" "$bin/test_cuda" --gtest_filter='CudaTraining.*' 2>&1 |
+    filter_test_output
+  status[tests_training]=${PIPESTATUS[0]}
+fi
 
 gpu_visible=0
 "${cuda_only[@]}" "$python" -c 'import ctypes,sys; n=ctypes.c_int(0); r=ctypes.CDLL("libcudart.so.13").cudaGetDeviceCount(ctypes.byref(n)); sys.exit(0 if r==0 and n.value>0 else 1)' \
@@ -157,60 +183,45 @@ gpu_visible=0
 step "model on the GPU vs HF transformers on the GPU: fresh random configs, fp32 and bf16"
 # Configs drawn from the clock's seed (so each device call sees new ones), trained briefly, then
 # `tandem parity --backend cuda` against HF's logits and gradients computed on the same GPU.
-if ((gpu_visible)); then
+if gpu_step hf_parity; then
   bounded 90 "$python" tools/gpu_hf_parity.py --tandem "$bin/tandem" --tandem-ld-path "$ours_path" \
     --configs 4 --json "$out/hf_parity.json" 2>&1 | grep -v Warning | tail -12
   status[hf_parity]=${PIPESTATUS[0]}
-else
-  echo "no GPU visible: skipped"
-  status[hf_parity]=skipped
 fi
 
 step "tandem: OLMo 3-shaped 1B, full training step in bf16, seq 8192"
-if ((gpu_visible)); then
+if gpu_step bench_1b; then
   bounded 80 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-1b.yaml --label tandem-1b \
     --precision bf16 --profile \
     --batch 1 --seq 8192 --steps 3 --warmup 1 --json "$out/bench_1b.json" | grep -v '^{'
   status[bench_1b]=${PIPESTATUS[0]}
-else
-  echo "no GPU visible: skipped"
-  status[bench_1b]=skipped
 fi
 
 step "HF transformers Olmo3ForCausalLM: same config, batch and sequence"
-if ((gpu_visible)); then
+if gpu_step hf_1b; then
   bounded 100 "$python" tools/bench_hf_gpu_train_step.py --config configs/models/olmo3-1b.yaml \
     --batch 1 --seq 8192 --steps 3 --attn sdpa,flex_attention --json "$out/hf_1b.json" |
     grep -v '^{"torch"' | cut -c1-300
   status[hf_1b]=${PIPESTATUS[0]}
-else
-  echo "no GPU visible: skipped"
-  status[hf_1b]=skipped
 fi
 
 step "tandem: 7B-shaped layer stack (OLMo 3 7B dims, 8 layers) in bf16, seq 8192"
-if ((gpu_visible)); then
+if gpu_step bench_7b; then
   bounded 70 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-7b.yaml --layers 8 \
     --precision bf16 \
     --label tandem-7b-8-layers --batch 1 --seq 8192 --steps 2 --warmup 1 --profile \
     --json "$out/bench_7b_stack.json" | grep -v '^{'
   status[bench_7b]=${PIPESTATUS[0]}
-else
-  echo "no GPU visible: skipped"
-  status[bench_7b]=skipped
 fi
 
 step "tandem: OLMo 3-shaped 1B, 4 micro-batches of 8192 tokens per step (optional, last)"
 # A real run accumulates several micro-batches per optimiser step (OLMo 3 7B: about 4M tokens per
 # step); this is the MFU with the optimiser's share as such a run sees it. Runs only with time left.
-if ((gpu_visible)); then
+if gpu_step bench_1b_accumulated; then
   bounded 45 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-1b.yaml \
     --label tandem-1b-4-micro-batches --precision bf16 --batch 4 --micro-batch 1 --seq 8192 \
     --steps 2 --warmup 1 --json "$out/bench_1b_accumulated.json" | grep -v '^{'
   status[bench_1b_accumulated]=${PIPESTATUS[0]}
-else
-  echo "no GPU visible: skipped"
-  status[bench_1b_accumulated]=skipped
 fi
 
 step "summary"
@@ -291,6 +302,17 @@ if "tandem_over_hf_tokens_per_s" in summary:
 PY
 echo "gpu_check: done in $((SECONDS - start)) s; results in $out"
 ok=0
-[[ "${status[tests]}" == 0 && "${status[tests_training]}" == 0 ]] || ok=1
-for k in hf_parity bench_1b hf_1b bench_7b; do [[ "${status[$k]}" == 0 || "${status[$k]}" == skipped ]] || ok=1; done
+for k in tests tests_training; do
+  [[ "${status[$k]}" == 0 || "${status[$k]}" == not_selected ]] || ok=1
+done
+for k in hf_parity bench_1b hf_1b bench_7b; do
+  [[ "${status[$k]}" =~ ^(0|skipped|not_selected)$ ]] || ok=1
+done
+# Steps the time budget or their bound cut short (timeout's 124, or 137 after its kill).
+unfinished=()
+for k in tests tests_training hf_parity bench_1b hf_1b bench_7b bench_1b_accumulated; do
+  [[ "${status[$k]:-}" == 124 || "${status[$k]:-}" == 137 ]] && unfinished+=("$k")
+done
+((${#unfinished[@]})) &&
+  echo "gpu_check: cut short: ${unfinished[*]}; to run only those: GPU_CHECK_STEPS='${unfinished[*]}' bash bench/gpu_check.sh"
 exit $ok

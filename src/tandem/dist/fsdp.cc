@@ -212,7 +212,6 @@ void FsdpParameters::gradient_done(int unit) {
     if (s.unit == unit && s.in_use) slot = &s;
   TANDEM_CHECK(slot != nullptr, "FSDP: gradient of unit {} handed back but not taken", unit);
   const std::vector<std::size_t>& off = shards_.offsets(unit);
-  const auto g = static_cast<std::size_t>(shards_.group_rank());
   if (on_device_) {
     slot->in_use = false;
     slot->add_pending = true;  // added when the buffer is next taken, or at the pass's end
@@ -223,6 +222,7 @@ void FsdpParameters::gradient_done(int unit) {
     slot->mark = group_->mark_device_collectives();
     return;
   }
+  const auto g = static_cast<std::size_t>(shards_.group_rank());
   auto* data = slot->buffer.tensor().ptr<float>();
   float* shard = grads_.tensor().ptr<float>() + shards_.local_begin(unit);
   const std::size_t n = off[g + 1] - off[g];
@@ -323,7 +323,7 @@ void FsdpOptimizer::reduce_gradients() {
   if (Communicator* replicas = params_.replicas()) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto n = static_cast<std::size_t>(g.numel());
-    if (backend_.host_accessible()) {
+    if (!params_.on_device()) {
       replicas->all_reduce_sum(g.ptr<float>(), n);
     } else {
       replicas->start_all_reduce_sum_device(g.ptr<float>(), n, backend_.device_stream());

@@ -88,6 +88,8 @@ class FsdpParameters final : public model::ShardedParameters {
   // Whether the next unit's gather starts before this unit's compute (on the communication
   // thread, or on a device the communicator's stream).
   bool prefetching() const { return prefetch_; }
+  // The backend's memory is not the host's: collectives run on the device's stream.
+  bool on_device() const { return on_device_; }
   // Seconds the calling thread spent waiting for unit and replica collectives, and seconds spent
   // inside the shard-group and replica communicators' collectives on any thread.
   double seconds_waited() const { return waited_; }
