@@ -53,6 +53,12 @@ void add_data_tokenize_command(CLI::App& data, int& exit_code) {
   cmd->add_option("--eos-id", args->eos_id, "EOS id (default: the tokenizer's <|endoftext|>)");
   cmd->add_option("--prefix", o.prefix, "output name prefix (default 'part')");
   cmd->add_flag("--strict", o.strict, "fail on the first malformed or non-UTF-8 record");
+  cmd->add_flag("--dolma", o.dolma_documents,
+                "documents as dolma's `dolma tokens` makes them: text stripped of leading and "
+                "trailing whitespace, empty ones skipped, EOS unless the ids end with it");
+  cmd->add_flag("--encode-special-tokens", o.encode_special_tokens,
+                "special tokens written in the text are encoded as text (dolma's "
+                "--tokenizer.encode_special_tokens)");
   cmd->add_flag("--no-progress", args->no_progress, "no progress bar");
   cmd->add_flag("--json", args->json, "print a JSON summary on stdout");
   cmd->callback([args, &exit_code] {

@@ -102,7 +102,8 @@ const AddedToken* AddedVocabulary::find_content(std::string_view content) const 
 }
 
 void AddedVocabulary::find_matches(std::string_view text, std::size_t begin, std::size_t end,
-                                   const MatchSet& set, std::vector<TextPiece>& out) const {
+                                   const MatchSet& set, bool encode_special_tokens,
+                                   std::vector<TextPiece>& out) const {
   if (!set.any) {
     out.push_back({begin, end, std::nullopt});
     return;
@@ -128,6 +129,7 @@ void AddedVocabulary::find_matches(std::string_view text, std::size_t begin, std
     if (!match) break;
     std::size_t start = pos, stop = pos + match->content.size();
     pos = stop;  // the search resumes after the token itself, as the trie iterator does
+    if (encode_special_tokens && match->special) continue;  // its text stays plain, as HF's
     if (match->single_word) {
       bool start_space =
           start == 0 || !is_word_char(sentence, previous_char_start(sentence, start));
@@ -157,20 +159,22 @@ void AddedVocabulary::find_matches(std::string_view text, std::size_t begin, std
   if (start_offset < n) out.push_back({begin + start_offset, begin + n, std::nullopt});
 }
 
-void AddedVocabulary::split(std::string_view text, std::vector<TextPiece>& out) const {
+void AddedVocabulary::split(std::string_view text, std::vector<TextPiece>& out,
+                            bool encode_special_tokens) const {
   out.clear();
   if (text.empty()) return;
   if (!normalized_.any) {
-    find_matches(text, 0, text.size(), plain_, out);
+    find_matches(text, 0, text.size(), plain_, encode_special_tokens, out);
     return;
   }
   std::vector<TextPiece> first;
-  find_matches(text, 0, text.size(), plain_, first);
+  find_matches(text, 0, text.size(), plain_, encode_special_tokens, first);
   for (const TextPiece& p : first) {
     if (p.added_id) {
       out.push_back(p);
     } else {
-      find_matches(text, p.begin, p.end, normalized_, out);  // no normalizer: same text
+      // No normalizer: the same text.
+      find_matches(text, p.begin, p.end, normalized_, encode_special_tokens, out);
     }
   }
 }

@@ -37,8 +37,11 @@ class AddedVocabulary {
   // `added_tokens` is the "added_tokens" array of tokenizer.json.
   AddedVocabulary(const nlohmann::json& added_tokens, const std::string& source);
 
-  // Splits `text` into pieces (offsets into text); pieces are never empty.
-  void split(std::string_view text, std::vector<TextPiece>& out) const;
+  // Splits `text` into pieces (offsets into text); pieces are never empty. With
+  // `encode_special_tokens` (HF tokenizers' flag of that name) a special token written in the
+  // text is matched and then left to the model as plain text.
+  void split(std::string_view text, std::vector<TextPiece>& out,
+             bool encode_special_tokens = false) const;
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }
   const AddedToken* find_content(std::string_view content) const;
@@ -51,7 +54,7 @@ class AddedVocabulary {
   void build(MatchSet& set, bool normalized);
   // Appends the pieces of text[begin, end) found with `set` (HF's find_matches).
   void find_matches(std::string_view text, std::size_t begin, std::size_t end, const MatchSet& set,
-                    std::vector<TextPiece>& out) const;
+                    bool encode_special_tokens, std::vector<TextPiece>& out) const;
 
   std::vector<AddedToken> tokens_;
   MatchSet plain_;       // normalized = false

@@ -11,9 +11,11 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
+#include "tandem/core/utf8.h"
 #include "tandem/io/token_file.h"
 #include "tandem/io/token_file_writer.h"
 #include "tandem/io/token_sidecar.h"
+#include "tandem/tokenizer/dolma_documents.h"
 #include "tandem/tokenizer/tokenizer.h"
 
 namespace tandem::tokenizer {
@@ -48,6 +50,8 @@ std::string run_fingerprint(const Tokenizer& tok, std::uint32_t eos, io::TokenDt
                             const TokenizeOptions& o, const std::vector<io::InputFile>& inputs) {
   std::string s = fmt::format("tandem-tokenize-v1\n{}\n{}\n{}\n{}\n", tok.sha256(), eos,
                               io::token_dtype_name(dtype), o.max_tokens_per_file);
+  if (o.dolma_documents) s += "dolma-documents\n";
+  if (o.encode_special_tokens) s += "encode-special-tokens\n";
   for (const auto& in : inputs) s += fmt::format("{}\t{}\n", in.path, in.size);
   return core::sha256_hex(s);
 }
@@ -169,7 +173,8 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
   Progress progress(o.progress, total_bytes);
 
   std::vector<std::unique_ptr<Encoder>> encoders;
-  for (int t = 0; t < o.threads; ++t) encoders.push_back(std::make_unique<Encoder>(tok));
+  for (int t = 0; t < o.threads; ++t)
+    encoders.push_back(std::make_unique<Encoder>(tok, o.encode_special_tokens));
 
   std::unique_ptr<io::TokenFileWriter> writer;
   Cursor part_start = cursor;
@@ -188,7 +193,11 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
   // Writes one document's tokens (ids then EOS), skipping `skip` already written ones.
   auto write_document = [&](std::uint64_t input, std::uint64_t line,
                             std::vector<std::uint32_t>& ids, std::uint64_t skip) {
-    ids.push_back(*eos);
+    if (o.dolma_documents) {
+      append_eos_like_dolma(ids, *eos);
+    } else {
+      ids.push_back(*eos);
+    }
     std::uint64_t pos = skip;
     while (pos < ids.size()) {
       if (!writer) writer = std::make_unique<io::TokenFileWriter>(part_path(o, part), dtype, *eos);
@@ -216,6 +225,12 @@ TokenizeSummary run_tokenize(const TokenizeOptions& o) {
       std::size_t bytes = 0;
       io::Document doc;
       while (bytes < kBatchBytes && batch.size() < kBatchDocuments && (more = reader.next(doc))) {
+        if (o.dolma_documents && core::utf8::is_valid(doc.text)) {
+          const std::string_view kept = strip_python_whitespace(doc.text);
+          const auto begin = static_cast<std::size_t>(kept.data() - doc.text.data());
+          doc.text.erase(begin + kept.size());
+          doc.text.erase(0, begin);
+        }
         if (doc.text.empty()) {
           ++summary.empty_documents;
           continue;

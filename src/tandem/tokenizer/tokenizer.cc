@@ -128,7 +128,8 @@ std::size_t Encoder::StringHash::operator()(std::string_view s) const {
   return XXH3_64bits(s.data(), s.size());
 }
 
-Encoder::Encoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {
+Encoder::Encoder(const Tokenizer& tokenizer, bool encode_special_tokens)
+    : tokenizer_(tokenizer), encode_special_tokens_(encode_special_tokens) {
   levels_.resize(tokenizer.steps_.size());
   for (std::size_t i = 0; i < levels_.size(); ++i) {
     if (tokenizer.steps_[i].regex)
@@ -141,7 +142,7 @@ Encoder::~Encoder() = default;
 void Encoder::encode(std::string_view text, std::vector<std::uint32_t>& out) {
   std::size_t bad = core::utf8::first_invalid(text);
   TANDEM_CHECK(bad == text.size(), "text is not valid UTF-8 (byte offset {})", bad);
-  tokenizer_.added_->split(text, pieces_);
+  tokenizer_.added_->split(text, pieces_, encode_special_tokens_);
   for (const TextPiece& p : pieces_) {
     if (p.added_id) {
       out.push_back(*p.added_id);

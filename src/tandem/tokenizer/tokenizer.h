@@ -59,7 +59,9 @@ class Tokenizer {
 
 class Encoder {
  public:
-  explicit Encoder(const Tokenizer& tokenizer);
+  // encode_special_tokens: special tokens written in the text are encoded as text (HF tokenizers'
+  // Tokenizer.encode_special_tokens; dolma's --tokenizer.encode_special_tokens).
+  explicit Encoder(const Tokenizer& tokenizer, bool encode_special_tokens = false);
   ~Encoder();
   Encoder(const Encoder&) = delete;
   Encoder& operator=(const Encoder&) = delete;
@@ -85,6 +87,7 @@ class Encoder {
   };
 
   const Tokenizer& tokenizer_;
+  bool encode_special_tokens_ = false;
   std::vector<Level> levels_;
   std::vector<TextPiece> pieces_;
   // Word cache: raw bytes -> (offset, count) into cache_ids_.
