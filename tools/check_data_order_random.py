@@ -28,7 +28,9 @@ import numpy as np
 import xxhash
 from olmo_core.data.collator import DataCollator
 from olmo_core.data.data_loader import NumpyDataLoaderBase
-from olmo_core.data.numpy_dataset import InstanceFilterConfig, NumpyFSLDataset
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_data_fixtures import prepared_olmo_dataset  # noqa: E402
 
 WORLD_SIZES = (1, 2, 3, 4, 8)
 
@@ -66,13 +68,7 @@ def draw(seed, index):
 
 def olmo_core_loader(paths, spec, world, rank):
     """(dataset, loader) as OLMo-core builds them, prepared in a fresh work dir."""
-    ds = NumpyFSLDataset(*paths, sequence_length=spec["seq"], pad_token_id=spec["vocab"] - 1,
-                         eos_token_id=spec["vocab"] - 2, vocab_size=spec["vocab"],
-                         dtype=spec["dtype"], max_target_sequence_length=spec["max_target"],
-                         instance_filter_config=InstanceFilterConfig() if spec["filter"] else None)
-    work = tempfile.mkdtemp()
-    ds.work_dir = work
-    ds.prepare()
+    ds, work = prepared_olmo_dataset(paths, spec)
     dl = NumpyDataLoaderBase.wrap_numpy_dataset(
         ds, global_batch_size=spec["batch"] * spec["seq"],
         collator=DataCollator(pad_token_id=spec["vocab"] - 1), work_dir=work, seed=spec["seed"],
