@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""tandem's model from an OLMo-core model config against OLMo-core's forward, on random configs.
+
+Each case draws an OLMo-core TransformerConfig through OLMo-core's own constructors
+(TransformerConfig.olmo3_1M, or olmo2_1M without a window) as tools/make_olmo_core_model_fixtures.py
+builds its fixed cases: 2 to 8 layers, 2 to 6 heads, head_dim 2 to 8 or OLMo-core's default, GQA
+or not, a rope_theta, a SlidingWindowAttentionConfig pattern of 1 to 4 entries (windows 2 to 9 or
+-1) with each first/last-layer flag on, off or left to OLMo-core's default, and YaRN
+(with_rope_scaling, on the full-attention layers only or on all) or none. The fixture maker writes
+the tandem `model:` mapping from the same keyword arguments, OLMo-core's random weights and its
+logits; `tandem parity` must then give the same logits: max per-token KL <= 1e-8 and top-1
+agreement 1 (the bounds of tests/model/olmo_core_config_test.cc). A config OLMo-core itself
+refuses is counted, not checked.
+
+Usage: python3 tools/check_olmo_core_model_random.py TANDEM_BINARY [--seed S] [--cases N]
+Needs ai2-olmo-core (torch), transformers, pyyaml, safetensors. Exits 0 only when all agree.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_olmo_core_model_fixtures import make  # noqa: E402
+
+
+def draw(rng):
+    """One case in make()'s form."""
+    olmo2 = rng.random() < 0.15
+    n_heads = rng.choice([2, 3, 4, 6])
+    kwargs = dict(n_layers=rng.randint(2, 8), n_heads=n_heads)
+    if rng.random() < 0.5:
+        kwargs["head_dim"] = rng.choice([2, 4, 6, 8])
+    if rng.random() < 0.5:
+        kwargs["n_kv_heads"] = rng.choice([d for d in range(1, n_heads + 1) if n_heads % d == 0])
+    if rng.random() < 0.6:
+        kwargs["rope_theta"] = rng.choice([10000, 20000, 500000, 1000000])
+    case = dict(ctor="olmo2_1M" if olmo2 else "olmo3_1M", kwargs=kwargs)
+    if not olmo2:
+        sw = dict(pattern=[rng.choice([-1, 2, 3, 4, 5, 6, 9]) for _ in range(rng.randint(1, 4))])
+        for flag in ("force_full_attention_on_first_layer", "force_full_attention_on_last_layer"):
+            choice = rng.choice([True, False, None])
+            if choice is not None:
+                sw[flag] = choice
+        case["sw"] = sw
+    if rng.random() < 0.5:
+        case["yarn"] = dict(factor=rng.choice([2.0, 4.0, 8.0]), beta_fast=rng.choice([16, 32]),
+                            beta_slow=rng.choice([1, 2]), old_context_len=rng.choice([8, 12, 16]))
+        case["full_only"] = rng.choice([None, True, False])
+    return case
+
+
+def check(binary, root, index, seed):
+    rng = random.Random(seed * 1000 + index)
+    case = draw(rng)
+    name = f"case{index}"
+    try:
+        make(name, case, root, seed=seed * 1000 + index, batch=rng.randint(1, 3),
+             seq=rng.randint(8, 24))
+    except Exception as e:  # a config OLMo-core refuses is not a case
+        return None, case, f"OLMo-core refuses: {e}"
+    d = os.path.join(root, name)
+    p = subprocess.run([binary, "parity", "--model", d, "--tokens", os.path.join(d, "ids.npy"),
+                        "--reference", os.path.join(d, "logits.npy"), "--json", "--max-kl",
+                        "1e-8", "--min-top1", "1"], capture_output=True, text=True)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {}
+    ok = p.returncode == 0 and bool(result.get("pass"))
+    return ok, case, (f"max KL {result.get('max_kl')}, top-1 {result.get('top1_agreement')}"
+                      if lines else p.stderr.strip()[-300:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("tandem", help="the tandem binary")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cases", type=int, default=20)
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="olmo_core_model_")
+    failed = refused = 0
+    for index in range(args.cases):
+        ok, case, what = check(args.tandem, root, index, args.seed)
+        if ok is None:
+            refused += 1
+        failed += ok is False
+        verdict = "refused by OLMo-core" if ok is None else "agrees" if ok else "DIFFERS"
+        print(f"case {index}: {verdict}: {what}: {case}", flush=True)
+    print(f"check_olmo_core_model_random: seed {args.seed}, {args.cases} cases "
+          f"({refused} refused by OLMo-core), {'all agree' if not failed else f'{failed} differ'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
