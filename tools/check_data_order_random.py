@@ -16,7 +16,6 @@ data holds less than one global batch (OLMo-core's loader then yields no step), 
 Usage: python3 tools/check_data_order_random.py TANDEM_BINARY [--seed S] [--cases N]
 Needs numpy, xxhash and ai2-olmo-core. Exits 0 only when every case agrees.
 """
-import argparse
 import json
 import os
 import random
@@ -30,6 +29,7 @@ from olmo_core.data.collator import DataCollator
 from olmo_core.data.data_loader import NumpyDataLoaderBase
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from random_checks import argument_parser, run_cases  # noqa: E402
 from make_data_fixtures import prepared_olmo_dataset  # noqa: E402
 
 WORLD_SIZES = (1, 2, 3, 4, 8)
@@ -205,21 +205,14 @@ def check_case(binary, seed, index):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("tandem", help="the tandem binary")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--cases", type=int, default=20)
+    ap = argument_parser(__doc__, cases=20)
     args = ap.parse_args()
-    failed = 0
-    for index in range(args.cases):
+
+    def one(index):
         ok, described, why = check_case(args.tandem, args.seed, index)
-        failed += not ok
-        print(f"case {index}: {'agrees' if ok else 'DIFFERS'}: {described}", flush=True)
-        if why:
-            print(f"  {why}")
-    print(f"check_data_order_random: seed {args.seed}, {args.cases} cases, "
-          f"{'all agree' if not failed else f'{failed} differ'}")
-    return 1 if failed else 0
+        return ok, described + (f"\n  {why}" if why else "")
+
+    return run_cases("check_data_order_random", args, one)
 
 
 if __name__ == "__main__":

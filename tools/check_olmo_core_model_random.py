@@ -15,7 +15,6 @@ refuses is counted, not checked.
 Usage: python3 tools/check_olmo_core_model_random.py TANDEM_BINARY [--seed S] [--cases N]
 Needs ai2-olmo-core (torch), transformers, pyyaml, safetensors. Exits 0 only when all agree.
 """
-import argparse
 import json
 import os
 import random
@@ -24,6 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from random_checks import argument_parser, run_cases  # noqa: E402
 from make_olmo_core_model_fixtures import make  # noqa: E402
 
 
@@ -74,23 +74,15 @@ def check(binary, root, index, seed):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("tandem", help="the tandem binary")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--cases", type=int, default=20)
+    ap = argument_parser(__doc__, cases=20)
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="olmo_core_model_")
-    failed = refused = 0
-    for index in range(args.cases):
+
+    def one(index):
         ok, case, what = check(args.tandem, root, index, args.seed)
-        if ok is None:
-            refused += 1
-        failed += ok is False
-        verdict = "refused by OLMo-core" if ok is None else "agrees" if ok else "DIFFERS"
-        print(f"case {index}: {verdict}: {what}: {case}", flush=True)
-    print(f"check_olmo_core_model_random: seed {args.seed}, {args.cases} cases "
-          f"({refused} refused by OLMo-core), {'all agree' if not failed else f'{failed} differ'}")
-    return 1 if failed else 0
+        return ok, f"{what}: {case}"
+
+    return run_cases("check_olmo_core_model_random", args, one)
 
 
 if __name__ == "__main__":
