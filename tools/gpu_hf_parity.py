@@ -175,17 +175,14 @@ def check(args, index, root):
     np.save(os.path.join(d, "logits.npy"), ref_logits.cpu().numpy().astype(np.float32))
     save_file({n: p.grad.detach().cpu().contiguous() for n, p in fp32.named_parameters()},
               os.path.join(d, "grads.safetensors"))
-    del fp32
 
     # bf16 is judged by mean KLs, which are noisy over a few hundred tokens: on BF16_SEQUENCES
     # fresh sequences (512 to 1024 tokens), against HF's bf16 model with each of its two exact
     # attention implementations: eager (tandem's reference) and sdpa (a second, equally valid
-    # rounding of the same model; see the docstring).
+    # rounding of the same model; see the docstring). The fp32 reference is the same model.
     ids8 = sample(succ, g, BF16_SEQUENCES, seq)
     np.save(os.path.join(d, "ids_bf16.npy"), ids8.numpy().astype(np.int64))
     ids8_dev = ids8.to(dev)
-    fp32 = Olmo3ForCausalLM.from_pretrained(d, attn_implementation="eager",
-                                            dtype=torch.float32).to(dev).eval()
     with torch.no_grad():
         ref8 = fp32(input_ids=ids8_dev).logits.float()
     np.save(os.path.join(d, "logits_fp32_bf16_set.npy"), ref8.cpu().numpy().astype(np.float32))
