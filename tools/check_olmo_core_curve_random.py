@@ -15,8 +15,8 @@ recipe is also trained by tandem from its initial weights multiplied by (1 + 1e-
 quantity that this moves by more than a tenth of its bound (over the whole run) is reported, not
 judged; skip decisions are judged only when both the loss and the grad norm are and OLMo-core's
 closest decision was at least 1e-3 (relative) from its threshold. Measured (seed 2,
-40 recipes, 30 steps, before this rule): every recipe with lr <= 1e-3 but one agreed within the
-bounds; 7 of the 12 with lr 3e-3 breached the grad-norm bound (2.4e-3 to 0.29), and there the
+40 recipes, 30 steps, before this rule): every recipe with lr <= 1e-3 agreed within the bounds;
+7 of the 15 with lr 3e-3 breached the grad-norm bound (2.4e-3 to 0.29), and there the
 perturbation alone moved tandem's own grad norm by 1.9e-3 to 0.72 and its loss by up to 5.1e-4 (a
 chaotic recipe); one lr 1e-3 recipe agreed within 6.8e-4 while its own sensitivity was 1.1e-3.
 
