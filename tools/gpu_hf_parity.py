@@ -24,7 +24,7 @@ eager's mean KL on the parity batch (128 to 512 tokens); on 10 configs without R
 tandem measured 0.86x to 1.008x. With the draws above, 58 configs (CPU backend and the CUDA
 emulator, HF on the CPU, seeds 101, 7, 31, 555) measured 0.75x to 1.115x and one config breached
 (seed 31, config 5, 192 tokens). HF's own sdpa bf16 against its eager bf16 on the same configs
-measured 0.77x to 1.081x, correlated with tandem's ratio (r = 0.78): the yardstick's own noise.
+measured 0.77x to 1.081x, correlated with tandem's ratio (r = 0.68): the yardstick's own noise.
 The breaching model on six fresh batches of 512 tokens measured 0.93x to 1.09x of HF eager's and
 0.93x to 1.05x of the farther HF model's: the noise of a 192-token mean, not the model. So the
 estimator changed (more tokens, a two-model yardstick); the 1.1 factor did not. Measured with
