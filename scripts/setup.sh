@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev libopenblas-dev
-  nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libzstd-dev libxxhash-dev libpcre2-dev
+  nlohmann-json3-dev libyaml-cpp-dev zlib1g-dev libzstd-dev libxxhash-dev libpcre2-dev libicu-dev
   libcli11-dev libfmt-dev libssl-dev libflatbuffers-dev
   libopenmpi-dev openmpi-bin
   # ip netns: the multi-host tests' simulated hosts (scripts/netns_hosts.sh)

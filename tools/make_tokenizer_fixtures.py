@@ -14,7 +14,17 @@ dolma2 tokenizer and the Debian-documentation corpus. Outputs (each records the 
                                  package we can fetch offline
   gpt2_style_prefix_space.json   the same with add_prefix_space=true and merges as "a b" strings
   gpt2_style_cases.json          ids of both for the hard strings and corpus snippets
-Usage: python3 tools/make_tokenizer_fixtures.py   (run scripts/fetch_data.sh first)
+  gpt_neox_cases.json            OLMo's GPT-NeoX tokenizer (OLMo-core's gpt_neox_olmo_dolma_v1_5;
+                                 NFC normalizer, normalized added tokens, vocabulary entries outside
+                                 the byte-level alphabet): hard strings, normalization cases and
+                                 seeded random strings -> ids and HF's decode of them
+  gpt_neox_corpus_digests.json.gz  as dolma2_corpus_digests.json.gz, with that tokenizer
+  unicode_normalization.json.gz  HF's NFC/NFD/NFKC/NFKD normalizers: sha256 per block of 4096 code
+                                 points of every code point's normalized form, and seeded random
+                                 strings of combining marks, decomposable and Hangul characters
+                                 (incl. ones newer than HF's Unicode 9.0 tables) with each output
+Usage: python3 tools/make_tokenizer_fixtures.py [dolma2] [gpt2] [neox] [unicode]
+       (run scripts/fetch_data.sh first; no argument makes them all)
 """
 import gzip
 import hashlib
@@ -25,8 +35,11 @@ import struct
 import sys
 import time
 
+import unicodedata
+
 import tokenizers
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        trainers)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.environ.get("TANDEM_DATA_DIR") or os.path.join(REPO, ".cache", "data")
@@ -131,28 +144,7 @@ def dolma2_fixtures(manifest, parts):
         "generator": "tools/make_tokenizer_fixtures.py", "versions": VERSIONS,
         "tokenizer_sha256": sha, "cases": cases, "surrogate_json": rejected}, indent=0)
 
-    start = time.time()
-    out_parts, total_bytes, total_tokens = [], 0, 0
-    for part, docs in parts:
-        encodings = tok.encode_batch([d["text"] for d in docs], add_special_tokens=False)
-        rows = []
-        for d, e in zip(docs, encodings):
-            text_bytes = d["text"].encode("utf-8")
-            total_bytes += len(text_bytes)
-            total_tokens += len(e.ids)
-            rows.append([d["id"], hashlib.sha256(text_bytes).hexdigest()[:16], len(e.ids),
-                         ids_digest(e.ids)])
-        out_parts.append({"name": part["name"], "file": part["file"], "documents": rows})
-    print(f"dolma2 corpus: {total_bytes / 1e6:.1f} MB, {total_tokens} tokens, "
-          f"{time.time() - start:.1f} s")
-    obj = {"generator": "tools/make_tokenizer_fixtures.py", "versions": VERSIONS,
-           "tokenizer_sha256": sha, "packages": manifest["packages"], "text_bytes": total_bytes,
-           "tokens": total_tokens, "digest": "sha256 hex[:16]; ids as little-endian uint32",
-           "parts": out_parts}
-    path = os.path.join(OUT, "dolma2_corpus_digests.json.gz")
-    with gzip.GzipFile(path, "wb", mtime=0) as f:
-        f.write(json.dumps(obj, ensure_ascii=True).encode())
-    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    corpus_digests(tok, sha, manifest, parts, "dolma2_corpus_digests.json.gz")
 
 
 ADDED_TOKEN_CASES = [
@@ -208,14 +200,141 @@ def gpt2_style_fixtures(parts):
         "versions": VERSIONS, "texts": texts, "ids": cases})
 
 
+def corpus_digests(tok, sha, manifest, parts, name):
+    start = time.time()
+    out_parts, total_bytes, total_tokens = [], 0, 0
+    for part, docs in parts:
+        encodings = tok.encode_batch([d["text"] for d in docs], add_special_tokens=False)
+        rows = []
+        for d, e in zip(docs, encodings):
+            text_bytes = d["text"].encode("utf-8")
+            total_bytes += len(text_bytes)
+            total_tokens += len(e.ids)
+            rows.append([d["id"], hashlib.sha256(text_bytes).hexdigest()[:16], len(e.ids),
+                         ids_digest(e.ids)])
+        out_parts.append({"name": part["name"], "file": part["file"], "documents": rows})
+    print(f"{name}: {total_bytes / 1e6:.1f} MB, {total_tokens} tokens, "
+          f"{time.time() - start:.1f} s")
+    obj = {"generator": "tools/make_tokenizer_fixtures.py", "versions": VERSIONS,
+           "tokenizer_sha256": sha, "packages": manifest["packages"], "text_bytes": total_bytes,
+           "tokens": total_tokens, "digest": "sha256 hex[:16]; ids as little-endian uint32",
+           "parts": out_parts}
+    path = os.path.join(OUT, name)
+    with gzip.GzipFile(path, "wb", mtime=0) as f:
+        f.write(json.dumps(obj, ensure_ascii=True).encode())
+    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+
+
+# Characters that normalization moves, splits or joins (Python's own tables are newer than HF's
+# Unicode 9.0, so they include the characters HF does not know yet).
+def normalization_pool():
+    marks, decomposable = [], []
+    for cp in range(0x110000):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        c = chr(cp)
+        if unicodedata.combining(c):
+            marks.append(c)
+        elif unicodedata.decomposition(c):
+            decomposable.append(c)
+    jamo = ([chr(c) for c in range(0x1100, 0x1113)] + [chr(c) for c in range(0x1161, 0x1176)] +
+            [chr(c) for c in range(0x11A8, 0x11C3)])
+    newer = ["\U00011935\U00011930", "\u1DF6", "\u0898", "\U0001E944", "\u0860\u0301",
+             "\U00011D31", "\U00011D42\u0301"]  # Dives Akuru composition, marks of 9.0-14.0
+    bases = list("aeiouAEIOUnNcCsSzZ") + ["\u00e9", "\u0391", "\u0430", "\u3042", "\uac00", "1", " "]
+    return marks, decomposable, jamo, newer, bases
+
+
+def normalization_strings(n, seed):
+    marks, decomposable, jamo, newer, bases = normalization_pool()
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 8)):
+            r = rng.random()
+            pool = (bases if r < 0.3 else marks if r < 0.6 else decomposable if r < 0.8 else
+                    jamo if r < 0.93 else newer)
+            parts.append(rng.choice(pool))
+        out.append("".join(parts))
+    return out
+
+
+NEOX_CASES = [
+    # composed and decomposed forms; marks out of canonical order; Hangul syllables as jamo
+    "Cafe\u0301 Café caf\u00e9", "a\u0323\u0302 a\u0302\u0323 \u1ead", "\u1100\u1161\u11a8 \uac01",
+    "\u212b \u2126 \u00c5 \u03a9 K\u212a", "\ufb01 \uff21 x\u00b2 \u2460 \u3300",
+    "\u0958 \u0915\u093c \u2adc", "\U00011935\U00011930 \U00011938", "e\u1df6\u0301 e\u0301\u1df6",
+    # normalization meets the added tokens: a special token between a letter and its mark, the
+    # normalized PII tokens and the runs of spaces (2..24 spaces are added tokens)
+    "e<|endoftext|>\u0301", "|||EMAIL_ADDRESS|||\u0301", "\u0301|||PHONE_NUMBER|||",
+    "mail |||EMAIL_ADDRESS||| or |||IP_ADDRESS||| or |||PHONE_NUMBER|||",
+    "|||EMAIL_ADDRESS|||||IP_ADDRESS|||", "<|padding|><|endoftext|>",
+    "a  b   c    d" + " " * 24 + "e" + " " * 25 + "f" + " " * 60 + "g",
+    "\t  \n    x\u00a0\u00a0  y", "    def f():\n        return 1\n",
+]
+
+
+def neox_fixtures(manifest, parts):
+    path = os.path.join(CACHE, "tokenizers", "allenai_gpt-neox-olmo-dolma-v1_5.json")
+    tok = Tokenizer.from_file(path)
+    sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    texts = (HARD_STRINGS + NEOX_CASES + fuzz_strings(300, seed=4321) +
+             normalization_strings(300, seed=8765))
+    cases = []
+    for t in texts:
+        ids = tok.encode(t, add_special_tokens=False).ids
+        cases.append({"text": t, "ids": ids,
+                      "decoded": tok.decode(ids, skip_special_tokens=False)})
+    write_json("gpt_neox_cases.json", {
+        "generator": "tools/make_tokenizer_fixtures.py", "versions": VERSIONS,
+        "tokenizer_sha256": sha, "cases": cases}, indent=0)
+    corpus_digests(tok, sha, manifest, parts, "gpt_neox_corpus_digests.json.gz")
+
+
+def unicode_fixtures():
+    forms = {"NFC": normalizers.NFC(), "NFD": normalizers.NFD(), "NFKC": normalizers.NFKC(),
+             "NFKD": normalizers.NFKD()}
+    blocks = {}
+    for name, n in forms.items():
+        digests = []
+        for block in range(0x110000 // 4096):
+            h = hashlib.sha256()
+            for cp in range(block * 4096, block * 4096 + 4096):
+                if 0xD800 <= cp < 0xE000:
+                    continue
+                h.update(n.normalize_str(chr(cp)).encode("utf-8") + b"\0")
+            digests.append(h.hexdigest()[:16])
+        blocks[name] = digests
+    strings = normalization_strings(2000, seed=2468)
+    cases = [{"text": t, **{name: n.normalize_str(t) for name, n in forms.items()}}
+             for t in strings]
+    sequence = normalizers.Sequence([normalizers.NFD(), normalizers.NFKC()])
+    obj = {"generator": "tools/make_tokenizer_fixtures.py", "versions": VERSIONS,
+           "block_digest": ("per form, per block of 4096 code points (surrogates skipped): "
+                            "sha256 hex[:16] of the UTF-8 of each code point's normalized form "
+                            "followed by a NUL byte"),
+           "blocks": blocks, "cases": cases,
+           "sequence_nfd_nfkc": [[t, sequence.normalize_str(t)] for t in strings[:300]]}
+    path = os.path.join(OUT, "unicode_normalization.json.gz")
+    with gzip.GzipFile(path, "wb", mtime=0) as f:
+        f.write(json.dumps(obj, ensure_ascii=False).encode("utf-8"))
+    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+
+
 def main():
-    which = sys.argv[1:] or ["dolma2", "gpt2"]  # e.g. `... gpt2` remakes only the GPT-2 ones
+    # e.g. `... gpt2` remakes only the GPT-2 ones
+    which = sys.argv[1:] or ["dolma2", "gpt2", "neox", "unicode"]
     os.makedirs(OUT, exist_ok=True)
     manifest, parts = read_corpus()
     if "dolma2" in which:
         dolma2_fixtures(manifest, parts)
     if "gpt2" in which:
         gpt2_style_fixtures(parts)
+    if "neox" in which:
+        neox_fixtures(manifest, parts)
+    if "unicode" in which:
+        unicode_fixtures()
 
 
 if __name__ == "__main__":

@@ -49,9 +49,13 @@ TEST(TokenizerErrors, UnsupportedPreTokenizerAndNormalizer) {
   expect_error(temp_file("metaspace.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
       "pre_tokenizer": {"type": "Metaspace"}})"),
                "\"Metaspace\" is not supported");
-  expect_error(temp_file("nfc.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
-      "normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "ByteLevel"}})"),
-               "normalizer \"NFC\" is not supported");
+  expect_error(temp_file("lower.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+      "normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "ByteLevel"}})"),
+               "normalizer \"Lowercase\" is not supported");
+  expect_error(temp_file("seq.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Strip"}]},
+      "pre_tokenizer": {"type": "ByteLevel"}})"),
+               "normalizer \"Strip\" is not supported");
   expect_error(temp_file("nobl.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
       "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "a"}, "behavior": "Isolated"}})"),
                "no ByteLevel step");
@@ -60,6 +64,10 @@ TEST(TokenizerErrors, UnsupportedPreTokenizerAndNormalizer) {
 TEST(TokenizerErrors, BadMergesAndRegex) {
   expect_error(temp_file("merge.json", R"({"model": {"type": "BPE", "vocab": {"a": 0},
       "merges": ["a b"]}, "pre_tokenizer": {"type": "ByteLevel"}})"),
+               "missing from the vocabulary");
+  // A merge of entries outside the byte-level alphabet never applies, but its tokens must exist.
+  expect_error(temp_file("merge2.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, " ": 1},
+      "merges": [[" ", "b"]]}, "pre_tokenizer": {"type": "ByteLevel"}})"),
                "missing from the vocabulary");
   expect_error(temp_file("regex.json", R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
       "pre_tokenizer": {"type": "Sequence", "pretokenizers": [

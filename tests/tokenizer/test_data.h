@@ -1,5 +1,6 @@
-// Where the tokenizer tests find their inputs: committed fixtures, and the dolma2 tokenizer and
-// corpus from scripts/fetch_data.sh's cache (${TANDEM_DATA_DIR:-<repo>/.cache/data}).
+// Where the tokenizer tests find their inputs: committed fixtures, and the tokenizers (dolma2,
+// GPT-NeoX) and the corpus from scripts/fetch_data.sh's cache
+// (${TANDEM_DATA_DIR:-<repo>/.cache/data}).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -34,6 +35,25 @@ inline const tokenizer::Tokenizer* dolma2() {
   }();
   return tokenizer;
 }
+
+inline std::string gpt_neox_path() {
+  return data_cache_dir() + "/tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json";
+}
+
+// OLMo's GPT-NeoX tokenizer (OLMo-core's gpt_neox_olmo_dolma_v1_5), loaded once; null if absent.
+inline const tokenizer::Tokenizer* gpt_neox() {
+  static const tokenizer::Tokenizer* tokenizer = []() -> const tokenizer::Tokenizer* {
+    if (!std::filesystem::exists(gpt_neox_path())) return nullptr;
+    return new tokenizer::Tokenizer(tokenizer::Tokenizer::from_file(gpt_neox_path()));
+  }();
+  return tokenizer;
+}
+
+#define REQUIRE_GPT_NEOX()                                                                   \
+  const ::tandem::tokenizer::Tokenizer* tok = ::tandem::testing::gpt_neox();                 \
+  ASSERT_NE(tok, nullptr) << ::tandem::testing::gpt_neox_path()                              \
+                          << " is missing: run scripts/fetch_data.sh first (it fetches the " \
+                             "tokenizers and the corpus)"
 
 #define REQUIRE_DOLMA2()                                                                     \
   const ::tandem::tokenizer::Tokenizer* tok = ::tandem::testing::dolma2();                   \

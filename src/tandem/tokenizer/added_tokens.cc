@@ -50,7 +50,8 @@ bool is_word_char(std::string_view s, std::size_t i) {
 
 }  // namespace
 
-AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string& source) {
+AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string& source,
+                                 const Normalizer* normalizer) {
   if (added.is_null()) return;
   TANDEM_CHECK(added.is_array(), "{}: added_tokens is not an array", source);
   for (std::size_t i = 0; i < added.size(); ++i) {
@@ -70,6 +71,11 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string&
     token.rstrip = flag("rstrip", false);
     token.special = flag("special", false);
     token.normalized = flag("normalized", !token.special);
+    token.match_text = token.content;
+    if (token.normalized && normalizer) {
+      std::string buffer;
+      token.match_text = std::string(normalizer->apply(token.content, buffer));
+    }
     tokens_.push_back(std::move(token));
   }
   build(plain_, false);
@@ -79,18 +85,18 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string&
 void AddedVocabulary::build(MatchSet& set, bool normalized) {
   for (std::uint32_t i = 0; i < tokens_.size(); ++i) {
     if (tokens_[i].normalized != normalized) continue;
-    auto first = static_cast<unsigned char>(tokens_[i].content[0]);
+    auto first = static_cast<unsigned char>(tokens_[i].match_text[0]);
     auto& bucket = set.by_first_byte[first];
-    // Same content twice: HF's map keeps one entry; keep the first seen.
+    // Same text twice: HF's map keeps one entry; keep the first seen.
     bool duplicate = std::any_of(bucket.begin(), bucket.end(), [&](std::uint32_t j) {
-      return tokens_[j].content == tokens_[i].content;
+      return tokens_[j].match_text == tokens_[i].match_text;
     });
     if (!duplicate) bucket.push_back(i);
     set.any = true;
   }
   for (auto& bucket : set.by_first_byte) {
     std::stable_sort(bucket.begin(), bucket.end(), [&](std::uint32_t a, std::uint32_t b) {
-      return tokens_[a].content.size() > tokens_[b].content.size();
+      return tokens_[a].match_text.size() > tokens_[b].match_text.size();
     });
   }
 }
@@ -118,7 +124,7 @@ void AddedVocabulary::find_matches(std::string_view text, std::size_t begin, std
     for (; pos < n; ++pos) {
       const auto& bucket = set.by_first_byte[static_cast<unsigned char>(sentence[pos])];
       for (std::uint32_t i : bucket) {
-        const std::string& c = tokens_[i].content;
+        const std::string& c = tokens_[i].match_text;
         if (c.size() <= n - pos && std::memcmp(sentence.data() + pos, c.data(), c.size()) == 0) {
           match = &tokens_[i];
           break;
@@ -127,7 +133,7 @@ void AddedVocabulary::find_matches(std::string_view text, std::size_t begin, std
       if (match) break;
     }
     if (!match) break;
-    std::size_t start = pos, stop = pos + match->content.size();
+    std::size_t start = pos, stop = pos + match->match_text.size();
     pos = stop;  // the search resumes after the token itself, as the trie iterator does
     if (encode_special_tokens && match->special) continue;  // its text stays plain, as HF's
     if (match->single_word) {
@@ -159,24 +165,11 @@ void AddedVocabulary::find_matches(std::string_view text, std::size_t begin, std
   if (start_offset < n) out.push_back({begin + start_offset, begin + n, std::nullopt});
 }
 
-void AddedVocabulary::split(std::string_view text, std::vector<TextPiece>& out,
+void AddedVocabulary::split(std::string_view text, bool normalized, std::vector<TextPiece>& out,
                             bool encode_special_tokens) const {
   out.clear();
   if (text.empty()) return;
-  if (!normalized_.any) {
-    find_matches(text, 0, text.size(), plain_, encode_special_tokens, out);
-    return;
-  }
-  std::vector<TextPiece> first;
-  find_matches(text, 0, text.size(), plain_, encode_special_tokens, first);
-  for (const TextPiece& p : first) {
-    if (p.added_id) {
-      out.push_back(p);
-    } else {
-      // No normalizer: the same text.
-      find_matches(text, p.begin, p.end, normalized_, encode_special_tokens, out);
-    }
-  }
+  find_matches(text, 0, text.size(), normalized ? normalized_ : plain_, encode_special_tokens, out);
 }
 
 }  // namespace tandem::tokenizer

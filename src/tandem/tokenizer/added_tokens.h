@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tandem/tokenizer/normalizer.h"
+
 namespace tandem::tokenizer {
 
 struct AddedToken {
@@ -22,6 +24,9 @@ struct AddedToken {
   bool rstrip = false;
   bool normalized = false;
   bool special = false;
+  // What is searched for: `content`, or for normalized=true its normalized form (HF normalizes
+  // those tokens' contents with the tokenizer's normalizer before matching them).
+  std::string match_text;
 };
 
 // A piece of the input: either plain text to pre-tokenize, or an added token's id.
@@ -34,13 +39,17 @@ struct TextPiece {
 class AddedVocabulary {
  public:
   AddedVocabulary() = default;
-  // `added_tokens` is the "added_tokens" array of tokenizer.json.
-  AddedVocabulary(const nlohmann::json& added_tokens, const std::string& source);
+  // `added_tokens` is the "added_tokens" array of tokenizer.json; `normalizer` the tokenizer's
+  // (null: none).
+  AddedVocabulary(const nlohmann::json& added_tokens, const std::string& source,
+                  const Normalizer* normalizer = nullptr);
 
-  // Splits `text` into pieces (offsets into text); pieces are never empty. With
+  // Splits `text` into pieces (offsets into text) at the added tokens with the given
+  // `normalized` flag; pieces are never empty. HF matches the tokens with normalized=false in the
+  // raw text, then those with normalized=true in each remaining piece once normalized. With
   // `encode_special_tokens` (HF tokenizers' flag of that name) a special token written in the
   // text is matched and then left to the model as plain text.
-  void split(std::string_view text, std::vector<TextPiece>& out,
+  void split(std::string_view text, bool normalized, std::vector<TextPiece>& out,
              bool encode_special_tokens = false) const;
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }

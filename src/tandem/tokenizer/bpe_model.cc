@@ -68,20 +68,26 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   id_to_key_.assign(id_to_bytes_.size(), std::string());
   vocab_.reserve(model["vocab"].size() * 2);
   std::vector<bool> seen(id_to_bytes_.size(), false);
+  // Entries with characters outside the byte-level alphabet (GPT-NeoX's vocabulary holds its
+  // added whitespace tokens so, e.g. two real spaces) can never be made from a byte-level word:
+  // HF keeps them, encoding never reaches them, and decoding gives their own UTF-8.
+  std::unordered_map<std::string, std::uint32_t> unreachable;
   for (const auto& [key, value] : model["vocab"].items()) {
     auto id = value.get<std::uint32_t>();
     auto raw = tokenizer::byte_level::to_bytes(key);
-    TANDEM_CHECK(raw.has_value(),
-                 "{}: vocab entry {:?} is not in the byte-level alphabet (only byte-level BPE "
-                 "tokenizers are supported)",
-                 source, key);
     TANDEM_CHECK(!seen[id], "{}: vocab entries {:?} and {:?} have the same id {}", source,
                  id_to_key_[id], key, id);
     seen[id] = true;
+    id_to_key_[id] = key;
+    if (!raw) {
+      unreachable[key] = id;
+      id_to_bytes_[id] = key;
+      continue;
+    }
     vocab_[*raw] = id;
     id_to_bytes_[id] = *raw;
-    id_to_key_[id] = key;
   }
+  vocab_entries_ = vocab_.size() + unreachable.size();
   for (int b = 0; b < 256; ++b) {
     auto it = vocab_.find(std::string(1, static_cast<char>(b)));
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
@@ -115,8 +121,15 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
                  merge.dump());
     }
     auto l = tokenizer::byte_level::to_bytes(left), r = tokenizer::byte_level::to_bytes(right);
-    TANDEM_CHECK(l && r, "{}: merge #{} uses characters outside the byte-level alphabet", source,
-                 rank);
+    if (!l || !r) {
+      // A merge of an unreachable entry never applies; HF still requires its tokens to exist.
+      TANDEM_CHECK((l ? vocab_.count(*l) : unreachable.count(left)) &&
+                       (r ? vocab_.count(*r) : unreachable.count(right)),
+                   "{}: merge #{} ({:?} {:?}) uses a token missing from the vocabulary", source,
+                   rank, left, right);
+      ++rank;
+      continue;
+    }
     auto li = vocab_.find(*l), ri = vocab_.find(*r), mi = vocab_.find(*l + *r);
     TANDEM_CHECK(li != vocab_.end() && ri != vocab_.end(),
                  "{}: merge #{} ({:?} {:?}) uses a token missing from the vocabulary", source, rank,

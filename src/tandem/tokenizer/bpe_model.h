@@ -61,17 +61,19 @@ class BpeModel {
   void encode_word(std::string_view word, std::vector<std::uint32_t>& out) const;
 
   std::optional<std::uint32_t> token_to_id(std::string_view raw_bytes) const;
-  // Raw bytes of every vocabulary entry, indexed by id (empty for ids the model lacks).
+  // Raw bytes of every vocabulary entry, indexed by id (empty for ids the model lacks; an
+  // entry outside the byte-level alphabet gives its own UTF-8).
   const std::vector<std::string>& id_to_bytes() const { return id_to_bytes_; }
   // Vocabulary keys in the byte-level alphabet as written in the file (for decoding rules).
   const std::vector<std::string>& id_to_key() const { return id_to_key_; }
-  std::size_t vocab_entries() const { return vocab_.size(); }
+  std::size_t vocab_entries() const { return vocab_entries_; }
 
  private:
   void merge_small(std::vector<std::uint32_t>& symbols) const;
   void merge_large(std::vector<std::uint32_t>& symbols) const;
 
-  std::unordered_map<std::string, std::uint32_t> vocab_;  // raw bytes -> id
+  std::unordered_map<std::string, std::uint32_t> vocab_;  // raw bytes -> id (reachable ones)
+  std::size_t vocab_entries_ = 0;
   std::vector<std::string> id_to_bytes_;
   std::vector<std::string> id_to_key_;
   MergeTable merges_;

@@ -25,10 +25,6 @@ void check_supported(const nlohmann::json& j, const std::string& source) {
   TANDEM_CHECK(type == "BPE",
                "{}: model type {:?} is not supported (only byte-level BPE tokenizers are)", source,
                type);
-  if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-    core::fail("{}: normalizer {:?} is not supported (byte-level BPE tokenizers have none)", source,
-               j["normalizer"].value("type", std::string("?")));
-  }
   if (j.contains("decoder") && !j["decoder"].is_null()) {
     std::string decoder = j["decoder"].value("type", std::string("?"));
     TANDEM_CHECK(decoder == "ByteLevel", "{}: decoder {:?} is not supported (only ByteLevel)",
@@ -67,8 +63,11 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
   try {
     check_supported(j, source);
     t.model_ = std::make_shared<BpeModel>(j["model"], source);
+    t.normalizer_ = Normalizer::from_json(
+        j.contains("normalizer") ? j["normalizer"] : nlohmann::json(), source);
     t.added_ = std::make_shared<AddedVocabulary>(
-        j.contains("added_tokens") ? j["added_tokens"] : nlohmann::json(), source);
+        j.contains("added_tokens") ? j["added_tokens"] : nlohmann::json(), source,
+        t.normalizer_.get());
     t.steps_ = parse_pre_tokenizer(
         j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json(), source);
   } catch (const nlohmann::json::exception& e) {
@@ -142,12 +141,25 @@ Encoder::~Encoder() = default;
 void Encoder::encode(std::string_view text, std::vector<std::uint32_t>& out) {
   std::size_t bad = core::utf8::first_invalid(text);
   TANDEM_CHECK(bad == text.size(), "text is not valid UTF-8 (byte offset {})", bad);
-  tokenizer_.added_->split(text, pieces_, encode_special_tokens_);
+  // As HF's AddedVocabulary::extract_and_normalize: the added tokens with normalized=false are
+  // found in the raw text; each remaining piece is normalized, and the tokens with
+  // normalized=true are found in it.
+  const AddedVocabulary& added = *tokenizer_.added_;
+  added.split(text, false, pieces_, encode_special_tokens_);
   for (const TextPiece& p : pieces_) {
     if (p.added_id) {
       out.push_back(*p.added_id);
-    } else {
-      pre_tokenize(0, text.substr(p.begin, p.end - p.begin), out);
+      continue;
+    }
+    std::string_view piece = text.substr(p.begin, p.end - p.begin);
+    if (tokenizer_.normalizer_) piece = tokenizer_.normalizer_->apply(piece, normalized_);
+    added.split(piece, true, normalized_pieces_, encode_special_tokens_);
+    for (const TextPiece& q : normalized_pieces_) {
+      if (q.added_id) {
+        out.push_back(*q.added_id);
+      } else {
+        pre_tokenize(0, piece.substr(q.begin, q.end - q.begin), out);
+      }
     }
   }
 }

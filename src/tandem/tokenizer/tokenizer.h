@@ -1,6 +1,6 @@
-// A Hugging Face tokenizer.json byte-level BPE tokenizer (dolma2, GPT-2 and the like) that gives
-// exactly the ids HF tokenizers gives. The Tokenizer is immutable and shared between threads;
-// each thread encodes through its own Encoder, which holds a cache of word -> ids.
+// A Hugging Face tokenizer.json byte-level BPE tokenizer (dolma2, GPT-2, GPT-NeoX and the like)
+// that gives exactly the ids HF tokenizers gives. The Tokenizer is immutable and shared between
+// threads; each thread encodes through its own Encoder, which holds a cache of word -> ids.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 
 #include "tandem/tokenizer/added_tokens.h"
 #include "tandem/tokenizer/bpe_model.h"
+#include "tandem/tokenizer/normalizer.h"
 #include "tandem/tokenizer/pre_tokenizer.h"
 
 namespace tandem::tokenizer {
@@ -36,6 +37,8 @@ class Tokenizer {
 
   // Largest id + 1 over the model vocabulary and the added tokens.
   std::uint64_t vocab_size() const { return id_to_bytes_.size(); }
+  // The tokenizer.json normalizer (NFC etc.), or null when it has none.
+  const Normalizer* normalizer() const { return normalizer_.get(); }
   // The id of an added token's content, else of a vocabulary entry (raw bytes).
   std::optional<std::uint32_t> token_to_id(std::string_view token) const;
   // The end-of-text id: the special added token "<|endoftext|>" when present.
@@ -51,6 +54,7 @@ class Tokenizer {
   std::string source_;
   std::string sha256_;
   std::shared_ptr<const AddedVocabulary> added_;
+  std::shared_ptr<const Normalizer> normalizer_;  // null: none
   std::vector<PreTokenizerStep> steps_;
   std::shared_ptr<const BpeModel> model_;
   std::vector<std::string> id_to_bytes_;  // decoded bytes of every id
@@ -90,6 +94,8 @@ class Encoder {
   bool encode_special_tokens_ = false;
   std::vector<Level> levels_;
   std::vector<TextPiece> pieces_;
+  std::vector<TextPiece> normalized_pieces_;
+  std::string normalized_;  // a piece's normalized text, when normalizing changed it
   // Word cache: raw bytes -> (offset, count) into cache_ids_.
   std::unordered_map<std::string, std::pair<std::uint32_t, std::uint32_t>, StringHash,
                      std::equal_to<>>
