@@ -83,5 +83,28 @@ TEST(Gpt2StyleParity, RoundTripsWithoutPrefixSpace) {
   }
 }
 
+// An lstrip token whose text the previous match's rstrip already took comes out empty, and HF
+// drops empty pieces: no second token. Expected ids from tokenizers 0.23.3 on this tokenizer (the
+// fixture plus "\n" as a special token with lstrip and rstrip); found by
+// tools/check_tokenizer_random.py.
+TEST(Gpt2StyleParity, LstripTokenSwallowedByThePreviousRstripGivesNoToken) {
+  nlohmann::json j = nlohmann::json::parse(
+      core::read_file(testing::tokenizer_fixture("gpt2_style_tokenizer.json")));
+  j["added_tokens"].push_back({{"id", 1504},
+                               {"content", "\n"},
+                               {"single_word", false},
+                               {"lstrip", true},
+                               {"rstrip", true},
+                               {"normalized", false},
+                               {"special", true}});
+  auto tok = tokenizer::Tokenizer::from_json(j.dump(), "gpt2_style_plus_newline.json");
+  using Ids = std::vector<std::uint32_t>;
+  EXPECT_EQ(tok.encode("\n\n"), Ids{1504});
+  EXPECT_EQ(tok.encode("a\n \n"), (Ids{65, 1504}));
+  EXPECT_EQ(tok.encode("<rs>\n"), Ids{1501});
+  EXPECT_EQ(tok.encode("x<rs> \n y"), (Ids{88, 1501, 89}));
+  EXPECT_EQ(tok.encode("a \n\t\n b"), (Ids{65, 1504, 66}));
+}
+
 }  // namespace
 }  // namespace tandem

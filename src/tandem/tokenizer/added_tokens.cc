@@ -158,6 +158,10 @@ void AddedVocabulary::find_matches(std::string_view text, std::size_t begin, std
         stop += len;
       }
     }
+    // An lstrip match whose start moved onto its end (the previous match's rstrip already took
+    // the token's text) is an empty piece, which HF drops: no token. (Moved past its end, HF
+    // panics with "AddedVocabulary bad split"; tandem drops that match as well.)
+    if (start >= stop) continue;
     if (start_offset < start) out.push_back({begin + start_offset, begin + start, std::nullopt});
     out.push_back({begin + start, begin + stop, match->id});
     start_offset = stop;
