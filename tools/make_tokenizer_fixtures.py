@@ -23,7 +23,11 @@ dolma2 tokenizer and the Debian-documentation corpus. Outputs (each records the 
                                  points of every code point's normalized form, and seeded random
                                  strings of combining marks, decomposable and Hangul characters
                                  (incl. ones newer than HF's Unicode 9.0 tables) with each output
-Usage: python3 tools/make_tokenizer_fixtures.py [dolma2] [gpt2] [neox] [unicode]
+  regex_classes.json             which code points HF's regex engines put in each character class
+                                 tokenizer.json regexes use (\\p{L}, \\w, \\d, \\s, ...; Oniguruma via
+                                 Split) and in Rust regex's \\w (via a single_word added token): a
+                                 sha256 per block of 4096 code points of the membership bits
+Usage: python3 tools/make_tokenizer_fixtures.py [dolma2] [gpt2] [neox] [unicode] [regex]
        (run scripts/fetch_data.sh first; no argument makes them all)
 """
 import gzip
@@ -322,9 +326,58 @@ def unicode_fixtures():
     print(f"wrote {path} ({os.path.getsize(path)} bytes)")
 
 
+REGEX_ATOMS = [
+    r"\s", r"\S", r"\w", r"\W", r"\d", r"\D", r"\p{L}", r"\pL", r"\p{N}", r"\p{M}", r"\p{P}",
+    r"\p{S}", r"\p{Z}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{Nd}",
+    r"\p{Nl}", r"\p{No}", r"\p{Mn}", r"\p{Pc}", r"\p{Sm}", r"\P{L}", r"\p{^N}",
+    r"[^\s\p{L}\p{N}]", r"[\p{L}\p{M}_]", r"[^\r\n\p{L}\p{N}]",
+]
+
+
+def block_code_points(block):
+    return [c for c in range(block * 4096, block * 4096 + 4096) if not 0xD800 <= c < 0xE000]
+
+
+def membership_digests(member_of_block):
+    digests = []
+    for block in range(0x110000 // 4096):
+        bits = member_of_block(block)
+        digests.append(hashlib.sha256(bits.encode()).hexdigest()[:16])
+    return digests
+
+
+def regex_fixtures():
+    atoms = {}
+    for atom in REGEX_ATOMS:
+        split = pre_tokenizers.Split(tokenizers.Regex(atom), behavior="removed")
+
+        def oniguruma_block(block):
+            cps = block_code_points(block)
+            kept = bytearray(len(cps))  # offsets are in characters
+            for _, (a, b) in split.pre_tokenize_str("".join(map(chr, cps))):
+                for i in range(a, b):
+                    kept[i] = 1
+            return "".join("0" if k else "1" for k in kept)
+
+        atoms[atom] = membership_digests(oniguruma_block)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
+    tok.add_tokens([AddedToken("qq", single_word=True)])  # id 0; matched unless a word char follows
+
+    def rust_word_block(block):
+        return "".join("0" if tok.encode("qq" + chr(c)).ids[:1] == [0] else "1"
+                       for c in block_code_points(block))
+
+    write_json("regex_classes.json", {
+        "generator": "tools/make_tokenizer_fixtures.py", "versions": VERSIONS,
+        "digest": ("per block of 4096 code points (surrogates skipped): sha256 hex[:16] of one "
+                   "'1' (in the class) or '0' per code point"),
+        "oniguruma": atoms, "rust_word": membership_digests(rust_word_block)})
+
+
 def main():
     # e.g. `... gpt2` remakes only the GPT-2 ones
-    which = sys.argv[1:] or ["dolma2", "gpt2", "neox", "unicode"]
+    which = sys.argv[1:] or ["dolma2", "gpt2", "neox", "unicode", "regex"]
     os.makedirs(OUT, exist_ok=True)
     manifest, parts = read_corpus()
     if "dolma2" in which:
@@ -335,6 +388,8 @@ def main():
         neox_fixtures(manifest, parts)
     if "unicode" in which:
         unicode_fixtures()
+    if "regex" in which:
+        regex_fixtures()
 
 
 if __name__ == "__main__":

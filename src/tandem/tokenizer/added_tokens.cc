@@ -38,9 +38,11 @@ std::size_t previous_char_start(std::string_view s, std::size_t end) {
   return i;
 }
 
-// Rust regex's \w (Unicode word character) for one code point.
+// Rust regex's \w (Unicode word character) for one code point. \p{L} and \p{Nl} (already in
+// Alphabetic) make PcreRegex add the letters newer than PCRE2's tables (pcre_regex.h).
 bool is_word_char(std::string_view s, std::size_t i) {
-  static const PcreRegex word("^[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200c}\\x{200d}]");
+  static const PcreRegex word(
+      "^[\\p{Alphabetic}\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200c}\\x{200d}]");
   std::size_t len;
   decode_at(s, i, &len);
   PcreRegex::Matcher m(word);

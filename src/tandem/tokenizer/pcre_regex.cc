@@ -3,6 +3,8 @@
 
 #include <pcre2.h>
 
+#include <fmt/format.h>
+
 #include "tandem/core/error.h"
 
 namespace tandem::tokenizer {
@@ -13,21 +15,105 @@ constexpr const char* kWhiteSpaceRanges =
     "\\x{9}-\\x{d}\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}"
     "\\x{205f}\\x{3000}";
 
+// Oniguruma's \w as measured in HF tokenizers (every code point,
+// tests/tokenizer/regex_classes_test.cc): Alphabetic, marks, decimal digits, connector punctuation,
+// and the Latin-1 digits it counts as word characters (superscripts two, three, one; the vulgar
+// fractions).
+constexpr const char* kOnigurumaWord =
+    "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{b2}\\x{b3}\\x{b9}\\x{bc}-\\x{be}";
+
+struct AddedCodePoints {
+  const char* category;
+  char32_t first;
+  char32_t last;
+  bool removed;  // left `category` (it is listed again, added to its new one)
+};
+
+// PCRE2 10.42 has Unicode 14 tables; HF's regex engines Unicode 16. The code points assigned in
+// between are added to the classes that should hold them.
+constexpr AddedCodePoints kUnicodeAdditions[] = {
+#include "tandem/tokenizer/unicode_additions.inc"
+};
+
+// The added code points of the general categories `name` stands for ("L", "Lu", "L&"), as class
+// items ("\x{a}-\x{b}..."); empty for other property names (scripts, binary properties).
+std::string added_ranges(std::string_view name, bool removed = false) {
+  auto wanted = [&](std::string_view category) {
+    if (name.size() == 1) return category[0] == name[0];
+    if (name == "L&") return category == "Lu" || category == "Ll" || category == "Lt";
+    return name.size() == 2 && category == name;
+  };
+  std::string out;
+  for (const auto& a : kUnicodeAdditions) {
+    if (a.removed != removed || !wanted(a.category)) continue;
+    // A code point that moved within the named group (Mn -> Mc for "M") stays in it.
+    if (removed && name.size() == 1) continue;
+    out += fmt::format("\\x{{{:x}}}", static_cast<std::uint32_t>(a.first));
+    if (a.last != a.first) out += fmt::format("-\\x{{{:x}}}", static_cast<std::uint32_t>(a.last));
+  }
+  return out;
+}
+
+std::string word_items() {
+  return std::string(kOnigurumaWord) + added_ranges("L") + added_ranges("Nl") + added_ranges("M") +
+         added_ranges("Nd") + added_ranges("Pc");
+}
+
 }  // namespace
 
-std::string rewrite_whitespace_classes(const std::string& p) {
+std::string rewrite_for_hf_classes(const std::string& p) {
   std::string out;
   bool in_class = false;
+  // A class shorthand: its items inside a class, or a class of them outside one; the negation
+  // only outside (a negated set inside a class cannot be written as items).
+  auto put_set = [&](const std::string& items, bool negated, char escape) {
+    if (in_class) {
+      TANDEM_CHECK(!negated, "regex {}: \\{} inside a character class is not supported", p, escape);
+      out += items;
+    } else {
+      out += (negated ? "[^" : "[") + items + "]";
+    }
+  };
   for (std::size_t i = 0; i < p.size(); ++i) {
     char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       char n = p[i + 1];
-      if (n == 's') {
-        out +=
-            in_class ? std::string(kWhiteSpaceRanges) : "[" + std::string(kWhiteSpaceRanges) + "]";
-      } else if (n == 'S') {
-        TANDEM_CHECK(!in_class, "regex {}: \\S inside a character class is not supported", p);
-        out += "[^" + std::string(kWhiteSpaceRanges) + "]";
+      if (n == 's' || n == 'S') {
+        put_set(kWhiteSpaceRanges, n == 'S', n);
+      } else if (n == 'w' || n == 'W') {
+        put_set(word_items(), n == 'W', n);
+      } else if (n == 'd' || n == 'D') {
+        put_set("\\p{Nd}" + added_ranges("Nd"), n == 'D', n);
+      } else if ((n == 'p' || n == 'P') && (i + 2 >= p.size() || p[i + 2] != '{')) {
+        out += n;  // Oniguruma (Ruby syntax) reads \pL as the letters "pL", not as a property
+      } else if (n == 'p' || n == 'P') {
+        // \p{L}, \p{^L}, \P{L}: general categories get the added code points.
+        const std::size_t end = p.find('}', i + 3);
+        TANDEM_CHECK(end != std::string::npos, "regex {}: unterminated \\{}{{", p, n);
+        std::string name = p.substr(i + 3, end - i - 3);
+        bool negated = n == 'P';
+        if (!name.empty() && name[0] == '^') {
+          negated = !negated;
+          name.erase(0, 1);
+        }
+        const std::string extra = added_ranges(name);
+        const std::string removed = added_ranges(name, true);
+        const std::string set = "[\\p{" + name + "}" + extra + "]";
+        if (extra.empty() || (in_class && (negated || !removed.empty()))) {
+          // Nothing to add; or inside a class a negated category or one that lost a code point,
+          // which keep PCRE2's Unicode 14 meaning (docs/tokenizer.md).
+          out.append(p, i, end + 1 - i);
+        } else if (in_class) {
+          out += "\\p{" + name + "}" + extra;
+        } else if (removed.empty()) {
+          out += negated ? "[^" + set.substr(1) : set;
+        } else if (!negated) {
+          out += "(?:(?![" + removed + "])" + set + ")";
+        } else {
+          out += "(?:[" + removed + "]|[^" + set.substr(1) + ")";
+        }
+        i = end;
+        continue;
       } else {
         out += c;
         out += n;
@@ -50,7 +136,7 @@ std::string rewrite_whitespace_classes(const std::string& p) {
 }
 
 PcreRegex::PcreRegex(const std::string& pattern) : pattern_(pattern) {
-  std::string rewritten = rewrite_whitespace_classes(pattern);
+  std::string rewritten = rewrite_for_hf_classes(pattern);
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),

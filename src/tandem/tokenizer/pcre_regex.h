@@ -51,8 +51,12 @@ class PcreRegex {
   bool jit_ = false;
 };
 
-// Rewrites \s and \S to Oniguruma's Unicode White_Space set (PCRE2's \s differs at U+180E).
-std::string rewrite_whitespace_classes(const std::string& pattern);
+// Rewrites a pattern written for HF tokenizers' Oniguruma so that PCRE2 matches the same
+// characters: \s/\S as Unicode White_Space (PCRE2's \s also has U+180E), \w/\W as Oniguruma's
+// word characters (PCRE2's lack the marks), \d/\D and the general categories (\p{L}, \pN, \p{Lu},
+// \P{..}, \p{^..}) with the code points Unicode 15.0-16.0 assigned, which PCRE2 10.42's Unicode 14
+// tables lack. Throws for \S, \W, \D inside a character class.
+std::string rewrite_for_hf_classes(const std::string& pattern);
 
 template <typename F>
 void PcreRegex::for_each_match(std::string_view text, F&& on_match) const {
