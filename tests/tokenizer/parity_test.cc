@@ -106,5 +106,28 @@ TEST(Gpt2StyleParity, LstripTokenSwallowedByThePreviousRstripGivesNoToken) {
   EXPECT_EQ(tok.encode("a \n\t\n b"), (Ids{65, 1504, 66}));
 }
 
+// HF does not use the ids written in added_tokens: a token whose content is a vocabulary key
+// gets that key's id, any other the next free id. Expected ids from tokenizers 0.23.3 on this
+// edited fixture ("<rs>" written as 1600, "ing" (vocabulary id 291) as 1700, "<new>" as 5000).
+TEST(Gpt2StyleParity, AddedTokenIdsAreTheOnesHfGivesNotTheWrittenOnes) {
+  nlohmann::json j = nlohmann::json::parse(
+      core::read_file(testing::tokenizer_fixture("gpt2_style_tokenizer.json")));
+  ASSERT_EQ(j["added_tokens"][2]["content"], "<rs>");
+  j["added_tokens"][2]["id"] = 1600;
+  auto token = [](int id, const char* content, bool special) {
+    return nlohmann::json{{"id", id},          {"content", content}, {"single_word", false},
+                          {"lstrip", false},   {"rstrip", false},    {"normalized", false},
+                          {"special", special}};
+  };
+  j["added_tokens"].push_back(token(1700, "ing", false));
+  j["added_tokens"].push_back(token(5000, "<new>", true));
+  auto tok = tokenizer::Tokenizer::from_json(j.dump(), "gpt2_style_edited_ids.json");
+  using Ids = std::vector<std::uint32_t>;
+  EXPECT_EQ(tok.encode("x<rs>y"), (Ids{88, 1501, 89}));
+  EXPECT_EQ(tok.encode("xing"), (Ids{88, 291}));
+  EXPECT_EQ(tok.encode("a<new>b"), (Ids{65, 1504, 66}));
+  EXPECT_EQ(tok.vocab_size(), 1505u);
+}
+
 }  // namespace
 }  // namespace tandem

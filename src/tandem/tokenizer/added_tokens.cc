@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "tandem/core/error.h"
 #include "tandem/io/json.h"
+#include "tandem/tokenizer/bpe_model.h"
 #include "tandem/tokenizer/pcre_regex.h"
 
 namespace tandem::tokenizer {
@@ -53,8 +55,11 @@ bool is_word_char(std::string_view s, std::size_t i) {
 }  // namespace
 
 AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string& source,
-                                 const Normalizer* normalizer) {
+                                 const Normalizer* normalizer, const void* model,
+                                 ModelIdOf model_id, std::uint64_t model_entries) {
   if (added.is_null()) return;
+  std::unordered_map<std::string, std::uint32_t> id_of_content;
+  std::optional<std::uint32_t> max_id;
   TANDEM_CHECK(added.is_array(), "{}: added_tokens is not an array", source);
   for (std::size_t i = 0; i < added.size(); ++i) {
     const nlohmann::json& t = added[i];
@@ -65,9 +70,21 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string&
     };
     AddedToken token;
     // json_as refuses ids past 32 bits (nlohmann's get<uint32_t> would wrap them).
-    token.id = io::json_field<std::uint32_t>(t, "id", where);
+    io::json_field<std::uint32_t>(t, "id", where);  // must be there and valid; HF then ignores it
     token.content = io::json_field<std::string>(t, "content", where);
-    TANDEM_CHECK(!token.content.empty(), "{}: added token {} has empty content", source, token.id);
+    TANDEM_CHECK(!token.content.empty(), "{}: added token {} has empty content", source, i);
+    if (auto known = id_of_content.find(token.content); known != id_of_content.end()) {
+      token.id = known->second;
+    } else if (auto in_model = model_id(model, token.content)) {
+      token.id = *in_model;
+    } else if (max_id && (*max_id >= model_entries || model_entries == 0)) {
+      TANDEM_CHECK(*max_id < kMaxTokenId, "{}: added token ids run past 32 bits", source);
+      token.id = *max_id + 1;
+    } else {
+      token.id = static_cast<std::uint32_t>(model_entries);
+    }
+    id_of_content[token.content] = token.id;
+    max_id = std::max(max_id.value_or(0), token.id);
     token.single_word = flag("single_word", false);
     token.lstrip = flag("lstrip", false);
     token.rstrip = flag("rstrip", false);

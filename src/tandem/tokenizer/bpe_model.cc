@@ -71,7 +71,7 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   // Entries with characters outside the byte-level alphabet (GPT-NeoX's vocabulary holds its
   // added whitespace tokens so, e.g. two real spaces) can never be made from a byte-level word:
   // HF keeps them, encoding never reaches them, and decoding gives their own UTF-8.
-  std::unordered_map<std::string, std::uint32_t> unreachable;
+  auto& unreachable = unreachable_;
   for (const auto& [key, value] : model["vocab"].items()) {
     auto id = value.get<std::uint32_t>();
     auto raw = tokenizer::byte_level::to_bytes(key);
@@ -142,6 +142,13 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
     ++rank;
   }
   merges_.build(entries);
+}
+
+std::optional<std::uint32_t> BpeModel::key_to_id(std::string_view key) const {
+  if (auto raw = tokenizer::byte_level::to_bytes(key)) return token_to_id(*raw);
+  auto it = unreachable_.find(std::string(key));
+  if (it == unreachable_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::optional<std::uint32_t> BpeModel::token_to_id(std::string_view raw_bytes) const {

@@ -61,6 +61,8 @@ class BpeModel {
   void encode_word(std::string_view word, std::vector<std::uint32_t>& out) const;
 
   std::optional<std::uint32_t> token_to_id(std::string_view raw_bytes) const;
+  // The id of a vocabulary key as written in tokenizer.json (byte-level alphabet or not).
+  std::optional<std::uint32_t> key_to_id(std::string_view key) const;
   // Raw bytes of every vocabulary entry, indexed by id (empty for ids the model lacks; an
   // entry outside the byte-level alphabet gives its own UTF-8).
   const std::vector<std::string>& id_to_bytes() const { return id_to_bytes_; }
@@ -74,6 +76,7 @@ class BpeModel {
 
   std::unordered_map<std::string, std::uint32_t> vocab_;  // raw bytes -> id (reachable ones)
   std::size_t vocab_entries_ = 0;
+  std::unordered_map<std::string, std::uint32_t> unreachable_;  // keys outside the alphabet
   std::vector<std::string> id_to_bytes_;
   std::vector<std::string> id_to_key_;
   MergeTable merges_;
