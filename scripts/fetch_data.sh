@@ -191,5 +191,5 @@ for p in m["parts"]:
 print(f"fetch_data:   total {total / 1e6:.1f} MB of text from {', '.join(f'{k} {v}' for k, v in m['packages'].items())}")
 EOF
 echo "TANDEM_DATA_DIR=$cache"
-echo "tokenizer=$tokenizer"
+echo "tokenizer=$cache/tokenizers/allenai_dolma2.json"
 echo "corpus=$cache/corpus"
