@@ -8,6 +8,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
+#include "tandem/core/utf8.h"
 #include "tandem/io/text_inputs.h"
 #include "tandem/tokenizer/normalizer.h"
 #include "test_data.h"
@@ -29,26 +30,6 @@ std::unique_ptr<const Normalizer> normalizer_form(const std::string& name) {
   return Normalizer::from_json(nlohmann::json{{"type", name}}, "test");
 }
 
-std::string code_point_utf8(char32_t c) {
-  std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (c >> 18));
-    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
-  return s;
-}
-
 TEST(UnicodeNormalization, EveryCodePointMatchesHfInEveryForm) {
   const auto& blocks = normalization_fixture()["blocks"];
   for (const char* name : {"NFC", "NFD", "NFKC", "NFKD"}) {
@@ -61,7 +42,7 @@ TEST(UnicodeNormalization, EveryCodePointMatchesHfInEveryForm) {
       data.clear();
       for (char32_t cp = block * 4096; cp < (block + 1) * 4096; ++cp) {
         if (cp >= 0xD800 && cp < 0xE000) continue;
-        data += n->apply(code_point_utf8(cp), buffer);
+        data += n->apply(core::utf8::encode(cp), buffer);
         data += '\0';
       }
       if (core::sha256_hex(data).substr(0, 16) != expected[block].get<std::string>()) {
@@ -118,9 +99,9 @@ TEST(UnicodeNormalization, SequenceAppliesEachFormInTurn) {
 TEST(UnicodeNormalization, CharactersNewerThanHfsTablesAreLeftAlone) {
   auto nfc = normalizer_form("NFC");
   std::string buffer;
-  const std::string dives = code_point_utf8(0x11935) + code_point_utf8(0x11930);
+  const std::string dives = core::utf8::encode(0x11935) + core::utf8::encode(0x11930);
   EXPECT_EQ(nfc->apply(dives, buffer), dives);
-  const std::string marks = "e" + code_point_utf8(0x1DF6) + code_point_utf8(0x0301);
+  const std::string marks = "e" + core::utf8::encode(0x1DF6) + core::utf8::encode(0x0301);
   EXPECT_EQ(nfc->apply(marks, buffer), marks);
   // The Unicode 9.0 ones are normalized: e + U+0301 composes.
   EXPECT_EQ(nfc->apply("e\xCC\x81", buffer), "\xC3\xA9");
@@ -146,20 +127,8 @@ TEST(UnicodeNormalization, UnsupportedNormalizersAreRefused) {
 TEST(UnicodeNormalization, NormalizedAddedTokensMatchTheirNormalizedContent) {
   REQUIRE_GPT_NEOX();
   nlohmann::json j = nlohmann::json::parse(core::read_file(testing::gpt_neox_path()));
-  j["added_tokens"].push_back({{"id", 50280},
-                               {"content", "e\xCC\x81x"},
-                               {"single_word", false},
-                               {"lstrip", false},
-                               {"rstrip", false},
-                               {"normalized", true},
-                               {"special", false}});
-  j["added_tokens"].push_back({{"id", 50281},
-                               {"content", "a\xCC\x81y"},
-                               {"single_word", false},
-                               {"lstrip", false},
-                               {"rstrip", false},
-                               {"normalized", false},
-                               {"special", false}});
+  j["added_tokens"].push_back(testing::added_token_json(50280, "e\xCC\x81x", {.normalized = true}));
+  j["added_tokens"].push_back(testing::added_token_json(50281, "a\xCC\x81y", {}));
   auto t = tokenizer::Tokenizer::from_json(j.dump(), "neox_plus_two.json");
   EXPECT_EQ(t.encode("\xC3\xA9x"), std::vector<std::uint32_t>{50280});
   EXPECT_EQ(t.encode("e\xCC\x81x"), std::vector<std::uint32_t>{50280});

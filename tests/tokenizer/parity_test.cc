@@ -90,13 +90,8 @@ TEST(Gpt2StyleParity, RoundTripsWithoutPrefixSpace) {
 TEST(Gpt2StyleParity, LstripTokenSwallowedByThePreviousRstripGivesNoToken) {
   nlohmann::json j = nlohmann::json::parse(
       core::read_file(testing::tokenizer_fixture("gpt2_style_tokenizer.json")));
-  j["added_tokens"].push_back({{"id", 1504},
-                               {"content", "\n"},
-                               {"single_word", false},
-                               {"lstrip", true},
-                               {"rstrip", true},
-                               {"normalized", false},
-                               {"special", true}});
+  j["added_tokens"].push_back(
+      testing::added_token_json(1504, "\n", {.special = true, .lstrip = true, .rstrip = true}));
   auto tok = tokenizer::Tokenizer::from_json(j.dump(), "gpt2_style_plus_newline.json");
   using Ids = std::vector<std::uint32_t>;
   EXPECT_EQ(tok.encode("\n\n"), Ids{1504});
@@ -114,13 +109,8 @@ TEST(Gpt2StyleParity, AddedTokenIdsAreTheOnesHfGivesNotTheWrittenOnes) {
       core::read_file(testing::tokenizer_fixture("gpt2_style_tokenizer.json")));
   ASSERT_EQ(j["added_tokens"][2]["content"], "<rs>");
   j["added_tokens"][2]["id"] = 1600;
-  auto token = [](int id, const char* content, bool special) {
-    return nlohmann::json{{"id", id},          {"content", content}, {"single_word", false},
-                          {"lstrip", false},   {"rstrip", false},    {"normalized", false},
-                          {"special", special}};
-  };
-  j["added_tokens"].push_back(token(1700, "ing", false));
-  j["added_tokens"].push_back(token(5000, "<new>", true));
+  j["added_tokens"].push_back(testing::added_token_json(1700, "ing", {}));
+  j["added_tokens"].push_back(testing::added_token_json(5000, "<new>", {.special = true}));
   auto tok = tokenizer::Tokenizer::from_json(j.dump(), "gpt2_style_edited_ids.json");
   using Ids = std::vector<std::uint32_t>;
   EXPECT_EQ(tok.encode("x<rs>y"), (Ids{88, 1501, 89}));

@@ -9,31 +9,12 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
+#include "tandem/core/utf8.h"
 #include "tandem/tokenizer/pcre_regex.h"
 #include "test_data.h"
 
 namespace tandem {
 namespace {
-
-std::string encode_utf8(char32_t c) {
-  std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (c >> 18));
-    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
-  return s;
-}
 
 const nlohmann::json& regex_fixture() {
   static const nlohmann::json j =
@@ -49,7 +30,7 @@ std::string membership(std::size_t block, F&& mark_members) {
   std::vector<std::pair<std::size_t, std::size_t>> spans;
   for (char32_t cp = block * 4096; cp < (block + 1) * 4096; ++cp) {
     if (cp >= 0xD800 && cp < 0xE000) continue;
-    std::string u = encode_utf8(cp);
+    std::string u = core::utf8::encode(cp);
     spans.emplace_back(text.size(), u.size());
     text += u;
   }
@@ -88,13 +69,8 @@ TEST(RegexClasses, SplitPatternClassesMatchOnigurumaOnEveryCodePoint) {
 TEST(RegexClasses, SingleWordBoundaryMatchesRustRegexOnEveryCodePoint) {
   nlohmann::json j = nlohmann::json::parse(
       core::read_file(testing::tokenizer_fixture("gpt2_style_tokenizer.json")));
-  j["added_tokens"] = nlohmann::json::array({{{"id", 1500},
-                                              {"content", "qq"},
-                                              {"single_word", true},
-                                              {"lstrip", false},
-                                              {"rstrip", false},
-                                              {"normalized", true},
-                                              {"special", false}}});
+  j["added_tokens"] = nlohmann::json::array(
+      {testing::added_token_json(1500, "qq", {.single_word = true, .normalized = true})});
   auto tok = tokenizer::Tokenizer::from_json(j.dump(), "single_word_qq.json");
   tokenizer::Encoder encoder(tok);
   const auto& digests = regex_fixture()["rust_word"];
@@ -104,7 +80,7 @@ TEST(RegexClasses, SingleWordBoundaryMatchesRustRegexOnEveryCodePoint) {
     std::string bits;
     for (char32_t cp = block * 4096; cp < (block + 1) * 4096; ++cp) {
       if (cp >= 0xD800 && cp < 0xE000) continue;
-      auto ids = encoder.encode("qq" + encode_utf8(cp));
+      auto ids = encoder.encode("qq" + core::utf8::encode(cp));
       bits += !ids.empty() && ids[0] == 1500 ? '0' : '1';
     }
     if (core::sha256_hex(bits).substr(0, 16) != digests[block].get<std::string>()) {

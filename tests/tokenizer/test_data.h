@@ -19,6 +19,25 @@ inline std::string tokenizer_fixture(const std::string& name) {
   return fixture("tokenizer/" + name);
 }
 
+// One entry of tokenizer.json's "added_tokens" (flags not named are false).
+struct AddedTokenFlags {
+  bool special = false;
+  bool single_word = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool normalized = false;
+};
+inline nlohmann::json added_token_json(std::uint32_t id, const std::string& content,
+                                       AddedTokenFlags f) {
+  return {{"id", id},
+          {"content", content},
+          {"single_word", f.single_word},
+          {"lstrip", f.lstrip},
+          {"rstrip", f.rstrip},
+          {"normalized", f.normalized},
+          {"special", f.special}};
+}
+
 inline std::string data_cache_dir() {
   const char* env = std::getenv("TANDEM_DATA_DIR");
   if (env && *env) return env;

@@ -16,6 +16,14 @@ inline bool is_valid(std::string_view text) { return first_invalid(text) == text
 // Replaces each maximal invalid subsequence with U+FFFD.
 std::string decode_lossy(std::string_view bytes);
 
+// Appends the UTF-8 encoding of code point `c` (at most U+10FFFF; surrogates are not checked).
+void append(std::string& out, char32_t c);
+inline std::string encode(char32_t c) {
+  std::string s;
+  append(s, c);
+  return s;
+}
+
 // Length in bytes of the UTF-8 sequence that starts with `lead` (1 for a stray byte).
 inline std::size_t sequence_length(unsigned char lead) {
   if (lead < 0x80) return 1;

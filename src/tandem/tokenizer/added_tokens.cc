@@ -6,7 +6,6 @@
 
 #include "tandem/core/error.h"
 #include "tandem/io/json.h"
-#include "tandem/tokenizer/bpe_model.h"
 #include "tandem/tokenizer/pcre_regex.h"
 
 namespace tandem::tokenizer {
@@ -55,8 +54,8 @@ bool is_word_char(std::string_view s, std::size_t i) {
 }  // namespace
 
 AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string& source,
-                                 const Normalizer* normalizer, const void* model,
-                                 ModelIdOf model_id, std::uint64_t model_entries) {
+                                 const Normalizer* normalizer, const BpeModel& model) {
+  const std::uint64_t model_entries = model.vocab_entries();
   if (added.is_null()) return;
   std::unordered_map<std::string, std::uint32_t> id_of_content;
   std::optional<std::uint32_t> max_id;
@@ -75,7 +74,7 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& added, const std::string&
     TANDEM_CHECK(!token.content.empty(), "{}: added token {} has empty content", source, i);
     if (auto known = id_of_content.find(token.content); known != id_of_content.end()) {
       token.id = known->second;
-    } else if (auto in_model = model_id(model, token.content)) {
+    } else if (auto in_model = model.key_to_id(token.content)) {
       token.id = *in_model;
     } else if (max_id && (*max_id >= model_entries || model_entries == 0)) {
       TANDEM_CHECK(*max_id < kMaxTokenId, "{}: added token ids run past 32 bits", source);

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tandem/tokenizer/bpe_model.h"
 #include "tandem/tokenizer/normalizer.h"
 
 namespace tandem::tokenizer {
@@ -40,14 +41,11 @@ class AddedVocabulary {
  public:
   AddedVocabulary() = default;
   // `added_tokens` is the "added_tokens" array of tokenizer.json; `normalizer` the tokenizer's
-  // (null: none). `model_id` gives the id of a model vocabulary key, `model_entries` the number of
-  // vocabulary entries: HF does not use the ids written in added_tokens but gives each token
-  // (in order) its vocabulary id if its content is a vocabulary key, else the next id after the
-  // vocabulary or after the largest id given so far; files HF wrote agree with that.
-  using ModelIdOf = std::optional<std::uint32_t> (*)(const void* model, std::string_view key);
+  // (null: none). HF does not use the ids written in added_tokens but gives each token (in
+  // order) its `model` vocabulary id if its content is a vocabulary key, else the next id after
+  // the vocabulary or after the largest id given so far; files HF wrote agree with that.
   AddedVocabulary(const nlohmann::json& added_tokens, const std::string& source,
-                  const Normalizer* normalizer, const void* model, ModelIdOf model_id,
-                  std::uint64_t model_entries);
+                  const Normalizer* normalizer, const BpeModel& model);
 
   // Splits `text` into pieces (offsets into text) at the added tokens with the given
   // `normalized` flag; pieces are never empty. HF matches the tokens with normalized=false in the

@@ -71,7 +71,6 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
   // Entries with characters outside the byte-level alphabet (GPT-NeoX's vocabulary holds its
   // added whitespace tokens so, e.g. two real spaces) can never be made from a byte-level word:
   // HF keeps them, encoding never reaches them, and decoding gives their own UTF-8.
-  auto& unreachable = unreachable_;
   for (const auto& [key, value] : model["vocab"].items()) {
     auto id = value.get<std::uint32_t>();
     auto raw = tokenizer::byte_level::to_bytes(key);
@@ -80,14 +79,14 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
     seen[id] = true;
     id_to_key_[id] = key;
     if (!raw) {
-      unreachable[key] = id;
+      unreachable_[key] = id;
       id_to_bytes_[id] = key;
       continue;
     }
     vocab_[*raw] = id;
     id_to_bytes_[id] = *raw;
   }
-  vocab_entries_ = vocab_.size() + unreachable.size();
+  vocab_entries_ = vocab_.size() + unreachable_.size();
   for (int b = 0; b < 256; ++b) {
     auto it = vocab_.find(std::string(1, static_cast<char>(b)));
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
@@ -123,8 +122,8 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& source) {
     auto l = tokenizer::byte_level::to_bytes(left), r = tokenizer::byte_level::to_bytes(right);
     if (!l || !r) {
       // A merge of an unreachable entry never applies; HF still requires its tokens to exist.
-      TANDEM_CHECK((l ? vocab_.count(*l) : unreachable.count(left)) &&
-                       (r ? vocab_.count(*r) : unreachable.count(right)),
+      TANDEM_CHECK((l ? vocab_.count(*l) : unreachable_.count(left)) &&
+                       (r ? vocab_.count(*r) : unreachable_.count(right)),
                    "{}: merge #{} ({:?} {:?}) uses a token missing from the vocabulary", source,
                    rank, left, right);
       ++rank;

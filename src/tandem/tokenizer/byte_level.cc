@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "tandem/core/utf8.h"
+
 namespace tandem::tokenizer::byte_level {
 namespace {
 
@@ -25,19 +27,6 @@ struct Tables {
 const Tables& tables() {
   static const Tables t;
   return t;
-}
-
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
 }
 
 }  // namespace
@@ -75,7 +64,7 @@ std::optional<std::string> to_bytes(std::string_view text) {
 std::string from_bytes(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size() * 2);
-  for (unsigned char b : bytes) append_utf8(out, char_for_byte(b));
+  for (unsigned char b : bytes) core::utf8::append(out, char_for_byte(b));
   return out;
 }
 

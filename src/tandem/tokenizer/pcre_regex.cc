@@ -98,19 +98,17 @@ std::string rewrite_for_hf_classes(const std::string& p) {
         }
         const std::string extra = added_ranges(name);
         const std::string removed = added_ranges(name, true);
-        const std::string set = "[\\p{" + name + "}" + extra + "]";
+        const std::string items = "\\p{" + name + "}" + extra;
         if (extra.empty() || (in_class && (negated || !removed.empty()))) {
           // Nothing to add; or inside a class a negated category or one that lost a code point,
           // which keep PCRE2's Unicode 14 meaning (docs/tokenizer.md).
           out.append(p, i, end + 1 - i);
-        } else if (in_class) {
-          out += "\\p{" + name + "}" + extra;
         } else if (removed.empty()) {
-          out += negated ? "[^" + set.substr(1) : set;
+          put_set(items, negated, n);
         } else if (!negated) {
-          out += "(?:(?![" + removed + "])" + set + ")";
+          out += "(?:(?![" + removed + "])[" + items + "])";
         } else {
-          out += "(?:[" + removed + "]|[^" + set.substr(1) + ")";
+          out += "(?:[" + removed + "]|[^" + items + "])";
         }
         i = end;
         continue;

@@ -67,11 +67,7 @@ Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& 
         j.contains("normalizer") ? j["normalizer"] : nlohmann::json(), source);
     t.added_ = std::make_shared<AddedVocabulary>(
         j.contains("added_tokens") ? j["added_tokens"] : nlohmann::json(), source,
-        t.normalizer_.get(), t.model_.get(),
-        [](const void* model, std::string_view key) {
-          return static_cast<const BpeModel*>(model)->key_to_id(key);
-        },
-        t.model_->vocab_entries());
+        t.normalizer_.get(), *t.model_);
     t.steps_ = parse_pre_tokenizer(
         j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json(), source);
   } catch (const nlohmann::json::exception& e) {
