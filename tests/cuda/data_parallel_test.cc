@@ -36,11 +36,18 @@ std::string ranks(int world) {
          std::to_string(world) + " " + testing::tandem_binary();
 }
 
+// Steps of 4 instances of 64 tokens (half the fixture's batch), one per micro-batch: two
+// micro-batches per rank at W=2, so gradients accumulate before they are reduced; no held-out
+// evaluation (the fixture's set would cost more than two steps at the end of every run). CI runs
+// these tests emulated under ASan, where their time is proportional to the tokens; what they check
+// (the collectives, units, buckets and checkpoints) does not depend on how many there are.
 std::string rank_train_args(const std::string& backend, const std::string& run, int steps) {
   return " train " + fixture("train/parity.yaml") +
          " trainer.init_from=" + fixture("train/init_hf") + " trainer.save_folder=" + run +
          " trainer.max_steps=" + std::to_string(steps) +
-         " trainer.progress=false evaluation.interval=0 data.micro_batch_size=2 backend=" + backend;
+         " trainer.progress=false evaluation.interval=0 'evaluation.sets=[]'"
+         " data.global_batch_size=256 data.micro_batch_size=1 backend=" +
+         backend;
 }
 
 // mpirun is a launcher of the machine, not one of tandem's programs (the device check's machine
@@ -175,7 +182,7 @@ TEST(CudaDataParallel, ZeroOneReducesAndGathersOnTheDeviceAndFollowsTheCpuRanks)
 TEST(CudaDataParallel, OneRankFsdpFollowsTheReplicatedRun) {
   REQUIRE_GPU();
   const int steps = 4;
-  const std::string bf16 = " precision=bf16 data.micro_batch_size=4";
+  const std::string bf16 = " precision=bf16 data.micro_batch_size=2";
   const std::string ddp = testing::temp_dir("dp_cuda_w1_ddp");
   auto r = run_shell(testing::tandem_binary() + rank_train_args("cuda", ddp, steps) + bf16);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -249,7 +256,7 @@ TEST(CudaDataParallel, FsdpGathersAndReducesItsUnitsOnTheDeviceAndFollowsTheCpuR
 TEST(CudaDataParallel, HsdpAndBf16UnitsOnTheDevice) {
   REQUIRE_TWO_GPUS_AND_NCCL();
   const int steps = 3;
-  const std::string hsdp = "dist.strategy=hsdp dist.shard_group_size=2 data.micro_batch_size=1";
+  const std::string hsdp = "dist.strategy=hsdp dist.shard_group_size=2";
   const std::string cpu = testing::temp_dir("dp_cpu_w4_hsdp");
   auto r = train_ranks(4, "cpu", cpu, steps, hsdp);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -262,7 +269,7 @@ TEST(CudaDataParallel, HsdpAndBf16UnitsOnTheDevice) {
   RecordProperty("worst_grad_norm_rel_vs_cpu_w4_hsdp", fmt::format("{:.3g}", norm));
 
   // With full recompute: each block's units are acquired again for its backward.
-  const std::string bf16 = "precision=bf16 data.micro_batch_size=4 trainer.recompute=full";
+  const std::string bf16 = "precision=bf16 data.micro_batch_size=2 trainer.recompute=full";
   const std::string ddp = testing::temp_dir("dp_cuda_w2_bf16_ddp");
   r = train_ranks(2, "cuda", ddp, steps, bf16);
   ASSERT_EQ(r.exit_code, 0) << r.output;

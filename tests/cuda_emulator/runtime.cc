@@ -22,7 +22,11 @@
 #include "cuda_emulator_device.h"
 #include "emulator_state.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+// Device memory past an allocation is poisoned under ASan (see scheduler.cc for the macro).
+#if defined(__SANITIZE_ADDRESS__) && !defined(TANDEM_EMULATOR_ASAN)
+#define TANDEM_EMULATOR_ASAN 1
+#endif
+#ifdef TANDEM_EMULATOR_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -107,8 +111,8 @@ void protect(void* p, std::size_t bytes, bool open) {
 
 // Marks [p, p + bytes) as out of bounds for ASan.
 void poison(void* p, std::size_t bytes) {
-#if defined(__SANITIZE_ADDRESS__)
-  ASAN_POISON_MEMORY_REGION(p, bytes);
+#ifdef TANDEM_EMULATOR_ASAN
+  __asan_poison_memory_region(p, bytes);
 #else
   (void)p;
   (void)bytes;

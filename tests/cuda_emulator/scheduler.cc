@@ -18,10 +18,14 @@
 #include "cuda_emulator_device.h"
 #include "emulator_state.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+// Under ASan the fibers' switches are announced to it; the sanitizer build defines
+// TANDEM_EMULATOR_ASAN because it compiles this file itself without instrumentation.
+#if defined(__SANITIZE_ADDRESS__) && !defined(TANDEM_EMULATOR_ASAN)
+#define TANDEM_EMULATOR_ASAN 1
+#endif
+#ifdef TANDEM_EMULATOR_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
-#define TANDEM_EMULATOR_ASAN 1
 #endif
 
 #if !defined(__x86_64__)
