@@ -96,6 +96,9 @@ __global__ void split_warp_kernel(float* y) {
 
 __global__ void __launch_bounds__(64) bounded_kernel(float* y) { y[threadIdx.x] = 1.0f; }
 
+// Thread t writes y[offset + t].
+__global__ void write_at_kernel(float* y, int offset) { y[offset + threadIdx.x] = 2.0f; }
+
 __global__ void big_shared_kernel(float* y) {
   extern __shared__ float s[];
   s[threadIdx.x] = 2.0f;
@@ -335,6 +338,24 @@ TEST_F(CudaEmulatorDeathTest, AWarpSplitBetweenABarrierAndAShuffle) {
       "deadlock");
   cudaFree(d);
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+// What the sanitizer build relies on (docs/cuda.md): a kernel that writes past its allocation's
+// 256-byte granule is stopped by AddressSanitizer (a GPU would corrupt memory or fault), though the
+// emulator that poisons the bytes past the granule is itself compiled without instrumentation.
+TEST_F(CudaEmulatorDeathTest, AKernelWritingPastItsAllocationIsStoppedByAddressSanitizer) {
+  float* d = device(std::vector<float>(100, 0.0f));  // 400 bytes: the granule ends at 512
+  write_at_kernel<<<1, 28>>>(d, 100);                // bytes 400-511: inside the granule
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_DEATH(
+      {
+        write_at_kernel<<<1, 32>>>(d, 120);  // bytes 480-607
+        cudaDeviceSynchronize();             // a queued kernel runs here
+      },
+      "AddressSanitizer: use-after-poison");
+  cudaFree(d);
+}
+#endif
 
 // ---- launches a GPU refuses ----
 
