@@ -19,7 +19,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <utility>
 
 #include "../support/test_support.h"
@@ -282,42 +281,16 @@ TEST(CudaBf16, RopeIsTheRoundedFp32Result) {
   }
 }
 
-// Sets an environment variable for one scope (the backend reads TANDEM_CUDA_ATTENTION when it is
-// made).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 struct Bf16AttentionCase {
   std::int64_t B, T, Hq, Hkv, D, window;
   bool documents;
 };
 
-std::vector<std::int64_t> halves(std::int64_t B, std::int64_t T) {
-  std::vector<std::int64_t> out(static_cast<std::size_t>(B * T));
-  for (std::int64_t i = 0; i < B * T; ++i) out[i] = (i % T) >= T / 2 ? T / 2 : 0;
-  return out;
-}
-
 class CudaBf16Attention : public ::testing::TestWithParam<Bf16AttentionCase> {};
 
 // The plain kernels: the rounded fp32 result, bit for bit, and the CPU's within one bf16 step.
 TEST_P(CudaBf16Attention, PlainKernelsAreTheRoundedFp32Result) {
-  const ScopedEnv plain("TANDEM_CUDA_ATTENTION", "plain");
+  const testing::ScopedEnv plain("TANDEM_CUDA_ATTENTION", "plain");
   REQUIRE_CUDA(gpu);
   const Bf16AttentionCase& c = GetParam();
   const Shape qs{c.B, c.T, c.Hq, c.D}, ks{c.B, c.T, c.Hkv, c.D}, ls{c.B, c.Hq, c.T};
@@ -327,7 +300,7 @@ TEST_P(CudaBf16Attention, PlainKernelsAreTheRoundedFp32Result) {
   Quad lse = quad_zeros(gpu, ls);
   Buffer lse_gb = put(gpu, ls, std::vector<float>(ls.numel(), 0.0f));
   Buffer lse_cb = put(testing::cpu_backend(), ls, std::vector<float>(ls.numel(), 0.0f));
-  const std::vector<std::int64_t> docs = halves(c.B, c.T);
+  const std::vector<std::int64_t> docs = two_documents_per_row(c.B, c.T);
   Buffer dg = put_i64(gpu, Shape{c.B * c.T}, docs),
          dc = put_i64(testing::cpu_backend(), Shape{c.B * c.T}, docs);
   const Tensor dgt = c.documents ? dg.tensor() : Tensor(),
@@ -377,7 +350,7 @@ TEST_P(CudaBf16Attention, DefaultPathMatchesTheCpu) {
   Quad v = quad(gpu, ks, bf16_values(ks.numel(), 23)), o = quad_zeros(gpu, qs);
   Buffer lse_g = put(gpu, ls, std::vector<float>(ls.numel(), 0.0f));
   Buffer lse_c = put(testing::cpu_backend(), ls, std::vector<float>(ls.numel(), 0.0f));
-  const std::vector<std::int64_t> docs = halves(c.B, c.T);
+  const std::vector<std::int64_t> docs = two_documents_per_row(c.B, c.T);
   Buffer dg = put_i64(gpu, Shape{c.B * c.T}, docs),
          dc = put_i64(testing::cpu_backend(), Shape{c.B * c.T}, docs);
   const Tensor dgt = c.documents ? dg.tensor() : Tensor(),

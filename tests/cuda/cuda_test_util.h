@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/ignore_index.h"
 #include "tandem/kernels/backend.h"
 
 namespace tandem::cuda_testing {
@@ -99,6 +100,23 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 inline bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Each row of [B, T] as two documents, the second starting at T / 2: a document start per token,
+// for the kernels' and the model's intra-document masking.
+inline std::vector<std::int64_t> two_documents_per_row(std::int64_t B, std::int64_t T) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(B * T));
+  for (std::int64_t i = 0; i < B * T; ++i) out[i] = (i % T) >= T / 2 ? T / 2 : 0;
+  return out;
+}
+
+// Next-token labels of `ids` (flattened [B, T]) with the last and every fifth position ignored,
+// so that a loss normalised by the count of labels is tested too.
+inline std::vector<std::int64_t> next_token_labels(const std::vector<std::int64_t>& ids) {
+  std::vector<std::int64_t> labels(ids.begin() + 1, ids.end());
+  labels.push_back(core::kIgnoreIndex);
+  for (std::size_t n = 0; n < labels.size(); n += 5) labels[n] = core::kIgnoreIndex;
+  return labels;
 }
 
 }  // namespace tandem::cuda_testing

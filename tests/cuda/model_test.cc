@@ -9,7 +9,6 @@
 #include "../support/test_support.h"
 #include "cuda_test_util.h"
 #include "tandem/core/atomic_file.h"
-#include "tandem/core/ignore_index.h"
 #include "tandem/eval/parity.h"
 #include "tandem/io/npy.h"
 #include "tandem/model/documents.h"
@@ -75,11 +74,8 @@ TEST(CudaModel, LossAndGradientsMatchTheCpuBackend) {
   io::NpyArray ids_arr = io::read_npy(dir + "/ids.npy");
   const std::vector<std::int64_t> ids = ids_arr.as_i64();
   const std::int64_t B = ids_arr.shape[0], T = ids_arr.shape[1], N = B * T;
-  std::vector<std::int64_t> labels(ids.begin() + 1, ids.end());
-  labels.push_back(core::kIgnoreIndex);
-  for (std::int64_t n = 0; n < N; n += 5) labels[n] = core::kIgnoreIndex;
-  std::vector<std::int64_t> starts(static_cast<std::size_t>(N));
-  for (std::int64_t n = 0; n < N; ++n) starts[n] = (n % T) >= T / 2 ? T / 2 : 0;
+  const std::vector<std::int64_t> labels = cuda_testing::next_token_labels(ids);
+  const std::vector<std::int64_t> starts = cuda_testing::two_documents_per_row(B, T);
   const std::int64_t* const document_options[] = {nullptr, starts.data()};
   for (const std::int64_t* docs : document_options) {
     on_cpu->zero_grads();

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "dist_test_util.h"
@@ -22,25 +21,6 @@ namespace {
 
 using namespace dist_testing;
 
-// Sets an environment variable for one scope, then restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_, old_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 std::string error_of_make_communicator() {
   try {
     dist::make_communicator();
@@ -51,12 +31,12 @@ std::string error_of_make_communicator() {
 }
 
 TEST(CommunicatorSelection, SingleCanBeForced) {
-  ScopedEnv choice("TANDEM_COMMUNICATOR", "single");
+  testing::ScopedEnv choice("TANDEM_COMMUNICATOR", "single");
   EXPECT_EQ(dist::make_communicator()->name(), "single");
 }
 
 TEST(CommunicatorSelection, UnknownNameIsAnError) {
-  ScopedEnv choice("TANDEM_COMMUNICATOR", "carrier-pigeon");
+  testing::ScopedEnv choice("TANDEM_COMMUNICATOR", "carrier-pigeon");
   const std::string error = error_of_make_communicator();
   EXPECT_NE(error.find("TANDEM_COMMUNICATOR=carrier-pigeon: expected nccl, mpi or single"),
             std::string::npos)
@@ -64,8 +44,8 @@ TEST(CommunicatorSelection, UnknownNameIsAnError) {
 }
 
 TEST(CommunicatorSelection, SingleUnderALauncherOfSeveralProcessesIsAnError) {
-  ScopedEnv choice("TANDEM_COMMUNICATOR", "single");
-  ScopedEnv launcher("OMPI_COMM_WORLD_SIZE", "2");
+  testing::ScopedEnv choice("TANDEM_COMMUNICATOR", "single");
+  testing::ScopedEnv launcher("OMPI_COMM_WORLD_SIZE", "2");
   const std::string error = error_of_make_communicator();
   EXPECT_NE(error.find("the launcher started 2 processes"), std::string::npos) << error;
 }

@@ -1,7 +1,8 @@
 // The one test-support header: fixture paths, temporary directories unique per process and test
-// (tests run in parallel under `ctest -j`), small file helpers, running the built `tandem` binary
-// (or a shell line), reading run outputs, and a CPU backend. Header-only: each test folder is its
-// own executable and includes it as "../support/test_support.h".
+// (tests run in parallel under `ctest -j`), small file helpers, a scoped environment variable,
+// running the built `tandem` binary (or a shell line), reading run outputs, and a CPU backend.
+// Header-only: each test folder is its own executable and includes it as
+// "../support/test_support.h".
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -106,6 +108,28 @@ inline std::int64_t ulps(float a, float b) {
   std::memcpy(&ib, &b, 4);
   return std::abs(static_cast<std::int64_t>(ia) - ib);
 }
+
+// Sets an environment variable for one scope, then restores what was there (tandem reads some
+// choices from the environment when an object is made: the communicator, the attention kernels).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 // One CPU backend for the whole test program.
 inline kernels::Backend& cpu_backend() {

@@ -41,6 +41,15 @@ __device__ __forceinline__ i64 doc_of(const Geometry& g, i64 b, i64 i) {
   return g.doc_start ? g.doc_start[b * g.T + i] : 0;
 }
 
+// The first key any query of a block starting at row i0 can see: keys before the first query's
+// window and document are visible to no query of the block.
+__device__ __forceinline__ i64 first_visible_key(const Geometry& g, i64 b, i64 i0) {
+  i64 j = g.window > 0 ? i0 - g.window + 1 : 0;
+  if (j < 0) j = 0;
+  const i64 doc = doc_of(g, b, i0);
+  return doc > j ? doc : j;
+}
+
 // Loads rows [r0, r0 + kTile) of head `head` of x[B, T, heads, D] into s[kTile][ld] as floats;
 // rows at or past `end` are zero.
 template <typename T>
@@ -86,10 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* q_row = qs + warp * D;
   if (active) load_row(q, g, b, g.Hq, h, i, q_row);
   const i64 doc_i = active ? doc_of(g, b, i) : 0;
-  // Keys before the first query's window and document are visible to no query of the block.
-  i64 j_begin = g.window > 0 ? i0 - g.window + 1 : 0;
-  if (j_begin < 0) j_begin = 0;
-  if (doc_of(g, b, i0) > j_begin) j_begin = doc_of(g, b, i0);
+  const i64 j_begin = first_visible_key(g, b, i0);
 
   float m = neg_inf(), l = 0.0f;
   float acc[kPerLane];
@@ -175,9 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     delta_i = delta[(b * g.Hq + h) * g.T + i];
     doc_i = doc_of(g, b, i);
   }
-  i64 j_begin = g.window > 0 ? i0 - g.window + 1 : 0;
-  if (j_begin < 0) j_begin = 0;
-  if (doc_of(g, b, i0) > j_begin) j_begin = doc_of(g, b, i0);
+  const i64 j_begin = first_visible_key(g, b, i0);
 
   float acc[kPerLane];
 #pragma unroll
