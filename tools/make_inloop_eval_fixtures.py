@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import olmo_core_eval_reference as ref  # noqa: E402
+from make_eval_fixtures import first_docs  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "tests", "fixtures", "eval", "inloop")
@@ -70,18 +71,6 @@ def fnv1a(ids):
     for i in ids:
         h = ((h ^ (i & 0xFFFFFFFFFFFFFFFF)) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
-
-
-def first_docs(lines, n):
-    keep, out = [], []
-    for line in lines:
-        base = json.loads(line)["doc_id"] % 1000000
-        if base not in keep:
-            if len(keep) >= n:
-                continue
-            keep.append(base)
-        out.append(line)
-    return out
 
 
 def main():
