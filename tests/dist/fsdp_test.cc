@@ -181,5 +181,21 @@ TEST(Fsdp, Bf16MicroBatchesRecomputeAndNoPrefetchMatchReplicated) {
   }
 }
 
+// From an HF release whose embedding keeps only the tokenizer's rows (the fixture's 512, padded to
+// the config's 640): each rank reads only its ranges (the embedding unit's second half crosses
+// into the padding at W=2), and the run is the replicated run from the same directory.
+TEST(Fsdp, StartsFromAnHfReleasePaddedToTheConfigsEmbedding) {
+  const int steps = 3;
+  const std::string pad = " model.pad_vocab_to_multiple_of=640";
+  const std::string plain = temp_dir("fsdp_hf_padded_w1");
+  auto r = run_shell(tandem_command(1, "train " + train_args(plain, steps) + pad));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string sharded = temp_dir("fsdp_hf_padded_w2");
+  r = run_shell(
+      tandem_command(2, "train " + train_args(sharded, steps) + pad + strategy(2, "fsdp")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close_losses(read_metrics(plain), read_metrics(sharded), 0, "fsdp W=2 from padded HF");
+}
+
 }  // namespace
 }  // namespace tandem

@@ -88,6 +88,69 @@ TEST(Convert, Bf16RoundTripIsBitExact) {
   EXPECT_EQ(b2.info("lm_head.weight").dtype, io::DType::kBF16);
 }
 
+// A rank of a sharded run reads only its runs of each parameter (read_model_weight_slices): the
+// first and last third of every parameter, read alone, hold the whole model's values there (the
+// embedding's last third crosses from the fixture's 101 HF rows into the padding to 128, which is
+// zero), the middle thirds are not written, and the stored dtype is reported, fp32 and bf16.
+TEST(LoadModel, SlicesReadTheirRunsAsTheWholeModelHasThem) {
+  model::LoadOptions options;
+  options.embedding_size = 128;
+  const std::string bf16_dir = temp_dir("slices_bf16");
+  {
+    const model::ModelWeights w = model::read_model_weights(fixture("model/gqa"), options);
+    model::save_hf_model(bf16_dir, w.config, w.flat, io::DType::kBF16);
+  }
+  for (const auto& [dir, dtype] :
+       {std::pair{fixture("model/gqa"), io::DType::kF32}, std::pair{bf16_dir, io::DType::kBF16}}) {
+    const model::ModelWeights whole = model::read_model_weights(dir, options);
+    ASSERT_EQ(whole.config.vocab_size, 101);
+    ASSERT_EQ(whole.config.embedding_size, 128);
+    EXPECT_EQ(whole.source_dtype, dtype);
+    const model::ParameterLayout layout(whole.config);
+    // The whole model is the file's tensors (read here on their own), padding rows zero.
+    io::SafetensorsCheckpoint file(dir);
+    for (const model::ParameterEntry& e : layout.entries()) {
+      const std::vector<float> stored = file.read_f32(model::hf_name_of(e.name));
+      ASSERT_LE(static_cast<std::int64_t>(stored.size()), e.numel) << e.name;
+      for (std::int64_t i = 0; i < e.numel; ++i)
+        ASSERT_EQ(whole.flat[e.offset + i], i < std::ssize(stored) ? stored[i] : 0.0f)
+            << e.name << " element " << i;
+    }
+    const float unwritten = std::nanf("");
+    std::vector<float> values(whole.flat.size(), unwritten);
+    std::vector<model::WeightSlice> slices;
+    for (const model::ParameterEntry& e : layout.entries())
+      for (int third : {2, 0}) {
+        const std::int64_t lo = e.numel * third / 3, hi = e.numel * (third + 1) / 3;
+        slices.push_back(
+            {e.name, e.shape, lo,
+             std::span<float>(values.data() + e.offset + lo, static_cast<std::size_t>(hi - lo))});
+      }
+    EXPECT_EQ(model::read_model_weight_slices(dir, whole.config, slices, options), dtype);
+    for (const model::ParameterEntry& e : layout.entries()) {
+      const std::int64_t a = e.offset + e.numel / 3, b = e.offset + e.numel * 2 / 3;
+      for (std::int64_t i = e.offset; i < e.offset + e.numel; ++i) {
+        if (i >= a && i < b)
+          ASSERT_TRUE(std::isnan(values[i])) << e.name << " element " << i - e.offset;
+        else
+          ASSERT_EQ(values[i], whole.flat[i]) << e.name << " element " << i - e.offset;
+      }
+    }
+  }
+  // A run past a tensor's end is refused, naming the tensor.
+  io::SafetensorsCheckpoint weights(fixture("model/gqa"));
+  std::vector<float> two(2);
+  const std::int64_t n = weights.info("model.norm.weight").numel();
+  try {
+    weights.read_f32_range_into("model.norm.weight", n - 1, two);
+    ADD_FAILURE() << "a run past the end was read";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.norm.weight"), std::string::npos) << e.what();
+  }
+  weights.read_f32_range_into("model.norm.weight", n - 2, two);
+  EXPECT_EQ(two.back(), weights.read_f32("model.norm.weight").back());
+}
+
 // Copies a fixture model dir, rewriting its weights through `edit`.
 std::string edited_copy(const std::string& name,
                         const std::function<void(std::vector<io::TensorToWrite>&,

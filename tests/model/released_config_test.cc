@@ -11,6 +11,7 @@
 #include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/model/hf_config.h"
+#include "tandem/model/model_io.h"
 #include "tandem/model/olmo3_model.h"
 
 namespace tandem {
@@ -87,6 +88,35 @@ TEST(Released, LongContextRecipeIsTheReleasedModel) {
   EXPECT_EQ(recipe32.n_kv_heads, released32.n_kv_heads);
   expect_same_rope(recipe32.full_attention_rope, released32.full_attention_rope, 128);
   expect_same_rope(recipe32.sliding_attention_rope, released32.sliding_attention_rope, 128);
+}
+
+// The released checkpoints keep the tokenizer's 100278 embedding rows; tandem's recipes train with
+// 100352. trainer.init_from pads the release to the recipe's rows, so its architecture check passes
+// for every recipe that starts from such a release (read as plain HF, it would not).
+TEST(Released, InitFromTheReleaseFitsTheRecipes) {
+  const std::string configs = std::string(TANDEM_SOURCE_DIR) + "/configs/";
+  for (const auto& [release, recipes] :
+       {std::pair<std::string, std::vector<std::string>>{
+            "olmo3-7b",
+            {"olmo3-7b-stage1.yaml", "olmo3-7b-stage2.yaml", "olmo3-7b-long-context.yaml"}},
+        {"olmo3-32b", {"models/olmo3-32b.yaml"}}}) {
+    const std::string dir = testing::temp_dir("released_" + release);
+    testing::write_text(
+        dir + "/config.json",
+        core::read_file(testing::fixture("model/released/" + release + "-config.json")));
+    for (const std::string& recipe : recipes) {
+      const model::ModelConfig mine = model::load_model_config(configs + recipe, {});
+      ASSERT_EQ(mine.embedding_size, 100352) << recipe;
+      model::LoadOptions options;
+      options.embedding_size = mine.embedding_size;
+      const model::ModelConfig found = model::read_model_dir_config(dir, options);
+      EXPECT_EQ(found.vocab_size, 100278) << release;
+      EXPECT_NO_THROW(model::check_same_architecture(found, mine, release)) << recipe;
+      EXPECT_THROW(model::check_same_architecture(model::read_model_dir_config(dir), mine, release),
+                   core::Error)
+          << recipe;
+    }
+  }
 }
 
 }  // namespace

@@ -273,12 +273,23 @@ std::span<const std::uint8_t> SafetensorsFile::raw(const std::string& name) cons
 
 void SafetensorsFile::read_f32_into(const std::string& name, std::span<float> out) const {
   const TensorInfo& t = supported_info(name);
-  auto numel = static_cast<std::size_t>(t.numel());
-  TANDEM_CHECK(out.size() == numel, "{}: tensor '{}' has {} elements, destination holds {}", path(),
-               name, numel, out.size());
-  if (numel == 0) return;
-  io::safetensors_detail::convert_to_f32(t.dtype, file_.data() + data_offset_ + t.begin, numel,
-                                         out.data());
+  TANDEM_CHECK(out.size() == static_cast<std::size_t>(t.numel()),
+               "{}: tensor '{}' has {} elements, destination holds {}", path(), name, t.numel(),
+               out.size());
+  read_f32_range_into(name, 0, out);
+}
+
+void SafetensorsFile::read_f32_range_into(const std::string& name, std::int64_t start,
+                                          std::span<float> out) const {
+  const TensorInfo& t = supported_info(name);
+  const auto count = static_cast<std::int64_t>(out.size());
+  TANDEM_CHECK(start >= 0 && start <= t.numel() && count <= t.numel() - start,
+               "{}: elements [{}, {}) of tensor '{}' lie outside its {} elements", path(), start,
+               start + count, name, t.numel());
+  if (count == 0) return;
+  const std::size_t offset = static_cast<std::size_t>(start) * dtype_size(t.dtype);
+  io::safetensors_detail::convert_to_f32(t.dtype, file_.data() + data_offset_ + t.begin + offset,
+                                         out.size(), out.data());
 }
 
 std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {

@@ -44,6 +44,9 @@ class SafetensorsFile {
 
   // Additions. Converts into caller memory; `out` must hold exactly numel() floats.
   void read_f32_into(const std::string& name, std::span<float> out) const;
+  // Elements [start, start + out.size()) of the flattened tensor, converted (only those bytes of
+  // the mapping are read: a rank's part of a large tensor).
+  void read_f32_range_into(const std::string& name, std::int64_t start, std::span<float> out) const;
   // Tensors whose dtype is valid safetensors but not F32/BF16/F16 (e.g. I64) are listed by
   // names() and has(), but info/raw/read throw naming the dtype. This gives that dtype's spelling,
   // or "" for a supported tensor.
@@ -77,6 +80,7 @@ class SafetensorsCheckpoint {
 
   // Additions.
   void read_f32_into(const std::string& name, std::span<float> out) const;
+  void read_f32_range_into(const std::string& name, std::int64_t start, std::span<float> out) const;
   const std::string& path() const { return path_; }
   std::size_t num_files() const { return files_.size(); }
 

@@ -125,6 +125,11 @@ void SafetensorsCheckpoint::read_f32_into(const std::string& name, std::span<flo
   file_of(name).read_f32_into(name, out);
 }
 
+void SafetensorsCheckpoint::read_f32_range_into(const std::string& name, std::int64_t start,
+                                                std::span<float> out) const {
+  file_of(name).read_f32_range_into(name, start, out);
+}
+
 std::span<const std::uint8_t> SafetensorsCheckpoint::raw(const std::string& name) const {
   return file_of(name).raw(name);
 }

@@ -1,5 +1,6 @@
 #include "tandem/model/model_io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -78,45 +79,41 @@ bool is_tandem_model_dir(const std::string& path) {
   return fs::exists(fs::path(path) / kModelYaml);
 }
 
-ModelWeights read_model_weights(const std::string& path, const LoadOptions& options) {
+ModelConfig read_model_dir_config(const std::string& path, const LoadOptions& options) {
   TANDEM_CHECK(fs::is_directory(path), "model directory {} does not exist", path);
   const bool hf = is_hf_model_dir(path);
   TANDEM_CHECK(hf || is_tandem_model_dir(path),
                "{}: neither an HF model (config.json) nor a tandem model ({})", path, kModelYaml);
-  ModelConfig config;
-  if (hf) {
-    std::string cfg_path = (fs::path(path) / "config.json").string();
-    const nlohmann::json j = io::read_json_file(cfg_path);
-    config = model_config_from_hf(j, cfg_path);
+  if (!hf) return load_model_config((fs::path(path) / kModelYaml).string(), {});
+  const std::string cfg_path = (fs::path(path) / "config.json").string();
+  ModelConfig config = model_config_from_hf(io::read_json_file(cfg_path), cfg_path);
+  if (options.embedding_size > 0) {
+    TANDEM_CHECK(options.embedding_size >= config.vocab_size,
+                 "{}: its {} vocabulary rows do not fit in {} embedding rows", cfg_path,
+                 config.vocab_size, options.embedding_size);
+    config.embedding_size = options.embedding_size;
+  } else {
     TANDEM_CHECK(options.pad_vocab_multiple > 0, "pad_vocab_multiple must be positive");
     config.embedding_size = (config.vocab_size + options.pad_vocab_multiple - 1) /
                             options.pad_vocab_multiple * options.pad_vocab_multiple;
-  } else {
-    config = load_model_config((fs::path(path) / kModelYaml).string(), {});
-    if (is_sharded_model_dir(path)) {
-      // Written by several ranks (FSDP/HSDP): assembled whole.
-      const ParameterLayout layout(config);
-      ModelWeights out;
-      out.flat.assign(static_cast<std::size_t>(layout.total()), 0.0f);
-      std::vector<WeightSlice> whole;
-      for (const ParameterEntry& e : layout.entries())
-        whole.push_back(
-            {e.name, e.shape, 0,
-             std::span<float>(out.flat.data() + e.offset, static_cast<std::size_t>(e.numel))});
-      read_weight_ranges(path, whole);
-      if (options.check_finite)
-        for (const WeightSlice& s : whole) check_finite(s.values, s.name, path);
-      out.config = std::move(config);
-      return out;
-    }
+  }
+  return config;
+}
+
+io::DType read_model_weight_slices(const std::string& path, const ModelConfig& config,
+                                   std::vector<WeightSlice>& slices, const LoadOptions& options) {
+  const bool hf = is_hf_model_dir(path);
+  if (!hf && is_sharded_model_dir(path)) {
+    // Written by several ranks (FSDP/HSDP): each slice from the shards that hold it.
+    read_weight_ranges(path, slices);
+    if (options.check_finite)
+      for (const WeightSlice& s : slices) check_finite(s.values, s.name, path);
+    return io::DType::kF32;
   }
   io::SafetensorsCheckpoint weights(path);
   const ParameterLayout layout(config);
-  ModelWeights out;
-  out.flat.assign(static_cast<std::size_t>(layout.total()), 0.0f);
-  io::DType seen = io::DType::kF32;
-  bool first = true;
-  for (const ParameterEntry& e : layout.entries()) {
+  for (WeightSlice& s : slices) {
+    const ParameterEntry& e = layout.entry(s.name);
     const std::string name = hf ? hf_name_of(e.name) : e.name;
     TANDEM_CHECK(weights.has(name), "{}: missing tensor '{}'", path, name);
     const io::TensorInfo& info = weights.info(name);
@@ -125,23 +122,36 @@ ModelWeights read_model_weights(const std::string& path, const LoadOptions& opti
     TANDEM_CHECK(info.shape == expected, "{}: tensor '{}' has shape [{}], expected [{}]",
                  weights.file_of(name).path(), name, fmt::join(info.shape, ", "),
                  fmt::join(expected, ", "));
-    std::vector<float> values = weights.read_f32(name);
-    if (options.check_finite) check_finite(values, name, weights.file_of(name).path());
-    float* dst = out.flat.data() + e.offset;
-    std::copy(values.begin(), values.end(), dst);
-    // Padded rows (HF -> tandem with padding) stay zero.
-    if (first) seen = info.dtype;
-    first = false;
+    // Of the slice's run, what the file holds; the rest is padded embedding rows (HF -> tandem
+    // with padding), which stay zero.
+    const std::int64_t end = s.start + static_cast<std::int64_t>(s.values.size());
+    const std::int64_t stored = std::clamp<std::int64_t>(info.numel() - s.start, 0, end - s.start);
+    weights.read_f32_range_into(name, s.start, s.values.first(static_cast<std::size_t>(stored)));
+    std::fill(s.values.begin() + stored, s.values.end(), 0.0f);
+    if (options.check_finite) check_finite(s.values, name, weights.file_of(name).path());
   }
-  if (!hf) {
-    const auto& meta = weights.file_of("embeddings.weight").metadata();
-    auto it = meta.find(kSourceDtypeKey);
-    if (it != meta.end())
-      seen = dtype_from_name(it->second, weights.file_of("embeddings.weight").path() +
-                                             ": metadata '" + kSourceDtypeKey + "'");
-  }
-  out.source_dtype = seen;
-  out.config = std::move(config);
+  // The dtype the weights were stored in: an HF model's own, or what a tandem model recorded.
+  const std::string embeddings = hf ? hf_name_of("embeddings.weight") : "embeddings.weight";
+  TANDEM_CHECK(weights.has(embeddings), "{}: missing tensor '{}'", path, embeddings);
+  if (hf) return weights.info(embeddings).dtype;
+  const auto& meta = weights.file_of(embeddings).metadata();
+  auto it = meta.find(kSourceDtypeKey);
+  if (it == meta.end()) return io::DType::kF32;
+  return dtype_from_name(
+      it->second, weights.file_of(embeddings).path() + ": metadata '" + kSourceDtypeKey + "'");
+}
+
+ModelWeights read_model_weights(const std::string& path, const LoadOptions& options) {
+  ModelWeights out;
+  out.config = read_model_dir_config(path, options);
+  const ParameterLayout layout(out.config);
+  out.flat.assign(static_cast<std::size_t>(layout.total()), 0.0f);
+  std::vector<WeightSlice> whole;
+  for (const ParameterEntry& e : layout.entries())
+    whole.push_back(
+        {e.name, e.shape, 0,
+         std::span<float>(out.flat.data() + e.offset, static_cast<std::size_t>(e.numel))});
+  out.source_dtype = read_model_weight_slices(path, out.config, whole, options);
   return out;
 }
 

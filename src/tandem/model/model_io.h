@@ -10,6 +10,7 @@
 
 #include "tandem/io/safetensors.h"
 #include "tandem/model/olmo3_model.h"
+#include "tandem/model/sharded_parameters.h"
 
 namespace tandem::model {
 
@@ -24,6 +25,10 @@ struct LoadOptions {
   // HF -> tandem: pad embedding rows up to a multiple of this (1 keeps HF's function exactly;
   // padded rows are zero, so their logits are 0 and enter the softmax).
   std::int64_t pad_vocab_multiple = 1;
+  // HF -> tandem: pad embedding rows to exactly this many instead (0: by pad_vocab_multiple); a
+  // run's initial weights take its config's embedding_size (an HF release keeps only the
+  // tokenizer's rows: OLMo 3's 100278 of the 100352 it trained with).
+  std::int64_t embedding_size = 0;
   bool check_finite = true;  // refuse NaN/Inf weights, naming the tensor
 };
 
@@ -37,6 +42,16 @@ struct ModelWeights {
 // Reads either kind of directory. Every tensor must be present with the exact shape; errors name
 // the file and tensor.
 ModelWeights read_model_weights(const std::string& path, const LoadOptions& options = {});
+// The config of a model directory of either kind, as read_model_weights reads it (an HF model's
+// embedding rows padded as `options` says).
+ModelConfig read_model_dir_config(const std::string& path, const LoadOptions& options = {});
+// Fills each slice (a run of one parameter of `config`'s layout; `config` as
+// read_model_dir_config gave it) from the model directory `path`, reading only those runs: what
+// one rank of a sharded run holds, without the whole model in memory. Same checks and conversions
+// as read_model_weights; returns the dtype the weights were stored in.
+io::DType read_model_weight_slices(const std::string& path, const ModelConfig& config,
+                                   std::vector<WeightSlice>& slices,
+                                   const LoadOptions& options = {});
 // The same, as a model on `backend`.
 std::unique_ptr<Olmo3Model> load_model(const std::string& path, kernels::Backend& backend,
                                        const LoadOptions& options = {},

@@ -168,18 +168,20 @@ void Trainer::log_memory() const {
 
 void Trainer::initialise_weights() {
   if (!config_.trainer.init_from.empty()) {
-    model::ModelWeights src = model::read_model_weights(config_.trainer.init_from);
+    const std::string& path = config_.trainer.init_from;
+    // An HF release keeps only the tokenizer's embedding rows: padded to the config's.
+    model::LoadOptions options;
+    options.embedding_size = config_.model.embedding_size;
+    const model::ModelConfig found = model::read_model_dir_config(path, options);
     // An equal parameter count is not enough: the flat buffer would be cut differently.
-    model::check_same_architecture(src.config, config_.model,
-                                   "init_from " + config_.trainer.init_from);
+    model::check_same_architecture(found, config_.model, "init_from " + path);
     if (sharded_) {
-      // Read whole (any kind of model directory), kept in part.
-      for (const model::WeightSlice& s : sharded_->weights().slices)
-        std::copy_n(src.flat.data() + model_->layout().entry(s.name).offset + s.start,
-                    s.values.size(), s.values.data());
+      // Only this rank's ranges are read (a 32B model whole would be 128 GB per rank).
+      model::WeightShard mine = sharded_->weights();
+      model::read_model_weight_slices(path, found, mine.slices, options);
       sharded_->weights_written();
     } else {
-      model_->params_from_host(src.flat);
+      model_->params_from_host(model::read_model_weights(path, options).flat);
     }
     log(fmt::format("initial weights from {}", config_.trainer.init_from));
   } else {
