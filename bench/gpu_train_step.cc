@@ -186,6 +186,7 @@ int main(int argc, char** argv) {
       j["profile"] = train::op_profile_json(p);
       // What the MFU counts for the step (the ops' FLOPs equal it: OpProfileFlops.*).
       j["profile"]["mfu_flops"] = flops_per_token * static_cast<double>(B * T);
+      j["profile"]["loss"] = last_loss;  // one step after the timed ones (last_loss)
       fmt::print("profile of one step: {}\n", train::op_profile_summary(p, p.ops.size()));
     }
     fmt::print(
@@ -195,7 +196,8 @@ int main(int argc, char** argv) {
         "{:.1f} GiB reserved; loss {:.4f}\n",
         a.label.empty() ? a.config : a.label, model::precision_name(precision), tokens_per_s,
         step_s, a.steps, achieved / 1e12, 100.0 * achieved / peak_bf16, peak_bf16 / 1e12,
-        100.0 * achieved / peak_fp32, gib(mem.peak_in_use), gib(mem.peak_reserved), last_loss);
+        100.0 * achieved / peak_fp32, gib(mem.peak_in_use), gib(mem.peak_reserved),
+        j["last_loss"].get<double>());  // the timed steps' last, as in the JSON
     if (!a.json_out.empty()) std::ofstream(a.json_out) << j.dump(2) << "\n";
     fmt::print("{}\n", j.dump());
   } catch (const std::exception& e) {
