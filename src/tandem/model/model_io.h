@@ -65,6 +65,11 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, kernels::Backend
 // core::Error naming `source` and each field that differs.
 void check_same_architecture(const ModelConfig& found, const ModelConfig& expected,
                              const std::string& source);
+// check_same_architecture for initial weights read from `path` (found: read_model_dir_config with
+// the embedding padded to expected's), except that an HF model's vocabulary may be any size from
+// expected's vocab_size up to its embedding_size: HF's vocab_size is the rows a release stores.
+void check_initial_weights(const std::string& path, const ModelConfig& found,
+                           const ModelConfig& expected);
 
 void save_tandem_model(const std::string& dir, const ModelConfig& config,
                        std::span<const float> flat, io::DType source_dtype = io::DType::kF32);

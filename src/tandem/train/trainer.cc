@@ -169,12 +169,13 @@ void Trainer::log_memory() const {
 void Trainer::initialise_weights() {
   if (!config_.trainer.init_from.empty()) {
     const std::string& path = config_.trainer.init_from;
-    // An HF release keeps only the tokenizer's embedding rows: padded to the config's.
+    // An HF release's embedding rows (the tokenizer's, or all the padded ones) are padded to the
+    // config's.
     model::LoadOptions options;
     options.embedding_size = config_.model.embedding_size;
     const model::ModelConfig found = model::read_model_dir_config(path, options);
     // An equal parameter count is not enough: the flat buffer would be cut differently.
-    model::check_same_architecture(found, config_.model, "init_from " + path);
+    model::check_initial_weights(path, found, config_.model);
     if (sharded_) {
       // Only this rank's ranges are read (a 32B model whole would be 128 GB per rank).
       model::WeightShard mine = sharded_->weights();
