@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
     j["peak_memory_reserved_gib"] = gib(mem.peak_reserved);
     j["last_loss"] = last_loss;
     j["last_grad_norm"] = last_norm;
+    const double timed_loss = last_loss;  // the profiled step below moves last_loss on
     if (a.profile) {
       backend->start_op_profile();
       step();
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
       j["profile"] = train::op_profile_json(p);
       // What the MFU counts for the step (the ops' FLOPs equal it: OpProfileFlops.*).
       j["profile"]["mfu_flops"] = flops_per_token * static_cast<double>(B * T);
-      j["profile"]["loss"] = last_loss;  // one step after the timed ones (last_loss)
+      j["profile"]["loss"] = last_loss;
       fmt::print("profile of one step: {}\n", train::op_profile_summary(p, p.ops.size()));
     }
     fmt::print(
@@ -196,8 +197,7 @@ int main(int argc, char** argv) {
         "{:.1f} GiB reserved; loss {:.4f}\n",
         a.label.empty() ? a.config : a.label, model::precision_name(precision), tokens_per_s,
         step_s, a.steps, achieved / 1e12, 100.0 * achieved / peak_bf16, peak_bf16 / 1e12,
-        100.0 * achieved / peak_fp32, gib(mem.peak_in_use), gib(mem.peak_reserved),
-        j["last_loss"].get<double>());  // the timed steps' last, as in the JSON
+        100.0 * achieved / peak_fp32, gib(mem.peak_in_use), gib(mem.peak_reserved), timed_loss);
     if (!a.json_out.empty()) std::ofstream(a.json_out) << j.dump(2) << "\n";
     fmt::print("{}\n", j.dump());
   } catch (const std::exception& e) {

@@ -25,6 +25,14 @@ std::int64_t logged_parameter_bytes(const std::string& output) {
   return m.empty() ? 0 : std::stoll(m[1]);
 }
 
+// `tandem train` of the fixture recipe for `steps` on `world` ranks into `run`, with `extra`
+// overrides: the command's output; the test fails when it does not succeed.
+std::string train_ok(int world, const std::string& run, int steps, const std::string& extra) {
+  const auto r = run_shell(tandem_command(world, "train " + train_args(run, steps) + extra));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
 std::string strategy(int world, const std::string& s) {
   if (s == "hsdp") return " dist.strategy=hsdp dist.shard_group_size=2";
   return " dist.strategy=" + s + (world == 8 ? " data.micro_batch_size=1" : "");
@@ -152,12 +160,10 @@ TEST(Fsdp, Bf16MicroBatchesRecomputeAndNoPrefetchMatchReplicated) {
   // flips, which grow over steps: the micro-batch case is checked in fp32 below).
   const std::string bf16 = " precision=bf16 trainer.recompute=full data.micro_batch_size=4";
   const std::string ddp = temp_dir("fsdp_bf16_ddp");
-  auto r = run_shell(tandem_command(2, "train " + train_args(ddp, steps) + bf16));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  train_ok(2, ddp, steps, bf16);
   const std::string fsdp = temp_dir("fsdp_bf16_fsdp");
-  r = run_shell(tandem_command(2, "train " + train_args(fsdp, steps) + bf16 + strategy(2, "fsdp")));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("gathered unit weights"), std::string::npos) << r.output;
+  const std::string out = train_ok(2, fsdp, steps, bf16 + strategy(2, "fsdp"));
+  EXPECT_NE(out.find("gathered unit weights"), std::string::npos) << out;
   expect_close_losses(read_metrics(ddp), read_metrics(fsdp), 0, "bf16 full recompute, fsdp W=2");
 
   // Four micro-batches per rank, selective recompute, no prefetch (collectives on the training
@@ -165,13 +171,12 @@ TEST(Fsdp, Bf16MicroBatchesRecomputeAndNoPrefetchMatchReplicated) {
   const std::string micro = " data.micro_batch_size=1 trainer.recompute=selective";
   const std::string eval = " evaluation.interval=10";
   const std::string plain = temp_dir("fsdp_micro_ddp");
-  r = run_shell(tandem_command(1, "train " + train_args(plain, steps) + micro + eval));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  train_ok(1, plain, steps, micro + eval);
   const std::string sharded = temp_dir("fsdp_micro_fsdp");
-  r = run_shell(tandem_command(2, "train " + train_args(sharded, steps) + micro + eval +
-                                      " dist.strategy=fsdp dist.prefetch=false"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("prefetch off (dist.prefetch false)"), std::string::npos) << r.output;
+  const std::string no_prefetch =
+      train_ok(2, sharded, steps, micro + eval + " dist.strategy=fsdp dist.prefetch=false");
+  EXPECT_NE(no_prefetch.find("prefetch off (dist.prefetch false)"), std::string::npos)
+      << no_prefetch;
   const auto a = read_metrics(plain), b = read_metrics(sharded);
   expect_close_losses(a, b, 0, "micro-batches + selective recompute, fsdp W=2 without prefetch");
   for (std::size_t i : {9u, 19u}) {
@@ -188,12 +193,9 @@ TEST(Fsdp, StartsFromAnHfReleasePaddedToTheConfigsEmbedding) {
   const int steps = 3;
   const std::string pad = " model.pad_vocab_to_multiple_of=640";
   const std::string plain = temp_dir("fsdp_hf_padded_w1");
-  auto r = run_shell(tandem_command(1, "train " + train_args(plain, steps) + pad));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  train_ok(1, plain, steps, pad);
   const std::string sharded = temp_dir("fsdp_hf_padded_w2");
-  r = run_shell(
-      tandem_command(2, "train " + train_args(sharded, steps) + pad + strategy(2, "fsdp")));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  train_ok(2, sharded, steps, pad + strategy(2, "fsdp"));
   expect_close_losses(read_metrics(plain), read_metrics(sharded), 0, "fsdp W=2 from padded HF");
 }
 

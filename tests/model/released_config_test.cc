@@ -91,8 +91,9 @@ TEST(Released, LongContextRecipeIsTheReleasedModel) {
 }
 
 // The released checkpoints keep the tokenizer's 100278 embedding rows; tandem's recipes train with
-// 100352. trainer.init_from pads the release to the recipe's rows, so its architecture check passes
-// for every recipe that starts from such a release (read as plain HF, it would not).
+// 100352. trainer.init_from pads the release to the recipe's rows, so its check
+// (check_initial_weights) passes for every recipe that starts from such a release (read as plain
+// HF, it would not).
 TEST(Released, InitFromTheReleaseFitsTheRecipes) {
   const std::string configs = std::string(TANDEM_SOURCE_DIR) + "/configs/";
   for (const auto& [release, recipes] :
@@ -111,8 +112,8 @@ TEST(Released, InitFromTheReleaseFitsTheRecipes) {
       options.embedding_size = mine.embedding_size;
       const model::ModelConfig found = model::read_model_dir_config(dir, options);
       EXPECT_EQ(found.vocab_size, 100278) << release;
-      EXPECT_NO_THROW(model::check_same_architecture(found, mine, release)) << recipe;
-      EXPECT_THROW(model::check_same_architecture(model::read_model_dir_config(dir), mine, release),
+      EXPECT_NO_THROW(model::check_initial_weights(dir, found, mine)) << recipe;
+      EXPECT_THROW(model::check_initial_weights(dir, model::read_model_dir_config(dir), mine),
                    core::Error)
           << recipe;
     }
