@@ -21,8 +21,8 @@
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
 # test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
 # *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,
-# bench_1b_accumulated.json (when time is left for it). Exit status 0 only when the tests and the
-# HF comparison passed and the benchmarks ran (the optional last one aside).
+# bench_1b_accumulated.json and bench_1b_flash.json (when time is left for them). Exit status 0 only
+# when the tests and the HF comparison passed and the benchmarks ran (the optional last two aside).
 #
 # Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
 # GPU_CHECK_BUDGET_S (default 480) bounds the whole; GPU_CHECK_STEPS='bench_1b hf_1b' runs only
@@ -55,8 +55,9 @@ bounded() {
 }
 declare -A status=()
 # GPU_CHECK_STEPS (default all): the steps to run, by their keys in gpu_check.json's status
-# (tests tests_training hf_parity bench_1b hf_1b bench_7b bench_1b_accumulated), so that a second
-# device call can run only what the first did not finish. The others say not_selected.
+# (tests tests_training hf_parity bench_1b hf_1b bench_7b bench_1b_accumulated bench_1b_flash), so
+# that a second device call can run only what the first did not finish. The others say
+# not_selected.
 selection=" ${GPU_CHECK_STEPS:-all} "
 selection="${selection//,/ }"
 wanted() {
@@ -224,6 +225,17 @@ if gpu_step bench_1b_accumulated; then
   status[bench_1b_accumulated]=${PIPESTATUS[0]}
 fi
 
+step "tandem: OLMo 3-shaped 1B on its own tensor-core attention (optional, last)"
+# bf16 attention on attention_flash.cu instead of cuDNN (TANDEM_CUDA_ATTENTION=flash): the speed
+# a run gets where cuDNN is missing or refuses. Runs only with time left.
+if gpu_step bench_1b_flash; then
+  bounded 40 "${ours[@]}" TANDEM_CUDA_ATTENTION=flash "$bin/bench_gpu_train_step" \
+    --config configs/models/olmo3-1b.yaml --label tandem-1b-flash-attention --precision bf16 \
+    --batch 1 --seq 8192 --steps 2 --warmup 1 --profile --json "$out/bench_1b_flash.json" |
+    grep -v '^{'
+  status[bench_1b_flash]=${PIPESTATUS[0]}
+fi
+
 step "summary"
 for k in "${!status[@]}"; do echo "$k=${status[$k]}"; done >"$out/status.txt"
 "$python" - "$out" <<'PY'
@@ -260,9 +272,11 @@ if runs:
     counts["recorded"] = properties
 b1, b7, hf = load("bench_1b.json"), load("bench_7b_stack.json"), load("hf_1b.json")
 b1a = load("bench_1b_accumulated.json")
+b1f = load("bench_1b_flash.json")
 parity = load("hf_parity.json")
 summary = {"status": status, "tests": counts, "tandem_1b": b1, "tandem_7b_stack": b7, "hf_1b": hf,
-           "tandem_1b_4_micro_batches": b1a, "hf_parity_on_gpu": parity}
+           "tandem_1b_4_micro_batches": b1a, "tandem_1b_flash_attention": b1f,
+           "hf_parity_on_gpu": parity}
 if b1 and hf and hf.get("best"):
     summary["tandem_over_hf_tokens_per_s"] = b1["tokens_per_s"] / hf["best"]["tokens_per_s"]
 try:
@@ -280,12 +294,13 @@ if parity:
           f"{w['bf16_max_kl']:.2e}), from fp32 at most "
           f"{w['bf16_mean_kl_from_fp32_over_hf_farther_bf16']:.3f}x the farther of HF's bf16 "
           f"models (eager, sdpa), {w['bf16_mean_kl_from_fp32_over_hf_bf16']:.3f}x eager's")
-for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7), ("tandem 1B, 4 micro-batches", b1a)):
+for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7), ("tandem 1B, 4 micro-batches", b1a),
+                ("tandem 1B, tensor-core attention", b1f)):
     if b:
         print(f"{name}: {b['tokens_per_s']:.0f} tokens/s, MFU {100 * b['mfu_vs_bf16_peak']:.1f}% of "
               f"{b['peak_bf16_tflops']:.0f} TFLOP/s ({b['precision']}), peak memory "
               f"{b['peak_memory_reserved_gib']:.1f} GiB")
-for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7)):
+for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7), ("tandem 1B, tensor-core attention", b1f)):
     p = (b or {}).get("profile")
     if p:
         print(f"{name}, one step op by op: {p['span_ms']:.1f} ms span, {p['between_ops_ms']:.1f} ms "
@@ -310,7 +325,7 @@ for k in hf_parity bench_1b hf_1b bench_7b; do
 done
 # Steps the time budget or their bound cut short (timeout's 124, or 137 after its kill).
 unfinished=()
-for k in tests tests_training hf_parity bench_1b hf_1b bench_7b bench_1b_accumulated; do
+for k in tests tests_training hf_parity bench_1b hf_1b bench_7b bench_1b_accumulated bench_1b_flash; do
   [[ "${status[$k]:-}" == 124 || "${status[$k]:-}" == 137 ]] && unfinished+=("$k")
 done
 ((${#unfinished[@]})) &&

@@ -336,14 +336,14 @@ TEST_P(CudaBf16Attention, PlainKernelsAreTheRoundedFp32Result) {
   expect_bf16_close(gpu, dv, false, "attention dv vs cpu", terms);
 }
 
-// The default path (cuDNN's fused SDPA where it is loaded and takes the problem, else the plain
-// kernels) against the CPU's bf16 op. cuDNN rounds the probabilities (forward) and dS (backward)
-// to bf16 before their GEMMs: one more rounding of at most u per term, and one of the output, so
-// each output is within 2u of the fp32 result relative to its terms; with the factor 2 of
+// A bf16 attention path that rounds like cuDNN's fused SDPA against the CPU's bf16 op. cuDNN (and
+// tandem's tensor-core kernels) round the probabilities (forward) and P and dS (backward) to bf16
+// before their GEMMs: one more rounding of at most u per term, and one of the output, so each
+// output is within 2u of the fp32 result relative to its terms; with the factor 2 of
 // cuda_test_util.h between the terms' magnitudes and the result's norm, 4u, plus the fp32 bound.
-TEST_P(CudaBf16Attention, DefaultPathMatchesTheCpu) {
+// The distances are recorded (`<prefix>_out`, ...) for the device check's JSON.
+void expect_within_cudnn_rounding(const Bf16AttentionCase& c, const std::string& prefix) {
   REQUIRE_CUDA(gpu);
-  const Bf16AttentionCase& c = GetParam();
   const Shape qs{c.B, c.T, c.Hq, c.D}, ks{c.B, c.T, c.Hkv, c.D}, ls{c.B, c.Hq, c.T};
   Quad q = quad(gpu, qs, bf16_values(qs.numel(), 21)),
        k = quad(gpu, ks, bf16_values(ks.numel(), 22));
@@ -359,9 +359,10 @@ TEST_P(CudaBf16Attention, DefaultPathMatchesTheCpu) {
   gpu.attention_forward(q.gb, k.gb, v.gb, o.gb, lse_g, c.window, scale, dgt);
   testing::cpu_backend().attention_forward(q.cb, k.cb, v.cb, o.cb, lse_c, c.window, scale, dct);
   const double fwd = 4 * kBf16U + reduction_bound(c.D + c.T);
-  EXPECT_LE(gpu_vs_cpu(gpu, o.gb, o.cb), fwd);
-  EXPECT_LE(rel_l2(get(gpu, lse_g), get(testing::cpu_backend(), lse_c)),
-            reduction_bound(c.D + c.T));
+  const double out_distance = gpu_vs_cpu(gpu, o.gb, o.cb);
+  const double lse_distance = rel_l2(get(gpu, lse_g), get(testing::cpu_backend(), lse_c));
+  EXPECT_LE(out_distance, fwd);
+  EXPECT_LE(lse_distance, reduction_bound(c.D + c.T));
 
   Quad dout = quad(gpu, qs, bf16_values(qs.numel(), 24));
   Quad dq = quad_zeros(gpu, qs), dk = quad_zeros(gpu, ks), dv = quad_zeros(gpu, ks);
@@ -372,9 +373,30 @@ TEST_P(CudaBf16Attention, DefaultPathMatchesTheCpu) {
   testing::cpu_backend().attention_backward(q.cb, k.cb, v.cb, o.cb, lse_c, dout.cb, dq.cb, dk.cb,
                                             dv.cb, c.window, scale, dct);
   const double bwd = 4 * kBf16U + reduction_bound(2 * c.D + (c.Hq / c.Hkv) * c.T);
-  EXPECT_LE(gpu_vs_cpu(gpu, dq.gb, dq.cb), bwd);
-  EXPECT_LE(gpu_vs_cpu(gpu, dk.gb, dk.cb), bwd);
-  EXPECT_LE(gpu_vs_cpu(gpu, dv.gb, dv.cb), bwd);
+  const double distances[3] = {gpu_vs_cpu(gpu, dq.gb, dq.cb), gpu_vs_cpu(gpu, dk.gb, dk.cb),
+                               gpu_vs_cpu(gpu, dv.gb, dv.cb)};
+  EXPECT_LE(distances[0], bwd);
+  EXPECT_LE(distances[1], bwd);
+  EXPECT_LE(distances[2], bwd);
+  ::testing::Test::RecordProperty(prefix + "_out", std::to_string(out_distance));
+  ::testing::Test::RecordProperty(prefix + "_lse", std::to_string(lse_distance));
+  ::testing::Test::RecordProperty(prefix + "_dq", std::to_string(distances[0]));
+  ::testing::Test::RecordProperty(prefix + "_dk", std::to_string(distances[1]));
+  ::testing::Test::RecordProperty(prefix + "_dv", std::to_string(distances[2]));
+  ::testing::Test::RecordProperty("attention_path", gpu.describe());
+}
+
+// The default path: cuDNN's fused SDPA where it is loaded and takes the problem, else tandem's
+// tensor-core kernels (the plain kernels above head_dim 128).
+TEST_P(CudaBf16Attention, DefaultPathMatchesTheCpu) {
+  expect_within_cudnn_rounding(GetParam(), "default");
+}
+
+// tandem's tensor-core kernels (attention_flash.cu) on every problem, cuDNN not opened: the path
+// taken where cuDNN is missing or refuses, and for documents.
+TEST_P(CudaBf16Attention, TensorCoreKernelsMatchTheCpu) {
+  const testing::ScopedEnv flash("TANDEM_CUDA_ATTENTION", "flash");
+  expect_within_cudnn_rounding(GetParam(), "flash");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -382,7 +404,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Bf16AttentionCase{2, 77, 6, 2, 64, 0, false},     // GQA, full causal
                       Bf16AttentionCase{2, 77, 6, 2, 64, 5, false},     // small window
                       Bf16AttentionCase{1, 300, 4, 1, 128, 64, false},  // OLMo head_dim, MQA
-                      Bf16AttentionCase{2, 100, 4, 2, 32, 20, true}));  // documents + window
+                      Bf16AttentionCase{2, 100, 4, 2, 32, 20, true},    // documents + window
+                      // head_dims the tensor-core kernels pad (to 16 and to 128)
+                      Bf16AttentionCase{1, 45, 4, 4, 12, 0, true},
+                      Bf16AttentionCase{1, 130, 6, 3, 80, 33, false}));
 
 TEST(CudaBf16, SwigluAddEmbeddingAndRows) {
   REQUIRE_CUDA(gpu);
@@ -518,26 +543,39 @@ TEST(CudaBf16, TokenLogProbsOfBf16Logits) {
   }
 }
 
+// The bits of a bf16 attention forward and backward (window 50, with or without documents).
+std::vector<std::uint16_t> attention_bits(Backend& gpu, bool documents) {
+  const std::int64_t B = 2, T = 200, Hq = 4, Hkv = 2, D = 64;
+  Buffer q = bf16_on(gpu, Shape{B, T, Hq, D}, bf16_values(B * T * Hq * D, 51));
+  Buffer k = bf16_on(gpu, Shape{B, T, Hkv, D}, bf16_values(B * T * Hkv * D, 52));
+  Buffer v = bf16_on(gpu, Shape{B, T, Hkv, D}, bf16_values(B * T * Hkv * D, 53));
+  Buffer o = gpu.allocate(DType::bf16, Shape{B, T, Hq, D});
+  Buffer lse = gpu.allocate(DType::f32, Shape{B, Hq, T});
+  Buffer dq = gpu.allocate(DType::bf16, Shape{B, T, Hq, D});
+  Buffer dk = gpu.allocate(DType::bf16, Shape{B, T, Hkv, D});
+  Buffer dv = gpu.allocate(DType::bf16, Shape{B, T, Hkv, D});
+  Buffer docs = put_i64(gpu, Shape{B * T}, two_documents_per_row(B, T));
+  const Tensor doc = documents ? docs.tensor() : Tensor();
+  gpu.attention_forward(q, k, v, o, lse, 50, 0.125f, doc);
+  gpu.attention_backward(q, k, v, o, lse, o, dq, dk, dv, 50, 0.125f, doc);
+  std::vector<std::uint16_t> all;
+  for (const Buffer* b : {&o, &dq, &dk, &dv}) {
+    const auto x = bits(gpu, *b);
+    all.insert(all.end(), x.begin(), x.end());
+  }
+  const std::vector<float> l = get(gpu, lse);
+  for (float x : l)
+    all.push_back(static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16));
+  return all;
+}
+
 TEST(CudaBf16, OpsAreDeterministic) {
   REQUIRE_CUDA(gpu);
   auto run = [&] {
     std::pair<std::vector<std::uint16_t>, std::vector<float>> result;
     std::vector<std::uint16_t>& all = result.first;
-    const std::int64_t B = 2, T = 200, Hq = 4, Hkv = 2, D = 64, N = B * T, d = 128, V = 3001;
-    Buffer q = bf16_on(gpu, Shape{B, T, Hq, D}, bf16_values(B * T * Hq * D, 51));
-    Buffer k = bf16_on(gpu, Shape{B, T, Hkv, D}, bf16_values(B * T * Hkv * D, 52));
-    Buffer v = bf16_on(gpu, Shape{B, T, Hkv, D}, bf16_values(B * T * Hkv * D, 53));
-    Buffer o = gpu.allocate(DType::bf16, Shape{B, T, Hq, D});
-    Buffer lse = gpu.allocate(DType::f32, Shape{B, Hq, T});
-    Buffer dq = gpu.allocate(DType::bf16, Shape{B, T, Hq, D});
-    Buffer dk = gpu.allocate(DType::bf16, Shape{B, T, Hkv, D});
-    Buffer dv = gpu.allocate(DType::bf16, Shape{B, T, Hkv, D});
-    gpu.attention_forward(q, k, v, o, lse, 50, 0.125f);
-    gpu.attention_backward(q, k, v, o, lse, o, dq, dk, dv, 50, 0.125f);
-    for (const Buffer* b : {&o, &dq, &dk, &dv}) {
-      const auto x = bits(gpu, *b);
-      all.insert(all.end(), x.begin(), x.end());
-    }
+    const std::int64_t N = 400, d = 128, V = 3001;
+    all = attention_bits(gpu, false);
     Buffer x = bf16_on(gpu, Shape{N, d}, bf16_values(N * d, 54));
     Buffer w = bf16_on(gpu, Shape{V, d}, bf16_values(V * d, 55, 0.1f));
     std::vector<std::int64_t> labels(N);
@@ -556,6 +594,26 @@ TEST(CudaBf16, OpsAreDeterministic) {
   const auto a = run(), b = run();
   EXPECT_EQ(a.first, b.first);
   EXPECT_TRUE(bit_identical(a.second, b.second));
+}
+
+TEST(CudaBf16, AnUnknownAttentionChoiceIsRefused) {
+  REQUIRE_GPU();
+  const testing::ScopedEnv typo("TANDEM_CUDA_ATTENTION", "cudnn");
+  try {
+    kernels::make_backend("cuda");
+    ADD_FAILURE() << "TANDEM_CUDA_ATTENTION=cudnn was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected plain or flash"), std::string::npos) << e.what();
+  }
+}
+
+// The tensor-core attention kernels (the default path wherever cuDNN is not) repeat bit for bit,
+// with and without documents.
+TEST(CudaBf16, TensorCoreAttentionIsDeterministic) {
+  const testing::ScopedEnv flash("TANDEM_CUDA_ATTENTION", "flash");
+  REQUIRE_CUDA(gpu);
+  for (bool documents : {false, true})
+    EXPECT_EQ(attention_bits(gpu, documents), attention_bits(gpu, documents)) << documents;
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 //   that see it. Every output element has exactly one writer and a fixed summation order, so the
 //   result is bit-identical from run to run; the price is computing S and P twice in backward.
 #include <cmath>
+#include <type_traits>
 
+#include "tandem/kernels/cuda/attention_masks.cuh"
 #include "tandem/kernels/cuda/device_util.cuh"
 
 namespace tandem::kernels::cuda {
@@ -26,29 +28,11 @@ constexpr int kTile = 32;  // keys (forward, dQ) or queries (dK/dV) per shared t
 constexpr int kPerLane = static_cast<int>(kMaxHeadDim / 32);
 constexpr unsigned kFull = 0xffffffffu;
 
-struct Geometry {
-  i64 B, T, Hq, Hkv, D, window;
-  float scale;
-  const i64* doc_start;  // [B * T] or null
-};
-
-__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
-
-__device__ __forceinline__ bool visible(i64 i, i64 j, i64 window, i64 doc) {
-  return j <= i && (window <= 0 || i - window < j) && j >= doc;
-}
-__device__ __forceinline__ i64 doc_of(const Geometry& g, i64 b, i64 i) {
-  return g.doc_start ? g.doc_start[b * g.T + i] : 0;
-}
-
-// The first key any query of a block starting at row i0 can see: keys before the first query's
-// window and document are visible to no query of the block.
-__device__ __forceinline__ i64 first_visible_key(const Geometry& g, i64 b, i64 i0) {
-  i64 j = g.window > 0 ? i0 - g.window + 1 : 0;
-  if (j < 0) j = 0;
-  const i64 doc = doc_of(g, b, i0);
-  return doc > j ? doc : j;
-}
+using Geometry = detail::AttentionGeometry;
+using detail::doc_of;
+using detail::first_visible_key;
+using detail::neg_inf;
+using detail::visible;
 
 // Loads rows [r0, r0 + kTile) of head `head` of x[B, T, heads, D] into s[kTile][ld] as floats;
 // rows at or past `end` are zero.
@@ -241,23 +225,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     load_row(k, g, b, g.Hkv, kvh, j, k_row);
     load_row(v, g, b, g.Hkv, kvh, j, v_row);
   }
-  if (threadIdx.x == 0) {
-    // Queries past the window of the block's last key, or in a document that starts after it,
-    // see none of its keys (document starts grow along the row: binary search).
-    i64 end = g.window > 0 && last_key + g.window < g.T ? last_key + g.window : g.T;
-    if (g.doc_start) {
-      i64 lo = last_key, hi = end;  // first i in [lo, hi) with doc_start > last_key
-      while (lo < hi) {
-        const i64 mid = lo + (hi - lo) / 2;
-        if (g.doc_start[b * g.T + mid] > last_key)
-          hi = mid;
-        else
-          lo = mid + 1;
-      }
-      end = lo;
-    }
-    query_end = end;
-  }
+  if (threadIdx.x == 0) query_end = detail::query_end_for_keys(g, b, last_key);
   __syncthreads();
   const i64 i_end = query_end;
 
@@ -324,21 +292,13 @@ std::size_t dkdv_smem(i64 D) {
   return sizeof(float) * (2 * kTile * (D + 1) + 2 * kTile + 2 * kWarps * D);
 }
 
-// Kernels needing more than the default 48 KB of dynamic shared memory must ask for it.
-template <typename Kernel>
-void allow_smem(Kernel kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(bytes));
-}
-
 template <typename T>
 void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Geometry& g,
              cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((g.T + kWarps - 1) / kWarps), static_cast<unsigned>(g.Hq),
                   static_cast<unsigned>(g.B));
   const std::size_t smem = forward_smem(g.D);
-  allow_smem(forward_kernel<T>, smem);
+  detail::allow_smem(forward_kernel<T>, smem);
   forward_kernel<T><<<grid, kWarps * 32, smem, stream>>>(q, k, v, out, lse, g);
   check_launch("attention_forward");
 }
@@ -346,18 +306,16 @@ void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Geome
 template <typename T>
 void backward(const T* q, const T* k, const T* v, const T* out, const float* lse, const T* dout,
               T* dq, T* dk, T* dv, float* delta, const Geometry& g, cudaStream_t stream) {
-  const i64 rows = g.B * g.T * g.Hq;
-  delta_kernel<T><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
-      out, dout, delta, g);
-  check_launch("attention_backward (delta)");
+  attention_delta(std::is_same_v<T, float> ? Elem::f32 : Elem::bf16, out, dout, delta, g.B, g.T,
+                  g.Hq, g.D, stream);
   const unsigned tiles = static_cast<unsigned>((g.T + kWarps - 1) / kWarps);
   const std::size_t dq_bytes = dq_smem(g.D);
-  allow_smem(dq_kernel<T>, dq_bytes);
+  detail::allow_smem(dq_kernel<T>, dq_bytes);
   dq_kernel<T><<<dim3(tiles, static_cast<unsigned>(g.Hq), static_cast<unsigned>(g.B)), kWarps * 32,
                  dq_bytes, stream>>>(q, k, v, lse, dout, delta, dq, g);
   check_launch("attention_backward (dq)");
   const std::size_t dkdv_bytes = dkdv_smem(g.D);
-  allow_smem(dkdv_kernel<T>, dkdv_bytes);
+  detail::allow_smem(dkdv_kernel<T>, dkdv_bytes);
   dkdv_kernel<T><<<dim3(tiles, static_cast<unsigned>(g.Hkv), static_cast<unsigned>(g.B)),
                    kWarps * 32, dkdv_bytes, stream>>>(q, k, v, lse, dout, delta, dk, dv, g);
   check_launch("attention_backward (dk, dv)");
@@ -369,6 +327,21 @@ void check_doc_start(const i64* doc_start, i64 B, i64 T, DeviceError* error, cud
   if (B * T == 0) return;
   check_doc_start_kernel<<<detail::grid_for(B * T, 256), 256, 0, stream>>>(doc_start, B, T, error);
   check_launch("attention (document starts)");
+}
+
+void attention_delta(Elem t, const void* out, const void* dout, float* delta, i64 B, i64 T, i64 Hq,
+                     i64 D, cudaStream_t stream) {
+  const i64 rows = B * T * Hq;
+  if (rows == 0) return;
+  const Geometry g{B, T, Hq, Hq, D, 0, 1.0f, nullptr};
+  const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  if (t == Elem::f32)
+    delta_kernel<<<blocks, kWarps * 32, 0, stream>>>(static_cast<const float*>(out),
+                                                     static_cast<const float*>(dout), delta, g);
+  else
+    delta_kernel<<<blocks, kWarps * 32, 0, stream>>>(static_cast<const bf16*>(out),
+                                                     static_cast<const bf16*>(dout), delta, g);
+  check_launch("attention_backward (delta)");
 }
 
 void attention_forward(Elem t, const void* q, const void* k, const void* v, void* out, float* lse,

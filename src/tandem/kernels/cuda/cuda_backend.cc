@@ -78,6 +78,7 @@ struct CudaBackend::State {
   std::unique_ptr<cuda::CudnnAttention> cudnn;
 #endif
   std::string attention_note;      // why bf16 attention takes the path it takes
+  bool flash = true;               // bf16 attention on the tensor-core kernels where cuDNN's is not
   std::vector<cudaEvent_t> marks;  // the op profile's timing events, reused between profiles
   std::size_t marks_used = 0;
   bool refusal_reported = false;
@@ -88,9 +89,10 @@ struct CudaBackend::State {
     if (refusal_reported) return;
     refusal_reported = true;
     const std::string line = fmt::format(
-        "cuDNN refused attention {} for B={} T={} Hq={} Hkv={} D={} window={} ({}); the plain "
-        "kernels run instead",
-        pass, B, T, Hq, Hkv, D, window, cudnn->last_refusal());
+        "cuDNN refused attention {} for B={} T={} Hq={} Hkv={} D={} window={} ({}); tandem's "
+        "{} kernels run instead",
+        pass, B, T, Hq, Hkv, D, window, cudnn->last_refusal(),
+        flash && cuda::flash_attention_supports(D) ? "tensor-core" : "plain");
     fmt::print(stderr, "cuda: {}\n", line);
     attention_note += "; " + line;
   }
@@ -155,6 +157,12 @@ struct CudaBackend::State {
 };
 
 CudaBackend::CudaBackend() : s_(std::make_unique<State>()) {
+  // TANDEM_CUDA_ATTENTION: plain (the plain kernels for everything), flash (tandem's tensor-core
+  // kernels for bf16, cuDNN not opened), unset: cuDNN first.
+  const std::string forced =
+      std::getenv("TANDEM_CUDA_ATTENTION") ? std::getenv("TANDEM_CUDA_ATTENTION") : "";
+  TANDEM_CHECK(forced.empty() || forced == "plain" || forced == "flash",
+               "TANDEM_CUDA_ATTENTION={}: expected plain or flash (or unset)", forced);
   std::string why;
   TANDEM_CHECK(cuda_device_count(&why) > 0, "backend 'cuda': no CUDA GPU is visible ({})", why);
   check(cudaGetDevice(&s_->device), "cudaGetDevice");
@@ -168,23 +176,28 @@ CudaBackend::CudaBackend() : s_(std::make_unique<State>()) {
   s_->error_host = static_cast<cuda::DeviceError*>(pinned);
   s_->gemm_workspace = s_->memory.allocate(kGemmWorkspaceBytes);
   s_->gemm = std::make_unique<cuda::LtGemm>(s_->stream, s_->gemm_workspace, kGemmWorkspaceBytes);
-  const char* forced = std::getenv("TANDEM_CUDA_ATTENTION");
-#ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  if (forced && std::string(forced) == "plain") {
+  s_->flash = forced != "plain";
+  const std::string fallback = fmt::format(
+      "tensor-core kernels for bf16 up to head_dim {}, plain kernels for fp32 and larger heads",
+      cuda::kFlashMaxHeadDim);
+  if (forced == "plain") {
     s_->attention_note = "plain kernels (TANDEM_CUDA_ATTENTION=plain)";
+  } else if (forced == "flash") {
+    s_->attention_note = fallback + " (TANDEM_CUDA_ATTENTION=flash)";
   } else {
+#ifdef TANDEM_HAVE_CUDNN_FRONTEND
     std::string reason;
     s_->cudnn = cuda::CudnnAttention::open(s_->stream, s_->memory, &reason);
-    s_->attention_note = s_->cudnn ? fmt::format(
-                                         "cuDNN {} fused SDPA for bf16 (deterministic "
-                                         "backward), plain kernels for fp32 and documents",
-                                         s_->cudnn->version())
-                                   : fmt::format("plain kernels (cuDNN unavailable: {})", reason);
-  }
+    s_->attention_note = s_->cudnn
+                             ? fmt::format(
+                                   "cuDNN {} fused SDPA for bf16 (deterministic backward); {} "
+                                   "where cuDNN does not apply (documents, refused shapes)",
+                                   s_->cudnn->version(), fallback)
+                             : fmt::format("{} (cuDNN unavailable: {})", fallback, reason);
 #else
-  (void)forced;
-  s_->attention_note = "plain kernels (built without the cuDNN frontend)";
+    s_->attention_note = fallback + " (built without the cuDNN frontend)";
 #endif
+  }
   s_->sync("creating the CUDA backend");
 }
 
@@ -496,6 +509,11 @@ void CudaBackend::do_attention_forward(const Tensor& q, const Tensor& k, const T
     s_->note_refusal("forward", B, T, Hq, Hkv, D, window);
   }
 #endif
+  if (e == Elem::bf16 && s_->flash && cuda::flash_attention_supports(D)) {
+    cuda::flash_attention_forward(q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), B, T,
+                                  Hq, Hkv, D, window, scale, i64_or_null(doc_start), s_->stream);
+    return;
+  }
   check_head_dim(q, "attention_forward");
   cuda::attention_forward(e, q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), B, T, Hq,
                           Hkv, D, window, scale, i64_or_null(doc_start), s_->stream);
@@ -516,8 +534,15 @@ void CudaBackend::do_attention_backward(const Tensor& q, const Tensor& k, const 
     s_->note_refusal("backward", B, T, Hq, Hkv, D, window);
   }
 #endif
-  check_head_dim(q, "attention_backward");
   State::Scratch delta(s_->memory, static_cast<std::size_t>(B * Hq * T) * sizeof(float));
+  if (e == Elem::bf16 && s_->flash && cuda::flash_attention_supports(D)) {
+    cuda::attention_delta(e, out.data(), dout.data(), delta.as<float>(), B, T, Hq, D, s_->stream);
+    cuda::flash_attention_backward(q.data(), k.data(), v.data(), f32_or_null(lse), dout.data(),
+                                   delta.as<float>(), dq.data(), dk.data(), dv.data(), B, T, Hq,
+                                   Hkv, D, window, scale, i64_or_null(doc_start), s_->stream);
+    return;
+  }
+  check_head_dim(q, "attention_backward");
   cuda::attention_backward(e, q.data(), k.data(), v.data(), out.data(), f32_or_null(lse),
                            dout.data(), dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D, window,
                            scale, i64_or_null(doc_start), delta.as<float>(), s_->stream);

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "tandem/kernels/cuda/launch.h"
@@ -97,6 +98,14 @@ __device__ __forceinline__ void report(DeviceError* e, int code, long long value
 inline unsigned grid_for(i64 n, int threads) {
   const i64 blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+// Kernels needing more than the default 48 KB of dynamic shared memory must ask for it.
+template <typename Kernel>
+void allow_smem(Kernel kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(bytes));
 }
 
 }  // namespace tandem::kernels::cuda::detail

@@ -92,6 +92,23 @@ void attention_backward(Elem t, const void* q, const void* k, const void* v, con
                         const float* lse, const void* dout, void* dq, void* dk, void* dv, i64 B,
                         i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
                         const i64* doc_start, float* delta, cudaStream_t stream);
+// delta[b, h, i] = sum_c out[b, i, h, c] * dout[b, i, h, c] (B * Hq * T floats), in fp32.
+void attention_delta(Elem t, const void* out, const void* dout, float* delta, i64 B, i64 T, i64 Hq,
+                     i64 D, cudaStream_t stream);
+
+// ---- attention (attention_flash.cu): tensor-core kernels for bf16 ----
+// Same interface and saved lse as the plain kernels, bf16 tensors only, head_dim up to 128; P
+// (and in the backward dS) rounded to bf16 before their products, as cuDNN's fused SDPA does.
+constexpr i64 kFlashMaxHeadDim = 128;
+bool flash_attention_supports(i64 head_dim);
+void flash_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
+                             i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                             const i64* doc_start, cudaStream_t stream);
+// delta: attention_delta's result for the forward's output and dout.
+void flash_attention_backward(const void* q, const void* k, const void* v, const float* lse,
+                              const void* dout, const float* delta, void* dq, void* dk, void* dv,
+                              i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                              const i64* doc_start, cudaStream_t stream);
 
 // ---- losses (cross_entropy.cu) ----
 // One chunk of the fused lm_head + CE + z-loss, in place on logits[rows, V] (fp32): per row

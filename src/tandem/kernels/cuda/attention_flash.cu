@@ -1,0 +1,430 @@
+// Tensor-core attention for bf16: flash-attention 2's tiling on mma.sync m16n8k16 (mma.cuh),
+// causal, sliding window, GQA, optional intra-document masking, head_dim up to 128. It is the
+// path bf16 attention takes where cuDNN's fused SDPA does not (libcudnn missing, a problem cuDNN
+// refuses, documents), in place of the plain kernels' fp32 arithmetic on CUDA cores.
+//
+// Numerics are cuDNN's: scores and every sum in fp32 (the tensor cores' accumulators, fixed-order
+// quad shuffles for the softmax rows), the probabilities rounded to bf16 before P V, and P and dS
+// rounded to bf16 before the backward's products; lse is the natural log of the scaled scores'
+// sum, the quantity the plain kernels and cuDNN save, so a forward on one path and a backward on
+// another agree. Deterministic: no atomics; the backward takes the plain kernels' two passes
+// (dQ over query rows, then dK and dV over key rows, each output with one writer).
+//
+// Layout: a block is 4 warps; each warp owns 16 rows (queries in the forward and dQ, keys in
+// dK/dV) and the block walks 64-row tiles of the other side through shared memory. Shared rows
+// are head_dim rounded up to a multiple of 16 (zero-filled), plus 8 bf16 of padding so that each
+// fragment load's 32 lanes hit 32 banks.
+#include "tandem/kernels/cuda/attention_masks.cuh"
+#include "tandem/kernels/cuda/mma.cuh"
+
+namespace tandem::kernels::cuda {
+namespace {
+
+using detail::bf16;
+
+constexpr int kWarps = 4;
+constexpr int kRows = 16 * kWarps;  // rows a block owns: queries (forward, dQ) or keys (dK/dV)
+constexpr int kCols = 64;           // rows of the other side per shared tile
+constexpr int kPad = 8;
+
+using Geometry = detail::AttentionGeometry;
+using detail::doc_of;
+using detail::first_visible_key;
+using detail::neg_inf;
+using detail::visible;
+
+// s[r][c] = x[b, r0 + r, head, c] for 64 rows and Dp columns: zero at rows >= end, columns >= D.
+template <int Dp>
+__device__ void load_tile(const bf16* x, const Geometry& g, i64 b, i64 heads, i64 head, i64 r0,
+                          i64 end, bf16* s) {
+  constexpr int ld = Dp + kPad;
+  const bf16 zero = __ushort_as_bfloat16(0);
+  for (int e = threadIdx.x; e < 64 * Dp; e += blockDim.x) {
+    const int r = e / Dp, c = e % Dp;
+    const i64 row = r0 + r;
+    s[r * ld + c] = row < end && c < g.D ? x[((b * g.T + row) * heads + head) * g.D + c] : zero;
+  }
+}
+
+// Sum over the 4 lanes holding one accumulator row (lanes 4g .. 4g+3), same order every run.
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// Row `r` (0: g, 1: g + 8) and column of accumulator element e of an 8-column tile.
+__device__ __forceinline__ int acc_row(int e) { return (threadIdx.x & 31) / 4 + 8 * (e >> 1); }
+__device__ __forceinline__ int acc_col(int e) { return 2 * (threadIdx.x & 3) + (e & 1); }
+
+// Writes a warp's 16 x Dp accumulator rows (times `factor`) into x[b, row, head, :] as bf16.
+template <int Dp>
+__device__ void store_rows(bf16* x, const Geometry& g, i64 b, i64 heads, i64 head, i64 row0,
+                           const float (&acc)[Dp / 8][4], const float factor[2]) {
+#pragma unroll
+  for (int dt = 0; dt < Dp / 8; ++dt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const i64 row = row0 + acc_row(e);
+      const int c = dt * 8 + acc_col(e);
+      if (row < g.T && c < g.D)
+        x[((b * g.T + row) * heads + head) * g.D + c] =
+            detail::to_bf16(acc[dt][e] * factor[e >> 1]);
+    }
+  }
+}
+
+// ---- forward ----
+
+template <int Dp>
+__global__ void __launch_bounds__(kWarps * 32)
+    flash_forward_kernel(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                         Geometry g) {
+  extern __shared__ bf16 smem[];
+  constexpr int ld = Dp + kPad;
+  bf16* qs = smem;             // [kRows][ld]
+  bf16* ks = qs + kRows * ld;  // [kCols][ld]
+  bf16* vs = ks + kCols * ld;  // [kCols][ld]
+  const int warp = threadIdx.x >> 5;
+  const i64 i0 = i64{blockIdx.x} * kRows, h = blockIdx.y, b = blockIdx.z;
+  const i64 kvh = h / (g.Hq / g.Hkv);
+  const i64 last = (i0 + kRows < g.T ? i0 + kRows : g.T) - 1;  // the block's last query
+  const i64 w0 = i0 + warp * 16;                               // the warp's first query
+  load_tile<Dp>(q, g, b, g.Hq, h, i0, g.T, qs);
+  i64 row[2], doc[2];
+  for (int r = 0; r < 2; ++r) {
+    row[r] = w0 + acc_row(2 * r);
+    doc[r] = row[r] < g.T ? doc_of(g, b, row[r]) : 0;
+  }
+
+  float o[Dp / 8][4] = {};
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
+  for (i64 jt = first_visible_key(g, b, i0); jt <= last; jt += kCols) {
+    __syncthreads();
+    load_tile<Dp>(k, g, b, g.Hkv, kvh, jt, last + 1, ks);
+    load_tile<Dp>(v, g, b, g.Hkv, kvh, jt, last + 1, vs);
+    __syncthreads();
+    if (jt > w0 + 15) continue;  // every key of the tile is after the warp's queries
+
+    float s[kCols / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < Dp / 16; ++kk) {
+      unsigned a[4];
+      detail::load_a(a, qs, ld, warp * 16, kk * 16);
+#pragma unroll
+      for (int nt = 0; nt < kCols / 8; ++nt) {
+        unsigned bk[2];
+        detail::load_b_rows_n(bk, ks, ld, nt * 8, kk * 16);
+        detail::mma_16x8x16(s[nt], a, bk);
+      }
+    }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nt = 0; nt < kCols / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const i64 j = jt + nt * 8 + acc_col(e);
+        const bool seen = row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]);
+        s[nt][e] = seen ? s[nt][e] * g.scale : neg_inf();
+        mx[r] = fmaxf(mx[r], s[nt][e]);
+      }
+    }
+    float correction[2], sum[2] = {0.0f, 0.0f};
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = quad_max(mx[r]);
+      // Nothing seen by this row yet: its o and l are zero, any factor leaves them so.
+      correction[r] = mx[r] == neg_inf() ? 1.0f : expf(m[r] - mx[r]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < kCols / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        s[nt][e] = s[nt][e] == neg_inf() ? 0.0f : expf(s[nt][e] - mx[r]);
+        sum[r] += s[nt][e];
+      }
+    }
+    for (int r = 0; r < 2; ++r) {
+      l[r] = l[r] * correction[r] + quad_sum(sum[r]);
+      m[r] = mx[r];
+    }
+#pragma unroll
+    for (int dt = 0; dt < Dp / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e >> 1];
+#pragma unroll
+    for (int kk = 0; kk < kCols / 16; ++kk) {
+      unsigned p[4];
+      detail::accumulators_to_a(p, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int dt = 0; dt < Dp / 8; ++dt) {
+        unsigned bv[2];
+        detail::load_b_rows_k(bv, vs, ld, kk * 16, dt * 8);
+        detail::mma_16x8x16(o[dt], p, bv);
+      }
+    }
+  }
+  const float inv[2] = {1.0f / l[0], 1.0f / l[1]};
+  store_rows<Dp>(out, g, b, g.Hq, h, w0, o, inv);
+  if ((threadIdx.x & 3) == 0) {
+    for (int r = 0; r < 2; ++r)
+      if (row[r] < g.T) lse[(b * g.Hq + h) * g.T + row[r]] = m[r] + logf(l[r]);
+  }
+}
+
+// ---- backward ----
+
+template <int Dp>
+__global__ void __launch_bounds__(kWarps * 32)
+    flash_dq_kernel(const bf16* q, const bf16* k, const bf16* v, const float* lse, const bf16* dout,
+                    const float* delta, bf16* dq, Geometry g) {
+  extern __shared__ bf16 smem[];
+  constexpr int ld = Dp + kPad;
+  bf16* qs = smem;              // [kRows][ld]
+  bf16* dos = qs + kRows * ld;  // [kRows][ld]
+  bf16* ks = dos + kRows * ld;  // [kCols][ld]
+  bf16* vs = ks + kCols * ld;   // [kCols][ld]
+  const int warp = threadIdx.x >> 5;
+  const i64 i0 = i64{blockIdx.x} * kRows, h = blockIdx.y, b = blockIdx.z;
+  const i64 kvh = h / (g.Hq / g.Hkv);
+  const i64 last = (i0 + kRows < g.T ? i0 + kRows : g.T) - 1;
+  const i64 w0 = i0 + warp * 16;
+  load_tile<Dp>(q, g, b, g.Hq, h, i0, g.T, qs);
+  load_tile<Dp>(dout, g, b, g.Hq, h, i0, g.T, dos);
+  i64 row[2], doc[2];
+  float lse_r[2], delta_r[2];
+  for (int r = 0; r < 2; ++r) {
+    row[r] = w0 + acc_row(2 * r);
+    const bool in = row[r] < g.T;
+    doc[r] = in ? doc_of(g, b, row[r]) : 0;
+    lse_r[r] = in ? lse[(b * g.Hq + h) * g.T + row[r]] : 0.0f;
+    delta_r[r] = in ? delta[(b * g.Hq + h) * g.T + row[r]] : 0.0f;
+  }
+
+  float acc[Dp / 8][4] = {};
+  for (i64 jt = first_visible_key(g, b, i0); jt <= last; jt += kCols) {
+    __syncthreads();
+    load_tile<Dp>(k, g, b, g.Hkv, kvh, jt, last + 1, ks);
+    load_tile<Dp>(v, g, b, g.Hkv, kvh, jt, last + 1, vs);
+    __syncthreads();
+#pragma unroll
+    for (int kc = 0; kc < kCols / 16; ++kc) {
+      if (jt + kc * 16 > w0 + 15) break;  // keys after every query of the warp
+      float s[2][4] = {}, dp[2][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < Dp / 16; ++kk) {
+        unsigned aq[4], ado[4];
+        detail::load_a(aq, qs, ld, warp * 16, kk * 16);
+        detail::load_a(ado, dos, ld, warp * 16, kk * 16);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          unsigned bk[2], bv[2];
+          detail::load_b_rows_n(bk, ks, ld, kc * 16 + n * 8, kk * 16);
+          detail::load_b_rows_n(bv, vs, ld, kc * 16 + n * 8, kk * 16);
+          detail::mma_16x8x16(s[n], aq, bk);
+          detail::mma_16x8x16(dp[n], ado, bv);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          const i64 j = jt + kc * 16 + n * 8 + acc_col(e);
+          const bool seen = row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]);
+          const float p = seen ? expf(s[n][e] * g.scale - lse_r[r]) : 0.0f;
+          s[n][e] = p * (dp[n][e] - delta_r[r]);  // dS
+        }
+      }
+      unsigned ds[4];
+      detail::accumulators_to_a(ds, s[0], s[1]);
+#pragma unroll
+      for (int dt = 0; dt < Dp / 8; ++dt) {
+        unsigned bk[2];
+        detail::load_b_rows_k(bk, ks, ld, kc * 16, dt * 8);
+        detail::mma_16x8x16(acc[dt], ds, bk);
+      }
+    }
+  }
+  const float scale[2] = {g.scale, g.scale};
+  store_rows<Dp>(dq, g, b, g.Hq, h, w0, acc, scale);
+}
+
+template <int Dp>
+__global__ void __launch_bounds__(kWarps * 32)
+    flash_dkdv_kernel(const bf16* q, const bf16* k, const bf16* v, const float* lse,
+                      const bf16* dout, const float* delta, bf16* dk, bf16* dv, Geometry g) {
+  extern __shared__ i64 shared_words[];
+  __shared__ i64 query_end;
+  constexpr int ld = Dp + kPad;
+  i64* doc_s = shared_words;                               // [kCols]
+  float* lse_s = reinterpret_cast<float*>(doc_s + kCols);  // [kCols]
+  float* delta_s = lse_s + kCols;                          // [kCols]
+  bf16* ks = reinterpret_cast<bf16*>(delta_s + kCols);     // [kRows][ld]
+  bf16* vs = ks + kRows * ld;                              // [kRows][ld]
+  bf16* qs = vs + kRows * ld;                              // [kCols][ld]
+  bf16* dos = qs + kCols * ld;                             // [kCols][ld]
+  const int warp = threadIdx.x >> 5;
+  const i64 j0 = i64{blockIdx.x} * kRows, kvh = blockIdx.y, b = blockIdx.z;
+  const i64 group = g.Hq / g.Hkv;
+  const i64 last_key = (j0 + kRows < g.T ? j0 + kRows : g.T) - 1;
+  const i64 w0 = j0 + warp * 16;  // the warp's first key
+  load_tile<Dp>(k, g, b, g.Hkv, kvh, j0, g.T, ks);
+  load_tile<Dp>(v, g, b, g.Hkv, kvh, j0, g.T, vs);
+  if (threadIdx.x == 0) query_end = detail::query_end_for_keys(g, b, last_key);
+  __syncthreads();
+  const i64 i_end = query_end;
+  i64 key[2];
+  for (int r = 0; r < 2; ++r) key[r] = w0 + acc_row(2 * r);
+
+  float acc_k[Dp / 8][4] = {}, acc_v[Dp / 8][4] = {};
+  for (i64 h = kvh * group; h < (kvh + 1) * group; ++h) {
+    for (i64 it = j0; it < i_end; it += kCols) {
+      __syncthreads();
+      load_tile<Dp>(q, g, b, g.Hq, h, it, i_end, qs);
+      load_tile<Dp>(dout, g, b, g.Hq, h, it, i_end, dos);
+      if (threadIdx.x < kCols) {
+        const i64 i = it + threadIdx.x;
+        const bool in = i < i_end;
+        doc_s[threadIdx.x] = in ? doc_of(g, b, i) : 0;
+        lse_s[threadIdx.x] = in ? lse[(b * g.Hq + h) * g.T + i] : 0.0f;
+        delta_s[threadIdx.x] = in ? delta[(b * g.Hq + h) * g.T + i] : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int qc = 0; qc < kCols / 16; ++qc) {
+        if (it + qc * 16 + 15 < w0) continue;  // queries before every key of the warp
+        float s[2][4] = {}, dp[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < Dp / 16; ++kk) {
+          unsigned ak[4], av[4];
+          detail::load_a(ak, ks, ld, warp * 16, kk * 16);
+          detail::load_a(av, vs, ld, warp * 16, kk * 16);
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            unsigned bq[2], bdo[2];
+            detail::load_b_rows_n(bq, qs, ld, qc * 16 + n * 8, kk * 16);
+            detail::load_b_rows_n(bdo, dos, ld, qc * 16 + n * 8, kk * 16);
+            detail::mma_16x8x16(s[n], ak, bq);    // S^T: keys x queries
+            detail::mma_16x8x16(dp[n], av, bdo);  // dP^T
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = qc * 16 + n * 8 + acc_col(e);
+            const i64 i = it + c, j = key[e >> 1];
+            const bool seen = j < g.T && i < i_end && visible(i, j, g.window, doc_s[c]);
+            const float p = seen ? expf(s[n][e] * g.scale - lse_s[c]) : 0.0f;
+            s[n][e] = p;
+            dp[n][e] = p * (dp[n][e] - delta_s[c]);  // dS^T
+          }
+        }
+        unsigned pt[4], dst[4];
+        detail::accumulators_to_a(pt, s[0], s[1]);
+        detail::accumulators_to_a(dst, dp[0], dp[1]);
+#pragma unroll
+        for (int dt = 0; dt < Dp / 8; ++dt) {
+          unsigned bdo[2], bq[2];
+          detail::load_b_rows_k(bdo, dos, ld, qc * 16, dt * 8);
+          detail::load_b_rows_k(bq, qs, ld, qc * 16, dt * 8);
+          detail::mma_16x8x16(acc_v[dt], pt, bdo);
+          detail::mma_16x8x16(acc_k[dt], dst, bq);
+        }
+      }
+    }
+  }
+  const float one[2] = {1.0f, 1.0f}, scale[2] = {g.scale, g.scale};
+  store_rows<Dp>(dk, g, b, g.Hkv, kvh, w0, acc_k, scale);
+  store_rows<Dp>(dv, g, b, g.Hkv, kvh, w0, acc_v, one);
+}
+
+constexpr std::size_t tile_bytes(int Dp) { return sizeof(bf16) * 64 * (Dp + kPad); }
+
+template <int Dp>
+void forward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse, const Geometry& g,
+             cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((g.T + kRows - 1) / kRows), static_cast<unsigned>(g.Hq),
+                  static_cast<unsigned>(g.B));
+  const std::size_t smem = 3 * tile_bytes(Dp);
+  detail::allow_smem(flash_forward_kernel<Dp>, smem);
+  flash_forward_kernel<Dp><<<grid, kWarps * 32, smem, stream>>>(q, k, v, out, lse, g);
+  check_launch("attention_forward (tensor cores)");
+}
+
+template <int Dp>
+void backward(const bf16* q, const bf16* k, const bf16* v, const float* lse, const bf16* dout,
+              const float* delta, bf16* dq, bf16* dk, bf16* dv, const Geometry& g,
+              cudaStream_t stream) {
+  const unsigned tiles = static_cast<unsigned>((g.T + kRows - 1) / kRows);
+  const std::size_t dq_smem = 4 * tile_bytes(Dp);
+  detail::allow_smem(flash_dq_kernel<Dp>, dq_smem);
+  flash_dq_kernel<Dp><<<dim3(tiles, static_cast<unsigned>(g.Hq), static_cast<unsigned>(g.B)),
+                        kWarps * 32, dq_smem, stream>>>(q, k, v, lse, dout, delta, dq, g);
+  check_launch("attention_backward (dq, tensor cores)");
+  const std::size_t dkdv_smem = kCols * (sizeof(i64) + 2 * sizeof(float)) + 4 * tile_bytes(Dp);
+  detail::allow_smem(flash_dkdv_kernel<Dp>, dkdv_smem);
+  flash_dkdv_kernel<Dp><<<dim3(tiles, static_cast<unsigned>(g.Hkv), static_cast<unsigned>(g.B)),
+                          kWarps * 32, dkdv_smem, stream>>>(q, k, v, lse, dout, delta, dk, dv, g);
+  check_launch("attention_backward (dk, dv, tensor cores)");
+}
+
+// The head_dim rounded up to the kernels' instantiations (16, 32, 64, 128).
+int padded_head_dim(i64 D) { return D <= 16 ? 16 : D <= 32 ? 32 : D <= 64 ? 64 : 128; }
+
+}  // namespace
+
+bool flash_attention_supports(i64 head_dim) { return head_dim > 0 && head_dim <= kFlashMaxHeadDim; }
+
+void flash_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
+                             i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                             const i64* doc_start, cudaStream_t stream) {
+  if (B * T * Hq == 0) return;
+  const Geometry g{B, T, Hq, Hkv, D, window, scale, doc_start};
+  const auto* qb = static_cast<const bf16*>(q);
+  const auto* kb = static_cast<const bf16*>(k);
+  const auto* vb = static_cast<const bf16*>(v);
+  auto* ob = static_cast<bf16*>(out);
+  switch (padded_head_dim(D)) {
+    case 16:
+      return forward<16>(qb, kb, vb, ob, lse, g, stream);
+    case 32:
+      return forward<32>(qb, kb, vb, ob, lse, g, stream);
+    case 64:
+      return forward<64>(qb, kb, vb, ob, lse, g, stream);
+    default:
+      return forward<128>(qb, kb, vb, ob, lse, g, stream);
+  }
+}
+
+void flash_attention_backward(const void* q, const void* k, const void* v, const float* lse,
+                              const void* dout, const float* delta, void* dq, void* dk, void* dv,
+                              i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
+                              const i64* doc_start, cudaStream_t stream) {
+  if (B * T * Hq == 0) return;
+  const Geometry g{B, T, Hq, Hkv, D, window, scale, doc_start};
+  const auto* qb = static_cast<const bf16*>(q);
+  const auto* kb = static_cast<const bf16*>(k);
+  const auto* vb = static_cast<const bf16*>(v);
+  const auto* dob = static_cast<const bf16*>(dout);
+  auto* dqb = static_cast<bf16*>(dq);
+  auto* dkb = static_cast<bf16*>(dk);
+  auto* dvb = static_cast<bf16*>(dv);
+  switch (padded_head_dim(D)) {
+    case 16:
+      return backward<16>(qb, kb, vb, lse, dob, delta, dqb, dkb, dvb, g, stream);
+    case 32:
+      return backward<32>(qb, kb, vb, lse, dob, delta, dqb, dkb, dvb, g, stream);
+    case 64:
+      return backward<64>(qb, kb, vb, lse, dob, delta, dqb, dkb, dvb, g, stream);
+    default:
+      return backward<128>(qb, kb, vb, lse, dob, delta, dqb, dkb, dvb, g, stream);
+  }
+}
+
+}  // namespace tandem::kernels::cuda

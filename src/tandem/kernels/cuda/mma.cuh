@@ -1,0 +1,112 @@
+// Warp-level bf16 tensor-core products (internal): one mma.sync m16n8k16 with fp32 accumulators,
+// and loads of its operand fragments from row-major bf16 tiles in shared memory.
+//
+// Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16), with g = lane / 4
+// and t = lane % 4; each 32-bit register holds two bf16, the lower-indexed one in its low half:
+//   A (16 x 16, row major): a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
+//                           a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9]
+//   B (16 x 8):             b[0] = B[2t, 2t+1][g],  b[1] = B[2t+8, 2t+9][g]
+//   C, D (16 x 8, fp32):    c[0], c[1] = C[g][2t, 2t+1], c[2], c[3] = C[g+8][2t, 2t+1]
+// So an accumulator tile pair (16 x 16 of C) becomes an A fragment without moving between lanes:
+// flash attention's P and dS feed the next product from the registers that computed them.
+#pragma once
+
+#include "tandem/kernels/cuda/device_util.cuh"
+
+namespace tandem::kernels::cuda::detail {
+
+__device__ __forceinline__ unsigned pack_bf16(bf16 lo, bf16 hi) {
+  return static_cast<unsigned>(__bfloat16_as_ushort(lo)) |
+         (static_cast<unsigned>(__bfloat16_as_ushort(hi)) << 16);
+}
+// Two fp32 values rounded to bf16 (to_bf16: the backend's one rounding) and packed.
+__device__ __forceinline__ unsigned pack_f32(float lo, float hi) {
+  return pack_bf16(to_bf16(lo), to_bf16(hi));
+}
+__device__ __forceinline__ float low_f32(unsigned x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float high_f32(unsigned x) { return __uint_as_float(x & 0xFFFF0000u); }
+
+// Two consecutive bf16 of shared memory (4-byte aligned) as one register.
+__device__ __forceinline__ unsigned pair_at(const bf16* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const unsigned*>(p);
+#else
+  return pack_bf16(p[0], p[1]);
+#endif
+}
+
+// c += A * B. On the GPU one mma.sync; elsewhere (the CUDA emulator) the same product built from
+// warp shuffles of the documented fragments, so a layout mistake in the callers shows there too.
+__device__ __forceinline__ void mma_16x8x16(float c[4], const unsigned a[4], const unsigned b[2]) {
+#ifdef __CUDA_ARCH__
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  for (int src = 0; src < 4; ++src) {  // the lanes holding k = 2 src, 2 src + 1, +8, +9
+    const int a_lane = g * 4 + src;    // row g's (and g + 8's) values of those k
+    const unsigned a0 = __shfl_sync(0xffffffffu, a[0], a_lane);
+    const unsigned a1 = __shfl_sync(0xffffffffu, a[1], a_lane);
+    const unsigned a2 = __shfl_sync(0xffffffffu, a[2], a_lane);
+    const unsigned a3 = __shfl_sync(0xffffffffu, a[3], a_lane);
+    for (int col = 0; col < 2; ++col) {
+      const int b_lane = (2 * t + col) * 4 + src;  // column 2t + col's values of those k
+      const unsigned b0 = __shfl_sync(0xffffffffu, b[0], b_lane);
+      const unsigned b1 = __shfl_sync(0xffffffffu, b[1], b_lane);
+      c[col] += low_f32(a0) * low_f32(b0) + high_f32(a0) * high_f32(b0) +
+                low_f32(a2) * low_f32(b1) + high_f32(a2) * high_f32(b1);
+      c[2 + col] += low_f32(a1) * low_f32(b0) + high_f32(a1) * high_f32(b0) +
+                    low_f32(a3) * low_f32(b1) + high_f32(a3) * high_f32(b1);
+    }
+  }
+#endif
+}
+
+// Fragment loads from a row-major tile `s` with leading dimension `ld` (even; the tile's rows
+// padded so that the 32 lanes of a load hit distinct banks).
+struct FragmentLane {
+  int g, t;
+  __device__ FragmentLane() : g((threadIdx.x & 31) >> 2), t(threadIdx.x & 3) {}
+};
+
+// A = s[r0 .. r0+16)[c0 .. c0+16).
+__device__ __forceinline__ void load_a(unsigned a[4], const bf16* s, int ld, int r0, int c0) {
+  const FragmentLane f;
+  const bf16* p = s + (r0 + f.g) * ld + c0 + 2 * f.t;
+  a[0] = pair_at(p);
+  a[1] = pair_at(p + 8 * ld);
+  a[2] = pair_at(p + 8);
+  a[3] = pair_at(p + 8 * ld + 8);
+}
+
+// B[k][n] = s[n0 + n][k0 + k]: the tile's rows are B's columns (K for S = Q K^T).
+__device__ __forceinline__ void load_b_rows_n(unsigned b[2], const bf16* s, int ld, int n0,
+                                              int k0) {
+  const FragmentLane f;
+  const bf16* p = s + (n0 + f.g) * ld + k0 + 2 * f.t;
+  b[0] = pair_at(p);
+  b[1] = pair_at(p + 8);
+}
+
+// B[k][n] = s[k0 + k][n0 + n]: the tile's rows are B's rows (V for O = P V).
+__device__ __forceinline__ void load_b_rows_k(unsigned b[2], const bf16* s, int ld, int k0,
+                                              int n0) {
+  const FragmentLane f;
+  const bf16* p = s + (k0 + 2 * f.t) * ld + n0 + f.g;
+  b[0] = pack_bf16(p[0], p[ld]);
+  b[1] = pack_bf16(p[8 * ld], p[9 * ld]);
+}
+
+// Two accumulator tiles (columns 0-7 and 8-15 of a 16 x 16 product) as an A fragment, rounded.
+__device__ __forceinline__ void accumulators_to_a(unsigned a[4], const float lo[4],
+                                                  const float hi[4]) {
+  a[0] = pack_f32(lo[0], lo[1]);
+  a[1] = pack_f32(lo[2], lo[3]);
+  a[2] = pack_f32(hi[0], hi[1]);
+  a[3] = pack_f32(hi[2], hi[3]);
+}
+
+}  // namespace tandem::kernels::cuda::detail
