@@ -96,8 +96,8 @@ TEST(InitFrom, HfReleaseWithOnlyTheTokenizersRowsIsPaddedToTheConfigsEmbedding) 
 
 // OLMo 2's HF releases store every embedding row they trained (config.json vocab_size 100352 for
 // the tokenizer's 100278): such a model fits a config of the tokenizer's vocabulary padded to that
-// many rows, and its extra rows load as they are. A model with fewer rows than the config's
-// vocabulary is another tokenizer's: refused.
+// many rows, and its extra rows load as they are, also after conversion to a tandem model. A model
+// with fewer rows than the config's vocabulary is another tokenizer's: refused.
 TEST(InitFrom, HfReleaseWithAllItsPaddedRowsLoadsThemAsTheyAre) {
   const std::string dir = testing::temp_dir("init_from_hf_all_rows");
   LoadOptions options;
@@ -115,8 +115,14 @@ TEST(InitFrom, HfReleaseWithAllItsPaddedRowsLoadsThemAsTheyAre) {
   ModelConfig all_rows = w.config;
   all_rows.vocab_size = 640;
   save_hf_model(dir + "/hf", all_rows, w.flat, io::DType::kF32);
-  expect_same_runs(train_padded(dir + "/hf", dir + "/from_hf"),
-                   train_padded(dir + "/tandem", dir + "/from_tandem"));
+  const PaddedRun from_tandem = train_padded(dir + "/tandem", dir + "/from_tandem");
+  expect_same_runs(train_padded(dir + "/hf", dir + "/from_hf"), from_tandem);
+  // The same release converted to a tandem model first: its model.yaml keeps vocab_size 640.
+  auto c =
+      testing::run_tandem("convert --from hf " + dir + "/hf --to tandem " + dir + "/converted");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  ASSERT_EQ(read_model_dir_config(dir + "/converted").vocab_size, 640);
+  expect_same_runs(train_padded(dir + "/converted", dir + "/from_converted"), from_tandem);
 
   ModelConfig fewer_rows = w.config;
   fewer_rows.vocab_size = 500;

@@ -189,10 +189,11 @@ void check_initial_weights(const std::string& path, const ModelConfig& found,
                            const ModelConfig& expected) {
   ModelConfig as_used = found;
   // An HF model's vocab_size counts the embedding rows it stores: OLMo 3's releases keep the
-  // tokenizer's (100278), OLMo 2's all the 100352 they trained. Either fits a config whose
-  // vocabulary the rows cover and whose embedding holds them.
-  if (is_hf_model_dir(path) && found.vocab_size >= expected.vocab_size &&
-      found.vocab_size <= expected.embedding_size)
+  // tokenizer's (100278), OLMo 2's all the 100352 they trained, and a tandem model converted from
+  // one keeps that count. Any of them fits a config whose vocabulary the rows cover and whose
+  // embedding holds them: the vocabulary decides no tensor's shape (the embedding does), and
+  // labels outside the config's vocabulary are refused by the data path either way.
+  if (found.vocab_size >= expected.vocab_size && found.vocab_size <= expected.embedding_size)
     as_used.vocab_size = expected.vocab_size;
   check_same_architecture(as_used, expected, "init_from " + path);
 }

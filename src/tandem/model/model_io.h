@@ -66,8 +66,9 @@ std::unique_ptr<Olmo3Model> load_model(const std::string& path, kernels::Backend
 void check_same_architecture(const ModelConfig& found, const ModelConfig& expected,
                              const std::string& source);
 // check_same_architecture for initial weights read from `path` (found: read_model_dir_config with
-// the embedding padded to expected's), except that an HF model's vocabulary may be any size from
-// expected's vocab_size up to its embedding_size: HF's vocab_size is the rows a release stores.
+// the embedding padded to expected's), except that the model's vocabulary may be any size from
+// expected's vocab_size up to its embedding_size: HF's vocab_size is the rows a release stores
+// (and a tandem model converted from one keeps it).
 void check_initial_weights(const std::string& path, const ModelConfig& found,
                            const ModelConfig& expected);
 
