@@ -490,10 +490,7 @@ TEST(CudaBf16, FusedCrossEntropyWithinItsRoundingBounds) {
   ASSERT_GT(max_logit, 1.0);
   const float z = 1e-4f, gs = 1.0f / N;
   for (const char* chunk : {"64", ""}) {  // several chunks (one all-ignored), then the default
-    if (*chunk)
-      setenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS", chunk, 1);
-    else
-      unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
+    const testing::ScopedEnv rows("TANDEM_CUDA_LOGITS_CHUNK_ROWS", *chunk ? chunk : nullptr);
     Quad dh = quad_zeros(gpu, Shape{N, d});
     Quad dw = quad_zeros(gpu, Shape{V, d});  // f32 for both precisions: use .gf/.cf and these
     Buffer dw_gb = put(gpu, Shape{V, d}, std::vector<float>(V * d, 0.0f));
@@ -523,7 +520,6 @@ TEST(CudaBf16, FusedCrossEntropyWithinItsRoundingBounds) {
     const auto lg = gpu.lm_head_cross_entropy(hidden.gb, w.gb, lab_g, z, gs, {}, {});
     EXPECT_EQ(lg.ce_sum, gb.ce_sum) << chunk;
   }
-  unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
 }
 
 TEST(CudaBf16, TokenLogProbsOfBf16Logits) {

@@ -274,10 +274,7 @@ TEST(CudaOps, FusedCrossEntropyMatchesCpuOverSeveralChunks) {
   Both w = both(gpu, Shape{V, d}, normal(V * d, 35, 0.2f));
   Both label = both_i64(gpu, Shape{N}, labels);
   for (const char* chunk : {"64", ""}) {  // several chunks (one all-ignored), then the default
-    if (*chunk)
-      setenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS", chunk, 1);
-    else
-      unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
+    const testing::ScopedEnv rows("TANDEM_CUDA_LOGITS_CHUNK_ROWS", *chunk ? chunk : nullptr);
     Both dh = both(gpu, Shape{N, d}, normal(N * d, 36));  // overwritten
     Both dw = both(gpu, Shape{V, d}, normal(V * d, 37));  // accumulated
     const auto rc = testing::cpu_backend().lm_head_cross_entropy(hidden.c, w.c, label.c, 1e-4f,
@@ -292,7 +289,6 @@ TEST(CudaOps, FusedCrossEntropyMatchesCpuOverSeveralChunks) {
     const auto lg = gpu.lm_head_cross_entropy(hidden.g, w.g, label.g, 1e-4f, 1.0f, {}, {});
     EXPECT_EQ(lg.ce_sum, rg.ce_sum);
   }
-  unsetenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS");
   labels[3] = V;
   Buffer bad = put_i64(gpu, Shape{N}, labels);
   EXPECT_THROW(gpu.lm_head_cross_entropy(hidden.g, w.g, bad, 0.0f, 1.0f, {}, {}), core::Error);

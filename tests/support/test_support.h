@@ -109,13 +109,17 @@ inline std::int64_t ulps(float a, float b) {
   return std::abs(static_cast<std::int64_t>(ia) - ib);
 }
 
-// Sets an environment variable for one scope, then restores what was there (tandem reads some
-// choices from the environment when an object is made: the communicator, the attention kernels).
+// Sets (or with a null value unsets) an environment variable for one scope, then restores what was
+// there (tandem reads some choices from the environment when an object is made: the communicator,
+// the attention kernels).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);  // null: unset for the scope
   }
   ~ScopedEnv() {
     if (old_)
