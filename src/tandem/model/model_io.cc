@@ -142,8 +142,13 @@ io::DType read_model_weight_slices(const std::string& path, const ModelConfig& c
 }
 
 ModelWeights read_model_weights(const std::string& path, const LoadOptions& options) {
+  return read_model_weights(path, read_model_dir_config(path, options), options);
+}
+
+ModelWeights read_model_weights(const std::string& path, const ModelConfig& config,
+                                const LoadOptions& options) {
   ModelWeights out;
-  out.config = read_model_dir_config(path, options);
+  out.config = config;
   const ParameterLayout layout(out.config);
   out.flat.assign(static_cast<std::size_t>(layout.total()), 0.0f);
   std::vector<WeightSlice> whole;

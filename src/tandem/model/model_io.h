@@ -42,6 +42,9 @@ struct ModelWeights {
 // Reads either kind of directory. Every tensor must be present with the exact shape; errors name
 // the file and tensor.
 ModelWeights read_model_weights(const std::string& path, const LoadOptions& options = {});
+// The same with the directory's config already read (read_model_dir_config with `options`).
+ModelWeights read_model_weights(const std::string& path, const ModelConfig& config,
+                                const LoadOptions& options);
 // The config of a model directory of either kind, as read_model_weights reads it (an HF model's
 // embedding rows padded as `options` says).
 ModelConfig read_model_dir_config(const std::string& path, const LoadOptions& options = {});

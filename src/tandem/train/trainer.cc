@@ -182,7 +182,7 @@ void Trainer::initialise_weights() {
       model::read_model_weight_slices(path, found, mine.slices, options);
       sharded_->weights_written();
     } else {
-      model_->params_from_host(model::read_model_weights(path, options).flat);
+      model_->params_from_host(model::read_model_weights(path, found, options).flat);
     }
     log(fmt::format("initial weights from {}", config_.trainer.init_from));
   } else {
