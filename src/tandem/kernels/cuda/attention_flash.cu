@@ -14,6 +14,9 @@
 // dK/dV) and the block walks 64-row tiles of the other side through shared memory. Shared rows
 // are head_dim rounded up to a multiple of 16 (zero-filled), plus 8 bf16 of padding so that each
 // fragment load's 32 lanes hit 32 banks.
+#include <cstdint>
+#include <cstring>
+
 #include "tandem/kernels/cuda/attention_masks.cuh"
 #include "tandem/kernels/cuda/mma.cuh"
 
@@ -33,11 +36,44 @@ using detail::first_visible_key;
 using detail::neg_inf;
 using detail::visible;
 
+// Eight bf16 (16 bytes): one vector load or store.
+struct alignas(16) Pack8 {
+  unsigned w[4];
+};
+__device__ __forceinline__ Pack8 load_pack(const bf16* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const Pack8*>(p);
+#else
+  Pack8 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+__device__ __forceinline__ void store_pack(bf16* p, const Pack8& v) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<Pack8*>(p) = v;
+#else
+  memcpy(p, &v, sizeof v);
+#endif
+}
+
 // s[r][c] = x[b, r0 + r, head, c] for 64 rows and Dp columns: zero at rows >= end, columns >= D.
+// In 16-byte pieces where every row of x starts 16-byte aligned (shared rows always do: Dp + 8
+// bf16 is a multiple of 8), else element by element.
 template <int Dp>
 __device__ void load_tile(const bf16* x, const Geometry& g, i64 b, i64 heads, i64 head, i64 r0,
                           i64 end, bf16* s) {
   constexpr int ld = Dp + kPad;
+  if (g.D % 8 == 0 && (reinterpret_cast<std::uintptr_t>(x) & 15) == 0) {
+    for (int e = threadIdx.x; e < 64 * Dp / 8; e += blockDim.x) {
+      const int r = e / (Dp / 8), c = e % (Dp / 8) * 8;
+      const i64 row = r0 + r;
+      Pack8 v = {};
+      if (row < end && c < g.D) v = load_pack(x + ((b * g.T + row) * heads + head) * g.D + c);
+      store_pack(s + r * ld + c, v);
+    }
+    return;
+  }
   const bf16 zero = __ushort_as_bfloat16(0);
   for (int e = threadIdx.x; e < 64 * Dp; e += blockDim.x) {
     const int r = e / Dp, c = e % Dp;
