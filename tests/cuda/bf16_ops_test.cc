@@ -405,9 +405,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Bf16AttentionCase{2, 77, 6, 2, 64, 5, false},     // small window
                       Bf16AttentionCase{1, 300, 4, 1, 128, 64, false},  // OLMo head_dim, MQA
                       Bf16AttentionCase{2, 100, 4, 2, 32, 20, true},    // documents + window
-                      // head_dims the tensor-core kernels pad (to 16 and to 128)
+                      // head_dims the tensor-core kernels pad (to 16, 64, 128), loading
+                      // rows element by element (12, 100) or in 16-byte pieces (40, 80); T a
+                      // multiple of their 64-row tiles (128)
                       Bf16AttentionCase{1, 45, 4, 4, 12, 0, true},
-                      Bf16AttentionCase{1, 130, 6, 3, 80, 33, false}));
+                      Bf16AttentionCase{1, 130, 6, 3, 80, 33, false},
+                      Bf16AttentionCase{2, 128, 4, 2, 40, 70, true},
+                      Bf16AttentionCase{1, 128, 2, 1, 100, 0, false}));
 
 TEST(CudaBf16, SwigluAddEmbeddingAndRows) {
   REQUIRE_CUDA(gpu);

@@ -82,6 +82,10 @@ __device__ void load_tile(const bf16* x, const Geometry& g, i64 b, i64 heads, i6
   }
 }
 
+// Query blocks in reverse launch order: under the causal mask the last rows see the most keys, so
+// they start first and the short blocks fill the tail (flash-attention 2's order).
+__device__ __forceinline__ i64 last_rows_first() { return i64{gridDim.x} - 1 - blockIdx.x; }
+
 // Sum over the 4 lanes holding one accumulator row (lanes 4g .. 4g+3), same order every run.
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -125,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   bf16* ks = qs + kRows * ld;  // [kCols][ld]
   bf16* vs = ks + kCols * ld;  // [kCols][ld]
   const int warp = threadIdx.x >> 5;
-  const i64 i0 = i64{blockIdx.x} * kRows, h = blockIdx.y, b = blockIdx.z;
+  const i64 i0 = last_rows_first() * kRows, h = blockIdx.y, b = blockIdx.z;
   const i64 kvh = h / (g.Hq / g.Hkv);
   const i64 last = (i0 + kRows < g.T ? i0 + kRows : g.T) - 1;  // the block's last query
   const i64 w0 = i0 + warp * 16;                               // the warp's first query
@@ -214,6 +218,30 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // ---- backward ----
 
+// The backward's two 16 x 16 products over the head dimension, from shared tiles:
+// s += a[a0 .. a0+16) b[b0 .. b0+16)^T and dp += a2[a0 ..) b2[b0 ..)^T. dQ: S = Q K^T, dP = dO V^T
+// (rows: queries); dK/dV: S^T = K Q^T, dP^T = V dO^T (rows: keys).
+template <int Dp>
+__device__ __forceinline__ void score_pair(float (&s)[2][4], float (&dp)[2][4], const bf16* a,
+                                           const bf16* a2, const bf16* b, const bf16* b2, int a0,
+                                           int b0) {
+  constexpr int ld = Dp + kPad;
+#pragma unroll
+  for (int kk = 0; kk < Dp / 16; ++kk) {
+    unsigned x[4], x2[4];
+    detail::load_a(x, a, ld, a0, kk * 16);
+    detail::load_a(x2, a2, ld, a0, kk * 16);
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      unsigned y[2], y2[2];
+      detail::load_b_rows_n(y, b, ld, b0 + n * 8, kk * 16);
+      detail::load_b_rows_n(y2, b2, ld, b0 + n * 8, kk * 16);
+      detail::mma_16x8x16(s[n], x, y);
+      detail::mma_16x8x16(dp[n], x2, y2);
+    }
+  }
+}
+
 template <int Dp>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_dq_kernel(const bf16* q, const bf16* k, const bf16* v, const float* lse, const bf16* dout,
@@ -225,7 +253,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   bf16* ks = dos + kRows * ld;  // [kCols][ld]
   bf16* vs = ks + kCols * ld;   // [kCols][ld]
   const int warp = threadIdx.x >> 5;
-  const i64 i0 = i64{blockIdx.x} * kRows, h = blockIdx.y, b = blockIdx.z;
+  const i64 i0 = last_rows_first() * kRows, h = blockIdx.y, b = blockIdx.z;
   const i64 kvh = h / (g.Hq / g.Hkv);
   const i64 last = (i0 + kRows < g.T ? i0 + kRows : g.T) - 1;
   const i64 w0 = i0 + warp * 16;
@@ -251,20 +279,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int kc = 0; kc < kCols / 16; ++kc) {
       if (jt + kc * 16 > w0 + 15) break;  // keys after every query of the warp
       float s[2][4] = {}, dp[2][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < Dp / 16; ++kk) {
-        unsigned aq[4], ado[4];
-        detail::load_a(aq, qs, ld, warp * 16, kk * 16);
-        detail::load_a(ado, dos, ld, warp * 16, kk * 16);
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          unsigned bk[2], bv[2];
-          detail::load_b_rows_n(bk, ks, ld, kc * 16 + n * 8, kk * 16);
-          detail::load_b_rows_n(bv, vs, ld, kc * 16 + n * 8, kk * 16);
-          detail::mma_16x8x16(s[n], aq, bk);
-          detail::mma_16x8x16(dp[n], ado, bv);
-        }
-      }
+      score_pair<Dp>(s, dp, qs, dos, ks, vs, warp * 16, kc * 16);
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -335,20 +350,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int qc = 0; qc < kCols / 16; ++qc) {
         if (it + qc * 16 + 15 < w0) continue;  // queries before every key of the warp
         float s[2][4] = {}, dp[2][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < Dp / 16; ++kk) {
-          unsigned ak[4], av[4];
-          detail::load_a(ak, ks, ld, warp * 16, kk * 16);
-          detail::load_a(av, vs, ld, warp * 16, kk * 16);
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            unsigned bq[2], bdo[2];
-            detail::load_b_rows_n(bq, qs, ld, qc * 16 + n * 8, kk * 16);
-            detail::load_b_rows_n(bdo, dos, ld, qc * 16 + n * 8, kk * 16);
-            detail::mma_16x8x16(s[n], ak, bq);    // S^T: keys x queries
-            detail::mma_16x8x16(dp[n], av, bdo);  // dP^T
-          }
-        }
+        score_pair<Dp>(s, dp, ks, vs, qs, dos, warp * 16, qc * 16);  // S^T and dP^T
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
 #pragma unroll
