@@ -16,6 +16,7 @@
 // fragment load's 32 lanes hit 32 banks.
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "tandem/kernels/cuda/attention_masks.cuh"
 #include "tandem/kernels/cuda/mma.cuh"
@@ -412,32 +413,31 @@ void backward(const bf16* q, const bf16* k, const bf16* v, const float* lse, con
   check_launch("attention_backward (dk, dv, tensor cores)");
 }
 
-// The head_dim rounded up to the kernels' instantiations (16, 32, 64, 128).
-int padded_head_dim(i64 D) { return D <= 16 ? 16 : D <= 32 ? 32 : D <= 64 ? 64 : 128; }
+// Calls f(std::integral_constant<int, Dp>) with head_dim rounded up to the kernels'
+// instantiations (16, 32, 64, 128).
+template <typename F>
+void with_padded_head_dim(i64 D, F&& f) {
+  if (D <= 16) return f(std::integral_constant<int, 16>{});
+  if (D <= 32) return f(std::integral_constant<int, 32>{});
+  if (D <= 64) return f(std::integral_constant<int, 64>{});
+  f(std::integral_constant<int, 128>{});
+}
+
+const bf16* in(const void* p) { return static_cast<const bf16*>(p); }
+bf16* out(void* p) { return static_cast<bf16*>(p); }
 
 }  // namespace
 
 bool flash_attention_supports(i64 head_dim) { return head_dim > 0 && head_dim <= kFlashMaxHeadDim; }
 
-void flash_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
+void flash_attention_forward(const void* q, const void* k, const void* v, void* o, float* lse,
                              i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
                              const i64* doc_start, cudaStream_t stream) {
   if (B * T * Hq == 0) return;
   const Geometry g{B, T, Hq, Hkv, D, window, scale, doc_start};
-  const auto* qb = static_cast<const bf16*>(q);
-  const auto* kb = static_cast<const bf16*>(k);
-  const auto* vb = static_cast<const bf16*>(v);
-  auto* ob = static_cast<bf16*>(out);
-  switch (padded_head_dim(D)) {
-    case 16:
-      return forward<16>(qb, kb, vb, ob, lse, g, stream);
-    case 32:
-      return forward<32>(qb, kb, vb, ob, lse, g, stream);
-    case 64:
-      return forward<64>(qb, kb, vb, ob, lse, g, stream);
-    default:
-      return forward<128>(qb, kb, vb, ob, lse, g, stream);
-  }
+  with_padded_head_dim(D, [&](auto dp) {
+    forward<decltype(dp)::value>(in(q), in(k), in(v), out(o), lse, g, stream);
+  });
 }
 
 void flash_attention_backward(const void* q, const void* k, const void* v, const float* lse,
@@ -446,23 +446,10 @@ void flash_attention_backward(const void* q, const void* k, const void* v, const
                               const i64* doc_start, cudaStream_t stream) {
   if (B * T * Hq == 0) return;
   const Geometry g{B, T, Hq, Hkv, D, window, scale, doc_start};
-  const auto* qb = static_cast<const bf16*>(q);
-  const auto* kb = static_cast<const bf16*>(k);
-  const auto* vb = static_cast<const bf16*>(v);
-  const auto* dob = static_cast<const bf16*>(dout);
-  auto* dqb = static_cast<bf16*>(dq);
-  auto* dkb = static_cast<bf16*>(dk);
-  auto* dvb = static_cast<bf16*>(dv);
-  switch (padded_head_dim(D)) {
-    case 16:
-      return backward<16>(qb, kb, vb, lse, dob, delta, dqb, dkb, dvb, g, stream);
-    case 32:
-      return backward<32>(qb, kb, vb, lse, dob, delta, dqb, dkb, dvb, g, stream);
-    case 64:
-      return backward<64>(qb, kb, vb, lse, dob, delta, dqb, dkb, dvb, g, stream);
-    default:
-      return backward<128>(qb, kb, vb, lse, dob, delta, dqb, dkb, dvb, g, stream);
-  }
+  with_padded_head_dim(D, [&](auto dp) {
+    backward<decltype(dp)::value>(in(q), in(k), in(v), lse, in(dout), delta, out(dq), out(dk),
+                                  out(dv), g, stream);
+  });
 }
 
 }  // namespace tandem::kernels::cuda
