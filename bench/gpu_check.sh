@@ -17,7 +17,9 @@
 #   4. throughput in bf16 (the precision policy OLMo 3 trains with): tandem's full training step on
 #      the OLMo 3-shaped 1B model (seq 8192), HF transformers' Olmo3ForCausalLM on the same config
 #      in the same call, and a 7B-shaped layer stack; each of tandem's with one more step profiled
-#      op by op (device time, TFLOP/s, time between ops), so that one call shows where it goes.
+#      op by op (device time, TFLOP/s, time between ops), so that one call shows where it goes;
+#      with time left, the 1B step with 4 micro-batches, and on tandem's own tensor-core attention
+#      instead of cuDNN's.
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
 # test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
 # *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,

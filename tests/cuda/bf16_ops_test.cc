@@ -285,6 +285,11 @@ struct Bf16AttentionCase {
   std::int64_t B, T, Hq, Hkv, D, window;
   bool documents;
 };
+// GoogleTest names each case by this (its default prints the struct's bytes, padding included).
+void PrintTo(const Bf16AttentionCase& c, std::ostream* os) {
+  *os << "B=" << c.B << " T=" << c.T << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " D=" << c.D
+      << " window=" << c.window << (c.documents ? " documents" : "");
+}
 
 class CudaBf16Attention : public ::testing::TestWithParam<Bf16AttentionCase> {};
 

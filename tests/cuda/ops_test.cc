@@ -149,6 +149,13 @@ struct AttentionCase {
   std::int64_t B, T, Hq, Hkv, D, window;
   std::vector<std::int64_t> doc_begins;  // document starts inside each row (besides 0)
 };
+// GoogleTest names each case by this (its default prints the struct's bytes, a heap pointer
+// included).
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << "B=" << c.B << " T=" << c.T << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " D=" << c.D
+      << " window=" << c.window;
+  for (std::int64_t x : c.doc_begins) *os << " doc@" << x;
+}
 
 std::vector<std::int64_t> doc_starts(const AttentionCase& c) {
   std::vector<std::int64_t> out;
