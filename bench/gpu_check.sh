@@ -18,8 +18,8 @@
 #      the OLMo 3-shaped 1B model (seq 8192), HF transformers' Olmo3ForCausalLM on the same config
 #      in the same call, and a 7B-shaped layer stack; each of tandem's with one more step profiled
 #      op by op (device time, TFLOP/s, time between ops), so that one call shows where it goes;
-#      with time left, the 1B step with 4 micro-batches, and on tandem's own tensor-core attention
-#      instead of cuDNN's.
+#      with time left, compute-sanitizer's memcheck and racecheck on the attention tests, the 1B
+#      step with 4 micro-batches, and on tandem's own tensor-core attention instead of cuDNN's.
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
 # test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
 # *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,
@@ -57,9 +57,9 @@ bounded() {
 }
 declare -A status=()
 # GPU_CHECK_STEPS (default all): the steps to run, by their keys in gpu_check.json's status
-# (tests tests_training hf_parity bench_1b hf_1b bench_7b bench_1b_accumulated bench_1b_flash), so
-# that a second device call can run only what the first did not finish. The others say
-# not_selected.
+# (tests tests_training hf_parity bench_1b hf_1b bench_7b sanitizer bench_1b_accumulated
+# bench_1b_flash), so that a second device call can run only what the first did not finish. The
+# others say not_selected.
 selection=" ${GPU_CHECK_STEPS:-all} "
 selection="${selection//,/ }"
 wanted() {
@@ -217,6 +217,31 @@ if gpu_step bench_7b; then
   status[bench_7b]=${PIPESTATUS[0]}
 fi
 
+step "compute-sanitizer on the attention kernels: memcheck, then racecheck (when time is left)"
+# What the emulator cannot see on real hardware: out-of-bounds or misaligned device accesses
+# (memcheck) and shared-memory hazards between threads (racecheck), on the bf16 attention tests
+# (the tensor-core kernels, cuDNN's path, the plain kernels). --error-exitcode makes a finding fail
+# the step; a step cut short by the budget (124) is reported as unfinished, not failed.
+sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+if gpu_step sanitizer; then
+  if [[ -z "$sanitizer" ]]; then
+    echo "compute-sanitizer: not found on this machine: skipped"
+    status[sanitizer]=skipped
+  else
+    bounded 45 "${ours[@]}" "$sanitizer" --tool memcheck --error-exitcode 1 "$bin/test_cuda" \
+      --gtest_filter='*CudaBf16Attention*:CudaBf16.TensorCoreAttentionIsDeterministic' 2>&1 |
+      grep -E "ERROR SUMMARY|Invalid|misaligned|out of bounds|^\[  (PASSED|FAILED)" | head -40
+    status[sanitizer]=${PIPESTATUS[0]}
+    if [[ "${status[sanitizer]}" == 0 ]]; then
+      # Two shapes: head_dim 128 without documents, 32 with documents and a window.
+      bounded 40 "${ours[@]}" "$sanitizer" --tool racecheck --error-exitcode 1 "$bin/test_cuda" \
+        --gtest_filter='*.TensorCoreKernelsMatchTheCpu/2:*.TensorCoreKernelsMatchTheCpu/3' 2>&1 |
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|^\[  (PASSED|FAILED)" | head -40
+      status[sanitizer]=${PIPESTATUS[0]}
+    fi
+  fi
+fi
+
 step "tandem: OLMo 3-shaped 1B, 4 micro-batches of 8192 tokens per step (optional, last)"
 # A real run accumulates several micro-batches per optimiser step (OLMo 3 7B: about 4M tokens per
 # step); this is the MFU with the optimiser's share as such a run sees it. Runs only with time left.
@@ -325,9 +350,13 @@ done
 for k in hf_parity bench_1b hf_1b bench_7b; do
   [[ "${status[$k]}" =~ ^(0|skipped|not_selected)$ ]] || ok=1
 done
+# A sanitizer finding fails the check; a run the budget cut short (124, 137) does not.
+for k in sanitizer; do
+  [[ "${status[$k]:-skipped}" =~ ^(0|skipped|not_selected|124|137)$ ]] || ok=1
+done
 # Steps the time budget or their bound cut short (timeout's 124, or 137 after its kill).
 unfinished=()
-for k in tests tests_training hf_parity bench_1b hf_1b bench_7b bench_1b_accumulated bench_1b_flash; do
+for k in tests tests_training hf_parity bench_1b hf_1b bench_7b sanitizer bench_1b_accumulated bench_1b_flash; do
   [[ "${status[$k]:-}" == 124 || "${status[$k]:-}" == 137 ]] && unfinished+=("$k")
 done
 ((${#unfinished[@]})) &&
