@@ -569,8 +569,11 @@ std::vector<std::uint16_t> attention_bits(Backend& gpu, bool documents) {
     all.insert(all.end(), x.begin(), x.end());
   }
   const std::vector<float> l = get(gpu, lse);
-  for (float x : l)
-    all.push_back(static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16));
+  for (float x : l) {  // all 32 bits of each f32 statistic
+    const std::uint32_t b = std::bit_cast<std::uint32_t>(x);
+    all.push_back(static_cast<std::uint16_t>(b >> 16));
+    all.push_back(static_cast<std::uint16_t>(b & 0xFFFFu));
+  }
   return all;
 }
 

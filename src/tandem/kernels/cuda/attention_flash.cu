@@ -440,11 +440,12 @@ void flash_attention_forward(const void* q, const void* k, const void* v, void* 
   });
 }
 
-void flash_attention_backward(const void* q, const void* k, const void* v, const float* lse,
-                              const void* dout, const float* delta, void* dq, void* dk, void* dv,
+void flash_attention_backward(const void* q, const void* k, const void* v, const void* o,
+                              const float* lse, const void* dout, void* dq, void* dk, void* dv,
                               i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
-                              const i64* doc_start, cudaStream_t stream) {
+                              const i64* doc_start, float* delta, cudaStream_t stream) {
   if (B * T * Hq == 0) return;
+  attention_delta(Elem::bf16, o, dout, delta, B, T, Hq, D, stream);
   const Geometry g{B, T, Hq, Hkv, D, window, scale, doc_start};
   with_padded_head_dim(D, [&](auto dp) {
     backward<decltype(dp)::value>(in(q), in(k), in(v), lse, in(dout), delta, out(dq), out(dk),

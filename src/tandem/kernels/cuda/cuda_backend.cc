@@ -536,10 +536,10 @@ void CudaBackend::do_attention_backward(const Tensor& q, const Tensor& k, const 
 #endif
   State::Scratch delta(s_->memory, static_cast<std::size_t>(B * Hq * T) * sizeof(float));
   if (e == Elem::bf16 && s_->flash && cuda::flash_attention_supports(D)) {
-    cuda::attention_delta(e, out.data(), dout.data(), delta.as<float>(), B, T, Hq, D, s_->stream);
-    cuda::flash_attention_backward(q.data(), k.data(), v.data(), f32_or_null(lse), dout.data(),
-                                   delta.as<float>(), dq.data(), dk.data(), dv.data(), B, T, Hq,
-                                   Hkv, D, window, scale, i64_or_null(doc_start), s_->stream);
+    cuda::flash_attention_backward(q.data(), k.data(), v.data(), out.data(), f32_or_null(lse),
+                                   dout.data(), dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D,
+                                   window, scale, i64_or_null(doc_start), delta.as<float>(),
+                                   s_->stream);
     return;
   }
   check_head_dim(q, "attention_backward");

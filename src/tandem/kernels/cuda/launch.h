@@ -104,11 +104,11 @@ bool flash_attention_supports(i64 head_dim);
 void flash_attention_forward(const void* q, const void* k, const void* v, void* out, float* lse,
                              i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
                              const i64* doc_start, cudaStream_t stream);
-// delta: attention_delta's result for the forward's output and dout.
-void flash_attention_backward(const void* q, const void* k, const void* v, const float* lse,
-                              const void* dout, const float* delta, void* dq, void* dk, void* dv,
+// delta: B * Hq * T floats of scratch, as for attention_backward.
+void flash_attention_backward(const void* q, const void* k, const void* v, const void* out,
+                              const float* lse, const void* dout, void* dq, void* dk, void* dv,
                               i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale,
-                              const i64* doc_start, cudaStream_t stream);
+                              const i64* doc_start, float* delta, cudaStream_t stream);
 
 // ---- losses (cross_entropy.cu) ----
 // One chunk of the fused lm_head + CE + z-loss, in place on logits[rows, V] (fp32): per row
