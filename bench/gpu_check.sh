@@ -220,8 +220,9 @@ fi
 step "compute-sanitizer on the attention kernels: memcheck, then racecheck (when time is left)"
 # What the emulator cannot see on real hardware: out-of-bounds or misaligned device accesses
 # (memcheck) and shared-memory hazards between threads (racecheck), on the bf16 attention tests
-# (the tensor-core kernels, cuDNN's path, the plain kernels). --error-exitcode makes a finding fail
-# the step; a step cut short by the budget (124) is reported as unfinished, not failed.
+# (the tensor-core kernels, cuDNN's path, the plain kernels; the random problems' odd lengths and
+# head_dims). --error-exitcode makes a finding fail the step; a step cut short by the budget (124)
+# is reported as unfinished, not failed.
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
 if gpu_step sanitizer; then
   if [[ -z "$sanitizer" ]]; then
@@ -229,7 +230,7 @@ if gpu_step sanitizer; then
     status[sanitizer]=skipped
   else
     bounded 45 "${ours[@]}" "$sanitizer" --tool memcheck --error-exitcode 1 "$bin/test_cuda" \
-      --gtest_filter='*CudaBf16Attention*:CudaBf16.TensorCoreAttentionIsDeterministic' 2>&1 |
+      --gtest_filter='*CudaBf16Attention*:CudaBf16.TensorCoreAttentionIsDeterministic:CudaBf16.AttentionOnRandomProblems' 2>&1 |
       grep -E "ERROR SUMMARY|Invalid|misaligned|out of bounds|^\[  (PASSED|FAILED)" | head -40
     status[sanitizer]=${PIPESTATUS[0]}
     if [[ "${status[sanitizer]}" == 0 ]]; then
