@@ -8,6 +8,7 @@
 
 #include "../support/test_support.h"
 #include "cuda_test_util.h"
+#include "tandem/kernels/cuda/launch.h"
 
 namespace tandem::cuda_testing {
 namespace {
@@ -227,6 +228,27 @@ TEST(CudaOps, AttentionRejectsBadDocumentStarts) {
         gpu.synchronize();
       },
       core::Error);
+}
+
+// A kernel's refused request for more than 48 KB of shared memory fails with what it asked for
+// and what the device allows (queried, not assumed), and leaves no error for the next launch.
+TEST(CudaOps, RefusedSharedMemoryRequestSaysWhatWasAskedAndAllowed) {
+  REQUIRE_CUDA(gpu);
+  int device = 0, limit = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+            cudaSuccess);
+  EXPECT_GT(limit, 48 * 1024);
+  EXPECT_NO_THROW(kernels::cuda::check_smem_request(cudaSuccess, "some_kernel", 1 << 20));
+  try {
+    kernels::cuda::check_smem_request(cudaErrorInvalidValue, "some_kernel", 1 << 20);
+    ADD_FAILURE() << "a refused request passed";
+  } catch (const core::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("some_kernel needs 1048576 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("allows " + std::to_string(limit)), std::string::npos) << what;
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 TEST(CudaOps, ElementwiseOpsMatchCpu) {

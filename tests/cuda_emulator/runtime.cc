@@ -329,6 +329,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMultiProcessorCount:
       *value = cuda_emulator::kSms;
       return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = static_cast<int>(cuda_emulator::kMaxSharedBytes);
+      return cudaSuccess;
   }
   return error(cudaErrorInvalidValue);
 }

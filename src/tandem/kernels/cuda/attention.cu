@@ -298,7 +298,7 @@ void forward(const T* q, const T* k, const T* v, T* out, float* lse, const Geome
   const dim3 grid(static_cast<unsigned>((g.T + kWarps - 1) / kWarps), static_cast<unsigned>(g.Hq),
                   static_cast<unsigned>(g.B));
   const std::size_t smem = forward_smem(g.D);
-  detail::allow_smem(forward_kernel<T>, smem);
+  detail::allow_smem(forward_kernel<T>, smem, "attention_forward");
   forward_kernel<T><<<grid, kWarps * 32, smem, stream>>>(q, k, v, out, lse, g);
   check_launch("attention_forward");
 }
@@ -310,12 +310,12 @@ void backward(const T* q, const T* k, const T* v, const T* out, const float* lse
                   g.Hq, g.D, stream);
   const unsigned tiles = static_cast<unsigned>((g.T + kWarps - 1) / kWarps);
   const std::size_t dq_bytes = dq_smem(g.D);
-  detail::allow_smem(dq_kernel<T>, dq_bytes);
+  detail::allow_smem(dq_kernel<T>, dq_bytes, "attention_backward (dq)");
   dq_kernel<T><<<dim3(tiles, static_cast<unsigned>(g.Hq), static_cast<unsigned>(g.B)), kWarps * 32,
                  dq_bytes, stream>>>(q, k, v, lse, dout, delta, dq, g);
   check_launch("attention_backward (dq)");
   const std::size_t dkdv_bytes = dkdv_smem(g.D);
-  detail::allow_smem(dkdv_kernel<T>, dkdv_bytes);
+  detail::allow_smem(dkdv_kernel<T>, dkdv_bytes, "attention_backward (dk, dv)");
   dkdv_kernel<T><<<dim3(tiles, static_cast<unsigned>(g.Hkv), static_cast<unsigned>(g.B)),
                    kWarps * 32, dkdv_bytes, stream>>>(q, k, v, lse, dout, delta, dk, dv, g);
   check_launch("attention_backward (dk, dv)");

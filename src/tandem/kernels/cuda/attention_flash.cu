@@ -391,7 +391,7 @@ void forward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
   const dim3 grid(static_cast<unsigned>((g.T + kRows - 1) / kRows), static_cast<unsigned>(g.Hq),
                   static_cast<unsigned>(g.B));
   const std::size_t smem = 3 * tile_bytes(Dp);
-  detail::allow_smem(flash_forward_kernel<Dp>, smem);
+  detail::allow_smem(flash_forward_kernel<Dp>, smem, "attention_forward (tensor cores)");
   flash_forward_kernel<Dp><<<grid, kWarps * 32, smem, stream>>>(q, k, v, out, lse, g);
   check_launch("attention_forward (tensor cores)");
 }
@@ -402,12 +402,12 @@ void backward(const bf16* q, const bf16* k, const bf16* v, const float* lse, con
               cudaStream_t stream) {
   const unsigned tiles = static_cast<unsigned>((g.T + kRows - 1) / kRows);
   const std::size_t dq_smem = 4 * tile_bytes(Dp);
-  detail::allow_smem(flash_dq_kernel<Dp>, dq_smem);
+  detail::allow_smem(flash_dq_kernel<Dp>, dq_smem, "attention_backward (dq, tensor cores)");
   flash_dq_kernel<Dp><<<dim3(tiles, static_cast<unsigned>(g.Hq), static_cast<unsigned>(g.B)),
                         kWarps * 32, dq_smem, stream>>>(q, k, v, lse, dout, delta, dq, g);
   check_launch("attention_backward (dq, tensor cores)");
   const std::size_t dkdv_smem = kCols * (sizeof(i64) + 2 * sizeof(float)) + 4 * tile_bytes(Dp);
-  detail::allow_smem(flash_dkdv_kernel<Dp>, dkdv_smem);
+  detail::allow_smem(flash_dkdv_kernel<Dp>, dkdv_smem, "attention_backward (dk, dv, tensor cores)");
   flash_dkdv_kernel<Dp><<<dim3(tiles, static_cast<unsigned>(g.Hkv), static_cast<unsigned>(g.B)),
                           kWarps * 32, dkdv_smem, stream>>>(q, k, v, lse, dout, delta, dk, dv, g);
   check_launch("attention_backward (dk, dv, tensor cores)");

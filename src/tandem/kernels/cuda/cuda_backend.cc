@@ -52,6 +52,16 @@ void cuda::check_launch(const char* kernel) {
                cudaGetErrorName(rc));
 }
 
+void cuda::check_smem_request(cudaError_t rc, const char* kernel, std::size_t bytes) {
+  if (rc == cudaSuccess) return;
+  cudaGetLastError();  // not left for the next launch's check
+  int device = 0, limit = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  core::fail("cuda: {} needs {} bytes of shared memory per block; the device allows {}: {} ({})",
+             kernel, bytes, limit, cudaGetErrorString(rc), cudaGetErrorName(rc));
+}
+
 int cuda_device_count(std::string* why) {
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);

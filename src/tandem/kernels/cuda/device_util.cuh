@@ -100,12 +100,14 @@ inline unsigned grid_for(i64 n, int threads) {
   return static_cast<unsigned>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
-// Kernels needing more than the default 48 KB of dynamic shared memory must ask for it.
+// Kernels needing more than the default 48 KB of dynamic shared memory must ask for it (`name`
+// for the error where the device refuses).
 template <typename Kernel>
-void allow_smem(Kernel kernel, std::size_t bytes) {
+void allow_smem(Kernel kernel, std::size_t bytes, const char* name) {
   if (bytes > 48 * 1024)
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(bytes));
+    check_smem_request(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(bytes)),
+                       name, bytes);
 }
 
 }  // namespace tandem::kernels::cuda::detail

@@ -142,5 +142,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const Ada
 
 // The last launch's error (a bad configuration, a missing kernel image), as the runtime says it.
 void check_launch(const char* kernel);
+// A refused request for more than 48 KB of dynamic shared memory (cudaFuncSetAttribute's `rc`):
+// fails with what the kernel asked for and what the device allows per block.
+void check_smem_request(cudaError_t rc, const char* kernel, std::size_t bytes);
 
 }  // namespace tandem::kernels::cuda
