@@ -233,7 +233,7 @@ TEST(CudaOps, AttentionRejectsBadDocumentStarts) {
 // A kernel's refused request for more than 48 KB of shared memory fails with what it asked for
 // and what the device allows (queried, not assumed), and leaves no error for the next launch.
 TEST(CudaOps, RefusedSharedMemoryRequestSaysWhatWasAskedAndAllowed) {
-  REQUIRE_CUDA(gpu);
+  REQUIRE_GPU();
   int device = 0, limit = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
