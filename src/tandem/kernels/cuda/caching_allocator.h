@@ -48,4 +48,26 @@ class CachingAllocator {
   MemoryCounters counters_;
 };
 
+// A scratch block returned to the allocator when it goes out of scope (the stream's order keeps
+// that safe while kernels still use it).
+class Scratch {
+ public:
+  Scratch(CachingAllocator& memory, std::size_t bytes)
+      : memory_(&memory), p_(bytes ? memory.allocate(bytes) : nullptr) {}
+  ~Scratch() {
+    if (p_) memory_->free(p_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return p_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  CachingAllocator* memory_;
+  void* p_;
+};
+
 }  // namespace tandem::kernels::cuda

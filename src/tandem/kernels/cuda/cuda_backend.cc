@@ -11,12 +11,10 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/ignore_index.h"
+#include "tandem/kernels/cuda/attention_paths.h"
 #include "tandem/kernels/cuda/caching_allocator.h"
 #include "tandem/kernels/cuda/cublaslt_gemm.h"
 #include "tandem/kernels/cuda/launch.h"
-#ifdef TANDEM_HAVE_CUDNN_FRONTEND
-#include "tandem/kernels/cuda/attention_cudnn.h"
-#endif
 
 namespace tandem::kernels {
 
@@ -84,46 +82,9 @@ struct CudaBackend::State {
   std::unique_ptr<cuda::LtGemm> gemm;
   cuda::DeviceError* error = nullptr;       // device word written by kernels
   cuda::DeviceError* error_host = nullptr;  // pinned copy
-#ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  std::unique_ptr<cuda::CudnnAttention> cudnn;
-#endif
-  std::string attention_note;      // why bf16 attention takes the path it takes
-  bool flash = true;               // bf16 attention on the tensor-core kernels where cuDNN's is not
+  std::unique_ptr<cuda::AttentionPaths> attention;
   std::vector<cudaEvent_t> marks;  // the op profile's timing events, reused between profiles
   std::size_t marks_used = 0;
-  bool refusal_reported = false;
-
-#ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  // Says once, on stderr and in describe(), that cuDNN refused a problem and why.
-  void note_refusal(const char* pass, i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window) {
-    if (refusal_reported) return;
-    refusal_reported = true;
-    const std::string line = fmt::format(
-        "cuDNN refused attention {} for B={} T={} Hq={} Hkv={} D={} window={} ({}); tandem's "
-        "{} kernels run instead",
-        pass, B, T, Hq, Hkv, D, window, cudnn->last_refusal(),
-        flash && cuda::flash_attention_supports(D) ? "tensor-core" : "plain");
-    fmt::print(stderr, "cuda: {}\n", line);
-    attention_note += "; " + line;
-  }
-#endif
-
-  // A scratch block returned to the cache when it goes out of scope (stream order keeps it safe).
-  struct Scratch {
-    cuda::CachingAllocator* memory = nullptr;
-    void* p = nullptr;
-    Scratch(cuda::CachingAllocator& m, std::size_t bytes)
-        : memory(&m), p(bytes ? m.allocate(bytes) : nullptr) {}
-    ~Scratch() {
-      if (p) memory->free(p);
-    }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
-    template <typename T>
-    T* as() const {
-      return static_cast<T*>(p);
-    }
-  };
 
   void sync(const char* what) { check(cudaStreamSynchronize(stream), what); }
 
@@ -167,12 +128,8 @@ struct CudaBackend::State {
 };
 
 CudaBackend::CudaBackend() : s_(std::make_unique<State>()) {
-  // TANDEM_CUDA_ATTENTION: plain (the plain kernels for everything), flash (tandem's tensor-core
-  // kernels for bf16, cuDNN not opened), unset: cuDNN first.
-  const std::string forced =
-      std::getenv("TANDEM_CUDA_ATTENTION") ? std::getenv("TANDEM_CUDA_ATTENTION") : "";
-  TANDEM_CHECK(forced.empty() || forced == "plain" || forced == "flash",
-               "TANDEM_CUDA_ATTENTION={}: expected plain or flash (or unset)", forced);
+  // An unknown TANDEM_CUDA_ATTENTION fails before the device is touched.
+  const cuda::AttentionChoice attention = cuda::attention_choice_from_env();
   std::string why;
   TANDEM_CHECK(cuda_device_count(&why) > 0, "backend 'cuda': no CUDA GPU is visible ({})", why);
   check(cudaGetDevice(&s_->device), "cudaGetDevice");
@@ -186,37 +143,14 @@ CudaBackend::CudaBackend() : s_(std::make_unique<State>()) {
   s_->error_host = static_cast<cuda::DeviceError*>(pinned);
   s_->gemm_workspace = s_->memory.allocate(kGemmWorkspaceBytes);
   s_->gemm = std::make_unique<cuda::LtGemm>(s_->stream, s_->gemm_workspace, kGemmWorkspaceBytes);
-  s_->flash = forced != "plain";
-  const std::string fallback = fmt::format(
-      "tensor-core kernels for bf16 up to head_dim {}, plain kernels for fp32 and larger heads",
-      cuda::kFlashMaxHeadDim);
-  if (forced == "plain") {
-    s_->attention_note = "plain kernels (TANDEM_CUDA_ATTENTION=plain)";
-  } else if (forced == "flash") {
-    s_->attention_note = fallback + " (TANDEM_CUDA_ATTENTION=flash)";
-  } else {
-#ifdef TANDEM_HAVE_CUDNN_FRONTEND
-    std::string reason;
-    s_->cudnn = cuda::CudnnAttention::open(s_->stream, s_->memory, &reason);
-    s_->attention_note = s_->cudnn
-                             ? fmt::format(
-                                   "cuDNN {} fused SDPA for bf16 (deterministic backward); {} "
-                                   "where cuDNN does not apply (documents, refused shapes)",
-                                   s_->cudnn->version(), fallback)
-                             : fmt::format("{} (cuDNN unavailable: {})", fallback, reason);
-#else
-    s_->attention_note = fallback + " (built without the cuDNN frontend)";
-#endif
-  }
+  s_->attention = std::make_unique<cuda::AttentionPaths>(attention, s_->stream, s_->memory);
   s_->sync("creating the CUDA backend");
 }
 
 CudaBackend::~CudaBackend() {
   if (!s_) return;
   cudaStreamSynchronize(s_->stream);
-#ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  s_->cudnn.reset();
-#endif
+  s_->attention.reset();
   s_->gemm.reset();
   for (cudaEvent_t e : s_->marks) cudaEventDestroy(e);
   if (s_->error_host) cudaFreeHost(s_->error_host);
@@ -235,10 +169,10 @@ std::string CudaBackend::describe() const {
       "attention: {}",
       s_->prop.name, s_->prop.major, s_->prop.minor, s_->prop.multiProcessorCount,
       gib(static_cast<std::int64_t>(s_->prop.totalGlobalMem)), driver / 1000, driver % 1000 / 10,
-      runtime / 1000, runtime % 1000 / 10, s_->gemm->version(), s_->attention_note);
+      runtime / 1000, runtime % 1000 / 10, s_->gemm->version(), s_->attention->note());
 }
 
-std::string CudaBackend::attention_path() const { return s_->attention_note; }
+std::string CudaBackend::attention_path() const { return s_->attention->note(); }
 
 namespace {
 
@@ -448,12 +382,12 @@ void CudaBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
       starts.push_back(static_cast<int>(k));
   const i64 segments = static_cast<i64>(starts.size());
   starts.push_back(static_cast<int>(T));
-  State::Scratch order_d(s_->memory, order.size() * sizeof(int));
-  State::Scratch starts_d(s_->memory, starts.size() * sizeof(int));
-  check(cudaMemcpyAsync(order_d.p, order.data(), order.size() * sizeof(int), cudaMemcpyHostToDevice,
-                        s_->stream),
+  cuda::Scratch order_d(s_->memory, order.size() * sizeof(int));
+  cuda::Scratch starts_d(s_->memory, starts.size() * sizeof(int));
+  check(cudaMemcpyAsync(order_d.get(), order.data(), order.size() * sizeof(int),
+                        cudaMemcpyHostToDevice, s_->stream),
         "embedding_backward upload");
-  check(cudaMemcpyAsync(starts_d.p, starts.data(), starts.size() * sizeof(int),
+  check(cudaMemcpyAsync(starts_d.get(), starts.data(), starts.size() * sizeof(int),
                         cudaMemcpyHostToDevice, s_->stream),
         "embedding_backward upload");
   cuda::embedding_backward(elem_of(dout, "embedding_backward"), i64_or_null(ids), dout.data(),
@@ -472,7 +406,7 @@ void CudaBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& w, const Ten
 void CudaBackend::do_rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                       const Tensor& dy, const Tensor& dx, const Tensor& dw) {
   const i64 rows = x.dim(0), d = x.dim(1);
-  State::Scratch partials(s_->memory, dw ? cuda::rmsnorm_dw_partials(rows, d) * sizeof(double) : 0);
+  cuda::Scratch partials(s_->memory, dw ? cuda::rmsnorm_dw_partials(rows, d) * sizeof(double) : 0);
   cuda::rmsnorm_backward(elem_of(x, "rmsnorm_backward"), x.data(), w.data(), f32_or_null(rstd),
                          dy.data(), dx.data(), f32_or_null(dw), rows, d, partials.as<double>(),
                          s_->stream);
@@ -494,68 +428,28 @@ void CudaBackend::do_rope_backward(const Tensor& dx, const Tensor& cos, const Te
              s_->error, s_->stream);
 }
 
-// ---- attention ----
-
-namespace {
-void check_head_dim(const Tensor& q, const char* op) {
-  TANDEM_CHECK(q.dim(3) <= cuda::kMaxHeadDim,
-               "cuda {}: head_dim {} is larger than the {} the "
-               "attention kernels take",
-               op, q.dim(3), cuda::kMaxHeadDim);
-}
-}  // namespace
+// ---- attention (the path chosen in attention_paths.cc) ----
 
 void CudaBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Tensor& out, const Tensor& lse, std::int64_t window,
                                        float scale, const Tensor& doc_start) {
-  const i64 B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
-  const Elem e = elem_of(q, "attention_forward");
+  const i64 B = q.dim(0), T = q.dim(1);
   if (doc_start) cuda::check_doc_start(i64_or_null(doc_start), B, T, s_->error, s_->stream);
-#ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  if (e == Elem::bf16 && !doc_start && s_->cudnn) {
-    if (s_->cudnn->forward(q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), B, T, Hq,
-                           Hkv, D, window, scale))
-      return;
-    s_->note_refusal("forward", B, T, Hq, Hkv, D, window);
-  }
-#endif
-  if (e == Elem::bf16 && s_->flash && cuda::flash_attention_supports(D)) {
-    cuda::flash_attention_forward(q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), B, T,
-                                  Hq, Hkv, D, window, scale, i64_or_null(doc_start), s_->stream);
-    return;
-  }
-  check_head_dim(q, "attention_forward");
-  cuda::attention_forward(e, q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), B, T, Hq,
-                          Hkv, D, window, scale, i64_or_null(doc_start), s_->stream);
+  s_->attention->forward(
+      elem_of(q, "attention_forward"), q.data(), k.data(), v.data(), out.data(), f32_or_null(lse),
+      {B, T, q.dim(2), k.dim(2), q.dim(3), window, scale, i64_or_null(doc_start)});
 }
 
 void CudaBackend::do_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& out, const Tensor& lse, const Tensor& dout,
                                         const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                         std::int64_t window, float scale, const Tensor& doc_start) {
-  const i64 B = q.dim(0), T = q.dim(1), Hq = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
-  const Elem e = elem_of(q, "attention_backward");
+  const i64 B = q.dim(0), T = q.dim(1);
   if (doc_start) cuda::check_doc_start(i64_or_null(doc_start), B, T, s_->error, s_->stream);
-#ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  if (e == Elem::bf16 && !doc_start && s_->cudnn) {
-    if (s_->cudnn->backward(q.data(), k.data(), v.data(), out.data(), f32_or_null(lse), dout.data(),
-                            dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D, window, scale))
-      return;
-    s_->note_refusal("backward", B, T, Hq, Hkv, D, window);
-  }
-#endif
-  State::Scratch delta(s_->memory, static_cast<std::size_t>(B * Hq * T) * sizeof(float));
-  if (e == Elem::bf16 && s_->flash && cuda::flash_attention_supports(D)) {
-    cuda::flash_attention_backward(q.data(), k.data(), v.data(), out.data(), f32_or_null(lse),
-                                   dout.data(), dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D,
-                                   window, scale, i64_or_null(doc_start), delta.as<float>(),
-                                   s_->stream);
-    return;
-  }
-  check_head_dim(q, "attention_backward");
-  cuda::attention_backward(e, q.data(), k.data(), v.data(), out.data(), f32_or_null(lse),
-                           dout.data(), dq.data(), dk.data(), dv.data(), B, T, Hq, Hkv, D, window,
-                           scale, i64_or_null(doc_start), delta.as<float>(), s_->stream);
+  s_->attention->backward(
+      elem_of(q, "attention_backward"), q.data(), k.data(), v.data(), out.data(), f32_or_null(lse),
+      dout.data(), dq.data(), dk.data(), dv.data(),
+      {B, T, q.dim(2), k.dim(2), q.dim(3), window, scale, i64_or_null(doc_start)});
 }
 
 // ---- elementwise ----
@@ -611,13 +505,13 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
   if (const char* env = std::getenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS"); env && *env)
     chunk_rows = std::max<i64>(1, std::atoll(env));
   const i64 chunk = std::min(N, chunk_rows);
-  State::Scratch logits(s_->memory, static_cast<std::size_t>(chunk * V) * sizeof(float));
+  cuda::Scratch logits(s_->memory, static_cast<std::size_t>(chunk * V) * sizeof(float));
   // bf16 operands: the logits are rounded to bf16 (a bf16 lm_head's output) and their gradient is
   // rounded to bf16 for the two gradient gemms (cuBLASLt takes one operand type), as the CPU's
   // bf16 variant does (kernels/cpu/cross_entropy.cc).
-  State::Scratch dlogits16(
+  cuda::Scratch dlogits16(
       s_->memory, want_grads && e == Elem::bf16 ? static_cast<std::size_t>(chunk * V) * 2 : 0);
-  State::Scratch rows(s_->memory, static_cast<std::size_t>(2 * N) * sizeof(double));
+  cuda::Scratch rows(s_->memory, static_cast<std::size_t>(2 * N) * sizeof(double));
   double* row_ce = rows.as<double>();
   double* row_z = row_ce + N;
   check(cudaMemsetAsync(row_ce, 0, static_cast<std::size_t>(2 * N) * sizeof(double), s_->stream),
@@ -636,13 +530,13 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
       continue;
     }
     const void* hidden_chunk = hidden_base + n0 * d * esize;
-    s_->gemm->run(false, true, nc, V, d, 1.0f, hidden_chunk, d, w.data(), d, e, 0.0f, logits.p, V,
-                  Elem::f32);
+    s_->gemm->run(false, true, nc, V, d, 1.0f, hidden_chunk, d, w.data(), d, e, 0.0f, logits.get(),
+                  V, Elem::f32);
     cuda::cross_entropy_rows(logits.as<float>(), i64_or_null(labels) + n0, nc, V,
                              core::kIgnoreIndex, z_weight, grad_scale, want_grads, row_ce + n0,
-                             row_z + n0, e == Elem::bf16, dlogits16.p, s_->stream);
+                             row_z + n0, e == Elem::bf16, dlogits16.get(), s_->stream);
     if (!want_grads) continue;
-    const void* dlogits = e == Elem::bf16 ? dlogits16.p : logits.p;
+    const void* dlogits = e == Elem::bf16 ? dlogits16.get() : logits.get();
     if (dhidden)
       s_->gemm->run(false, false, nc, d, V, 1.0f, dlogits, V, w.data(), d, e, 0.0f,
                     static_cast<char*>(dhidden.data()) + n0 * d * esize, d, e);
@@ -665,10 +559,10 @@ std::vector<double> CudaBackend::do_token_log_probs(const Tensor& logits, const 
   for (i64 i = 0; i < n; ++i)
     TANDEM_CHECK(host_targets[i] >= 0 && host_targets[i] < V,
                  "token_log_probs: target {} outside [0, {})", host_targets[i], V);
-  State::Scratch out(s_->memory, static_cast<std::size_t>(n) * sizeof(double));
+  cuda::Scratch out(s_->memory, static_cast<std::size_t>(n) * sizeof(double));
   cuda::token_log_probs(elem_of(logits, "token_log_probs"), logits.data(), i64_or_null(targets), n,
                         V, out.as<double>(), s_->stream);
-  return s_->to_host<double>(out.p, static_cast<std::size_t>(n), "token_log_probs");
+  return s_->to_host<double>(out.get(), static_cast<std::size_t>(n), "token_log_probs");
 }
 
 // ---- optimiser ----
@@ -685,12 +579,12 @@ std::vector<double> CudaBackend::do_sums_of_squares(std::span<const Tensor> xs) 
     chunks += (x.numel() + cuda::kSumOfSquaresChunk - 1) / cuda::kSumOfSquaresChunk;
   }
   first_chunk.push_back(chunks);
-  State::Scratch partials(s_->memory, static_cast<std::size_t>(chunks) * sizeof(double));
+  cuda::Scratch partials(s_->memory, static_cast<std::size_t>(chunks) * sizeof(double));
   for (std::size_t i = 0; i < xs.size(); ++i)
     cuda::sum_of_squares_chunks(f32_or_null(xs[i]), xs[i].numel(),
                                 partials.as<double>() + first_chunk[i], s_->stream);
   const std::vector<double> host =
-      s_->to_host<double>(partials.p, static_cast<std::size_t>(chunks), "sum_of_squares");
+      s_->to_host<double>(partials.get(), static_cast<std::size_t>(chunks), "sum_of_squares");
   std::vector<double> sums;
   for (std::size_t i = 0; i < xs.size(); ++i) {
     double s = 0.0;

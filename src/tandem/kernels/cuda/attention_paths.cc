@@ -1,0 +1,122 @@
+#include "tandem/kernels/cuda/attention_paths.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "tandem/core/error.h"
+#include "tandem/kernels/cuda/caching_allocator.h"
+#ifdef TANDEM_HAVE_CUDNN_FRONTEND
+#include "tandem/kernels/cuda/attention_cudnn.h"
+#endif
+
+namespace tandem::kernels::cuda {
+
+AttentionChoice attention_choice_from_env() {
+  const char* value = std::getenv("TANDEM_CUDA_ATTENTION");
+  const std::string forced = value ? value : "";
+  TANDEM_CHECK(forced.empty() || forced == "plain" || forced == "flash",
+               "TANDEM_CUDA_ATTENTION={}: expected plain or flash (or unset)", forced);
+  return forced == "plain"   ? AttentionChoice::plain
+         : forced == "flash" ? AttentionChoice::flash
+                             : AttentionChoice::automatic;
+}
+
+AttentionPaths::AttentionPaths(AttentionChoice choice, cudaStream_t stream,
+                               CachingAllocator& memory)
+    : stream_(stream), memory_(memory), flash_(choice != AttentionChoice::plain) {
+  const std::string fallback = fmt::format(
+      "tensor-core kernels for bf16 up to head_dim {}, plain kernels for fp32 and larger heads",
+      kFlashMaxHeadDim);
+  if (choice == AttentionChoice::plain) {
+    note_ = "plain kernels (TANDEM_CUDA_ATTENTION=plain)";
+  } else if (choice == AttentionChoice::flash) {
+    note_ = fallback + " (TANDEM_CUDA_ATTENTION=flash)";
+  } else {
+#ifdef TANDEM_HAVE_CUDNN_FRONTEND
+    std::string reason;
+    cudnn_ = CudnnAttention::open(stream_, memory_, &reason);
+    note_ = cudnn_ ? fmt::format(
+                         "cuDNN {} fused SDPA for bf16 (deterministic backward); {} where cuDNN "
+                         "does not apply (documents, refused shapes)",
+                         cudnn_->version(), fallback)
+                   : fmt::format("{} (cuDNN unavailable: {})", fallback, reason);
+#else
+    note_ = fallback + " (built without the cuDNN frontend)";
+#endif
+  }
+}
+
+AttentionPaths::~AttentionPaths() = default;
+
+bool AttentionPaths::on_tensor_cores(Elem e, i64 D) const {
+  return e == Elem::bf16 && flash_ && flash_attention_supports(D);
+}
+
+void AttentionPaths::note_refusal(const char* pass, const AttentionProblem& p) {
+#ifdef TANDEM_HAVE_CUDNN_FRONTEND
+  // Said once, on stderr and in the note, so that a run knows its attention left cuDNN.
+  if (refusal_reported_) return;
+  refusal_reported_ = true;
+  const std::string line = fmt::format(
+      "cuDNN refused attention {} for B={} T={} Hq={} Hkv={} D={} window={} ({}); tandem's {} "
+      "kernels run instead",
+      pass, p.B, p.T, p.Hq, p.Hkv, p.D, p.window, cudnn_->last_refusal(),
+      on_tensor_cores(Elem::bf16, p.D) ? "tensor-core" : "plain");
+  fmt::print(stderr, "cuda: {}\n", line);
+  note_ += "; " + line;
+#else
+  (void)pass;
+  (void)p;
+#endif
+}
+
+void AttentionPaths::forward(Elem e, const void* q, const void* k, const void* v, void* out,
+                             float* lse, const AttentionProblem& p) {
+#ifdef TANDEM_HAVE_CUDNN_FRONTEND
+  if (e == Elem::bf16 && !p.doc_start && cudnn_) {
+    if (cudnn_->forward(q, k, v, out, lse, p.B, p.T, p.Hq, p.Hkv, p.D, p.window, p.scale)) return;
+    note_refusal("forward", p);
+  }
+#endif
+  if (on_tensor_cores(e, p.D)) {
+    flash_attention_forward(q, k, v, out, lse, p.B, p.T, p.Hq, p.Hkv, p.D, p.window, p.scale,
+                            p.doc_start, stream_);
+    return;
+  }
+  TANDEM_CHECK(p.D <= kMaxHeadDim,
+               "cuda attention_forward: head_dim {} is larger than the {} the attention kernels "
+               "take",
+               p.D, kMaxHeadDim);
+  attention_forward(e, q, k, v, out, lse, p.B, p.T, p.Hq, p.Hkv, p.D, p.window, p.scale,
+                    p.doc_start, stream_);
+}
+
+void AttentionPaths::backward(Elem e, const void* q, const void* k, const void* v, const void* out,
+                              const float* lse, const void* dout, void* dq, void* dk, void* dv,
+                              const AttentionProblem& p) {
+#ifdef TANDEM_HAVE_CUDNN_FRONTEND
+  if (e == Elem::bf16 && !p.doc_start && cudnn_) {
+    if (cudnn_->backward(q, k, v, out, lse, dout, dq, dk, dv, p.B, p.T, p.Hq, p.Hkv, p.D, p.window,
+                         p.scale))
+      return;
+    note_refusal("backward", p);
+  }
+#endif
+  // delta (rowsum of out * dout) for either of tandem's backward kernels.
+  const Scratch delta(memory_, static_cast<std::size_t>(p.B * p.Hq * p.T) * sizeof(float));
+  if (on_tensor_cores(e, p.D)) {
+    flash_attention_backward(q, k, v, out, lse, dout, dq, dk, dv, p.B, p.T, p.Hq, p.Hkv, p.D,
+                             p.window, p.scale, p.doc_start, delta.as<float>(), stream_);
+    return;
+  }
+  TANDEM_CHECK(p.D <= kMaxHeadDim,
+               "cuda attention_backward: head_dim {} is larger than the {} the attention kernels "
+               "take",
+               p.D, kMaxHeadDim);
+  attention_backward(e, q, k, v, out, lse, dout, dq, dk, dv, p.B, p.T, p.Hq, p.Hkv, p.D, p.window,
+                     p.scale, p.doc_start, delta.as<float>(), stream_);
+}
+
+}  // namespace tandem::kernels::cuda
