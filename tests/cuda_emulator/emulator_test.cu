@@ -9,10 +9,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "emulator_test_util.h"
+#include "tandem/kernels/cuda/mma.cuh"
 
 namespace {
 
@@ -31,6 +33,24 @@ __global__ void block_sum_kernel(const float* x, float* out) {
     for (int o = 16; o > 0; o >>= 1) w += __shfl_xor_sync(0xffffffffu, w, o);
     if (lane == 0) out[blockIdx.x] = w;
   }
+}
+
+// Each lane's four ldmatrix words (tandem's mma.cuh) over a 16 x 16 bf16 tile holding 16 r + c
+// (rows padded to 24): matrix j is the quarter at rows (j & 1) * 8, columns (j >> 1) * 8, lane l
+// addresses row l % 8 of matrix l / 8, `offset` elements further.
+__global__ void ldmatrix_kernel(unsigned* out, bool trans, int offset) {
+  extern __shared__ __nv_bfloat16 tile[];
+  for (int e = threadIdx.x; e < 16 * 24; e += blockDim.x)
+    tile[e] = __float2bfloat16_rn(static_cast<float>(e / 24 * 16 + e % 24 % 16));
+  __syncthreads();
+  const int l = threadIdx.x, m = l >> 3;
+  const __nv_bfloat16* row = tile + ((m & 1) * 8 + (l & 7)) * 24 + (m >> 1) * 8 + offset;
+  unsigned d[4];
+  if (trans)
+    tandem::kernels::cuda::detail::ldmatrix_x4<true>(d, row);
+  else
+    tandem::kernels::cuda::detail::ldmatrix_x4<false>(d, row);
+  for (int j = 0; j < 4; ++j) out[l * 4 + j] = d[j];
 }
 
 // Rotates values through shared memory by one thread; `sync` orders the writes before the reads.
@@ -295,6 +315,33 @@ TEST(CudaEmulator, IntegerAtomicsTheFirstWriterWins) {
   cudaFree(d);
 }
 
+// ldmatrix as the PTX ISA lays it out: register j of lane 4 r + w holds matrix j's elements
+// [r][2w] (low half) and [r][2w + 1]; transposed, [2w][r] and [2w + 1][r].
+TEST(CudaEmulator, LdmatrixGivesEachLaneTheWordsThePtxIsaLaysOut) {
+  unsigned* out = device(std::vector<unsigned>(32 * 4, 0u));
+  auto bits = [](int row, int col) {  // 16 row + col as bf16 (exact: at most 255)
+    const float v = static_cast<float>(16 * row + col);
+    unsigned u;
+    std::memcpy(&u, &v, sizeof u);
+    return u >> 16;
+  };
+  for (bool trans : {false, true}) {
+    ldmatrix_kernel<<<1, 32, 16 * 24 * sizeof(__nv_bfloat16)>>>(out, trans, 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<unsigned> got = host(out, 32 * 4);
+    for (int lane = 0; lane < 32; ++lane)
+      for (int j = 0; j < 4; ++j) {
+        const int r = lane / 4, w = lane % 4, row0 = (j & 1) * 8, col0 = (j >> 1) * 8;
+        const unsigned lo = trans ? bits(row0 + 2 * w, col0 + r) : bits(row0 + r, col0 + 2 * w);
+        const unsigned hi =
+            trans ? bits(row0 + 2 * w + 1, col0 + r) : bits(row0 + r, col0 + 2 * w + 1);
+        EXPECT_EQ(got[lane * 4 + j], lo | hi << 16)
+            << (trans ? "trans " : "") << "lane " << lane << " register " << j;
+      }
+  }
+  cudaFree(out);
+}
+
 // ---- what the emulator stops with a message (undefined or a hang on a GPU) ----
 
 // The child of a death test starts afresh (threadsafe style): the parent's OpenMP threads, which
@@ -337,6 +384,17 @@ TEST_F(CudaEmulatorDeathTest, AWarpSplitBetweenABarrierAndAShuffle) {
       },
       "deadlock");
   cudaFree(d);
+}
+
+TEST_F(CudaEmulatorDeathTest, AnLdmatrixRowThatIsNot16ByteAligned) {
+  unsigned* out = device(std::vector<unsigned>(32 * 4, 0u));
+  EXPECT_DEATH(
+      {
+        ldmatrix_kernel<<<1, 32, 16 * 24 * sizeof(__nv_bfloat16)>>>(out, false, 1);
+        cudaDeviceSynchronize();  // a queued kernel runs here
+      },
+      "ldmatrix: a misaligned shared-memory address");
+  cudaFree(out);
 }
 
 #if defined(__SANITIZE_ADDRESS__)

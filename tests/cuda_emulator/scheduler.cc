@@ -322,6 +322,7 @@ void run_block(BlockRun& r, bool reverse_threads) {
   detail::t_current.block_dim = r.block;
   detail::t_current.grid_dim = r.grid;
   detail::t_current.shared = r.shared.empty() ? nullptr : r.shared.data();
+  detail::t_current.shared_bytes = r.shared.size();
   detail::t_current.block_serial = ++t_block_serial;
   for (;;) {
     for (unsigned p = 0; p < r.threads; ++p)

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -49,7 +50,8 @@ struct Current {
   dim3 block_dim;
   dim3 grid_dim;
   unsigned lane;
-  void* shared;
+  void* shared;                // the block's dynamic shared memory
+  std::size_t shared_bytes;    // and its size
   std::uint64_t block_serial;  // distinct for every block run on this CPU thread
 };
 extern thread_local Current t_current;
@@ -128,7 +130,21 @@ T shuffle(unsigned mask, T v, int src) {
 
 [[noreturn]] void fail(const char* what);
 
+// What a shared-memory-only instruction (ldmatrix) asks of an address: `bytes` inside the block's
+// dynamic shared memory, starting at a multiple of `align`.
+inline void require_shared(const void* p, std::size_t bytes, std::size_t align, const char* what) {
+  const auto* base = static_cast<const unsigned char*>(detail::t_current.shared);
+  const auto* at = static_cast<const unsigned char*>(p);
+  if (base == nullptr || at < base || at + bytes > base + detail::t_current.shared_bytes)
+    fail((std::string(what) + ": an address outside the block's dynamic shared memory").c_str());
+  if (reinterpret_cast<std::uintptr_t>(p) % align != 0)
+    fail((std::string(what) + ": a misaligned shared-memory address").c_str());
+}
+
 }  // namespace cuda_emulator
+
+// Device code that needs the emulator's own checks tests this.
+#define TANDEM_CUDA_EMULATOR_DEVICE 1
 
 #define threadIdx (::cuda_emulator::detail::t_current.thread)
 #define blockIdx (::cuda_emulator::detail::t_current.block)

@@ -156,10 +156,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       unsigned a[4];
       detail::load_a(a, qs, ld, warp * 16, kk * 16);
 #pragma unroll
-      for (int nt = 0; nt < kCols / 8; ++nt) {
-        unsigned bk[2];
-        detail::load_b_rows_n(bk, ks, ld, nt * 8, kk * 16);
+      for (int nt = 0; nt < kCols / 8; nt += 2) {
+        unsigned bk[2], bk2[2];
+        detail::load_b_rows_n(bk, bk2, ks, ld, nt * 8, kk * 16);
         detail::mma_16x8x16(s[nt], a, bk);
+        detail::mma_16x8x16(s[nt + 1], a, bk2);
       }
     }
     float mx[2] = {m[0], m[1]};
@@ -202,10 +203,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       unsigned p[4];
       detail::accumulators_to_a(p, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-      for (int dt = 0; dt < Dp / 8; ++dt) {
-        unsigned bv[2];
-        detail::load_b_rows_k(bv, vs, ld, kk * 16, dt * 8);
+      for (int dt = 0; dt < Dp / 8; dt += 2) {
+        unsigned bv[2], bv2[2];
+        detail::load_b_rows_k(bv, bv2, vs, ld, kk * 16, dt * 8);
         detail::mma_16x8x16(o[dt], p, bv);
+        detail::mma_16x8x16(o[dt + 1], p, bv2);
       }
     }
   }
@@ -232,13 +234,13 @@ __device__ __forceinline__ void score_pair(float (&s)[2][4], float (&dp)[2][4], 
     unsigned x[4], x2[4];
     detail::load_a(x, a, ld, a0, kk * 16);
     detail::load_a(x2, a2, ld, a0, kk * 16);
+    unsigned y[2][2], y2[2][2];
+    detail::load_b_rows_n(y[0], y[1], b, ld, b0, kk * 16);
+    detail::load_b_rows_n(y2[0], y2[1], b2, ld, b0, kk * 16);
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
-      unsigned y[2], y2[2];
-      detail::load_b_rows_n(y, b, ld, b0 + n * 8, kk * 16);
-      detail::load_b_rows_n(y2, b2, ld, b0 + n * 8, kk * 16);
-      detail::mma_16x8x16(s[n], x, y);
-      detail::mma_16x8x16(dp[n], x2, y2);
+      detail::mma_16x8x16(s[n], x, y[n]);
+      detail::mma_16x8x16(dp[n], x2, y2[n]);
     }
   }
 }
@@ -295,10 +297,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       unsigned ds[4];
       detail::accumulators_to_a(ds, s[0], s[1]);
 #pragma unroll
-      for (int dt = 0; dt < Dp / 8; ++dt) {
-        unsigned bk[2];
-        detail::load_b_rows_k(bk, ks, ld, kc * 16, dt * 8);
+      for (int dt = 0; dt < Dp / 8; dt += 2) {
+        unsigned bk[2], bk2[2];
+        detail::load_b_rows_k(bk, bk2, ks, ld, kc * 16, dt * 8);
         detail::mma_16x8x16(acc[dt], ds, bk);
+        detail::mma_16x8x16(acc[dt + 1], ds, bk2);
       }
     }
   }
@@ -368,12 +371,15 @@ __global__ void __launch_bounds__(kWarps * 32)
         detail::accumulators_to_a(pt, s[0], s[1]);
         detail::accumulators_to_a(dst, dp[0], dp[1]);
 #pragma unroll
-        for (int dt = 0; dt < Dp / 8; ++dt) {
-          unsigned bdo[2], bq[2];
-          detail::load_b_rows_k(bdo, dos, ld, qc * 16, dt * 8);
-          detail::load_b_rows_k(bq, qs, ld, qc * 16, dt * 8);
-          detail::mma_16x8x16(acc_v[dt], pt, bdo);
-          detail::mma_16x8x16(acc_k[dt], dst, bq);
+        for (int dt = 0; dt < Dp / 8; dt += 2) {
+          unsigned bdo[2][2], bq[2][2];
+          detail::load_b_rows_k(bdo[0], bdo[1], dos, ld, qc * 16, dt * 8);
+          detail::load_b_rows_k(bq[0], bq[1], qs, ld, qc * 16, dt * 8);
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            detail::mma_16x8x16(acc_v[dt + n], pt, bdo[n]);
+            detail::mma_16x8x16(acc_k[dt + n], dst, bq[n]);
+          }
         }
       }
     }

@@ -26,15 +26,6 @@ __device__ __forceinline__ unsigned pack_f32(float lo, float hi) {
 __device__ __forceinline__ float low_f32(unsigned x) { return __uint_as_float(x << 16); }
 __device__ __forceinline__ float high_f32(unsigned x) { return __uint_as_float(x & 0xFFFF0000u); }
 
-// Two consecutive bf16 of shared memory (4-byte aligned) as one register.
-__device__ __forceinline__ unsigned pair_at(const bf16* p) {
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const unsigned*>(p);
-#else
-  return pack_bf16(p[0], p[1]);
-#endif
-}
-
 // c += A * B. On the GPU one mma.sync; elsewhere (the CUDA emulator) the same product built from
 // warp shuffles of the documented fragments, so a layout mistake in the callers shows there too.
 __device__ __forceinline__ void mma_16x8x16(float c[4], const unsigned a[4], const unsigned b[2]) {
@@ -65,39 +56,79 @@ __device__ __forceinline__ void mma_16x8x16(float c[4], const unsigned a[4], con
 #endif
 }
 
-// Fragment loads from a row-major tile `s` with leading dimension `ld` (even; the tile's rows
-// padded so that the 32 lanes of a load hit distinct banks).
-struct FragmentLane {
-  int g, t;
-  __device__ FragmentLane() : g((threadIdx.x & 31) >> 2), t(threadIdx.x & 3) {}
-};
+// ldmatrix .x4 (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lane l gives `row`, the
+// address of row l % 8 of 8 x 8 matrix l / 8 (16 bytes of shared memory, 16-byte aligned), and
+// register j of lane 4 r + w receives matrix j's elements [r][2w, 2w+1]; with .trans, its
+// elements [2w][r] and [2w+1][r] (the transposed matrix's row r). On the GPU one instruction; in
+// the emulator the same words gathered through shuffles of the lanes' addresses.
+template <bool Trans>
+__device__ __forceinline__ void ldmatrix_x4(unsigned d[4], const bf16* row) {
+#ifdef __CUDA_ARCH__
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(addr));
+#else
+#ifdef TANDEM_CUDA_EMULATOR_DEVICE
+  ::cuda_emulator::require_shared(row, 16, 16, "ldmatrix");
+#endif
+  // A lane's address, shuffled as two 32-bit halves (what __shfl_sync takes everywhere).
+  const auto at = reinterpret_cast<unsigned long long>(row);
+  auto row_of = [at](int lane) {
+    const unsigned lo = __shfl_sync(0xffffffffu, static_cast<unsigned>(at), lane);
+    const unsigned hi = __shfl_sync(0xffffffffu, static_cast<unsigned>(at >> 32), lane);
+    return reinterpret_cast<const bf16*>(static_cast<unsigned long long>(hi) << 32 | lo);
+  };
+  const int lane = threadIdx.x & 31, r = lane >> 2, w = lane & 3;
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (Trans) {
+      const bf16* r0 = row_of(j * 8 + 2 * w);
+      const bf16* r1 = row_of(j * 8 + 2 * w + 1);
+      d[j] = pack_bf16(r0[r], r1[r]);
+    } else {
+      const bf16* rr = row_of(j * 8 + r);
+      d[j] = pack_bf16(rr[2 * w], rr[2 * w + 1]);
+    }
+  }
+#endif
+}
 
-// A = s[r0 .. r0+16)[c0 .. c0+16).
+// Fragment loads from a row-major tile `s` with leading dimension `ld` (a multiple of 8, the
+// tile 16-byte aligned; rows padded so that each 8-lane phase of a load hits distinct banks).
+// Lane l addresses row l % 8 of matrix l / 8; the matrices are the fragments' 8 x 8 quarters.
+__device__ __forceinline__ int ldmatrix_row() { return threadIdx.x & 7; }
+__device__ __forceinline__ int ldmatrix_matrix() { return (threadIdx.x & 31) >> 3; }
+
+// A = s[r0 .. r0+16)[c0 .. c0+16): a[0..3] are its quarters (rows +0/+8) x (columns +0/+8),
+// rows first.
 __device__ __forceinline__ void load_a(unsigned a[4], const bf16* s, int ld, int r0, int c0) {
-  const FragmentLane f;
-  const bf16* p = s + (r0 + f.g) * ld + c0 + 2 * f.t;
-  a[0] = pair_at(p);
-  a[1] = pair_at(p + 8 * ld);
-  a[2] = pair_at(p + 8);
-  a[3] = pair_at(p + 8 * ld + 8);
+  const int m = ldmatrix_matrix();
+  ldmatrix_x4<false>(a, s + (r0 + (m & 1) * 8 + ldmatrix_row()) * ld + c0 + (m >> 1) * 8);
 }
 
-// B[k][n] = s[n0 + n][k0 + k]: the tile's rows are B's columns (K for S = Q K^T).
-__device__ __forceinline__ void load_b_rows_n(unsigned b[2], const bf16* s, int ld, int n0,
-                                              int k0) {
-  const FragmentLane f;
-  const bf16* p = s + (n0 + f.g) * ld + k0 + 2 * f.t;
-  b[0] = pair_at(p);
-  b[1] = pair_at(p + 8);
+// Two B fragments, columns n0 .. n0+8 (b0) and n0+8 .. n0+16 (b1), of B[k][n] = s[n0 + n][k0 + k]:
+// the tile's rows are B's columns (K for S = Q K^T).
+__device__ __forceinline__ void load_b_rows_n(unsigned b0[2], unsigned b1[2], const bf16* s, int ld,
+                                              int n0, int k0) {
+  const int m = ldmatrix_matrix();
+  unsigned d[4];
+  ldmatrix_x4<false>(d, s + (n0 + (m >> 1) * 8 + ldmatrix_row()) * ld + k0 + (m & 1) * 8);
+  b0[0] = d[0], b0[1] = d[1], b1[0] = d[2], b1[1] = d[3];
 }
 
-// B[k][n] = s[k0 + k][n0 + n]: the tile's rows are B's rows (V for O = P V).
-__device__ __forceinline__ void load_b_rows_k(unsigned b[2], const bf16* s, int ld, int k0,
-                                              int n0) {
-  const FragmentLane f;
-  const bf16* p = s + (k0 + 2 * f.t) * ld + n0 + f.g;
-  b[0] = pack_bf16(p[0], p[ld]);
-  b[1] = pack_bf16(p[8 * ld], p[9 * ld]);
+// Two B fragments, columns n0 .. n0+8 (b0) and n0+8 .. n0+16 (b1), of B[k][n] = s[k0 + k][n0 + n]:
+// the tile's rows are B's rows (V for O = P V), loaded transposed.
+__device__ __forceinline__ void load_b_rows_k(unsigned b0[2], unsigned b1[2], const bf16* s, int ld,
+                                              int k0, int n0) {
+  const int m = ldmatrix_matrix();
+  unsigned d[4];
+  ldmatrix_x4<true>(d, s + (k0 + (m & 1) * 8 + ldmatrix_row()) * ld + n0 + (m >> 1) * 8);
+  b0[0] = d[0], b0[1] = d[1], b1[0] = d[2], b1[1] = d[3];
 }
 
 // Two accumulator tiles (columns 0-7 and 8-15 of a 16 x 16 product) as an A fragment, rounded.
