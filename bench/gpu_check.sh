@@ -23,8 +23,9 @@
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
 # test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
 # *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,
-# bench_1b_accumulated.json and bench_1b_flash.json (when time is left for them). Exit status 0 only
-# when the tests and the HF comparison passed and the benchmarks ran (the optional last two aside).
+# bench_1b_accumulated.json, bench_1b_flash.json and sanitizer_{memcheck,racecheck}.log (when time
+# is left for them). Exit status 0 only when the tests and the HF comparison passed, the benchmarks
+# ran (the optional last two aside) and compute-sanitizer found nothing.
 #
 # Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
 # GPU_CHECK_BUDGET_S (default 480) bounds the whole; GPU_CHECK_STEPS='bench_1b hf_1b' runs only
@@ -222,23 +223,44 @@ step "compute-sanitizer on the attention kernels: memcheck, then racecheck (when
 # (memcheck) and shared-memory hazards between threads (racecheck), on the bf16 attention tests
 # (the tensor-core kernels, cuDNN's path, the plain kernels; the random problems' odd lengths and
 # head_dims). --error-exitcode makes a finding fail the step; a step cut short by the budget (124)
-# is reported as unfinished, not failed.
+# is reported as unfinished, not failed. Where the tool cannot attach to the GPU (seen on the
+# gVisor runtime: "Device not supported", then error 999 at the first allocation, so every test
+# would skip for want of a backend and exit 0), the step says unavailable: neither a pass that
+# checked nothing nor a failure of tandem's.
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+# sanitize TOOL SECONDS FILTER: runs test_cuda under the tool, its log in $out, and prints the
+# step's status: 1 on a finding or a failed test, unavailable where the tool could not run the
+# GPU, 124/137 when cut short, else the tool's exit status.
+sanitize() {
+  local tool=$1 seconds=$2 filter=$3 log="$out/sanitizer_$1.log" rc
+  bounded "$seconds" "${ours[@]}" "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin/test_cuda" \
+    --gtest_filter="$filter" >"$log" 2>&1
+  rc=$?
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|misaligned|out of bounds|hazard|not supported|^\[  (PASSED|FAILED|SKIPPED) " \
+    "$log" | head -40 >&2
+  if grep -qE "ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|^\[  FAILED  \]" "$log"; then
+    echo 1
+  elif ((rc == 124 || rc == 137)); then
+    echo "$rc"
+  elif grep -qE "Device not supported|no CUDA backend" "$log" || ! grep -q "^\[  PASSED  \] [1-9]" "$log"; then
+    echo unavailable
+  else
+    echo "$rc"
+  fi
+}
 if gpu_step sanitizer; then
   if [[ -z "$sanitizer" ]]; then
     echo "compute-sanitizer: not found on this machine: skipped"
     status[sanitizer]=skipped
   else
-    bounded 45 "${ours[@]}" "$sanitizer" --tool memcheck --error-exitcode 1 "$bin/test_cuda" \
-      --gtest_filter='*CudaBf16Attention*:CudaBf16.TensorCoreAttentionIsDeterministic:CudaBf16.AttentionOnRandomProblems' 2>&1 |
-      grep -E "ERROR SUMMARY|Invalid|misaligned|out of bounds|^\[  (PASSED|FAILED)" | head -40
-    status[sanitizer]=${PIPESTATUS[0]}
+    status[sanitizer]=$(sanitize memcheck 45 \
+      '*CudaBf16Attention*:CudaBf16.TensorCoreAttentionIsDeterministic:CudaBf16.AttentionOnRandomProblems')
+    echo "memcheck: ${status[sanitizer]}"
     if [[ "${status[sanitizer]}" == 0 ]]; then
       # Two shapes: head_dim 128 without documents, 32 with documents and a window.
-      bounded 40 "${ours[@]}" "$sanitizer" --tool racecheck --error-exitcode 1 "$bin/test_cuda" \
-        --gtest_filter='*.TensorCoreKernelsMatchTheCpu/2:*.TensorCoreKernelsMatchTheCpu/3' 2>&1 |
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|^\[  (PASSED|FAILED)" | head -40
-      status[sanitizer]=${PIPESTATUS[0]}
+      status[sanitizer]=$(sanitize racecheck 40 \
+        '*.TensorCoreKernelsMatchTheCpu/2:*.TensorCoreKernelsMatchTheCpu/3')
+      echo "racecheck: ${status[sanitizer]}"
     fi
   fi
 fi
@@ -351,9 +373,10 @@ done
 for k in hf_parity bench_1b hf_1b bench_7b; do
   [[ "${status[$k]}" =~ ^(0|skipped|not_selected)$ ]] || ok=1
 done
-# A sanitizer finding fails the check; a run the budget cut short (124, 137) does not.
+# A sanitizer finding fails the check; a run the budget cut short (124, 137) does not, nor a
+# runtime where the tool cannot run the GPU (unavailable).
 for k in sanitizer; do
-  [[ "${status[$k]:-skipped}" =~ ^(0|skipped|not_selected|124|137)$ ]] || ok=1
+  [[ "${status[$k]:-skipped}" =~ ^(0|skipped|not_selected|unavailable|124|137)$ ]] || ok=1
 done
 # Steps the time budget or their bound cut short (timeout's 124, or 137 after its kill).
 unfinished=()
