@@ -18,12 +18,13 @@
 #      the OLMo 3-shaped 1B model (seq 8192), HF transformers' Olmo3ForCausalLM on the same config
 #      in the same call, and a 7B-shaped layer stack; each of tandem's with one more step profiled
 #      op by op (device time, TFLOP/s, time between ops), so that one call shows where it goes;
+#      then attention alone on each of its paths (bench/gpu_attention.cc);
 #      with time left, compute-sanitizer's memcheck and racecheck on the attention tests, the 1B
 #      step with 4 micro-batches, and on tandem's own tensor-core attention instead of cuDNN's.
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
 # test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
 # *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,
-# bench_1b_accumulated.json, bench_1b_flash.json and sanitizer_{memcheck,racecheck}.log (when time
+# bench_attention.json, bench_1b_accumulated.json, bench_1b_flash.json and sanitizer_{memcheck,racecheck}.log (when time
 # is left for them). Exit status 0 only when the tests and the HF comparison passed, the benchmarks
 # ran (the optional last two aside) and compute-sanitizer found nothing.
 #
@@ -58,8 +59,8 @@ bounded() {
 }
 declare -A status=()
 # GPU_CHECK_STEPS (default all): the steps to run, by their keys in gpu_check.json's status
-# (tests tests_training hf_parity bench_1b hf_1b bench_7b sanitizer bench_1b_accumulated
-# bench_1b_flash), so that a second device call can run only what the first did not finish. The
+# (tests tests_training hf_parity bench_1b hf_1b bench_7b bench_attention sanitizer
+# bench_1b_accumulated bench_1b_flash), so that a second device call can run only what the first did not finish. The
 # others say not_selected.
 selection=" ${GPU_CHECK_STEPS:-all} "
 selection="${selection//,/ }"
@@ -218,6 +219,16 @@ if gpu_step bench_7b; then
   status[bench_7b]=${PIPESTATUS[0]}
 fi
 
+step "attention alone, path by path: cuDNN, tensor-core kernels, plain (bf16), plain (fp32)"
+# Forward and backward TFLOP/s of each path on the 1B and 7B attention shapes, with and without
+# documents (bench/gpu_attention.cc): what the step profiles above cannot show, the paths they did
+# not take. Informative: not in the exit status.
+if gpu_step bench_attention; then
+  bounded 45 "${ours[@]}" "$bin/bench_gpu_attention" --repeats 5 --json "$out/bench_attention.json" |
+    grep -v '^{'
+  status[bench_attention]=${PIPESTATUS[0]}
+fi
+
 step "compute-sanitizer on the attention kernels: memcheck, then racecheck (when time is left)"
 # What the emulator cannot see on real hardware: out-of-bounds or misaligned device accesses
 # (memcheck) and shared-memory hazards between threads (racecheck), on the bf16 attention tests
@@ -323,10 +334,11 @@ if runs:
 b1, b7, hf = load("bench_1b.json"), load("bench_7b_stack.json"), load("hf_1b.json")
 b1a = load("bench_1b_accumulated.json")
 b1f = load("bench_1b_flash.json")
+attention = load("bench_attention.json")
 parity = load("hf_parity.json")
 summary = {"status": status, "tests": counts, "tandem_1b": b1, "tandem_7b_stack": b7, "hf_1b": hf,
            "tandem_1b_4_micro_batches": b1a, "tandem_1b_flash_attention": b1f,
-           "hf_parity_on_gpu": parity}
+           "hf_parity_on_gpu": parity, "attention_paths": attention}
 if b1 and hf and hf.get("best"):
     summary["tandem_over_hf_tokens_per_s"] = b1["tokens_per_s"] / hf["best"]["tokens_per_s"]
 try:
@@ -358,6 +370,10 @@ for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7), ("tandem 1B, tensor-
                   f"{o['op']} {o['ms']:.1f} ms" + (f" ({o['tflops_per_s']:.0f} TFLOP/s)"
                                                   if "tflops_per_s" in o else "")
                   for o in p["ops"][:6]))
+for r in (attention or {}).get("results", []):
+    print(f"attention {r['problem']}, {r['path']} {r['dtype']}: forward "
+          f"{r['forward_tflops_actual']:.0f} TFLOP/s, backward {r['backward_tflops_actual']:.0f} "
+          f"(mask-visible pairs; {r['forward_ms']:.2f} + {r['backward_ms']:.2f} ms)")
 if hf and hf.get("best"):
     best = hf["best"]
     print(f"HF 1B: {best['tokens_per_s']:.0f} tokens/s ({best['attn_implementation']}, "
@@ -380,7 +396,8 @@ for k in sanitizer; do
 done
 # Steps the time budget or their bound cut short (timeout's 124, or 137 after its kill).
 unfinished=()
-for k in tests tests_training hf_parity bench_1b hf_1b bench_7b sanitizer bench_1b_accumulated bench_1b_flash; do
+for k in tests tests_training hf_parity bench_1b hf_1b bench_7b bench_attention sanitizer \
+  bench_1b_accumulated bench_1b_flash; do
   [[ "${status[$k]:-}" == 124 || "${status[$k]:-}" == 137 ]] && unfinished+=("$k")
 done
 ((${#unfinished[@]})) &&

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepares bench/gpu_check.sh's programs here, where tandem's Debian libraries are installed, for a
-# GPU machine that has none of them: builds `tandem`, `test_cuda` and `bench_gpu_train_step` with
-# a portable -march (x86-64-v3) for Hopper (sm_90a), and packs them with every shared library they
-# load that such a machine may lack (oneDNN, yaml-cpp, fmt, PCRE2, OpenMPI, zstd, xxhash, ...) into
+# GPU machine that has none of them: builds `tandem`, `test_cuda`, `bench_gpu_train_step` and
+# `bench_gpu_attention` with a portable -march (x86-64-v3) for Hopper (sm_90a), and packs them with
+# every shared library they load that such a machine may lack (oneDNN, yaml-cpp, fmt, PCRE2, OpenMPI, zstd, xxhash, ...) into
 # .gpu-carry/tandem-gpu.tar.xz (ignored by git). CUDA's own libraries (runtime, cuBLAS(Lt), NCCL,
 # cuDNN) are not packed: the device has them in PyTorch's wheels, and gpu_check.sh finds them there.
 #
@@ -12,7 +12,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build-gpu-carry}"
 carry="$root/.gpu-carry"
-targets=(tandem test_cuda bench_gpu_train_step)
+targets=(tandem test_cuda bench_gpu_train_step bench_gpu_attention)
 
 command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || {
   echo "gpu_prepare: no nvcc here; the GPU programs cannot be built" >&2
@@ -40,7 +40,8 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 pkg="$stage/tandem-gpu"
 mkdir -p "$pkg/bin" "$pkg/lib"
-cp "$build/tandem" "$build/tests/test_cuda" "$build/bench/bench_gpu_train_step" "$pkg/bin/"
+cp "$build/tandem" "$build/tests/test_cuda" "$build/bench/bench_gpu_train_step" \
+  "$build/bench/bench_gpu_attention" "$pkg/bin/"
 strip --strip-debug "$pkg"/bin/*
 
 # Libraries the programs load, but not the C runtime and compiler runtime (newer on the device,
