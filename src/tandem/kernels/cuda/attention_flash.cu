@@ -221,26 +221,34 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // ---- backward ----
 
-// The backward's two 16 x 16 products over the head dimension, from shared tiles:
-// s += a[a0 .. a0+16) b[b0 .. b0+16)^T and dp += a2[a0 ..) b2[b0 ..)^T. dQ: S = Q K^T, dP = dO V^T
-// (rows: queries); dK/dV: S^T = K Q^T, dP^T = V dO^T (rows: keys).
+// The backward's two 16 x 16 products over the head dimension: s += A B[b0 .. b0+16)^T and
+// dp += A2 B2[b0 ..)^T, with A and A2 the warp's 16 rows as fragments in registers (`Fragments`,
+// loaded once per kernel: they are the same for every tile of the other side) and B, B2 shared
+// tiles. dQ: S = Q K^T, dP = dO V^T (rows: queries); dK/dV: S^T = K Q^T, dP^T = V dO^T (rows:
+// keys).
 template <int Dp>
-__device__ __forceinline__ void score_pair(float (&s)[2][4], float (&dp)[2][4], const bf16* a,
-                                           const bf16* a2, const bf16* b, const bf16* b2, int a0,
-                                           int b0) {
+using Fragments = unsigned[Dp / 16][4];
+
+template <int Dp>
+__device__ __forceinline__ void load_fragments(Fragments<Dp>& a, const bf16* s, int r0) {
+#pragma unroll
+  for (int kk = 0; kk < Dp / 16; ++kk) detail::load_a(a[kk], s, Dp + kPad, r0, kk * 16);
+}
+
+template <int Dp>
+__device__ __forceinline__ void score_pair(float (&s)[2][4], float (&dp)[2][4],
+                                           const Fragments<Dp>& a, const Fragments<Dp>& a2,
+                                           const bf16* b, const bf16* b2, int b0) {
   constexpr int ld = Dp + kPad;
 #pragma unroll
   for (int kk = 0; kk < Dp / 16; ++kk) {
-    unsigned x[4], x2[4];
-    detail::load_a(x, a, ld, a0, kk * 16);
-    detail::load_a(x2, a2, ld, a0, kk * 16);
     unsigned y[2][2], y2[2][2];
     detail::load_b_rows_n(y[0], y[1], b, ld, b0, kk * 16);
     detail::load_b_rows_n(y2[0], y2[1], b2, ld, b0, kk * 16);
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
-      detail::mma_16x8x16(s[n], x, y[n]);
-      detail::mma_16x8x16(dp[n], x2, y2[n]);
+      detail::mma_16x8x16(s[n], a[kk], y[n]);
+      detail::mma_16x8x16(dp[n], a2[kk], y2[n]);
     }
   }
 }
@@ -262,6 +270,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const i64 w0 = i0 + warp * 16;
   load_tile<Dp>(q, g, b, g.Hq, h, i0, g.T, qs);
   load_tile<Dp>(dout, g, b, g.Hq, h, i0, g.T, dos);
+  __syncthreads();
+  Fragments<Dp> qa, doa;  // the warp's queries and output gradients, for every key tile
+  load_fragments<Dp>(qa, qs, warp * 16);
+  load_fragments<Dp>(doa, dos, warp * 16);
   i64 row[2], doc[2];
   float lse_r[2], delta_r[2];
   for (int r = 0; r < 2; ++r) {
@@ -282,7 +294,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int kc = 0; kc < kCols / 16; ++kc) {
       if (jt + kc * 16 > w0 + 15) break;  // keys after every query of the warp
       float s[2][4] = {}, dp[2][4] = {};
-      score_pair<Dp>(s, dp, qs, dos, ks, vs, warp * 16, kc * 16);
+      score_pair<Dp>(s, dp, qa, doa, ks, vs, kc * 16);
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -333,6 +345,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (threadIdx.x == 0) query_end = detail::query_end_for_keys(g, b, last_key);
   __syncthreads();
   const i64 i_end = query_end;
+  Fragments<Dp> ka, va;  // the warp's keys and values, for every query tile
+  load_fragments<Dp>(ka, ks, warp * 16);
+  load_fragments<Dp>(va, vs, warp * 16);
   i64 key[2];
   for (int r = 0; r < 2; ++r) key[r] = w0 + acc_row(2 * r);
 
@@ -354,7 +369,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int qc = 0; qc < kCols / 16; ++qc) {
         if (it + qc * 16 + 15 < w0) continue;  // queries before every key of the warp
         float s[2][4] = {}, dp[2][4] = {};
-        score_pair<Dp>(s, dp, ks, vs, qs, dos, warp * 16, qc * 16);  // S^T and dP^T
+        score_pair<Dp>(s, dp, ka, va, qs, dos, qc * 16);  // S^T and dP^T
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
 #pragma unroll
