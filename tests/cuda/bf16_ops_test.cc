@@ -463,11 +463,6 @@ INSTANTIATE_TEST_SUITE_P(
 // shorter than the row or one longer, and up to five documents per row of random lengths
 // (single-token ones included). Each on tandem's tensor-core kernels and on the default path
 // (cuDNN's on the device where it takes the problem).
-std::uint64_t test_seed() {
-  const char* s = std::getenv("TANDEM_TEST_SEED");
-  return s != nullptr && *s != 0 ? std::strtoull(s, nullptr, 10) : 1;
-}
-
 TEST(CudaBf16, AttentionOnRandomProblems) {
   const std::uint64_t seed = test_seed();
   std::mt19937_64 gen(seed);
@@ -476,14 +471,10 @@ TEST(CudaBf16, AttentionOnRandomProblems) {
   };
   double worst[2][5] = {};  // [tensor-core kernels, default path][out, lse, dq, dk, dv]
   for (int n = 0; n < 8; ++n) {
-    Bf16AttentionCase c{};
-    c.B = uniform(1, 2);
-    c.T = uniform(0, 4) == 0 ? uniform(1, 20) : uniform(1, 200);
-    c.Hkv = uniform(1, 3);
-    c.Hq = c.Hkv * uniform(1, 4);
-    c.D = uniform(0, 1) == 0 ? 8 * uniform(1, 16) : uniform(1, 128);
-    const std::int64_t w = uniform(0, 2);
-    c.window = w == 0 ? 0 : w == 1 ? uniform(1, c.T) : c.T + uniform(1, 10);
+    const AttentionDraw d = draw_attention(gen, [](auto& uniform) {
+      return uniform(0, 1) == 0 ? 8 * uniform(1, 16) : uniform(1, 128);
+    });
+    const Bf16AttentionCase c{d.B, d.T, d.Hq, d.Hkv, d.D, d.window, false};
     std::vector<std::int64_t> starts;
     if (uniform(0, 4) >= 2) {
       starts.resize(static_cast<std::size_t>(c.B * c.T));

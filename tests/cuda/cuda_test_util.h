@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -108,6 +109,35 @@ inline std::vector<std::int64_t> two_documents_per_row(std::int64_t B, std::int6
   std::vector<std::int64_t> out(static_cast<std::size_t>(B * T));
   for (std::int64_t i = 0; i < B * T; ++i) out[i] = (i % T) >= T / 2 ? T / 2 : 0;
   return out;
+}
+
+// TANDEM_TEST_SEED (default 1): the seed of the tests that draw random problems (they name it in
+// their failure messages, so that a failing draw can be run again).
+inline std::uint64_t test_seed() {
+  const char* s = std::getenv("TANDEM_TEST_SEED");
+  return s != nullptr && *s != 0 ? std::strtoull(s, nullptr, 10) : 1;
+}
+
+// One random attention problem's geometry for the random-problem tests: B 1-2, T 1-200 (1-20 a
+// fifth of the time), 1-3 kv heads, groups of 1-4, head_dim from `head_dim(uniform)`, and no
+// window, one within the row or one beyond it (a third each).
+struct AttentionDraw {
+  std::int64_t B, T, Hq, Hkv, D, window;
+};
+template <typename HeadDim>
+AttentionDraw draw_attention(std::mt19937_64& gen, HeadDim&& head_dim) {
+  auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(gen);
+  };
+  AttentionDraw d{};
+  d.B = uniform(1, 2);
+  d.T = uniform(0, 4) == 0 ? uniform(1, 20) : uniform(1, 200);
+  d.Hkv = uniform(1, 3);
+  d.Hq = d.Hkv * uniform(1, 4);
+  d.D = head_dim(uniform);
+  const std::int64_t w = uniform(0, 2);
+  d.window = w == 0 ? 0 : w == 1 ? uniform(1, d.T) : d.T + uniform(1, 10);
+  return d;
 }
 
 // Next-token labels of `ids` (flattened [B, T]) with the last and every fifth position ignored,

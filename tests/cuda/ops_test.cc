@@ -238,21 +238,14 @@ TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {
 // (the same in every row; single-token documents included).
 TEST(CudaOps, AttentionOnRandomProblems) {
   REQUIRE_CUDA(gpu);
-  const char* env = std::getenv("TANDEM_TEST_SEED");
-  const std::uint64_t seed = env != nullptr && *env != 0 ? std::strtoull(env, nullptr, 10) : 1;
+  const std::uint64_t seed = test_seed();
   std::mt19937_64 gen(seed);
   auto uniform = [&](std::int64_t lo, std::int64_t hi) {
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(gen);
   };
   for (int n = 0; n < 8; ++n) {
-    AttentionCase c{};
-    c.B = uniform(1, 2);
-    c.T = uniform(0, 4) == 0 ? uniform(1, 20) : uniform(1, 200);
-    c.Hkv = uniform(1, 3);
-    c.Hq = c.Hkv * uniform(1, 4);
-    c.D = uniform(1, 256);
-    const std::int64_t w = uniform(0, 2);
-    c.window = w == 0 ? 0 : w == 1 ? uniform(1, c.T) : c.T + uniform(1, 10);
+    const AttentionDraw d = draw_attention(gen, [](auto& draw) { return draw(1, 256); });
+    AttentionCase c{d.B, d.T, d.Hq, d.Hkv, d.D, d.window, {}};
     if (uniform(0, 1) == 1 && c.T > 1)
       for (std::int64_t k = uniform(1, 4); k > 0; --k) c.doc_begins.push_back(uniform(1, c.T - 1));
     std::ostringstream name;
