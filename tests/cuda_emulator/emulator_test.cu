@@ -53,6 +53,26 @@ __global__ void ldmatrix_kernel(unsigned* out, bool trans, int offset) {
   for (int j = 0; j < 4; ++j) out[l * 4 + j] = d[j];
 }
 
+// cp.async as the emulator models it (device_util.cuh): each thread copies 16 bytes in each of
+// two groups (the second zero-filled on odd threads) and records a word of each before and after
+// the waits.
+__global__ void cp_async_kernel(const unsigned* src, unsigned* out) {
+  namespace d = tandem::kernels::cuda::detail;
+  extern __shared__ unsigned words[];  // 8 per thread: the two groups' 16 bytes
+  const int t = threadIdx.x;
+  for (int w = 0; w < 8; ++w) words[t * 8 + w] = 0xAAAAAAAAu;
+  d::cp_async_16(words + t * 8, src + t * 4, true);
+  d::cp_async_commit();
+  d::cp_async_16(words + t * 8 + 4, t % 2 == 0 ? src + 128 + t * 4 : src, t % 2 == 0);
+  d::cp_async_commit();
+  out[t * 4] = words[t * 8];  // nothing waited for
+  d::cp_async_wait<1>();      // the first group
+  out[t * 4 + 1] = words[t * 8];
+  out[t * 4 + 2] = words[t * 8 + 4];
+  d::cp_async_wait<0>();  // both
+  out[t * 4 + 3] = words[t * 8 + 4];
+}
+
 // Rotates values through shared memory by one thread; `sync` orders the writes before the reads.
 __global__ void rotate_kernel(const float* x, float* y, bool sync) {
   extern __shared__ float s[];
@@ -339,6 +359,27 @@ TEST(CudaEmulator, LdmatrixGivesEachLaneTheWordsThePtxIsaLaysOut) {
             << (trans ? "trans " : "") << "lane " << lane << " register " << j;
       }
   }
+  cudaFree(out);
+}
+
+// A thread's cp.async copies land at its wait for their group and not before (so a kernel that
+// reads a tile without waiting reads the old contents); wait_group 1 leaves the newest group
+// out; a zero source size fills zeros.
+TEST(CudaEmulator, AsyncCopiesLandAtTheirWait) {
+  std::vector<unsigned> src(256);
+  for (unsigned i = 0; i < 256; ++i) src[i] = 1000 + i;
+  unsigned* s = device(src);
+  unsigned* out = device(std::vector<unsigned>(32 * 4, 0u));
+  cp_async_kernel<<<1, 32, 32 * 8 * sizeof(unsigned)>>>(s, out);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<unsigned> got = host(out, 32 * 4);
+  for (unsigned t = 0; t < 32; ++t) {
+    EXPECT_EQ(got[t * 4], 0xAAAAAAAAu) << t;
+    EXPECT_EQ(got[t * 4 + 1], 1000 + t * 4) << t;
+    EXPECT_EQ(got[t * 4 + 2], 0xAAAAAAAAu) << t;
+    EXPECT_EQ(got[t * 4 + 3], t % 2 == 0 ? 1000 + 128 + t * 4 : 0u) << t;
+  }
+  cudaFree(s);
   cudaFree(out);
 }
 

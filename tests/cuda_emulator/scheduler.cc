@@ -139,6 +139,8 @@ struct BlockRun {
   void* frame = nullptr;
   unsigned current = 0;
   bool reverse = false;         // this block's threads run in reverse order
+  bool serial_warps = false;    // its warps run one at a time between barriers
+  unsigned pass_end = 0;        // a pass runs the fibers at positions before this one
   unsigned position = 0;        // the current thread's place in that order
   bool from_scheduler = false;  // the last switch came from the scheduler, not from a fiber
   void* scheduler_sp = nullptr;
@@ -195,7 +197,7 @@ void arrived(BlockRun& r, void* fake) {
 // has ended) for the next one in this pass that can run, or, when there is none, for the
 // scheduler. Going from fiber to fiber directly halves the switches a pass takes.
 void switch_onward(BlockRun& r, void** save, void** fake) {
-  for (unsigned p = r.position + 1; p < r.threads; ++p) {
+  for (unsigned p = r.position + 1; p < r.pass_end; ++p) {
     const unsigned t = thread_at(r, p);
     if (r.fibers[t].wait != Wait::running) continue;
     r.current = t;
@@ -268,54 +270,69 @@ void resume(BlockRun& r, unsigned position) {
   end_switch(fake, nullptr, nullptr);
 }
 
-// Releases the shuffles whose every named lane has arrived; false when none could be released.
-bool release_shuffles(BlockRun& r) {
+// Releases the shuffles of the warp starting at thread warp0 whose every named lane has arrived;
+// false when none could be released.
+bool release_warp(BlockRun& r, unsigned warp0) {
   bool released = false;
-  for (unsigned warp0 = 0; warp0 < r.threads; warp0 += kWarp) {
-    const unsigned lanes = r.threads - warp0 < kWarp ? r.threads - warp0 : kWarp;
-    unsigned handled = 0;  // lanes already part of a group looked at in this pass
-    for (unsigned first = 0; first < lanes; ++first) {
-      const Fiber& head = r.fibers[warp0 + first];
-      if (head.wait != Wait::warp || (handled >> first & 1u)) continue;
-      const unsigned mask = head.mask;
-      handled |= mask;
-      bool ready = true;
-      for (unsigned lane = 0; lane < kWarp && ready; ++lane) {
-        if (!(mask >> lane & 1u)) continue;
-        if (lane >= lanes)
-          fail_in_block(r, "a warp shuffle's mask names lane " + std::to_string(lane) +
-                               ", which the block does not have");
-        const Fiber& f = r.fibers[warp0 + lane];
-        if (f.wait == Wait::done)
-          fail_in_block(r, "a warp shuffle's mask names lane " + std::to_string(lane) +
-                               " of thread " + std::to_string(warp0 + lane) + ", which has exited");
-        if (f.wait != Wait::warp)
-          ready = false;
-        else if (f.mask != mask)
-          fail_in_block(r, "lanes of one warp shuffle with different masks");
-      }
-      if (!ready) continue;
-      for (unsigned lane = 0; lane < kWarp; ++lane) {
-        if (!(mask >> lane & 1u)) continue;
-        Fiber& f = r.fibers[warp0 + lane];
-        if (!(mask >> f.src & 1u))
-          fail_in_block(r, "a warp shuffle reads lane " + std::to_string(f.src) +
-                               ", which its mask does not name");
-        f.received = r.fibers[warp0 + static_cast<unsigned>(f.src)].offered;
-      }
-      for (unsigned lane = 0; lane < kWarp; ++lane)
-        if (mask >> lane & 1u) r.fibers[warp0 + lane].wait = Wait::running;
-      released = true;
+  const unsigned lanes = r.threads - warp0 < kWarp ? r.threads - warp0 : kWarp;
+  unsigned handled = 0;  // lanes already part of a group looked at in this pass
+  for (unsigned first = 0; first < lanes; ++first) {
+    const Fiber& head = r.fibers[warp0 + first];
+    if (head.wait != Wait::warp || (handled >> first & 1u)) continue;
+    const unsigned mask = head.mask;
+    handled |= mask;
+    bool ready = true;
+    for (unsigned lane = 0; lane < kWarp && ready; ++lane) {
+      if (!(mask >> lane & 1u)) continue;
+      if (lane >= lanes)
+        fail_in_block(r, "a warp shuffle's mask names lane " + std::to_string(lane) +
+                             ", which the block does not have");
+      const Fiber& f = r.fibers[warp0 + lane];
+      if (f.wait == Wait::done)
+        fail_in_block(r, "a warp shuffle's mask names lane " + std::to_string(lane) +
+                             " of thread " + std::to_string(warp0 + lane) + ", which has exited");
+      if (f.wait != Wait::warp)
+        ready = false;
+      else if (f.mask != mask)
+        fail_in_block(r, "lanes of one warp shuffle with different masks");
     }
+    if (!ready) continue;
+    for (unsigned lane = 0; lane < kWarp; ++lane) {
+      if (!(mask >> lane & 1u)) continue;
+      Fiber& f = r.fibers[warp0 + lane];
+      if (!(mask >> f.src & 1u))
+        fail_in_block(r, "a warp shuffle reads lane " + std::to_string(f.src) +
+                             ", which its mask does not name");
+      f.received = r.fibers[warp0 + static_cast<unsigned>(f.src)].offered;
+    }
+    for (unsigned lane = 0; lane < kWarp; ++lane)
+      if (mask >> lane & 1u) r.fibers[warp0 + lane].wait = Wait::running;
+    released = true;
   }
   return released;
 }
 
+// Releases every warp's shuffles whose every named lane has arrived; false when none could be.
+bool release_shuffles(BlockRun& r) {
+  bool released = false;
+  for (unsigned warp0 = 0; warp0 < r.threads; warp0 += kWarp) released |= release_warp(r, warp0);
+  return released;
+}
+
+// The first position (in the block's thread order) from `begin` whose fiber can run, or `end`.
+unsigned first_running(const BlockRun& r, unsigned begin, unsigned end) {
+  for (unsigned p = begin; p < end; ++p)
+    if (r.fibers[thread_at(r, p)].wait == Wait::running) return p;
+  return end;
+}
+
 thread_local std::uint64_t t_block_serial = 0;
 
-void run_block(BlockRun& r, bool reverse_threads) {
+void run_block(BlockRun& r, bool reverse_threads, bool serial_warps) {
   for (unsigned t = 0; t < r.threads; ++t) start_fiber(r, t);
   r.reverse = reverse_threads;
+  r.serial_warps = serial_warps;
+  r.pass_end = r.threads;
   // Shared memory starts as garbage on a GPU; all-ones bytes read as NaN in a float.
   std::fill(r.shared.begin(), r.shared.end(), static_cast<unsigned char>(0xFF));
   detail::t_current.block = r.index;
@@ -325,11 +342,24 @@ void run_block(BlockRun& r, bool reverse_threads) {
   detail::t_current.shared_bytes = r.shared.size();
   detail::t_current.block_serial = ++t_block_serial;
   for (;;) {
-    for (unsigned p = 0; p < r.threads; ++p)
-      if (r.fibers[thread_at(r, p)].wait == Wait::running) {
-        resume(r, p);  // runs every fiber of the pass that can run, from this one on
-        break;
+    const unsigned p = first_running(r, 0, r.threads);
+    if (p < r.threads && r.serial_warps) {
+      // The first warp that can run goes on alone, shuffle by shuffle, until it waits at
+      // __syncthreads or ends; then the next one.
+      const unsigned warp0 = thread_at(r, p) / kWarp * kWarp;
+      const unsigned lanes = r.threads - warp0 < kWarp ? r.threads - warp0 : kWarp;
+      // The warp's positions: its threads, in the block's order.
+      const unsigned begin = r.reverse ? r.threads - warp0 - lanes : warp0;
+      const unsigned end = begin + lanes;
+      r.pass_end = end;
+      for (unsigned q = p; q < end; q = first_running(r, begin, end)) {
+        resume(r, q);
+        if (!release_warp(r, warp0)) break;
       }
+      r.pass_end = r.threads;
+      continue;
+    }
+    if (p < r.threads) resume(r, p);  // runs every fiber of the pass that can run, from p on
     if (release_shuffles(r)) continue;
     unsigned alive = 0, at_barrier = 0;
     for (const Fiber& f : r.fibers) {
@@ -433,7 +463,8 @@ void run_grid(const LaunchConfig& c, const char* name, Body body, void* frame) {
                 static_cast<unsigned>(b / (std::uint64_t{c.grid.x} * c.grid.y))};
       const bool reverse_threads =
           o == Order::reverse || (o == Order::mixed && (b + launch) % 2 == 1);
-      run_block(r, reverse_threads);
+      const bool serial_warps = o == Order::mixed && (b + launch) / 2 % 2 == 1;
+      run_block(r, reverse_threads, serial_warps);
     }
     t_run = nullptr;
     detail::t_current = detail::Current{};

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -95,7 +96,9 @@ T& static_shared() {
 // that orders them (a race on a GPU) reads garbage in one order or the other. forward: blocks and
 // threads in index order; reverse: both reversed; mixed (the default, and what
 // TANDEM_CUDA_EMULATOR_ORDER=forward|reverse|mixed overrides): every other launch runs its blocks
-// in reverse, and every other block (alternating with the launch) its threads.
+// in reverse, and every other block (alternating with the launch) its threads; and every other
+// pair of blocks runs its warps one at a time from one __syncthreads to the next (otherwise they
+// advance together, shuffle by shuffle).
 enum class Order { forward, reverse, mixed };
 void set_order(Order order);
 Order order();
@@ -139,6 +142,60 @@ inline void require_shared(const void* p, std::size_t bytes, std::size_t align, 
     fail((std::string(what) + ": an address outside the block's dynamic shared memory").c_str());
   if (reinterpret_cast<std::uintptr_t>(p) % align != 0)
     fail((std::string(what) + ": a misaligned shared-memory address").c_str());
+}
+
+// cp.async, the asynchronous global -> shared copy (cp.async.cg with a source size: the bytes past
+// it are zero-filled). A thread's copies land only when it waits for their group
+// (cp.async.wait_group), never earlier, so that a kernel reading a tile before it waits for it,
+// or before the barrier that follows the wait, reads what was there before.
+namespace detail {
+struct AsyncCopy {
+  unsigned char* dst;
+  const unsigned char* src;
+  unsigned bytes, src_bytes;
+};
+struct AsyncCopies {
+  std::uint64_t block_serial = ~std::uint64_t{0};
+  std::vector<std::vector<AsyncCopy>> groups;  // committed, oldest first
+  std::vector<AsyncCopy> open;                 // not yet committed
+};
+// The running thread's copies (the fibers of a block run on one CPU thread; a new block starts
+// with none).
+inline AsyncCopies& async_copies() {
+  thread_local std::vector<AsyncCopies> per_thread;
+  const Current& c = t_current;
+  const std::size_t i = c.thread.x + c.block_dim.x * (c.thread.y + c.block_dim.y * c.thread.z);
+  if (per_thread.size() <= i) per_thread.resize(i + 1);
+  AsyncCopies& a = per_thread[i];
+  if (a.block_serial != c.block_serial) {
+    a = AsyncCopies{};
+    a.block_serial = c.block_serial;
+  }
+  return a;
+}
+}  // namespace detail
+
+inline void cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
+  require_shared(dst, bytes, bytes, "cp.async");
+  if (src_bytes > bytes) fail("cp.async: a source size larger than the copy");
+  detail::async_copies().open.push_back(
+      {static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), bytes, src_bytes});
+}
+inline void cp_async_commit() {
+  detail::AsyncCopies& a = detail::async_copies();
+  a.groups.push_back(std::move(a.open));
+  a.open.clear();
+}
+// Lands every committed group but the newest `pending` (cp.async.wait_group pending).
+inline void cp_async_wait(unsigned pending) {
+  detail::AsyncCopies& a = detail::async_copies();
+  while (a.groups.size() > pending) {
+    for (const detail::AsyncCopy& c : a.groups.front()) {
+      std::memcpy(c.dst, c.src, c.src_bytes);
+      std::memset(c.dst + c.src_bytes, 0, c.bytes - c.src_bytes);
+    }
+    a.groups.erase(a.groups.begin());
+  }
 }
 
 }  // namespace cuda_emulator

@@ -83,6 +83,23 @@ __device__ void load_tile(const bf16* x, const Geometry& g, i64 b, i64 heads, i6
   }
 }
 
+// load_tile issued as cp.async copies where its rows take 16-byte pieces (the caller commits the
+// group and waits for it); element by element, landed at once, where they do not.
+template <int Dp>
+__device__ void load_tile_async(const bf16* x, const Geometry& g, i64 b, i64 heads, i64 head,
+                                i64 r0, i64 end, bf16* s) {
+  constexpr int ld = Dp + kPad;
+  if (g.D % 8 != 0 || (reinterpret_cast<std::uintptr_t>(x) & 15) != 0)
+    return load_tile<Dp>(x, g, b, heads, head, r0, end, s);
+  for (int e = threadIdx.x; e < 64 * Dp / 8; e += blockDim.x) {
+    const int r = e / (Dp / 8), c = e % (Dp / 8) * 8;
+    const i64 row = r0 + r;
+    const bool valid = row < end && c < g.D;
+    detail::cp_async_16(s + r * ld + c, valid ? x + ((b * g.T + row) * heads + head) * g.D + c : x,
+                        valid);
+  }
+}
+
 // Query blocks in reverse launch order: under the causal mask the last rows see the most keys, so
 // they start first and the short blocks fill the tail (flash-attention 2's order).
 __device__ __forceinline__ i64 last_rows_first() { return i64{gridDim.x} - 1 - blockIdx.x; }
@@ -120,6 +137,51 @@ __device__ void store_rows(bf16* x, const Geometry& g, i64 b, i64 heads, i64 hea
 
 // ---- forward ----
 
+// The online softmax over one tile of scores `s` (16 rows of the warp x 64 keys from jt): masks
+// and scales them, updates the rows' running max `m` and sum `l`, rescales the accumulator `o`,
+// and leaves P = exp(s - m) in `s` for P V.
+template <int Dp>
+__device__ __forceinline__ void softmax_tile(float (&s)[kCols / 8][4], float (&o)[Dp / 8][4],
+                                             float (&m)[2], float (&l)[2], const i64 (&row)[2],
+                                             const i64 (&doc)[2], i64 jt, i64 last,
+                                             const Geometry& g) {
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      const i64 j = jt + nt * 8 + acc_col(e);
+      const bool seen = row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]);
+      s[nt][e] = seen ? s[nt][e] * g.scale : neg_inf();
+      mx[r] = fmaxf(mx[r], s[nt][e]);
+    }
+  }
+  float correction[2], sum[2] = {0.0f, 0.0f};
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = quad_max(mx[r]);
+    // Nothing seen by this row yet: its o and l are zero, any factor leaves them so.
+    correction[r] = mx[r] == neg_inf() ? 1.0f : expf(m[r] - mx[r]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      s[nt][e] = s[nt][e] == neg_inf() ? 0.0f : expf(s[nt][e] - mx[r]);
+      sum[r] += s[nt][e];
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    l[r] = l[r] * correction[r] + quad_sum(sum[r]);
+    m[r] = mx[r];
+  }
+#pragma unroll
+  for (int dt = 0; dt < Dp / 8; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e >> 1];
+}
+
 template <int Dp>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_forward_kernel(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
@@ -143,71 +205,51 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   float o[Dp / 8][4] = {};
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
-  for (i64 jt = first_visible_key(g, b, i0); jt <= last; jt += kCols) {
-    __syncthreads();
-    load_tile<Dp>(k, g, b, g.Hkv, kvh, jt, last + 1, ks);
-    load_tile<Dp>(v, g, b, g.Hkv, kvh, jt, last + 1, vs);
-    __syncthreads();
-    if (jt > w0 + 15) continue;  // every key of the tile is after the warp's queries
+  // K and V tiles come in by cp.async, each while the other is in use (flash-attention 2's
+  // order): V(jt) while S = Q K(jt) and its softmax are computed, K(jt + 64) while O += P V(jt).
+  const i64 j_begin = first_visible_key(g, b, i0);
+  if (j_begin <= last) load_tile_async<Dp>(k, g, b, g.Hkv, kvh, j_begin, last + 1, ks);
+  detail::cp_async_commit();
+  for (i64 jt = j_begin; jt <= last; jt += kCols) {
+    detail::cp_async_wait<0>();  // K(jt)
+    __syncthreads();             // every thread's K(jt) is in; every warp is done with V(jt - 64)
+    load_tile_async<Dp>(v, g, b, g.Hkv, kvh, jt, last + 1, vs);
+    detail::cp_async_commit();
+    // A warp whose queries all come before the tile computes nothing but keeps the barriers.
+    const bool sees = jt <= w0 + 15;
 
     float s[kCols / 8][4] = {};
+    if (sees) {
 #pragma unroll
-    for (int kk = 0; kk < Dp / 16; ++kk) {
-      unsigned a[4];
-      detail::load_a(a, qs, ld, warp * 16, kk * 16);
+      for (int kk = 0; kk < Dp / 16; ++kk) {
+        unsigned a[4];
+        detail::load_a(a, qs, ld, warp * 16, kk * 16);
 #pragma unroll
-      for (int nt = 0; nt < kCols / 8; nt += 2) {
-        unsigned bk[2], bk2[2];
-        detail::load_b_rows_n(bk, bk2, ks, ld, nt * 8, kk * 16);
-        detail::mma_16x8x16(s[nt], a, bk);
-        detail::mma_16x8x16(s[nt + 1], a, bk2);
+        for (int nt = 0; nt < kCols / 8; nt += 2) {
+          unsigned bk[2], bk2[2];
+          detail::load_b_rows_n(bk, bk2, ks, ld, nt * 8, kk * 16);
+          detail::mma_16x8x16(s[nt], a, bk);
+          detail::mma_16x8x16(s[nt + 1], a, bk2);
+        }
       }
+      softmax_tile<Dp>(s, o, m, l, row, doc, jt, last, g);
     }
-    float mx[2] = {m[0], m[1]};
+    detail::cp_async_wait<0>();  // V(jt)
+    __syncthreads();             // every thread's V(jt) is in; every warp is done with K(jt)
+    if (jt + kCols <= last) load_tile_async<Dp>(k, g, b, g.Hkv, kvh, jt + kCols, last + 1, ks);
+    detail::cp_async_commit();
+    if (sees) {
 #pragma unroll
-    for (int nt = 0; nt < kCols / 8; ++nt) {
+      for (int kk = 0; kk < kCols / 16; ++kk) {
+        unsigned p[4];
+        detail::accumulators_to_a(p, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const i64 j = jt + nt * 8 + acc_col(e);
-        const bool seen = row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]);
-        s[nt][e] = seen ? s[nt][e] * g.scale : neg_inf();
-        mx[r] = fmaxf(mx[r], s[nt][e]);
-      }
-    }
-    float correction[2], sum[2] = {0.0f, 0.0f};
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = quad_max(mx[r]);
-      // Nothing seen by this row yet: its o and l are zero, any factor leaves them so.
-      correction[r] = mx[r] == neg_inf() ? 1.0f : expf(m[r] - mx[r]);
-    }
-#pragma unroll
-    for (int nt = 0; nt < kCols / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        s[nt][e] = s[nt][e] == neg_inf() ? 0.0f : expf(s[nt][e] - mx[r]);
-        sum[r] += s[nt][e];
-      }
-    }
-    for (int r = 0; r < 2; ++r) {
-      l[r] = l[r] * correction[r] + quad_sum(sum[r]);
-      m[r] = mx[r];
-    }
-#pragma unroll
-    for (int dt = 0; dt < Dp / 8; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e >> 1];
-#pragma unroll
-    for (int kk = 0; kk < kCols / 16; ++kk) {
-      unsigned p[4];
-      detail::accumulators_to_a(p, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-      for (int dt = 0; dt < Dp / 8; dt += 2) {
-        unsigned bv[2], bv2[2];
-        detail::load_b_rows_k(bv, bv2, vs, ld, kk * 16, dt * 8);
-        detail::mma_16x8x16(o[dt], p, bv);
-        detail::mma_16x8x16(o[dt + 1], p, bv2);
+        for (int dt = 0; dt < Dp / 8; dt += 2) {
+          unsigned bv[2], bv2[2];
+          detail::load_b_rows_k(bv, bv2, vs, ld, kk * 16, dt * 8);
+          detail::mma_16x8x16(o[dt], p, bv);
+          detail::mma_16x8x16(o[dt + 1], p, bv2);
+        }
       }
     }
   }

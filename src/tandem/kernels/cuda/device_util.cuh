@@ -94,6 +94,38 @@ __device__ __forceinline__ void report(DeviceError* e, int code, long long value
   }
 }
 
+// cp.async (sm_80+): 16 bytes from global to shared memory without passing through registers,
+// zero-filled where `valid` is false (then nothing is read from `global`). The copies a thread
+// issued since its last commit form one group; cp_async_wait<N>() returns once all but the newest
+// N of its committed groups have landed, and a __syncthreads after it makes every thread's land
+// for the block. In the CUDA emulator the copies land at that wait and not before (so a read
+// that does not wait sees the old contents); nvcc's host pass never runs these.
+__device__ __forceinline__ void cp_async_16(void* shared, const void* global, bool valid) {
+#ifdef __CUDA_ARCH__
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global),
+               "r"(valid ? 16 : 0)
+               : "memory");
+#elif defined(TANDEM_CUDA_EMULATOR_DEVICE)
+  ::cuda_emulator::cp_async(shared, global, 16, valid ? 16 : 0);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#elif defined(TANDEM_CUDA_EMULATOR_DEVICE)
+  ::cuda_emulator::cp_async_commit();
+#endif
+}
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+#elif defined(TANDEM_CUDA_EMULATOR_DEVICE)
+  ::cuda_emulator::cp_async_wait(Pending);
+#endif
+}
+
 // A grid-stride loop's grid: enough blocks to fill the GPU, never more than the work needs.
 inline unsigned grid_for(i64 n, int threads) {
   const i64 blocks = (n + threads - 1) / threads;
