@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -109,6 +110,35 @@ inline std::vector<std::int64_t> two_documents_per_row(std::int64_t B, std::int6
   std::vector<std::int64_t> out(static_cast<std::size_t>(B * T));
   for (std::int64_t i = 0; i < B * T; ++i) out[i] = (i % T) >= T / 2 ? T / 2 : 0;
   return out;
+}
+
+// True when every query of [B, T] sees only itself: T = 1, window 1, or every token the start
+// of its own document (`doc_starts`: a start per token, empty for no documents). Then P = 1 and
+// dS = dout.v - dout.out = 0 exactly, so an attention backward's dq and dk are fp32 cancellation
+// residue, which a relative distance between two backends cannot judge.
+inline bool every_query_sees_only_itself(std::int64_t B, std::int64_t T, std::int64_t window,
+                                         const std::vector<std::int64_t>& doc_starts) {
+  if (T == 1 || window == 1) return true;
+  if (doc_starts.empty()) return false;
+  for (std::int64_t i = 0; i < B * T; ++i)
+    if (doc_starts[i] != i % T) return false;
+  return true;
+}
+
+// The bound on that residue: the two D-term fp32 dot products whose difference is dS, each within
+// reduction_bound(D) of its sum of |terms| <= D max|dout| max|v|, times scale, the largest |q| or
+// |k| it multiplies, and the `group` query heads dk sums over.
+inline double self_only_residue_bound(double scale, std::int64_t D, std::int64_t group,
+                                      double max_dout, double max_v, double max_qk) {
+  const double ds =
+      2 * reduction_bound(static_cast<double>(D)) * static_cast<double>(D) * max_dout * max_v;
+  return scale * ds * max_qk * static_cast<double>(group);
+}
+
+inline double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
 }
 
 // TANDEM_TEST_SEED (default 1): the seed of the tests that draw random problems (they name it in

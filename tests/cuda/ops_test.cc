@@ -202,30 +202,19 @@ void expect_attention_matches_cpu(Backend& gpu, const AttentionCase& c, std::uin
   // dP and delta are D-term sums; dK and dV sum over the group's queries.
   const double bound = reduction_bound(2 * c.D + (c.Hq / c.Hkv) * c.T);
   EXPECT_LE(diff(gpu, dv), bound) << "dv";
-  std::vector<bool> starts(static_cast<std::size_t>(c.T), false);
-  for (std::int64_t x : c.doc_begins) starts[x] = true;
-  bool single_token_documents = with_docs;
-  for (std::int64_t t = 1; t < c.T; ++t)
-    single_token_documents = single_token_documents && starts[t];
-  if (!(c.T == 1 || c.window == 1 || single_token_documents)) {
+  if (!every_query_sees_only_itself(c.B, c.T, c.window,
+                                    with_docs ? doc_starts(c) : std::vector<std::int64_t>{})) {
     EXPECT_LE(diff(gpu, dq), bound) << "dq";
     EXPECT_LE(diff(gpu, dk), bound) << "dk";
     return;
   }
-  // Every query sees only itself: dS = dout.v - dout.out = 0 exactly, dq and dk are cancellation
-  // residue (bf16_ops_test.cc's self-only bound, on both sides).
-  auto max_abs = [&](Backend& b, const Buffer& x) {
-    double m = 0;
-    for (float e : get(b, x)) m = std::max(m, double(std::fabs(e)));
-    return m;
-  };
-  const double residue = scale * 2 * reduction_bound(double(c.D)) * double(c.D) *
-                         max_abs(gpu, dout.g) * max_abs(gpu, v.g) *
-                         std::max(max_abs(gpu, q.g), max_abs(gpu, k.g)) * double(c.Hq / c.Hkv);
-  EXPECT_LE(max_abs(gpu, dq.g), residue) << "self-only dq";
-  EXPECT_LE(max_abs(gpu, dk.g), residue) << "self-only dk";
-  EXPECT_LE(max_abs(testing::cpu_backend(), dq.c), residue) << "self-only dq, CPU";
-  EXPECT_LE(max_abs(testing::cpu_backend(), dk.c), residue) << "self-only dk, CPU";
+  const double residue = self_only_residue_bound(
+      scale, c.D, c.Hq / c.Hkv, max_abs(get(gpu, dout.g)), max_abs(get(gpu, v.g)),
+      std::max(max_abs(get(gpu, q.g)), max_abs(get(gpu, k.g))));
+  EXPECT_LE(max_abs(get(gpu, dq.g)), residue) << "self-only dq";
+  EXPECT_LE(max_abs(get(gpu, dk.g)), residue) << "self-only dk";
+  EXPECT_LE(max_abs(get(testing::cpu_backend(), dq.c)), residue) << "self-only dq, CPU";
+  EXPECT_LE(max_abs(get(testing::cpu_backend(), dk.c)), residue) << "self-only dk, CPU";
 }
 
 TEST_P(CudaAttention, ForwardAndBackwardMatchCpu) {

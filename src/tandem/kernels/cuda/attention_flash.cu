@@ -60,8 +60,9 @@ __device__ __forceinline__ void store_pack(bf16* p, const Pack8& v) {
 
 // s[r][c] = x[b, r0 + r, head, c] for 64 rows and Dp columns: zero at rows >= end, columns >= D.
 // In 16-byte pieces where every row of x starts 16-byte aligned (shared rows always do: Dp + 8
-// bf16 is a multiple of 8), else element by element.
-template <int Dp>
+// bf16 is a multiple of 8), else element by element. Async: the 16-byte pieces go as cp.async
+// copies (the caller commits the group and waits for it); element by element they land at once.
+template <int Dp, bool Async = false>
 __device__ void load_tile(const bf16* x, const Geometry& g, i64 b, i64 heads, i64 head, i64 r0,
                           i64 end, bf16* s) {
   constexpr int ld = Dp + kPad;
@@ -69,9 +70,12 @@ __device__ void load_tile(const bf16* x, const Geometry& g, i64 b, i64 heads, i6
     for (int e = threadIdx.x; e < 64 * Dp / 8; e += blockDim.x) {
       const int r = e / (Dp / 8), c = e % (Dp / 8) * 8;
       const i64 row = r0 + r;
-      Pack8 v = {};
-      if (row < end && c < g.D) v = load_pack(x + ((b * g.T + row) * heads + head) * g.D + c);
-      store_pack(s + r * ld + c, v);
+      const bool valid = row < end && c < g.D;
+      const bf16* from = valid ? x + ((b * g.T + row) * heads + head) * g.D + c : x;
+      if constexpr (Async)
+        detail::cp_async_16(s + r * ld + c, from, valid);
+      else
+        store_pack(s + r * ld + c, valid ? load_pack(from) : Pack8{});
     }
     return;
   }
@@ -80,23 +84,6 @@ __device__ void load_tile(const bf16* x, const Geometry& g, i64 b, i64 heads, i6
     const int r = e / Dp, c = e % Dp;
     const i64 row = r0 + r;
     s[r * ld + c] = row < end && c < g.D ? x[((b * g.T + row) * heads + head) * g.D + c] : zero;
-  }
-}
-
-// load_tile issued as cp.async copies where its rows take 16-byte pieces (the caller commits the
-// group and waits for it); element by element, landed at once, where they do not.
-template <int Dp>
-__device__ void load_tile_async(const bf16* x, const Geometry& g, i64 b, i64 heads, i64 head,
-                                i64 r0, i64 end, bf16* s) {
-  constexpr int ld = Dp + kPad;
-  if (g.D % 8 != 0 || (reinterpret_cast<std::uintptr_t>(x) & 15) != 0)
-    return load_tile<Dp>(x, g, b, heads, head, r0, end, s);
-  for (int e = threadIdx.x; e < 64 * Dp / 8; e += blockDim.x) {
-    const int r = e / (Dp / 8), c = e % (Dp / 8) * 8;
-    const i64 row = r0 + r;
-    const bool valid = row < end && c < g.D;
-    detail::cp_async_16(s + r * ld + c, valid ? x + ((b * g.T + row) * heads + head) * g.D + c : x,
-                        valid);
   }
 }
 
@@ -208,12 +195,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   // K and V tiles come in by cp.async, each while the other is in use (flash-attention 2's
   // order): V(jt) while S = Q K(jt) and its softmax are computed, K(jt + 64) while O += P V(jt).
   const i64 j_begin = first_visible_key(g, b, i0);
-  if (j_begin <= last) load_tile_async<Dp>(k, g, b, g.Hkv, kvh, j_begin, last + 1, ks);
+  if (j_begin <= last) load_tile<Dp, true>(k, g, b, g.Hkv, kvh, j_begin, last + 1, ks);
   detail::cp_async_commit();
   for (i64 jt = j_begin; jt <= last; jt += kCols) {
     detail::cp_async_wait<0>();  // K(jt)
     __syncthreads();             // every thread's K(jt) is in; every warp is done with V(jt - 64)
-    load_tile_async<Dp>(v, g, b, g.Hkv, kvh, jt, last + 1, vs);
+    load_tile<Dp, true>(v, g, b, g.Hkv, kvh, jt, last + 1, vs);
     detail::cp_async_commit();
     // A warp whose queries all come before the tile computes nothing but keeps the barriers.
     const bool sees = jt <= w0 + 15;
@@ -236,7 +223,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     detail::cp_async_wait<0>();  // V(jt)
     __syncthreads();             // every thread's V(jt) is in; every warp is done with K(jt)
-    if (jt + kCols <= last) load_tile_async<Dp>(k, g, b, g.Hkv, kvh, jt + kCols, last + 1, ks);
+    if (jt + kCols <= last) load_tile<Dp, true>(k, g, b, g.Hkv, kvh, jt + kCols, last + 1, ks);
     detail::cp_async_commit();
     if (sees) {
 #pragma unroll

@@ -1,0 +1,258 @@
+// bf16 attention on the CUDA backend, every path against the CPU backend's bf16 op: the plain
+// kernels (the rounded fp32 result, bit for bit), the default path (cuDNN's fused SDPA on the
+// device) and tandem's tensor-core kernels (within cuDNN's rounding), on fixed shapes and on
+// random problems; the path choice and the tensor-core kernels' determinism. The bounds are those
+// of bf16_ops_test.cc's header. Without a GPU every test skips and says why.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "../support/test_support.h"
+#include "bf16_test_util.h"
+#include "cuda_test_util.h"
+
+namespace tandem::cuda_testing {
+namespace {
+
+struct Bf16AttentionCase {
+  std::int64_t B, T, Hq, Hkv, D, window;
+  bool documents;
+};
+// GoogleTest names each case by this (its default prints the struct's bytes, padding included).
+void PrintTo(const Bf16AttentionCase& c, std::ostream* os) {
+  *os << "B=" << c.B << " T=" << c.T << " Hq=" << c.Hq << " Hkv=" << c.Hkv << " D=" << c.D
+      << " window=" << c.window << (c.documents ? " documents" : "");
+}
+
+class CudaBf16Attention : public ::testing::TestWithParam<Bf16AttentionCase> {};
+
+// The plain kernels: the rounded fp32 result, bit for bit, and the CPU's within one bf16 step.
+TEST_P(CudaBf16Attention, PlainKernelsAreTheRoundedFp32Result) {
+  const testing::ScopedEnv plain("TANDEM_CUDA_ATTENTION", "plain");
+  REQUIRE_CUDA(gpu);
+  const Bf16AttentionCase& c = GetParam();
+  const Shape qs{c.B, c.T, c.Hq, c.D}, ks{c.B, c.T, c.Hkv, c.D}, ls{c.B, c.Hq, c.T};
+  Quad q = quad(gpu, qs, bf16_values(qs.numel(), 11)),
+       k = quad(gpu, ks, bf16_values(ks.numel(), 12));
+  Quad v = quad(gpu, ks, bf16_values(ks.numel(), 13)), o = quad_zeros(gpu, qs);
+  Quad lse = quad_zeros(gpu, ls);
+  Buffer lse_gb = put(gpu, ls, std::vector<float>(ls.numel(), 0.0f));
+  Buffer lse_cb = put(testing::cpu_backend(), ls, std::vector<float>(ls.numel(), 0.0f));
+  const std::vector<std::int64_t> docs = two_documents_per_row(c.B, c.T);
+  Buffer dg = put_i64(gpu, Shape{c.B * c.T}, docs),
+         dc = put_i64(testing::cpu_backend(), Shape{c.B * c.T}, docs);
+  const Tensor dgt = c.documents ? dg.tensor() : Tensor(),
+               dct = c.documents ? dc.tensor() : Tensor();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  gpu.attention_forward(q.gf, k.gf, v.gf, o.gf, lse.gf, c.window, scale, dgt);
+  gpu.attention_forward(q.gb, k.gb, v.gb, o.gb, lse_gb, c.window, scale, dgt);
+  testing::cpu_backend().attention_forward(q.cb, k.cb, v.cb, o.cb, lse_cb, c.window, scale, dct);
+  expect_rounded(gpu, o, "attention out");
+  expect_bf16_close(gpu, o, false, "attention out vs cpu", double(c.D + c.T));
+  EXPECT_TRUE(bit_identical(get(gpu, lse_gb), get(gpu, lse.gf)));
+  EXPECT_LE(rel_l2(get(gpu, lse_gb), get(testing::cpu_backend(), lse_cb)),
+            reduction_bound(c.D + c.T));
+
+  // The backward reads the saved output: the fp32 run gets the same bf16-rounded one.
+  gpu.cast(o.gf, o.gb);
+  Quad dout = quad(gpu, qs, bf16_values(qs.numel(), 14));
+  Quad dq = quad_zeros(gpu, qs), dk = quad_zeros(gpu, ks), dv = quad_zeros(gpu, ks);
+  gpu.attention_backward(q.gf, k.gf, v.gf, o.gf, lse.gf, dout.gf, dq.gf, dk.gf, dv.gf, c.window,
+                         scale, dgt);
+  gpu.attention_backward(q.gb, k.gb, v.gb, o.gb, lse_gb, dout.gb, dq.gb, dk.gb, dv.gb, c.window,
+                         scale, dgt);
+  testing::cpu_backend().attention_backward(q.cb, k.cb, v.cb, o.cb, lse_cb, dout.cb, dq.cb, dk.cb,
+                                            dv.cb, c.window, scale, dct);
+  expect_rounded(gpu, dq, "attention dq");
+  expect_rounded(gpu, dk, "attention dk");
+  expect_rounded(gpu, dv, "attention dv");
+  // The terms of ops_test.cc's fp32 attention bound: dP and delta are D-term sums, dK and dV
+  // sum over the group's queries.
+  const double terms = double(2 * c.D + (c.Hq / c.Hkv) * c.T);
+  expect_bf16_close(gpu, dq, false, "attention dq vs cpu", terms);
+  expect_bf16_close(gpu, dk, false, "attention dk vs cpu", terms);
+  expect_bf16_close(gpu, dv, false, "attention dv vs cpu", terms);
+}
+
+// A bf16 attention path that rounds like cuDNN's fused SDPA against the CPU's bf16 op. cuDNN (and
+// tandem's tensor-core kernels) round the probabilities (forward) and P and dS (backward) to bf16
+// before their GEMMs: one more rounding of at most u per term, and one of the output, so each
+// output is within 2u of the fp32 result relative to its terms; with the factor 2 of
+// cuda_test_util.h between the terms' magnitudes and the result's norm, 4u, plus the fp32 bound.
+// `doc_starts` (a document start per token, empty for none) masks across documents. Returns the
+// distances (output, lse, dq, dk, dv) for the caller to record.
+std::array<double, 5> check_within_cudnn_rounding(kernels::Backend& gpu, const Bf16AttentionCase& c,
+                                                  const std::vector<std::int64_t>& doc_starts,
+                                                  std::uint64_t seed = 21) {
+  std::array<double, 5> distances{};
+  const Shape qs{c.B, c.T, c.Hq, c.D}, ks{c.B, c.T, c.Hkv, c.D}, ls{c.B, c.Hq, c.T};
+  Quad q = quad(gpu, qs, bf16_values(qs.numel(), seed)),
+       k = quad(gpu, ks, bf16_values(ks.numel(), seed + 1));
+  Quad v = quad(gpu, ks, bf16_values(ks.numel(), seed + 2)), o = quad_zeros(gpu, qs);
+  Buffer lse_g = put(gpu, ls, std::vector<float>(ls.numel(), 0.0f));
+  Buffer lse_c = put(testing::cpu_backend(), ls, std::vector<float>(ls.numel(), 0.0f));
+  const bool documents = !doc_starts.empty();
+  const std::vector<std::int64_t> none(static_cast<std::size_t>(c.B * c.T), 0);
+  Buffer dg = put_i64(gpu, Shape{c.B * c.T}, documents ? doc_starts : none),
+         dc = put_i64(testing::cpu_backend(), Shape{c.B * c.T}, documents ? doc_starts : none);
+  const Tensor dgt = documents ? dg.tensor() : Tensor(), dct = documents ? dc.tensor() : Tensor();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  gpu.attention_forward(q.gb, k.gb, v.gb, o.gb, lse_g, c.window, scale, dgt);
+  testing::cpu_backend().attention_forward(q.cb, k.cb, v.cb, o.cb, lse_c, c.window, scale, dct);
+  const double fwd = 4 * kBf16U + reduction_bound(c.D + c.T);
+  distances[0] = gpu_vs_cpu(gpu, o.gb, o.cb);
+  distances[1] = rel_l2(get(gpu, lse_g), get(testing::cpu_backend(), lse_c));
+  EXPECT_LE(distances[0], fwd) << "attention out";
+  EXPECT_LE(distances[1], reduction_bound(c.D + c.T)) << "attention lse";
+
+  Quad dout = quad(gpu, qs, bf16_values(qs.numel(), seed + 3));
+  Quad dq = quad_zeros(gpu, qs), dk = quad_zeros(gpu, ks), dv = quad_zeros(gpu, ks);
+  // Both read the CPU's output (the saved activation), so only the backward differs.
+  gpu.upload(o.gb, bits(testing::cpu_backend(), o.cb).data());
+  gpu.attention_backward(q.gb, k.gb, v.gb, o.gb, lse_g, dout.gb, dq.gb, dk.gb, dv.gb, c.window,
+                         scale, dgt);
+  testing::cpu_backend().attention_backward(q.cb, k.cb, v.cb, o.cb, lse_c, dout.cb, dq.cb, dk.cb,
+                                            dv.cb, c.window, scale, dct);
+  const double bwd = 4 * kBf16U + reduction_bound(2 * c.D + (c.Hq / c.Hkv) * c.T);
+  distances[2] = gpu_vs_cpu(gpu, dq.gb, dq.cb);
+  distances[3] = gpu_vs_cpu(gpu, dk.gb, dk.cb);
+  distances[4] = gpu_vs_cpu(gpu, dv.gb, dv.cb);
+  EXPECT_LE(distances[4], bwd) << "attention dv";
+  if (!every_query_sees_only_itself(c.B, c.T, c.window, doc_starts)) {
+    EXPECT_LE(distances[2], bwd) << "attention dq";
+    EXPECT_LE(distances[3], bwd) << "attention dk";
+    return distances;
+  }
+  // dq and dk are residue here (cuda_test_util.h): checked against its bound on both sides.
+  const double residue = self_only_residue_bound(
+      scale, c.D, c.Hq / c.Hkv, max_abs(values(gpu, dout.gb)), max_abs(values(gpu, v.gb)),
+      std::max(max_abs(values(gpu, q.gb)), max_abs(values(gpu, k.gb))));
+  EXPECT_LE(max_abs(values(gpu, dq.gb)), residue) << "self-only dq";
+  EXPECT_LE(max_abs(values(gpu, dk.gb)), residue) << "self-only dk";
+  EXPECT_LE(max_abs(values(testing::cpu_backend(), dq.cb)), residue) << "self-only dq, CPU";
+  EXPECT_LE(max_abs(values(testing::cpu_backend(), dk.cb)), residue) << "self-only dk, CPU";
+  distances[2] = distances[3] = 0;  // not distances: checked as residue above
+  return distances;
+}
+
+// The case's problem (its documents: two per row) checked and its distances recorded
+// (`<prefix>_out`, ...) for the device check's JSON.
+void expect_within_cudnn_rounding(const Bf16AttentionCase& c, const std::string& prefix) {
+  REQUIRE_CUDA(gpu);
+  const std::array<double, 5> d = check_within_cudnn_rounding(
+      gpu, c, c.documents ? two_documents_per_row(c.B, c.T) : std::vector<std::int64_t>{});
+  const char* names[5] = {"_out", "_lse", "_dq", "_dk", "_dv"};
+  for (int i = 0; i < 5; ++i)
+    ::testing::Test::RecordProperty(prefix + names[i], std::to_string(d[i]));
+  ::testing::Test::RecordProperty("attention_path", gpu.describe());
+}
+
+// The default path: cuDNN's fused SDPA where it is loaded and takes the problem, else tandem's
+// tensor-core kernels (the plain kernels above head_dim 128).
+TEST_P(CudaBf16Attention, DefaultPathMatchesTheCpu) {
+  expect_within_cudnn_rounding(GetParam(), "default");
+}
+
+// tandem's tensor-core kernels (attention_flash.cu) on every problem, cuDNN not opened: the path
+// taken where cuDNN is missing or refuses, and for documents.
+TEST_P(CudaBf16Attention, TensorCoreKernelsMatchTheCpu) {
+  const testing::ScopedEnv flash("TANDEM_CUDA_ATTENTION", "flash");
+  expect_within_cudnn_rounding(GetParam(), "flash");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaBf16Attention,
+    ::testing::Values(Bf16AttentionCase{2, 77, 6, 2, 64, 0, false},     // GQA, full causal
+                      Bf16AttentionCase{2, 77, 6, 2, 64, 5, false},     // small window
+                      Bf16AttentionCase{1, 300, 4, 1, 128, 64, false},  // OLMo head_dim, MQA
+                      Bf16AttentionCase{2, 100, 4, 2, 32, 20, true},    // documents + window
+                      // head_dims the tensor-core kernels pad (to 16, 64, 128), loading
+                      // rows element by element (12, 100) or in 16-byte pieces (40, 80); T a
+                      // multiple of their 64-row tiles (128)
+                      Bf16AttentionCase{1, 45, 4, 4, 12, 0, true},
+                      Bf16AttentionCase{1, 130, 6, 3, 80, 33, false},
+                      Bf16AttentionCase{2, 128, 4, 2, 40, 70, true},
+                      Bf16AttentionCase{1, 128, 2, 1, 100, 0, false}));
+
+// Problems drawn at random from TANDEM_TEST_SEED (default 1): lengths from 1 to 200, GQA groups
+// of 1-4, head_dims 1-128 (multiples of 8 half the time: the 16-byte loads), no window, one
+// shorter than the row or one longer, and up to five documents per row of random lengths
+// (single-token ones included). Each on tandem's tensor-core kernels and on the default path
+// (cuDNN's on the device where it takes the problem).
+TEST(CudaBf16, AttentionOnRandomProblems) {
+  const std::uint64_t seed = test_seed();
+  std::mt19937_64 gen(seed);
+  auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(gen);
+  };
+  double worst[2][5] = {};  // [tensor-core kernels, default path][out, lse, dq, dk, dv]
+  for (int n = 0; n < 8; ++n) {
+    const AttentionDraw d = draw_attention(gen, [](auto& uniform) {
+      return uniform(0, 1) == 0 ? 8 * uniform(1, 16) : uniform(1, 128);
+    });
+    const Bf16AttentionCase c{d.B, d.T, d.Hq, d.Hkv, d.D, d.window, false};
+    std::vector<std::int64_t> starts;
+    if (uniform(0, 4) >= 2) {
+      starts.resize(static_cast<std::size_t>(c.B * c.T));
+      for (std::int64_t b = 0; b < c.B; ++b) {
+        std::vector<bool> begins(static_cast<std::size_t>(c.T), false);
+        for (std::int64_t k = uniform(0, 4); k > 0 && c.T > 1; --k)
+          begins[uniform(1, c.T - 1)] = true;
+        std::int64_t cur = 0;
+        for (std::int64_t t = 0; t < c.T; ++t) {
+          if (begins[t]) cur = t;
+          starts[b * c.T + t] = cur;
+        }
+      }
+    }
+    std::ostringstream name;
+    PrintTo(c, &name);
+    if (!starts.empty()) name << " documents";
+    SCOPED_TRACE("TANDEM_TEST_SEED=" + std::to_string(seed) + " problem " + std::to_string(n) +
+                 ": " + name.str());
+    for (const char* path : {"flash", ""}) {
+      const testing::ScopedEnv choice("TANDEM_CUDA_ATTENTION", *path != 0 ? path : nullptr);
+      SCOPED_TRACE(*path != 0 ? "tensor-core kernels" : "default path");
+      REQUIRE_CUDA(gpu);
+      const std::array<double, 5> d = check_within_cudnn_rounding(gpu, c, starts, seed * 100 + n);
+      for (int i = 0; i < 5; ++i)
+        worst[*path != 0 ? 0 : 1][i] = std::max(worst[*path != 0 ? 0 : 1][i], d[i]);
+    }
+  }
+  // The largest distances (self-only problems' dq and dk aside, which are residue) for the JSON.
+  const char* names[5] = {"_out", "_lse", "_dq", "_dk", "_dv"};
+  for (int i = 0; i < 5; ++i) {
+    ::testing::Test::RecordProperty(std::string("flash_worst") + names[i],
+                                    std::to_string(worst[0][i]));
+    ::testing::Test::RecordProperty(std::string("default_worst") + names[i],
+                                    std::to_string(worst[1][i]));
+  }
+}
+
+TEST(CudaBf16, AnUnknownAttentionChoiceIsRefused) {
+  REQUIRE_GPU();
+  const testing::ScopedEnv typo("TANDEM_CUDA_ATTENTION", "cudnn");
+  try {
+    kernels::make_backend("cuda");
+    ADD_FAILURE() << "TANDEM_CUDA_ATTENTION=cudnn was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected plain or flash"), std::string::npos) << e.what();
+  }
+}
+
+// The tensor-core attention kernels (the default path wherever cuDNN is not) repeat bit for bit,
+// with and without documents.
+TEST(CudaBf16, TensorCoreAttentionIsDeterministic) {
+  const testing::ScopedEnv flash("TANDEM_CUDA_ATTENTION", "flash");
+  REQUIRE_CUDA(gpu);
+  for (bool documents : {false, true})
+    EXPECT_EQ(attention_bits(gpu, documents), attention_bits(gpu, documents)) << documents;
+}
+
+}  // namespace
+}  // namespace tandem::cuda_testing
