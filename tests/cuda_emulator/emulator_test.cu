@@ -73,6 +73,34 @@ __global__ void cp_async_kernel(const unsigned* src, unsigned* out) {
   out[t * 4 + 3] = words[t * 8 + 4];
 }
 
+// Each thread issues one 16-byte cp.async and records its first word before waiting for it.
+__global__ void cp_async_before_wait_kernel(const unsigned* src, unsigned* out) {
+  namespace d = tandem::kernels::cuda::detail;
+  extern __shared__ unsigned words[];
+  const int t = threadIdx.x;
+  words[t * 4] = 0xAAAAAAAAu;
+  d::cp_async_16(words + t * 4, src + t * 4, true);
+  d::cp_async_commit();
+  out[blockIdx.x * blockDim.x + t] = words[t * 4];
+  d::cp_async_wait<0>();
+}
+
+// Warp votes: out[4 w] and out[4 w + 1] are __all_sync and __any_sync of lane < limit in warp w,
+// [4 w + 2] and [4 w + 3] of lane == limit.
+__global__ void vote_kernel(int* out, int limit) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int all = __all_sync(0xffffffffu, lane < limit),
+            any = __any_sync(0xffffffffu, lane < limit);
+  const int one_all = __all_sync(0xffffffffu, lane == limit);
+  const int one_any = __any_sync(0xffffffffu, lane == limit);
+  if (lane == 5) {
+    out[4 * w] = all;
+    out[4 * w + 1] = any;
+    out[4 * w + 2] = one_all;
+    out[4 * w + 3] = one_any;
+  }
+}
+
 // Rotates values through shared memory by one thread; `sync` orders the writes before the reads.
 __global__ void rotate_kernel(const float* x, float* y, bool sync) {
   extern __shared__ float s[];
@@ -366,6 +394,7 @@ TEST(CudaEmulator, LdmatrixGivesEachLaneTheWordsThePtxIsaLaysOut) {
 // reads a tile without waiting reads the old contents); wait_group 1 leaves the newest group
 // out; a zero source size fills zeros.
 TEST(CudaEmulator, AsyncCopiesLandAtTheirWait) {
+  const ScopedOrder forward(cuda_emulator::Order::forward);
   std::vector<unsigned> src(256);
   for (unsigned i = 0; i < 256; ++i) src[i] = 1000 + i;
   unsigned* s = device(src);
@@ -379,6 +408,44 @@ TEST(CudaEmulator, AsyncCopiesLandAtTheirWait) {
     EXPECT_EQ(got[t * 4 + 2], 0xAAAAAAAAu) << t;
     EXPECT_EQ(got[t * 4 + 3], t % 2 == 0 ? 1000 + 128 + t * 4 : 0u) << t;
   }
+  cudaFree(s);
+  cudaFree(out);
+}
+
+TEST(CudaEmulator, WarpVotesSeeEveryLane) {
+  int* out = device(std::vector<int>(8, -1));
+  for (int limit : {0, 1, 31, 32}) {
+    vote_kernel<<<1, 64>>>(out, limit);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<int> got = host(out, 8);
+    for (int w = 0; w < 2; ++w) {
+      EXPECT_EQ(got[4 * w], limit == 32 ? 1 : 0) << limit;
+      EXPECT_EQ(got[4 * w + 1], limit > 0 ? 1 : 0) << limit;
+      EXPECT_EQ(got[4 * w + 2], 0) << limit;
+      EXPECT_EQ(got[4 * w + 3], limit < 32 ? 1 : 0) << limit;
+    }
+  }
+  cudaFree(out);
+}
+
+// The other end of a copy's window: in the default order, every other four blocks land their
+// copies as soon as they are issued (so a prefetch into a buffer still being read shows).
+TEST(CudaEmulator, InSomeBlocksAsyncCopiesLandAtIssue) {
+  std::vector<unsigned> src(128);
+  for (unsigned i = 0; i < 128; ++i) src[i] = 1000 + i;
+  unsigned* s = device(src);
+  unsigned* out = device(std::vector<unsigned>(8 * 32, 0u));
+  cp_async_before_wait_kernel<<<8, 32, 32 * 4 * sizeof(unsigned)>>>(s, out);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<unsigned> got = host(out, 8 * 32);
+  int early_blocks = 0;
+  for (int b = 0; b < 8; ++b) {
+    const bool early = got[b * 32] != 0xAAAAAAAAu;
+    early_blocks += early;
+    for (unsigned t = 0; t < 32; ++t)
+      EXPECT_EQ(got[b * 32 + t], early ? 1000 + t * 4 : 0xAAAAAAAAu) << "block " << b << " " << t;
+  }
+  EXPECT_EQ(early_blocks, 4);
   cudaFree(s);
   cudaFree(out);
 }

@@ -328,7 +328,7 @@ unsigned first_running(const BlockRun& r, unsigned begin, unsigned end) {
 
 thread_local std::uint64_t t_block_serial = 0;
 
-void run_block(BlockRun& r, bool reverse_threads, bool serial_warps) {
+void run_block(BlockRun& r, bool reverse_threads, bool serial_warps, bool copies_land_at_issue) {
   for (unsigned t = 0; t < r.threads; ++t) start_fiber(r, t);
   r.reverse = reverse_threads;
   r.serial_warps = serial_warps;
@@ -341,6 +341,7 @@ void run_block(BlockRun& r, bool reverse_threads, bool serial_warps) {
   detail::t_current.shared = r.shared.empty() ? nullptr : r.shared.data();
   detail::t_current.shared_bytes = r.shared.size();
   detail::t_current.block_serial = ++t_block_serial;
+  detail::t_current.copies_land_at_issue = copies_land_at_issue;
   for (;;) {
     const unsigned p = first_running(r, 0, r.threads);
     if (p < r.threads && r.serial_warps) {
@@ -464,7 +465,8 @@ void run_grid(const LaunchConfig& c, const char* name, Body body, void* frame) {
       const bool reverse_threads =
           o == Order::reverse || (o == Order::mixed && (b + launch) % 2 == 1);
       const bool serial_warps = o == Order::mixed && (b + launch) / 2 % 2 == 1;
-      run_block(r, reverse_threads, serial_warps);
+      const bool copies_land_at_issue = o == Order::mixed && (b + launch) / 4 % 2 == 1;
+      run_block(r, reverse_threads, serial_warps, copies_land_at_issue);
     }
     t_run = nullptr;
     detail::t_current = detail::Current{};

@@ -54,6 +54,7 @@ struct Current {
   void* shared;                // the block's dynamic shared memory
   std::size_t shared_bytes;    // and its size
   std::uint64_t block_serial;  // distinct for every block run on this CPU thread
+  bool copies_land_at_issue;   // cp.async copies land when issued, not at their wait
 };
 extern thread_local Current t_current;
 }  // namespace detail
@@ -98,7 +99,8 @@ T& static_shared() {
 // TANDEM_CUDA_EMULATOR_ORDER=forward|reverse|mixed overrides): every other launch runs its blocks
 // in reverse, and every other block (alternating with the launch) its threads; and every other
 // pair of blocks runs its warps one at a time from one __syncthreads to the next (otherwise they
-// advance together, shuffle by shuffle).
+// advance together, shuffle by shuffle), and in every other four blocks cp.async copies land as
+// soon as they are issued instead of at their wait.
 enum class Order { forward, reverse, mixed };
 void set_order(Order order);
 Order order();
@@ -145,9 +147,12 @@ inline void require_shared(const void* p, std::size_t bytes, std::size_t align, 
 }
 
 // cp.async, the asynchronous global -> shared copy (cp.async.cg with a source size: the bytes past
-// it are zero-filled). A thread's copies land only when it waits for their group
-// (cp.async.wait_group), never earlier, so that a kernel reading a tile before it waits for it,
-// or before the barrier that follows the wait, reads what was there before.
+// it are zero-filled). On a GPU a copy lands at some point between its issue and the wait for its
+// group (cp.async.wait_group); the emulator takes the two ends. Mostly a thread's copies land only
+// at that wait, so that a kernel reading a tile before it waits for it, or before the barrier that
+// follows the wait, reads what was there before. In some blocks (see Order) they land at issue, so
+// that a kernel prefetching into a buffer that another warp may still be reading (no barrier
+// between that warp's last read and the issue) overwrites it under the reader.
 namespace detail {
 struct AsyncCopy {
   unsigned char* dst;
@@ -159,6 +164,10 @@ struct AsyncCopies {
   std::vector<std::vector<AsyncCopy>> groups;  // committed, oldest first
   std::vector<AsyncCopy> open;                 // not yet committed
 };
+inline void land(const AsyncCopy& c) {
+  std::memcpy(c.dst, c.src, c.src_bytes);
+  std::memset(c.dst + c.src_bytes, 0, c.bytes - c.src_bytes);
+}
 // The running thread's copies (the fibers of a block run on one CPU thread; a new block starts
 // with none).
 inline AsyncCopies& async_copies() {
@@ -178,8 +187,12 @@ inline AsyncCopies& async_copies() {
 inline void cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
   require_shared(dst, bytes, bytes, "cp.async");
   if (src_bytes > bytes) fail("cp.async: a source size larger than the copy");
-  detail::async_copies().open.push_back(
-      {static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), bytes, src_bytes});
+  const detail::AsyncCopy c{static_cast<unsigned char*>(dst),
+                            static_cast<const unsigned char*>(src), bytes, src_bytes};
+  if (detail::t_current.copies_land_at_issue)
+    detail::land(c);
+  else
+    detail::async_copies().open.push_back(c);
 }
 inline void cp_async_commit() {
   detail::AsyncCopies& a = detail::async_copies();
@@ -190,10 +203,7 @@ inline void cp_async_commit() {
 inline void cp_async_wait(unsigned pending) {
   detail::AsyncCopies& a = detail::async_copies();
   while (a.groups.size() > pending) {
-    for (const detail::AsyncCopy& c : a.groups.front()) {
-      std::memcpy(c.dst, c.src, c.src_bytes);
-      std::memset(c.dst + c.src_bytes, 0, c.bytes - c.src_bytes);
-    }
+    for (const detail::AsyncCopy& c : a.groups.front()) detail::land(c);
     a.groups.erase(a.groups.begin());
   }
 }
@@ -221,6 +231,20 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   if (width != 32) ::cuda_emulator::fail("__shfl_xor_sync with a width other than 32");
   return ::cuda_emulator::shuffle(
       mask, v, static_cast<int>(::cuda_emulator::detail::t_current.lane) ^ (lane_mask & 31));
+}
+// The warp votes, over whole warps only, as five butterfly shuffles (so every lane must take
+// part, as on a GPU).
+inline int __all_sync(unsigned mask, int predicate) {
+  if (mask != 0xffffffffu) ::cuda_emulator::fail("__all_sync over part of a warp (not emulated)");
+  int all = predicate != 0;
+  for (int offset = 1; offset < 32; offset *= 2) all &= __shfl_xor_sync(mask, all, offset);
+  return all;
+}
+inline int __any_sync(unsigned mask, int predicate) {
+  if (mask != 0xffffffffu) ::cuda_emulator::fail("__any_sync over part of a warp (not emulated)");
+  int any = predicate != 0;
+  for (int offset = 1; offset < 32; offset *= 2) any |= __shfl_xor_sync(mask, any, offset);
+  return any;
 }
 
 inline int atomicCAS(int* address, int compare, int value) {
