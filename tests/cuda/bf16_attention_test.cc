@@ -234,6 +234,29 @@ TEST(CudaBf16, AttentionOnRandomProblems) {
   }
 }
 
+// The tensor-core kernels skip the mask on blocks of keys (64 in the forward, 16 in the
+// backward) that every query of a warp (16 rows) sees, and on blocks of 16 queries that all see a
+// warp's keys. Here the edges of what is seen fall at every offset to those blocks: windows of 30
+// to 45 keys and of 79 to 94 (every residue mod 16, past one warp's rows and past a warp's rows
+// and a forward tile), and a second document starting at each of 16 consecutive positions, past
+// the first warp of a 64-row block.
+TEST(CudaBf16, TensorCoreMasksAtEveryAlignment) {
+  const testing::ScopedEnv flash("TANDEM_CUDA_ATTENTION", "flash");
+  REQUIRE_CUDA(gpu);
+  constexpr std::int64_t T = 256;
+  for (std::int64_t first : {30, 79})
+    for (std::int64_t window = first; window < first + 16; ++window) {
+      SCOPED_TRACE("window " + std::to_string(window));
+      check_within_cudnn_rounding(gpu, Bf16AttentionCase{1, T, 2, 1, 16, window, false}, {});
+    }
+  for (std::int64_t start = 81; start < 97; ++start) {
+    SCOPED_TRACE("second document from " + std::to_string(start));
+    std::vector<std::int64_t> docs(static_cast<std::size_t>(T));
+    for (std::int64_t i = 0; i < T; ++i) docs[static_cast<std::size_t>(i)] = i < start ? 0 : start;
+    check_within_cudnn_rounding(gpu, Bf16AttentionCase{1, T, 2, 1, 16, 0, true}, docs);
+  }
+}
+
 TEST(CudaBf16, AnUnknownAttentionChoiceIsRefused) {
   REQUIRE_GPU();
   const testing::ScopedEnv typo("TANDEM_CUDA_ATTENTION", "cudnn");

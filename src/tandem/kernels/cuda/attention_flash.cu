@@ -11,9 +11,11 @@
 // (dQ over query rows, then dK and dV over key rows, each output with one writer).
 //
 // Layout: a block is 4 warps; each warp owns 16 rows (queries in the forward and dQ, keys in
-// dK/dV) and the block walks 64-row tiles of the other side through shared memory. Shared rows
-// are head_dim rounded up to a multiple of 16 (zero-filled), plus 8 bf16 of padding so that each
-// fragment load's 32 lanes hit 32 banks.
+// dK/dV) and the block walks 64-row tiles of the other side through shared memory, loading the
+// next tile by cp.async while it computes on the current one (the forward alternates K and V in
+// one buffer each; the backward, whose own rows live in registers, alternates two buffers). Shared
+// rows are head_dim rounded up to a multiple of 16 (zero-filled), plus 8 bf16 of padding so that
+// each fragment load's 32 lanes hit 32 banks.
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -124,10 +126,20 @@ __device__ void store_rows(bf16* x, const Geometry& g, i64 b, i64 heads, i64 hea
 
 // ---- forward ----
 
+// Both of the lane's query rows are in the problem and see every key of [j_lo, j_hi] (so none
+// past the block's last query: the mask is causal).
+__device__ __forceinline__ bool rows_see_keys(const i64 (&row)[2], const i64 (&doc)[2], i64 j_lo,
+                                              i64 j_hi, const Geometry& g) {
+  for (int r = 0; r < 2; ++r)
+    if (row[r] >= g.T || !detail::sees_keys(row[r], j_lo, j_hi, g.window, doc[r])) return false;
+  return true;
+}
+
 // The online softmax over one tile of scores `s` (16 rows of the warp x 64 keys from jt): masks
 // and scales them, updates the rows' running max `m` and sum `l`, rescales the accumulator `o`,
-// and leaves P = exp(s - m) in `s` for P V.
-template <int Dp>
+// and leaves P = exp(s - m) in `s` for P V. Unmasked (!Masked): every key of the tile is visible
+// to both of the lane's rows.
+template <int Dp, bool Masked>
 __device__ __forceinline__ void softmax_tile(float (&s)[kCols / 8][4], float (&o)[Dp / 8][4],
                                              float (&m)[2], float (&l)[2], const i64 (&row)[2],
                                              const i64 (&doc)[2], i64 jt, i64 last,
@@ -139,7 +151,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kCols / 8][4], float (&o
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1;
       const i64 j = jt + nt * 8 + acc_col(e);
-      const bool seen = row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]);
+      const bool seen =
+          !Masked || (row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]));
       s[nt][e] = seen ? s[nt][e] * g.scale : neg_inf();
       mx[r] = fmaxf(mx[r], s[nt][e]);
     }
@@ -204,6 +217,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     detail::cp_async_commit();
     // A warp whose queries all come before the tile computes nothing but keeps the barriers.
     const bool sees = jt <= w0 + 15;
+    const bool unmasked = __all_sync(0xffffffffu, rows_see_keys(row, doc, jt, jt + kCols - 1, g));
 
     float s[kCols / 8][4] = {};
     if (sees) {
@@ -219,7 +233,10 @@ __global__ void __launch_bounds__(kWarps * 32)
           detail::mma_16x8x16(s[nt + 1], a, bk2);
         }
       }
-      softmax_tile<Dp>(s, o, m, l, row, doc, jt, last, g);
+      if (unmasked)
+        softmax_tile<Dp, false>(s, o, m, l, row, doc, jt, last, g);
+      else
+        softmax_tile<Dp, true>(s, o, m, l, row, doc, jt, last, g);
     }
     detail::cp_async_wait<0>();  // V(jt)
     __syncthreads();             // every thread's V(jt) is in; every warp is done with K(jt)
@@ -282,27 +299,51 @@ __device__ __forceinline__ void score_pair(float (&s)[2][4], float (&dp)[2][4],
   }
 }
 
+// dS = P (dP - delta) in `s` for 16 keys from j0 (P = exp(S scale - lse); zero where masked).
+template <bool Masked>
+__device__ __forceinline__ void scores_to_ds(float (&s)[2][4], const float (&dp)[2][4],
+                                             const i64 (&row)[2], const i64 (&doc)[2],
+                                             const float (&lse_r)[2], const float (&delta_r)[2],
+                                             i64 j0, i64 last, const Geometry& g) {
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      const i64 j = j0 + n * 8 + acc_col(e);
+      const bool seen =
+          !Masked || (row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]));
+      const float p = seen ? expf(s[n][e] * g.scale - lse_r[r]) : 0.0f;
+      s[n][e] = p * (dp[n][e] - delta_r[r]);
+    }
+  }
+}
+
 template <int Dp>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_dq_kernel(const bf16* q, const bf16* k, const bf16* v, const float* lse, const bf16* dout,
                     const float* delta, bf16* dq, Geometry g) {
   extern __shared__ bf16 smem[];
   constexpr int ld = Dp + kPad;
-  bf16* qs = smem;              // [kRows][ld]
-  bf16* dos = qs + kRows * ld;  // [kRows][ld]
-  bf16* ks = dos + kRows * ld;  // [kCols][ld]
-  bf16* vs = ks + kCols * ld;   // [kCols][ld]
+  // Two buffers of two [64][ld] tiles: buffer 0 first holds the block's Q and dO, which each warp
+  // then keeps in registers; after that K and V tiles alternate between the buffers, the next
+  // coming in by cp.async while the warps work on the current one.
+  const auto tile = [&](int buffer, int which) { return smem + (2 * buffer + which) * kRows * ld; };
   const int warp = threadIdx.x >> 5;
   const i64 i0 = last_rows_first() * kRows, h = blockIdx.y, b = blockIdx.z;
   const i64 kvh = h / (g.Hq / g.Hkv);
   const i64 last = (i0 + kRows < g.T ? i0 + kRows : g.T) - 1;
   const i64 w0 = i0 + warp * 16;
-  load_tile<Dp>(q, g, b, g.Hq, h, i0, g.T, qs);
-  load_tile<Dp>(dout, g, b, g.Hq, h, i0, g.T, dos);
-  __syncthreads();
-  Fragments<Dp> qa, doa;  // the warp's queries and output gradients, for every key tile
-  load_fragments<Dp>(qa, qs, warp * 16);
-  load_fragments<Dp>(doa, dos, warp * 16);
+  const auto load_kv = [&](i64 jt, int buffer) {
+    load_tile<Dp, true>(k, g, b, g.Hkv, kvh, jt, last + 1, tile(buffer, 0));
+    load_tile<Dp, true>(v, g, b, g.Hkv, kvh, jt, last + 1, tile(buffer, 1));
+    detail::cp_async_commit();
+  };
+  load_tile<Dp, true>(q, g, b, g.Hq, h, i0, g.T, tile(0, 0));
+  load_tile<Dp, true>(dout, g, b, g.Hq, h, i0, g.T, tile(0, 1));
+  detail::cp_async_commit();
+  i64 jt = first_visible_key(g, b, i0);  // at most i0: every query sees itself
+  load_kv(jt, 1);
   i64 row[2], doc[2];
   float lse_r[2], delta_r[2];
   for (int r = 0; r < 2; ++r) {
@@ -312,29 +353,31 @@ __global__ void __launch_bounds__(kWarps * 32)
     lse_r[r] = in ? lse[(b * g.Hq + h) * g.T + row[r]] : 0.0f;
     delta_r[r] = in ? delta[(b * g.Hq + h) * g.T + row[r]] : 0.0f;
   }
+  detail::cp_async_wait<1>();  // Q and dO (K and V may still be on their way)
+  __syncthreads();
+  Fragments<Dp> qa, doa;  // the warp's queries and output gradients, for every key tile
+  load_fragments<Dp>(qa, tile(0, 0), warp * 16);
+  load_fragments<Dp>(doa, tile(0, 1), warp * 16);
 
   float acc[Dp / 8][4] = {};
-  for (i64 jt = first_visible_key(g, b, i0); jt <= last; jt += kCols) {
+  for (int cur = 1; jt <= last; jt += kCols, cur ^= 1) {
+    // Every thread's K(jt) and V(jt) are in, and every warp is done with the other buffer.
+    detail::cp_async_wait<0>();
     __syncthreads();
-    load_tile<Dp>(k, g, b, g.Hkv, kvh, jt, last + 1, ks);
-    load_tile<Dp>(v, g, b, g.Hkv, kvh, jt, last + 1, vs);
-    __syncthreads();
+    if (jt + kCols <= last) load_kv(jt + kCols, cur ^ 1);
+    const bf16* ks = tile(cur, 0);
+    const bf16* vs = tile(cur, 1);
 #pragma unroll
     for (int kc = 0; kc < kCols / 16; ++kc) {
       if (jt + kc * 16 > w0 + 15) break;  // keys after every query of the warp
+      const i64 j0 = jt + kc * 16;
+      const bool unmasked = __all_sync(0xffffffffu, rows_see_keys(row, doc, j0, j0 + 15, g));
       float s[2][4] = {}, dp[2][4] = {};
       score_pair<Dp>(s, dp, qa, doa, ks, vs, kc * 16);
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          const i64 j = jt + kc * 16 + n * 8 + acc_col(e);
-          const bool seen = row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]);
-          const float p = seen ? expf(s[n][e] * g.scale - lse_r[r]) : 0.0f;
-          s[n][e] = p * (dp[n][e] - delta_r[r]);  // dS
-        }
-      }
+      if (unmasked)
+        scores_to_ds<false>(s, dp, row, doc, lse_r, delta_r, j0, last, g);
+      else
+        scores_to_ds<true>(s, dp, row, doc, lse_r, delta_r, j0, last, g);
       unsigned ds[4];
       detail::accumulators_to_a(ds, s[0], s[1]);
 #pragma unroll
@@ -350,6 +393,45 @@ __global__ void __launch_bounds__(kWarps * 32)
   store_rows<Dp>(dq, g, b, g.Hq, h, w0, acc, scale);
 }
 
+// The per-query values the dK/dV kernel reads for each tile of 64 queries of one head.
+struct QueryRows {
+  i64 doc[kCols];
+  float lse[kCols], delta[kCols];
+};
+
+// Both of the lane's keys are in the problem and seen by every query of tile columns
+// [c0, c0 + 16) (queries from it + c0, all before i_end).
+__device__ __forceinline__ bool keys_seen_by_queries(const i64 (&key)[2], const QueryRows& qr,
+                                                     i64 it, int c0, i64 i_end, const Geometry& g) {
+  const i64 i_lo = it + c0, i_hi = i_lo + 15;
+  if (i_hi >= i_end) return false;
+  for (int r = 0; r < 2; ++r)
+    if (key[r] >= g.T ||
+        !detail::seen_by_queries(key[r], i_lo, i_hi, g.window, qr.doc[c0], qr.doc[c0 + 15]))
+      return false;
+  return true;
+}
+
+// P^T in `s` and dS^T = P^T (dP^T - delta) in `dp` for the lane's keys and 16 queries from
+// it + c0 (zero where masked).
+template <bool Masked>
+__device__ __forceinline__ void scores_to_p_ds(float (&s)[2][4], float (&dp)[2][4],
+                                               const i64 (&key)[2], const QueryRows& qr, i64 it,
+                                               int c0, i64 i_end, const Geometry& g) {
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = c0 + n * 8 + acc_col(e);
+      const i64 i = it + c, j = key[e >> 1];
+      const bool seen = !Masked || (j < g.T && i < i_end && visible(i, j, g.window, qr.doc[c]));
+      const float p = seen ? expf(s[n][e] * g.scale - qr.lse[c]) : 0.0f;
+      s[n][e] = p;
+      dp[n][e] = p * (dp[n][e] - qr.delta[c]);
+    }
+  }
+}
+
 template <int Dp>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_dkdv_kernel(const bf16* q, const bf16* k, const bf16* v, const float* lse,
@@ -357,76 +439,95 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ i64 shared_words[];
   __shared__ i64 query_end;
   constexpr int ld = Dp + kPad;
-  i64* doc_s = shared_words;                               // [kCols]
-  float* lse_s = reinterpret_cast<float*>(doc_s + kCols);  // [kCols]
-  float* delta_s = lse_s + kCols;                          // [kCols]
-  bf16* ks = reinterpret_cast<bf16*>(delta_s + kCols);     // [kRows][ld]
-  bf16* vs = ks + kRows * ld;                              // [kRows][ld]
-  bf16* qs = vs + kRows * ld;                              // [kCols][ld]
-  bf16* dos = qs + kCols * ld;                             // [kCols][ld]
+  // As in dQ with the sides swapped: buffer 0 first holds the block's K and V (kept in registers
+  // after), then Q and dO tiles (with their rows' documents, lse and delta) alternate.
+  QueryRows* rows = reinterpret_cast<QueryRows*>(shared_words);  // [2]
+  bf16* tiles = reinterpret_cast<bf16*>(rows + 2);
+  const auto tile = [&](int buffer, int which) {
+    return tiles + (2 * buffer + which) * kRows * ld;
+  };
   const int warp = threadIdx.x >> 5;
   const i64 j0 = i64{blockIdx.x} * kRows, kvh = blockIdx.y, b = blockIdx.z;
-  const i64 group = g.Hq / g.Hkv;
+  const i64 group = g.Hq / g.Hkv, h_end = (kvh + 1) * group;
   const i64 last_key = (j0 + kRows < g.T ? j0 + kRows : g.T) - 1;
   const i64 w0 = j0 + warp * 16;  // the warp's first key
-  load_tile<Dp>(k, g, b, g.Hkv, kvh, j0, g.T, ks);
-  load_tile<Dp>(v, g, b, g.Hkv, kvh, j0, g.T, vs);
+  load_tile<Dp, true>(k, g, b, g.Hkv, kvh, j0, g.T, tile(0, 0));
+  load_tile<Dp, true>(v, g, b, g.Hkv, kvh, j0, g.T, tile(0, 1));
+  detail::cp_async_commit();
   if (threadIdx.x == 0) query_end = detail::query_end_for_keys(g, b, last_key);
   __syncthreads();
-  const i64 i_end = query_end;
+  const i64 i_end = query_end;  // more than j0: every key is seen by its own query
+  const auto load_queries = [&](i64 h, i64 it, int buffer) {
+    load_tile<Dp, true>(q, g, b, g.Hq, h, it, i_end, tile(buffer, 0));
+    load_tile<Dp, true>(dout, g, b, g.Hq, h, it, i_end, tile(buffer, 1));
+    if (threadIdx.x < kCols) {
+      const int c = threadIdx.x;
+      const i64 i = it + c;
+      const bool in = i < i_end;
+      QueryRows& to = rows[buffer];
+      const i64 at = (b * g.Hq + h) * g.T + (in ? i : 0);
+      detail::cp_async_word<4>(&to.lse[c], lse + at, in);
+      detail::cp_async_word<4>(&to.delta[c], delta + at, in);
+      if (g.doc_start)
+        detail::cp_async_word<8>(&to.doc[c], g.doc_start + b * g.T + (in ? i : 0), in);
+      else
+        to.doc[c] = 0;
+    }
+    detail::cp_async_commit();
+  };
+  i64 h = kvh * group, it = j0;
+  load_queries(h, it, 1);
+  detail::cp_async_wait<1>();  // K and V
+  __syncthreads();
   Fragments<Dp> ka, va;  // the warp's keys and values, for every query tile
-  load_fragments<Dp>(ka, ks, warp * 16);
-  load_fragments<Dp>(va, vs, warp * 16);
+  load_fragments<Dp>(ka, tile(0, 0), warp * 16);
+  load_fragments<Dp>(va, tile(0, 1), warp * 16);
   i64 key[2];
   for (int r = 0; r < 2; ++r) key[r] = w0 + acc_row(2 * r);
 
   float acc_k[Dp / 8][4] = {}, acc_v[Dp / 8][4] = {};
-  for (i64 h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (i64 it = j0; it < i_end; it += kCols) {
-      __syncthreads();
-      load_tile<Dp>(q, g, b, g.Hq, h, it, i_end, qs);
-      load_tile<Dp>(dout, g, b, g.Hq, h, it, i_end, dos);
-      if (threadIdx.x < kCols) {
-        const i64 i = it + threadIdx.x;
-        const bool in = i < i_end;
-        doc_s[threadIdx.x] = in ? doc_of(g, b, i) : 0;
-        lse_s[threadIdx.x] = in ? lse[(b * g.Hq + h) * g.T + i] : 0.0f;
-        delta_s[threadIdx.x] = in ? delta[(b * g.Hq + h) * g.T + i] : 0.0f;
-      }
-      __syncthreads();
+  // Every query tile from j0 to i_end of every query head of the group, in that order.
+  for (int cur = 1;; cur ^= 1) {
+    detail::cp_async_wait<0>();  // this tile's Q, dO and rows
+    __syncthreads();             // every thread's are in; every warp is done with the other buffer
+    i64 next_h = h, next_it = it + kCols;
+    if (next_it >= i_end) {
+      ++next_h;
+      next_it = j0;
+    }
+    if (next_h < h_end) load_queries(next_h, next_it, cur ^ 1);
+    const bf16* qs = tile(cur, 0);
+    const bf16* dos = tile(cur, 1);
+    const QueryRows& qr = rows[cur];
 #pragma unroll
-      for (int qc = 0; qc < kCols / 16; ++qc) {
-        if (it + qc * 16 + 15 < w0) continue;  // queries before every key of the warp
-        float s[2][4] = {}, dp[2][4] = {};
-        score_pair<Dp>(s, dp, ka, va, qs, dos, qc * 16);  // S^T and dP^T
+    for (int qc = 0; qc < kCols / 16; ++qc) {
+      if (it + qc * 16 + 15 < w0) continue;  // queries before every key of the warp
+      const bool unmasked =
+          __all_sync(0xffffffffu, keys_seen_by_queries(key, qr, it, qc * 16, i_end, g));
+      float s[2][4] = {}, dp[2][4] = {};
+      score_pair<Dp>(s, dp, ka, va, qs, dos, qc * 16);  // S^T and dP^T
+      if (unmasked)
+        scores_to_p_ds<false>(s, dp, key, qr, it, qc * 16, i_end, g);
+      else
+        scores_to_p_ds<true>(s, dp, key, qr, it, qc * 16, i_end, g);
+      unsigned pt[4], dst[4];
+      detail::accumulators_to_a(pt, s[0], s[1]);
+      detail::accumulators_to_a(dst, dp[0], dp[1]);
+#pragma unroll
+      for (int dt = 0; dt < Dp / 8; dt += 2) {
+        unsigned bdo[2][2], bq[2][2];
+        detail::load_b_rows_k(bdo[0], bdo[1], dos, ld, qc * 16, dt * 8);
+        detail::load_b_rows_k(bq[0], bq[1], qs, ld, qc * 16, dt * 8);
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = qc * 16 + n * 8 + acc_col(e);
-            const i64 i = it + c, j = key[e >> 1];
-            const bool seen = j < g.T && i < i_end && visible(i, j, g.window, doc_s[c]);
-            const float p = seen ? expf(s[n][e] * g.scale - lse_s[c]) : 0.0f;
-            s[n][e] = p;
-            dp[n][e] = p * (dp[n][e] - delta_s[c]);  // dS^T
-          }
-        }
-        unsigned pt[4], dst[4];
-        detail::accumulators_to_a(pt, s[0], s[1]);
-        detail::accumulators_to_a(dst, dp[0], dp[1]);
-#pragma unroll
-        for (int dt = 0; dt < Dp / 8; dt += 2) {
-          unsigned bdo[2][2], bq[2][2];
-          detail::load_b_rows_k(bdo[0], bdo[1], dos, ld, qc * 16, dt * 8);
-          detail::load_b_rows_k(bq[0], bq[1], qs, ld, qc * 16, dt * 8);
-#pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            detail::mma_16x8x16(acc_v[dt + n], pt, bdo[n]);
-            detail::mma_16x8x16(acc_k[dt + n], dst, bq[n]);
-          }
+          detail::mma_16x8x16(acc_v[dt + n], pt, bdo[n]);
+          detail::mma_16x8x16(acc_k[dt + n], dst, bq[n]);
         }
       }
     }
+    if (next_h == h_end) break;
+    h = next_h;
+    it = next_it;
   }
   const float one[2] = {1.0f, 1.0f}, scale[2] = {g.scale, g.scale};
   store_rows<Dp>(dk, g, b, g.Hkv, kvh, w0, acc_k, scale);
@@ -456,7 +557,7 @@ void backward(const bf16* q, const bf16* k, const bf16* v, const float* lse, con
   flash_dq_kernel<Dp><<<dim3(tiles, static_cast<unsigned>(g.Hq), static_cast<unsigned>(g.B)),
                         kWarps * 32, dq_smem, stream>>>(q, k, v, lse, dout, delta, dq, g);
   check_launch("attention_backward (dq, tensor cores)");
-  const std::size_t dkdv_smem = kCols * (sizeof(i64) + 2 * sizeof(float)) + 4 * tile_bytes(Dp);
+  const std::size_t dkdv_smem = 2 * sizeof(QueryRows) + 4 * tile_bytes(Dp);
   detail::allow_smem(flash_dkdv_kernel<Dp>, dkdv_smem, "attention_backward (dk, dv, tensor cores)");
   flash_dkdv_kernel<Dp><<<dim3(tiles, static_cast<unsigned>(g.Hkv), static_cast<unsigned>(g.B)),
                           kWarps * 32, dkdv_smem, stream>>>(q, k, v, lse, dout, delta, dk, dv, g);

@@ -22,6 +22,19 @@ __device__ __forceinline__ i64 doc_of(const AttentionGeometry& g, i64 b, i64 i) 
   return g.doc_start ? g.doc_start[b * g.T + i] : 0;
 }
 
+// The keys a query sees, and the queries that see a key, form intervals (documents start no later
+// along the row), so a whole block of them is visible when both its ends are: the tensor-core
+// kernels skip the mask on such blocks (most of a long sequence's).
+// Query i sees every key of [j_lo, j_hi].
+__device__ __forceinline__ bool sees_keys(i64 i, i64 j_lo, i64 j_hi, i64 window, i64 doc) {
+  return visible(i, j_lo, window, doc) && visible(i, j_hi, window, doc);
+}
+// Every query of [i_lo, i_hi] (in documents starting at doc_lo and doc_hi) sees key j.
+__device__ __forceinline__ bool seen_by_queries(i64 j, i64 i_lo, i64 i_hi, i64 window, i64 doc_lo,
+                                                i64 doc_hi) {
+  return visible(i_lo, j, window, doc_lo) && visible(i_hi, j, window, doc_hi);
+}
+
 // The first key any query of a block starting at row i0 can see: keys before the first query's
 // window and document are visible to no query of the block.
 __device__ __forceinline__ i64 first_visible_key(const AttentionGeometry& g, i64 b, i64 i0) {

@@ -110,6 +110,19 @@ __device__ __forceinline__ void cp_async_16(void* shared, const void* global, bo
   ::cuda_emulator::cp_async(shared, global, 16, valid ? 16 : 0);
 #endif
 }
+// The same for one 4- or 8-byte word (cp.async.ca: 16 bytes is the only size .cg takes).
+template <int Bytes>
+__device__ __forceinline__ void cp_async_word(void* shared, const void* global, bool valid) {
+  static_assert(Bytes == 4 || Bytes == 8);
+#ifdef __CUDA_ARCH__
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(to), "l"(global), "n"(Bytes),
+               "r"(valid ? Bytes : 0)
+               : "memory");
+#elif defined(TANDEM_CUDA_EMULATOR_DEVICE)
+  ::cuda_emulator::cp_async(shared, global, Bytes, valid ? Bytes : 0);
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() {
 #ifdef __CUDA_ARCH__
   asm volatile("cp.async.commit_group;\n" ::: "memory");

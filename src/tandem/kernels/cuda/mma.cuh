@@ -19,9 +19,17 @@ __device__ __forceinline__ unsigned pack_bf16(bf16 lo, bf16 hi) {
   return static_cast<unsigned>(__bfloat16_as_ushort(lo)) |
          (static_cast<unsigned>(__bfloat16_as_ushort(hi)) << 16);
 }
-// Two fp32 values rounded to bf16 (to_bf16: the backend's one rounding) and packed.
+// Two fp32 values rounded to bf16 and packed. On the GPU one cvt.rn.bf16x2 (its first source goes
+// to the high half): round to nearest even like to_bf16, the backend's one rounding, and the same
+// bits for every value but NaN, whose payload here is the canonical 0x7FFF. Elsewhere to_bf16.
 __device__ __forceinline__ unsigned pack_f32(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+  unsigned d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
   return pack_bf16(to_bf16(lo), to_bf16(hi));
+#endif
 }
 __device__ __forceinline__ float low_f32(unsigned x) { return __uint_as_float(x << 16); }
 __device__ __forceinline__ float high_f32(unsigned x) { return __uint_as_float(x & 0xFFFF0000u); }
