@@ -7,13 +7,14 @@
 // quad shuffles for the softmax rows), the probabilities rounded to bf16 before P V, and P and dS
 // rounded to bf16 before the backward's products; lse is the natural log of the scaled scores'
 // sum, the quantity the plain kernels and cuDNN save, so a forward on one path and a backward on
-// another agree. Deterministic: no atomics; the backward takes the plain kernels' two passes
-// (dQ over query rows, then dK and dV over key rows, each output with one writer).
+// another agree (inside, exponentials are taken in base 2). Deterministic: no atomics; the backward
+// takes the plain kernels' two passes (dQ over query rows, then dK and dV over key rows, each
+// output with one writer).
 //
 // Layout: a block is 4 warps; each warp owns 16 rows (queries in the forward and dQ, keys in
-// dK/dV) and the block walks 64-row tiles of the other side through shared memory, loading the
-// next tile by cp.async while it computes on the current one (the forward alternates K and V in
-// one buffer each; the backward, whose own rows live in registers, alternates two buffers). Shared
+// dK/dV), kept as A fragments in registers, and the block walks 64-row tiles of the other side
+// through shared memory, loading the next tile by cp.async while it computes on the current one
+// (the forward alternates K and V in one buffer each; the backward alternates two buffers). Shared
 // rows are head_dim rounded up to a multiple of 16 (zero-filled), plus 8 bf16 of padding so that
 // each fragment load's 32 lanes hit 32 banks.
 #include <cstdint>
@@ -32,6 +33,10 @@ constexpr int kWarps = 4;
 constexpr int kRows = 16 * kWarps;  // rows a block owns: queries (forward, dQ) or keys (dK/dV)
 constexpr int kCols = 64;           // rows of the other side per shared tile
 constexpr int kPad = 8;
+// Exponentials are exp2 of scores scaled by log2(e) (one multiply-add and the hardware's exp2);
+// lse goes out, and comes in, as the natural log the other paths save.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 using Geometry = detail::AttentionGeometry;
 using detail::doc_of;
@@ -124,6 +129,17 @@ __device__ void store_rows(bf16* x, const Geometry& g, i64 b, i64 heads, i64 hea
   }
 }
 
+// A warp's 16 rows as A fragments, held in registers for the whole kernel (they are the same
+// for every tile of the other side): Q in the forward and dQ (with dO), K and V in dK/dV.
+template <int Dp>
+using Fragments = unsigned[Dp / 16][4];
+
+template <int Dp>
+__device__ __forceinline__ void load_fragments(Fragments<Dp>& a, const bf16* s, int r0) {
+#pragma unroll
+  for (int kk = 0; kk < Dp / 16; ++kk) detail::load_a(a[kk], s, Dp + kPad, r0, kk * 16);
+}
+
 // ---- forward ----
 
 // Both of the lane's query rows are in the problem and see every key of [j_lo, j_hi] (so none
@@ -136,13 +152,13 @@ __device__ __forceinline__ bool rows_see_keys(const i64 (&row)[2], const i64 (&d
 }
 
 // The online softmax over one tile of scores `s` (16 rows of the warp x 64 keys from jt): masks
-// and scales them, updates the rows' running max `m` and sum `l`, rescales the accumulator `o`,
-// and leaves P = exp(s - m) in `s` for P V. Unmasked (!Masked): every key of the tile is visible
-// to both of the lane's rows.
+// them and scales them by `scale2` (the softmax scale times log2(e)), updates the rows' running
+// max `m` (base 2) and sum `l`, rescales the accumulator `o`, and leaves P = 2^(s - m) in `s` for
+// P V. Unmasked (!Masked): every key of the tile is visible to both of the lane's rows.
 template <int Dp, bool Masked>
 __device__ __forceinline__ void softmax_tile(float (&s)[kCols / 8][4], float (&o)[Dp / 8][4],
                                              float (&m)[2], float (&l)[2], const i64 (&row)[2],
-                                             const i64 (&doc)[2], i64 jt, i64 last,
+                                             const i64 (&doc)[2], i64 jt, i64 last, float scale2,
                                              const Geometry& g) {
   float mx[2] = {m[0], m[1]};
 #pragma unroll
@@ -153,7 +169,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kCols / 8][4], float (&o
       const i64 j = jt + nt * 8 + acc_col(e);
       const bool seen =
           !Masked || (row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]));
-      s[nt][e] = seen ? s[nt][e] * g.scale : neg_inf();
+      s[nt][e] = seen ? s[nt][e] * scale2 : neg_inf();
       mx[r] = fmaxf(mx[r], s[nt][e]);
     }
   }
@@ -161,14 +177,14 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kCols / 8][4], float (&o
   for (int r = 0; r < 2; ++r) {
     mx[r] = quad_max(mx[r]);
     // Nothing seen by this row yet: its o and l are zero, any factor leaves them so.
-    correction[r] = mx[r] == neg_inf() ? 1.0f : expf(m[r] - mx[r]);
+    correction[r] = mx[r] == neg_inf() ? 1.0f : exp2f(m[r] - mx[r]);
   }
 #pragma unroll
   for (int nt = 0; nt < kCols / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e >> 1;
-      s[nt][e] = s[nt][e] == neg_inf() ? 0.0f : expf(s[nt][e] - mx[r]);
+      s[nt][e] = s[nt][e] == neg_inf() ? 0.0f : exp2f(s[nt][e] - mx[r]);
       sum[r] += s[nt][e];
     }
   }
@@ -196,20 +212,26 @@ __global__ void __launch_bounds__(kWarps * 32)
   const i64 kvh = h / (g.Hq / g.Hkv);
   const i64 last = (i0 + kRows < g.T ? i0 + kRows : g.T) - 1;  // the block's last query
   const i64 w0 = i0 + warp * 16;                               // the warp's first query
-  load_tile<Dp>(q, g, b, g.Hq, h, i0, g.T, qs);
+  load_tile<Dp, true>(q, g, b, g.Hq, h, i0, g.T, qs);
+  detail::cp_async_commit();
   i64 row[2], doc[2];
   for (int r = 0; r < 2; ++r) {
     row[r] = w0 + acc_row(2 * r);
     doc[r] = row[r] < g.T ? doc_of(g, b, row[r]) : 0;
   }
+  const float scale2 = g.scale * kLog2e;
 
   float o[Dp / 8][4] = {};
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.0f, 0.0f};
   // K and V tiles come in by cp.async, each while the other is in use (flash-attention 2's
   // order): V(jt) while S = Q K(jt) and its softmax are computed, K(jt + 64) while O += P V(jt).
-  const i64 j_begin = first_visible_key(g, b, i0);
-  if (j_begin <= last) load_tile<Dp, true>(k, g, b, g.Hkv, kvh, j_begin, last + 1, ks);
+  const i64 j_begin = first_visible_key(g, b, i0);  // at most i0: every query sees itself
+  load_tile<Dp, true>(k, g, b, g.Hkv, kvh, j_begin, last + 1, ks);
   detail::cp_async_commit();
+  detail::cp_async_wait<1>();  // Q (K may still be on its way)
+  __syncthreads();
+  Fragments<Dp> qa;  // the warp's queries, for every key tile
+  load_fragments<Dp>(qa, qs, warp * 16);
   for (i64 jt = j_begin; jt <= last; jt += kCols) {
     detail::cp_async_wait<0>();  // K(jt)
     __syncthreads();             // every thread's K(jt) is in; every warp is done with V(jt - 64)
@@ -223,20 +245,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (sees) {
 #pragma unroll
       for (int kk = 0; kk < Dp / 16; ++kk) {
-        unsigned a[4];
-        detail::load_a(a, qs, ld, warp * 16, kk * 16);
 #pragma unroll
         for (int nt = 0; nt < kCols / 8; nt += 2) {
           unsigned bk[2], bk2[2];
           detail::load_b_rows_n(bk, bk2, ks, ld, nt * 8, kk * 16);
-          detail::mma_16x8x16(s[nt], a, bk);
-          detail::mma_16x8x16(s[nt + 1], a, bk2);
+          detail::mma_16x8x16(s[nt], qa[kk], bk);
+          detail::mma_16x8x16(s[nt + 1], qa[kk], bk2);
         }
       }
       if (unmasked)
-        softmax_tile<Dp, false>(s, o, m, l, row, doc, jt, last, g);
+        softmax_tile<Dp, false>(s, o, m, l, row, doc, jt, last, scale2, g);
       else
-        softmax_tile<Dp, true>(s, o, m, l, row, doc, jt, last, g);
+        softmax_tile<Dp, true>(s, o, m, l, row, doc, jt, last, scale2, g);
     }
     detail::cp_async_wait<0>();  // V(jt)
     __syncthreads();             // every thread's V(jt) is in; every warp is done with K(jt)
@@ -261,7 +281,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   store_rows<Dp>(out, g, b, g.Hq, h, w0, o, inv);
   if ((threadIdx.x & 3) == 0) {
     for (int r = 0; r < 2; ++r)
-      if (row[r] < g.T) lse[(b * g.Hq + h) * g.T + row[r]] = m[r] + logf(l[r]);
+      if (row[r] < g.T) lse[(b * g.Hq + h) * g.T + row[r]] = (m[r] + log2f(l[r])) * kLn2;
   }
 }
 
@@ -272,15 +292,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 // loaded once per kernel: they are the same for every tile of the other side) and B, B2 shared
 // tiles. dQ: S = Q K^T, dP = dO V^T (rows: queries); dK/dV: S^T = K Q^T, dP^T = V dO^T (rows:
 // keys).
-template <int Dp>
-using Fragments = unsigned[Dp / 16][4];
-
-template <int Dp>
-__device__ __forceinline__ void load_fragments(Fragments<Dp>& a, const bf16* s, int r0) {
-#pragma unroll
-  for (int kk = 0; kk < Dp / 16; ++kk) detail::load_a(a[kk], s, Dp + kPad, r0, kk * 16);
-}
-
 template <int Dp>
 __device__ __forceinline__ void score_pair(float (&s)[2][4], float (&dp)[2][4],
                                            const Fragments<Dp>& a, const Fragments<Dp>& a2,
@@ -299,12 +310,13 @@ __device__ __forceinline__ void score_pair(float (&s)[2][4], float (&dp)[2][4],
   }
 }
 
-// dS = P (dP - delta) in `s` for 16 keys from j0 (P = exp(S scale - lse); zero where masked).
+// dS = P (dP - delta) in `s` for 16 keys from j0 (P = exp(S scale - lse) = 2^(S scale2 - lse2)
+// with scale2 and lse2 in base 2; zero where masked).
 template <bool Masked>
 __device__ __forceinline__ void scores_to_ds(float (&s)[2][4], const float (&dp)[2][4],
                                              const i64 (&row)[2], const i64 (&doc)[2],
-                                             const float (&lse_r)[2], const float (&delta_r)[2],
-                                             i64 j0, i64 last, const Geometry& g) {
+                                             const float (&lse2)[2], const float (&delta_r)[2],
+                                             i64 j0, i64 last, float scale2, const Geometry& g) {
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -313,7 +325,7 @@ __device__ __forceinline__ void scores_to_ds(float (&s)[2][4], const float (&dp)
       const i64 j = j0 + n * 8 + acc_col(e);
       const bool seen =
           !Masked || (row[r] < g.T && j <= last && visible(row[r], j, g.window, doc[r]));
-      const float p = seen ? expf(s[n][e] * g.scale - lse_r[r]) : 0.0f;
+      const float p = seen ? exp2f(fmaf(s[n][e], scale2, -lse2[r])) : 0.0f;
       s[n][e] = p * (dp[n][e] - delta_r[r]);
     }
   }
@@ -345,14 +357,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   i64 jt = first_visible_key(g, b, i0);  // at most i0: every query sees itself
   load_kv(jt, 1);
   i64 row[2], doc[2];
-  float lse_r[2], delta_r[2];
+  float lse2[2], delta_r[2];
   for (int r = 0; r < 2; ++r) {
     row[r] = w0 + acc_row(2 * r);
     const bool in = row[r] < g.T;
     doc[r] = in ? doc_of(g, b, row[r]) : 0;
-    lse_r[r] = in ? lse[(b * g.Hq + h) * g.T + row[r]] : 0.0f;
+    lse2[r] = in ? lse[(b * g.Hq + h) * g.T + row[r]] * kLog2e : 0.0f;
     delta_r[r] = in ? delta[(b * g.Hq + h) * g.T + row[r]] : 0.0f;
   }
+  const float scale2 = g.scale * kLog2e;
   detail::cp_async_wait<1>();  // Q and dO (K and V may still be on their way)
   __syncthreads();
   Fragments<Dp> qa, doa;  // the warp's queries and output gradients, for every key tile
@@ -375,9 +388,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       float s[2][4] = {}, dp[2][4] = {};
       score_pair<Dp>(s, dp, qa, doa, ks, vs, kc * 16);
       if (unmasked)
-        scores_to_ds<false>(s, dp, row, doc, lse_r, delta_r, j0, last, g);
+        scores_to_ds<false>(s, dp, row, doc, lse2, delta_r, j0, last, scale2, g);
       else
-        scores_to_ds<true>(s, dp, row, doc, lse_r, delta_r, j0, last, g);
+        scores_to_ds<true>(s, dp, row, doc, lse2, delta_r, j0, last, scale2, g);
       unsigned ds[4];
       detail::accumulators_to_a(ds, s[0], s[1]);
 #pragma unroll
@@ -413,11 +426,11 @@ __device__ __forceinline__ bool keys_seen_by_queries(const i64 (&key)[2], const 
 }
 
 // P^T in `s` and dS^T = P^T (dP^T - delta) in `dp` for the lane's keys and 16 queries from
-// it + c0 (zero where masked).
+// it + c0 (P in base 2 as in scores_to_ds; zero where masked).
 template <bool Masked>
 __device__ __forceinline__ void scores_to_p_ds(float (&s)[2][4], float (&dp)[2][4],
                                                const i64 (&key)[2], const QueryRows& qr, i64 it,
-                                               int c0, i64 i_end, const Geometry& g) {
+                                               int c0, i64 i_end, float scale2, const Geometry& g) {
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -425,7 +438,7 @@ __device__ __forceinline__ void scores_to_p_ds(float (&s)[2][4], float (&dp)[2][
       const int c = c0 + n * 8 + acc_col(e);
       const i64 i = it + c, j = key[e >> 1];
       const bool seen = !Masked || (j < g.T && i < i_end && visible(i, j, g.window, qr.doc[c]));
-      const float p = seen ? expf(s[n][e] * g.scale - qr.lse[c]) : 0.0f;
+      const float p = seen ? exp2f(fmaf(s[n][e], scale2, -qr.lse[c] * kLog2e)) : 0.0f;
       s[n][e] = p;
       dp[n][e] = p * (dp[n][e] - qr.delta[c]);
     }
@@ -484,6 +497,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   load_fragments<Dp>(va, tile(0, 1), warp * 16);
   i64 key[2];
   for (int r = 0; r < 2; ++r) key[r] = w0 + acc_row(2 * r);
+  const float scale2 = g.scale * kLog2e;
 
   float acc_k[Dp / 8][4] = {}, acc_v[Dp / 8][4] = {};
   // Every query tile from j0 to i_end of every query head of the group, in that order.
@@ -507,9 +521,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       float s[2][4] = {}, dp[2][4] = {};
       score_pair<Dp>(s, dp, ka, va, qs, dos, qc * 16);  // S^T and dP^T
       if (unmasked)
-        scores_to_p_ds<false>(s, dp, key, qr, it, qc * 16, i_end, g);
+        scores_to_p_ds<false>(s, dp, key, qr, it, qc * 16, i_end, scale2, g);
       else
-        scores_to_p_ds<true>(s, dp, key, qr, it, qc * 16, i_end, g);
+        scores_to_p_ds<true>(s, dp, key, qr, it, qc * 16, i_end, scale2, g);
       unsigned pt[4], dst[4];
       detail::accumulators_to_a(pt, s[0], s[1]);
       detail::accumulators_to_a(dst, dp[0], dp[1]);
