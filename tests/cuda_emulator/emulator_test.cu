@@ -206,6 +206,13 @@ struct ScopedCpuThreads {
   ~ScopedCpuThreads() { omp_set_num_threads(previous); }
 };
 
+// n words 1000, 1001, ... on the device: what the cp.async tests copy.
+unsigned* numbered_words(unsigned n) {
+  std::vector<unsigned> words(n);
+  for (unsigned i = 0; i < n; ++i) words[i] = 1000 + i;
+  return device(words);
+}
+
 int count_nan(const std::vector<float>& v, std::size_t begin, std::size_t end) {
   int n = 0;
   for (std::size_t i = begin; i < end; ++i) n += std::isnan(v[i]);
@@ -395,9 +402,7 @@ TEST(CudaEmulator, LdmatrixGivesEachLaneTheWordsThePtxIsaLaysOut) {
 // out; a zero source size fills zeros.
 TEST(CudaEmulator, AsyncCopiesLandAtTheirWait) {
   const ScopedOrder forward(cuda_emulator::Order::forward);
-  std::vector<unsigned> src(256);
-  for (unsigned i = 0; i < 256; ++i) src[i] = 1000 + i;
-  unsigned* s = device(src);
+  unsigned* s = numbered_words(256);
   unsigned* out = device(std::vector<unsigned>(32 * 4, 0u));
   cp_async_kernel<<<1, 32, 32 * 8 * sizeof(unsigned)>>>(s, out);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -431,9 +436,7 @@ TEST(CudaEmulator, WarpVotesSeeEveryLane) {
 // The other end of a copy's window: in the default order, every other four blocks land their
 // copies as soon as they are issued (so a prefetch into a buffer still being read shows).
 TEST(CudaEmulator, InSomeBlocksAsyncCopiesLandAtIssue) {
-  std::vector<unsigned> src(128);
-  for (unsigned i = 0; i < 128; ++i) src[i] = 1000 + i;
-  unsigned* s = device(src);
+  unsigned* s = numbered_words(128);
   unsigned* out = device(std::vector<unsigned>(8 * 32, 0u));
   cp_async_before_wait_kernel<<<8, 32, 32 * 4 * sizeof(unsigned)>>>(s, out);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
