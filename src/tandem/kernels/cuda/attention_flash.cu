@@ -16,7 +16,9 @@
 // through shared memory, loading the next tile by cp.async while it computes on the current one
 // (the forward alternates K and V in one buffer each; the backward alternates two buffers). Shared
 // rows are head_dim rounded up to a multiple of 16 (zero-filled), plus 8 bf16 of padding so that
-// each fragment load's 32 lanes hit 32 banks.
+// each fragment load's 32 lanes hit 32 banks. The dynamic shared memory is declared 16-byte
+// aligned, as ldmatrix and the 16-byte cp.async need: the dK/dV kernel's follows a static word,
+// which ptxas pads to 16 bytes today, but only the declaration promises it.
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -202,7 +204,7 @@ template <int Dp>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_forward_kernel(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
                          Geometry g) {
-  extern __shared__ bf16 smem[];
+  extern __shared__ __align__(16) bf16 smem[];
   constexpr int ld = Dp + kPad;
   bf16* qs = smem;             // [kRows][ld]
   bf16* ks = qs + kRows * ld;  // [kCols][ld]
@@ -335,7 +337,7 @@ template <int Dp>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_dq_kernel(const bf16* q, const bf16* k, const bf16* v, const float* lse, const bf16* dout,
                     const float* delta, bf16* dq, Geometry g) {
-  extern __shared__ bf16 smem[];
+  extern __shared__ __align__(16) bf16 smem[];
   constexpr int ld = Dp + kPad;
   // Two buffers of two [64][ld] tiles: buffer 0 first holds the block's Q and dO, which each warp
   // then keeps in registers; after that K and V tiles alternate between the buffers, the next
@@ -449,7 +451,7 @@ template <int Dp>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_dkdv_kernel(const bf16* q, const bf16* k, const bf16* v, const float* lse,
                       const bf16* dout, const float* delta, bf16* dk, bf16* dv, Geometry g) {
-  extern __shared__ i64 shared_words[];
+  extern __shared__ __align__(16) i64 shared_words[];
   __shared__ i64 query_end;
   constexpr int ld = Dp + kPad;
   // As in dQ with the sides swapped: buffer 0 first holds the block's K and V (kept in registers
