@@ -1,10 +1,13 @@
-// Helpers of the CUDA emulator's own tests (emulator_test.cu, streams_test.cu): device buffers
-// filled from and read back to the host.
+// Helpers of the CUDA emulator's own tests (the *_test.cu files here): device buffers filled from
+// and read back to the host, random inputs, the emulator's order of blocks and threads for one
+// test, and the fixture of its death tests.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <random>
 #include <vector>
 
 namespace cuda_emulator_test {
@@ -27,5 +30,28 @@ std::vector<T> host(const T* p, std::size_t n) {
   EXPECT_EQ(cudaMemcpy(out.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return out;
 }
+
+inline std::vector<float> normal(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Runs a test in one order of blocks and threads, and puts the previous order back.
+struct ScopedOrder {
+  cuda_emulator::Order previous = cuda_emulator::order();
+  explicit ScopedOrder(cuda_emulator::Order o) { cuda_emulator::set_order(o); }
+  ~ScopedOrder() { cuda_emulator::set_order(previous); }
+};
+
+// The child of a death test starts afresh (threadsafe style): the parent's OpenMP threads, which
+// the emulator's launches started, do not survive a plain fork. One class for every file, as
+// GoogleTest requires of a test suite's fixture.
+class CudaEmulatorDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
 
 }  // namespace cuda_emulator_test
