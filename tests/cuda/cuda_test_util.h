@@ -141,6 +141,18 @@ inline double max_abs(const std::vector<float>& v) {
   return m;
 }
 
+// Where every query sees only itself, dq and dk are residue (self_only_residue_bound): each
+// backend's within the bound (max_abs of the gradients as each backend computed them).
+inline void expect_self_only_residue(double residue, const std::vector<float>& gpu_dq,
+                                     const std::vector<float>& gpu_dk,
+                                     const std::vector<float>& cpu_dq,
+                                     const std::vector<float>& cpu_dk) {
+  EXPECT_LE(max_abs(gpu_dq), residue) << "self-only dq";
+  EXPECT_LE(max_abs(gpu_dk), residue) << "self-only dk";
+  EXPECT_LE(max_abs(cpu_dq), residue) << "self-only dq, CPU";
+  EXPECT_LE(max_abs(cpu_dk), residue) << "self-only dk, CPU";
+}
+
 // TANDEM_TEST_SEED (default 1): the seed of the tests that draw random problems (they name it in
 // their failure messages, so that a failing draw can be run again).
 inline std::uint64_t test_seed() {
