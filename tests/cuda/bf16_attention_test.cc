@@ -31,6 +31,19 @@ void PrintTo(const Bf16AttentionCase& c, std::ostream* os) {
 
 class CudaBf16Attention : public ::testing::TestWithParam<Bf16AttentionCase> {};
 
+// Where every query sees only itself, the bf16 dq and dk of both backends against the residue
+// bound of inputs q, k, v and dout (cuda_test_util.h).
+void expect_bf16_self_only_residue(kernels::Backend& gpu, const Bf16AttentionCase& c, float scale,
+                                   const Quad& q, const Quad& k, const Quad& v, const Quad& dout,
+                                   const Quad& dq, const Quad& dk) {
+  const double residue = self_only_residue_bound(
+      scale, c.D, c.Hq / c.Hkv, max_abs(values(gpu, dout.gb)), max_abs(values(gpu, v.gb)),
+      std::max(max_abs(values(gpu, q.gb)), max_abs(values(gpu, k.gb))));
+  expect_self_only_residue(residue, values(gpu, dq.gb), values(gpu, dk.gb),
+                           values(testing::cpu_backend(), dq.cb),
+                           values(testing::cpu_backend(), dk.cb));
+}
+
 // The plain kernels: the rounded fp32 result, bit for bit, and the CPU's within one bf16 step.
 TEST_P(CudaBf16Attention, PlainKernelsAreTheRoundedFp32Result) {
   const testing::ScopedEnv plain("TANDEM_CUDA_ATTENTION", "plain");
@@ -82,12 +95,7 @@ TEST_P(CudaBf16Attention, PlainKernelsAreTheRoundedFp32Result) {
     return;
   }
   // dq and dk are residue here (cuda_test_util.h): checked against its bound on both sides.
-  const double residue = self_only_residue_bound(
-      scale, c.D, c.Hq / c.Hkv, max_abs(values(gpu, dout.gb)), max_abs(values(gpu, v.gb)),
-      std::max(max_abs(values(gpu, q.gb)), max_abs(values(gpu, k.gb))));
-  expect_self_only_residue(residue, values(gpu, dq.gb), values(gpu, dk.gb),
-                           values(testing::cpu_backend(), dq.cb),
-                           values(testing::cpu_backend(), dk.cb));
+  expect_bf16_self_only_residue(gpu, c, scale, q, k, v, dout, dq, dk);
 }
 
 // A bf16 attention path that rounds like cuDNN's fused SDPA against the CPU's bf16 op. cuDNN (and
@@ -140,12 +148,7 @@ std::array<double, 5> check_within_cudnn_rounding(kernels::Backend& gpu, const B
     return distances;
   }
   // dq and dk are residue here (cuda_test_util.h): checked against its bound on both sides.
-  const double residue = self_only_residue_bound(
-      scale, c.D, c.Hq / c.Hkv, max_abs(values(gpu, dout.gb)), max_abs(values(gpu, v.gb)),
-      std::max(max_abs(values(gpu, q.gb)), max_abs(values(gpu, k.gb))));
-  expect_self_only_residue(residue, values(gpu, dq.gb), values(gpu, dk.gb),
-                           values(testing::cpu_backend(), dq.cb),
-                           values(testing::cpu_backend(), dk.cb));
+  expect_bf16_self_only_residue(gpu, c, scale, q, k, v, dout, dq, dk);
   distances[2] = distances[3] = 0;  // not distances: checked as residue above
   return distances;
 }
