@@ -237,6 +237,59 @@ TEST(CudaBf16, SwigluAddEmbeddingAndRows) {
   expect_bf16_close(gpu, rows, true, "gather_rows vs cpu");
 }
 
+// The bandwidth-bound element-wise kernels (add, SwiGLU, the casts) take 16-byte accesses, 8
+// elements at a time, where every operand is 16-byte aligned, and go element by element where one
+// is not (packed_access.cuh). The same values through both, in both precisions, with a tail past
+// the last whole pack (n = 8 k + 3), give the same bits.
+TEST(CudaBf16, PackedAndElementwiseAccessesGiveTheSameBits) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t n = 1003;
+  // The op's outputs for inputs placed `offset` elements into their buffers (offset 1 misaligns
+  // every operand of either type).
+  const auto outputs = [&](DType t, std::int64_t offset) {
+    std::vector<Buffer> owned;
+    const auto operand = [&](const std::vector<float>& v) {
+      owned.push_back(gpu.allocate(t, Shape{n + 1}));
+      const Tensor view = owned.back().tensor().view(offset, Shape{n});
+      if (t == DType::f32) {
+        gpu.upload(view, v.data());
+      } else {
+        std::vector<std::uint16_t> b(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) b[i] = to_bits(v[i]);
+        gpu.upload(view, b.data());
+      }
+      return view;
+    };
+    const Tensor g = operand(bf16_values(n, 61, 3.0f)), u = operand(bf16_values(n, 62));
+    const Tensor dh = operand(bf16_values(n, 63)), h = operand(std::vector<float>(n, 0.0f));
+    const Tensor dg = operand(std::vector<float>(n, 0.0f)),
+                 du = operand(std::vector<float>(n, 0.0f));
+    const Tensor sum = operand(std::vector<float>(n, 0.0f));
+    gpu.swiglu_forward(g, u, h);
+    gpu.swiglu_backward(g, u, dh, dg, du);
+    gpu.add(g, u, sum);
+    std::vector<std::vector<float>> out = {values(gpu, h), values(gpu, dg), values(gpu, du),
+                                           values(gpu, sum)};
+    // The casts, from f32 to bf16 (rounding values that are not bf16) and back.
+    owned.push_back(gpu.allocate(DType::f32, Shape{n + 1}));
+    const Tensor wide = owned.back().tensor().view(offset, Shape{n});
+    gpu.upload(wide, normal(n, 64).data());
+    owned.push_back(gpu.allocate(DType::bf16, Shape{n + 1}));
+    const Tensor narrow = owned.back().tensor().view(offset, Shape{n});
+    gpu.cast(narrow, wide);
+    gpu.cast(wide, narrow);
+    out.push_back(values(gpu, wide));
+    return out;
+  };
+  for (DType t : {DType::f32, DType::bf16}) {
+    const auto packed = outputs(t, 0), elementwise = outputs(t, 1);
+    const char* names[] = {"swiglu h", "swiglu dg", "swiglu du", "add", "casts"};
+    for (std::size_t k = 0; k < packed.size(); ++k)
+      EXPECT_TRUE(bit_identical(packed[k], elementwise[k]))
+          << names[k] << (t == DType::f32 ? " (f32)" : " (bf16)");
+  }
+}
+
 // The fused lm_head + cross-entropy: logits rounded to bf16 after the bf16 GEMM, the loss in
 // fp32/double, the logits' gradient rounded to bf16 for the gradient GEMMs. Bounds of
 // tests/kernels/bf16_test.cc (derived there) against the GPU's own fp32 result, and the triangle

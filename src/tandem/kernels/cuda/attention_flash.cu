@@ -20,11 +20,11 @@
 // aligned, as ldmatrix and the 16-byte cp.async need: the dK/dV kernel's follows a static word,
 // which ptxas pads to 16 bytes today, but only the declaration promises it.
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "tandem/kernels/cuda/attention_masks.cuh"
 #include "tandem/kernels/cuda/mma.cuh"
+#include "tandem/kernels/cuda/packed_access.cuh"
 
 namespace tandem::kernels::cuda {
 namespace {
@@ -46,27 +46,6 @@ using detail::first_visible_key;
 using detail::neg_inf;
 using detail::visible;
 
-// Eight bf16 (16 bytes): one vector load or store.
-struct alignas(16) Pack8 {
-  unsigned w[4];
-};
-__device__ __forceinline__ Pack8 load_pack(const bf16* p) {
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const Pack8*>(p);
-#else
-  Pack8 v;
-  memcpy(&v, p, sizeof v);
-  return v;
-#endif
-}
-__device__ __forceinline__ void store_pack(bf16* p, const Pack8& v) {
-#ifdef __CUDA_ARCH__
-  *reinterpret_cast<Pack8*>(p) = v;
-#else
-  memcpy(p, &v, sizeof v);
-#endif
-}
-
 // s[r][c] = x[b, r0 + r, head, c] for 64 rows and Dp columns: zero at rows >= end, columns >= D.
 // In 16-byte pieces where every row of x starts 16-byte aligned (shared rows always do: Dp + 8
 // bf16 is a multiple of 8), else element by element. Async: the 16-byte pieces go as cp.async
@@ -84,7 +63,7 @@ __device__ void load_tile(const bf16* x, const Geometry& g, i64 b, i64 heads, i6
       if constexpr (Async)
         detail::cp_async_16(s + r * ld + c, from, valid);
       else
-        store_pack(s + r * ld + c, valid ? load_pack(from) : Pack8{});
+        detail::store_pack(s + r * ld + c, valid ? detail::load_pack(from) : detail::Pack{});
     }
     return;
   }

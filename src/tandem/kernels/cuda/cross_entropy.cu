@@ -1,7 +1,10 @@
 // The row part of the fused lm_head + cross-entropy + z-loss (the logits gemm and the gradient
 // gemms are cuBLASLt calls in cuda_backend.cc), and log-probabilities for downstream scoring.
-// One block per row: max, exp(x - max) in place with the sum in double, lse, the loss terms in
-// double, then the gradient row in place (kernels/cpu/cross_entropy.cc's formulas).
+// One block per row: max, the sum of exp(x - max) in double, lse, the loss terms in double, then
+// the gradient row, in place or as bf16 (kernels/cpu/cross_entropy.cc's formulas). The row (400 KB
+// of fp32 at OLMo's vocabulary) is read three times and written once: the gradient pass takes
+// exp(x - max) again rather than the sum pass storing it, which would cost a write and a read of
+// the row for the same bits.
 #include "tandem/kernels/cuda/device_util.cuh"
 
 namespace tandem::kernels::cuda {
@@ -33,22 +36,18 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  // The bf16 lm_head's output: every logit rounded once, before anything reads it.
-  if (bf16_logits) {
-    for (i64 c = threadIdx.x; c < V; c += blockDim.x)
-      row[c] = __bfloat162float(detail::to_bf16(row[c]));
-    __syncthreads();
-  }
-  const float label_logit = row[label];  // read by every thread before the row is overwritten
+  // The bf16 lm_head's output: every logit rounded to bf16 as it is read (each pass reads the
+  // same rounded values: the rounding is a function of the fp32 logit).
+  const auto logit = [&](i64 c) {
+    return bf16_logits ? __bfloat162float(detail::to_bf16(row[c])) : row[c];
+  };
+  const float label_logit = logit(label);  // read by every thread before the row is overwritten
   float row_max = detail::MaxF{}.identity();
-  for (i64 c = threadIdx.x; c < V; c += blockDim.x) row_max = fmaxf(row_max, row[c]);
+  for (i64 c = threadIdx.x; c < V; c += blockDim.x) row_max = fmaxf(row_max, logit(c));
   row_max = detail::block_reduce(row_max, fscratch, detail::MaxF{});
   double sum = 0.0;
-  for (i64 c = threadIdx.x; c < V; c += blockDim.x) {
-    const float e = expf(row[c] - row_max);
-    row[c] = e;
-    sum += static_cast<double>(e);
-  }
+  for (i64 c = threadIdx.x; c < V; c += blockDim.x)
+    sum += static_cast<double>(expf(logit(c) - row_max));
   sum = detail::block_reduce(sum, dscratch, detail::SumD{});
   const double lse = static_cast<double>(row_max) + log(sum);
   if (threadIdx.x == 0) {
@@ -61,7 +60,7 @@ __global__ void __launch_bounds__(kThreads)
   const float coef = static_cast<float>(static_cast<double>(grad_scale) *
                                         (1.0 + 2.0 * static_cast<double>(z_weight) * lse) / sum);
   for (i64 c = threadIdx.x; c < V; c += blockDim.x) {
-    float g = row[c] * coef;
+    float g = expf(logit(c) - row_max) * coef;
     if (c == label) g -= grad_scale;
     if (out16)
       out16[c] = detail::to_bf16(g);
