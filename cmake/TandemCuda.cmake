@@ -46,14 +46,14 @@ endif()
 
 # The CUDA backend's own sources compiled for the CUDA emulator (tests/cuda_emulator): the .cu
 # files rewritten by translate_cu.py (launches and dynamic shared memory; nothing else changes),
-# the host .cc files as they are, against the emulator's CUDA and cuBLASLt headers. cuDNN's
-# attention is left out: the plain attention kernels run.
+# the host .cc files as they are, against the emulator's CUDA, cuBLASLt and cuDNN frontend headers
+# (attention_cudnn.cc included: its graphs run on the emulator's SDPA, tests/cuda_emulator/
+# cudnn_frontend.cc).
 function(tandem_add_emulated_cuda_backend target)
   set(dir ${CMAKE_SOURCE_DIR}/src/tandem/kernels/cuda)
   set(emu ${CMAKE_SOURCE_DIR}/tests/cuda_emulator)
   file(GLOB cu_sources CONFIGURE_DEPENDS ${dir}/*.cu)
   file(GLOB cc_sources CONFIGURE_DEPENDS ${dir}/*.cc)
-  list(FILTER cc_sources EXCLUDE REGEX ".*/attention_cudnn\\.cc$")
   set(translated "")
   foreach(cu ${cu_sources})
     get_filename_component(stem ${cu} NAME_WE)
@@ -65,7 +65,7 @@ function(tandem_add_emulated_cuda_backend target)
   endforeach()
   # nccl.cc: the emulator's NCCL over MPI, for dist/nccl_communicator.cc (CMakeLists.txt).
   add_library(tandem_cuda_emulator STATIC ${emu}/scheduler.cc ${emu}/runtime.cc ${emu}/streams.cc
-    ${emu}/cublaslt.cc ${emu}/nccl.cc)
+    ${emu}/cublaslt.cc ${emu}/cudnn_frontend.cc ${emu}/nccl.cc)
   set_target_properties(tandem_cuda_emulator PROPERTIES UNITY_BUILD OFF)
   if(TANDEM_SANITIZE)
     # The sanitizers check tandem's kernels, not the emulator that runs them: uninstrumented and at
@@ -80,6 +80,7 @@ function(tandem_add_emulated_cuda_backend target)
   target_link_libraries(tandem_cuda_emulator PUBLIC OpenMP::OpenMP_CXX PRIVATE MPI::MPI_C)
   target_sources(${target} PRIVATE ${translated} ${cc_sources})
   target_compile_definitions(${target} PUBLIC TANDEM_HAVE_CUDA)
+  target_compile_definitions(${target} PRIVATE TANDEM_HAVE_CUDNN_FRONTEND TANDEM_EMULATED_CUDNN)
   target_link_libraries(${target} PRIVATE tandem_cuda_emulator)
   # Each kernel file has its own anonymous-namespace constants (kThreads, ...), and the emulator's
   # headers define CUDA's keywords as macros: these files are compiled one by one. The explicitly

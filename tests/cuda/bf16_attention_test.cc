@@ -185,6 +185,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Bf16AttentionCase{1, 300, 4, 1, 128, 64, false},  // OLMo head_dim, MQA
                       Bf16AttentionCase{2, 100, 4, 2, 32, 20, true},    // documents + window
                       Bf16AttentionCase{1, 70, 4, 2, 64, 1, false},     // each query sees itself
+                      Bf16AttentionCase{1, 65, 2, 1, 16, 64, false},    // window one short of T
                       // head_dims the tensor-core kernels pad (to 16, 64, 128), loading
                       // rows element by element (12, 100) or in 16-byte pieces (40, 80); T a
                       // multiple of their 64-row tiles (128)

@@ -192,6 +192,7 @@ CudnnAttention::~CudnnAttention() {
 
 std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, CachingAllocator& memory,
                                                      std::string* why) {
+#ifndef TANDEM_EMULATED_CUDNN  // the CUDA emulator's frontend runs on the CPU: nothing to load
   if (fe::cudnn_dlhandle == nullptr) {
     fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
     if (fe::cudnn_dlhandle == nullptr) {
@@ -200,6 +201,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, Cachin
       return nullptr;
     }
   }
+#endif
   // The frontend looks the CUDA runtime up by name; ours is CUDA 13's.
   setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", "libcudart.so.13", 0);
   auto impl = std::make_unique<Impl>();
@@ -225,7 +227,11 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, Cachin
 
 std::string CudnnAttention::version() const {
   const std::size_t v = fe::detail::get_backend_version();
+#ifdef TANDEM_EMULATED_CUDNN
+  return fmt::format("{}.{}.{} (the CUDA emulator's)", v / 10000, v / 100 % 100, v % 100);
+#else
   return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
+#endif
 }
 
 bool CudnnAttention::forward(const void* q, const void* k, const void* v, void* out, float* lse,
