@@ -40,7 +40,7 @@ __device__ __forceinline__ void store_pack(void* p, const Pack& v) {
 constexpr int kPackElems = 8;
 
 // W consecutive elements as floats: W = kPackElems in 16-byte accesses (p + i 16-byte aligned),
-// W = 1 one element.
+// W = 1 one element (device_util.cuh's load and store).
 template <int W>
 struct Floats {
   float v[W];
@@ -50,7 +50,7 @@ template <int W>
 __device__ __forceinline__ Floats<W> load_floats(const float* p, i64 i) {
   Floats<W> f;
   if constexpr (W == 1) {
-    f.v[0] = p[i];
+    f.v[0] = load(p, i);
   } else {
     static_assert(W % 4 == 0);
 #pragma unroll
@@ -66,7 +66,7 @@ template <int W>
 __device__ __forceinline__ Floats<W> load_floats(const bf16* p, i64 i) {
   Floats<W> f;
   if constexpr (W == 1) {
-    f.v[0] = __bfloat162float(p[i]);
+    f.v[0] = load(p, i);
   } else {
     static_assert(W % 8 == 0);
 #pragma unroll
@@ -85,7 +85,7 @@ __device__ __forceinline__ Floats<W> load_floats(const bf16* p, i64 i) {
 template <int W>
 __device__ __forceinline__ void store_floats(float* p, i64 i, const Floats<W>& f) {
   if constexpr (W == 1) {
-    p[i] = f.v[0];
+    store(p, i, f.v[0]);
   } else {
 #pragma unroll
     for (int k = 0; k < W / 4; ++k) {
@@ -99,7 +99,7 @@ __device__ __forceinline__ void store_floats(float* p, i64 i, const Floats<W>& f
 template <int W>
 __device__ __forceinline__ void store_floats(bf16* p, i64 i, const Floats<W>& f) {
   if constexpr (W == 1) {
-    p[i] = to_bf16(f.v[0]);
+    store(p, i, f.v[0]);
   } else {
 #pragma unroll
     for (int k = 0; k < W / 8; ++k) {
