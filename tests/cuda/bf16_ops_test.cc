@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <random>
 #include <sstream>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "../support/test_support.h"
@@ -237,21 +239,32 @@ TEST(CudaBf16, SwigluAddEmbeddingAndRows) {
   expect_bf16_close(gpu, rows, true, "gather_rows vs cpu");
 }
 
-// The bandwidth-bound element-wise kernels (add, SwiGLU, the casts) take 16-byte accesses, 8
-// elements at a time, where every operand is 16-byte aligned, and go element by element where one
-// is not (packed_access.cuh). The same values through both, in both precisions, with a tail past
-// the last whole pack (n = 8 k + 3), give the same bits.
+// The bandwidth-bound kernels take 16-byte accesses, 8 elements at a time, where every operand is
+// 16-byte aligned (and, for the row kernels, each row a whole number of packs), and go element by
+// element where one is not (packed_access.cuh). The same values through both, in both precisions,
+// give the same bits: add, SwiGLU and the casts with a tail past the last whole pack (n = 8 k + 3);
+// AdamW (fp32 only) likewise; RMSNorm forward and backward over rows of 2,056 columns (257 packs:
+// one thread of the 256 takes two), whose row sums keep their order either way; RoPE with 16
+// pairs per half row (two packs).
 TEST(CudaBf16, PackedAndElementwiseAccessesGiveTheSameBits) {
   REQUIRE_CUDA(gpu);
   const std::int64_t n = 1003;
-  // The op's outputs for inputs placed `offset` elements into their buffers (offset 1 misaligns
+  const std::int64_t rows = 3, d = 2056;                  // RMSNorm
+  const std::int64_t B = 1, T = 5, H = 2, D = 32, P = 7;  // RoPE
+  std::vector<float> cos(P * D / 2), sin(P * D / 2);
+  for (std::size_t i = 0; i < cos.size(); ++i) {
+    cos[i] = std::cos(0.37f * static_cast<float>(i));
+    sin[i] = std::sin(0.37f * static_cast<float>(i));
+  }
+  Buffer cos_g = put(gpu, Shape{P, D / 2}, cos), sin_g = put(gpu, Shape{P, D / 2}, sin);
+  // The ops' outputs for inputs placed `offset` elements into their buffers (offset 1 misaligns
   // every operand of either type).
   const auto outputs = [&](DType t, std::int64_t offset) {
     std::vector<Buffer> owned;
-    const auto operand = [&](const std::vector<float>& v) {
-      owned.push_back(gpu.allocate(t, Shape{n + 1}));
-      const Tensor view = owned.back().tensor().view(offset, Shape{n});
-      if (t == DType::f32) {
+    const auto operand_of = [&](DType type, Shape shape, const std::vector<float>& v) {
+      owned.push_back(gpu.allocate(type, Shape{shape.numel() + 1}));
+      const Tensor view = owned.back().tensor().view(offset, shape);
+      if (type == DType::f32) {
         gpu.upload(view, v.data());
       } else {
         std::vector<std::uint16_t> b(v.size());
@@ -260,33 +273,105 @@ TEST(CudaBf16, PackedAndElementwiseAccessesGiveTheSameBits) {
       }
       return view;
     };
+    const auto operand = [&](const std::vector<float>& v) {
+      return operand_of(t, Shape{static_cast<std::int64_t>(v.size())}, v);
+    };
+    const std::vector<float> none(n, 0.0f);
     const Tensor g = operand(bf16_values(n, 61, 3.0f)), u = operand(bf16_values(n, 62));
-    const Tensor dh = operand(bf16_values(n, 63)), h = operand(std::vector<float>(n, 0.0f));
-    const Tensor dg = operand(std::vector<float>(n, 0.0f)),
-                 du = operand(std::vector<float>(n, 0.0f));
-    const Tensor sum = operand(std::vector<float>(n, 0.0f));
+    const Tensor dh = operand(bf16_values(n, 63)), h = operand(none);
+    const Tensor dg = operand(none), du = operand(none), sum = operand(none);
     gpu.swiglu_forward(g, u, h);
     gpu.swiglu_backward(g, u, dh, dg, du);
     gpu.add(g, u, sum);
-    std::vector<std::vector<float>> out = {values(gpu, h), values(gpu, dg), values(gpu, du),
-                                           values(gpu, sum)};
+    std::vector<std::pair<std::string, std::vector<float>>> out = {{"swiglu h", values(gpu, h)},
+                                                                   {"swiglu dg", values(gpu, dg)},
+                                                                   {"swiglu du", values(gpu, du)},
+                                                                   {"add", values(gpu, sum)}};
     // The casts, from f32 to bf16 (rounding values that are not bf16) and back.
-    owned.push_back(gpu.allocate(DType::f32, Shape{n + 1}));
-    const Tensor wide = owned.back().tensor().view(offset, Shape{n});
-    gpu.upload(wide, normal(n, 64).data());
-    owned.push_back(gpu.allocate(DType::bf16, Shape{n + 1}));
-    const Tensor narrow = owned.back().tensor().view(offset, Shape{n});
+    const Tensor wide = operand_of(DType::f32, Shape{n}, normal(n, 64));
+    const Tensor narrow = operand_of(DType::bf16, Shape{n}, none);
     gpu.cast(narrow, wide);
     gpu.cast(wide, narrow);
-    out.push_back(values(gpu, wide));
+    out.emplace_back("casts", values(gpu, wide));
+    // RMSNorm: y and rstd, then dx and the accumulated dw.
+    const Tensor x = operand_of(t, Shape{rows, d}, bf16_values(rows * d, 65, 2.0f));
+    const Tensor w = operand_of(t, Shape{d}, bf16_values(d, 66));
+    const Tensor y = operand_of(t, Shape{rows, d}, std::vector<float>(rows * d, 0.0f));
+    const Tensor rstd = operand_of(DType::f32, Shape{rows}, std::vector<float>(rows, 0.0f));
+    gpu.rmsnorm_forward(x, w, y, rstd, 1e-6f);
+    const Tensor dy = operand_of(t, Shape{rows, d}, bf16_values(rows * d, 67));
+    const Tensor dx = operand_of(t, Shape{rows, d}, std::vector<float>(rows * d, 0.0f));
+    const Tensor dw = operand_of(DType::f32, Shape{d}, bf16_values(d, 68));
+    gpu.rmsnorm_backward(x, w, rstd, dy, dx, dw);
+    out.emplace_back("rmsnorm y", values(gpu, y));
+    out.emplace_back("rmsnorm rstd", values(gpu, rstd));
+    out.emplace_back("rmsnorm dx", values(gpu, dx));
+    out.emplace_back("rmsnorm dw", values(gpu, dw));
+    // RoPE forward then backward, in place.
+    const Tensor q = operand_of(t, Shape{B, T, H, D}, bf16_values(B * T * H * D, 69));
+    gpu.rope_forward(q, cos_g, sin_g, Tensor());
+    out.emplace_back("rope forward", values(gpu, q));
+    gpu.rope_backward(q, cos_g, sin_g, Tensor());
+    out.emplace_back("rope backward", values(gpu, q));
+    // AdamW (fp32 master weights and moments only).
+    if (t == DType::f32) {
+      std::vector<float> v0 = normal(n, 73);
+      for (float& e : v0) e = e * e * 1e-4f;
+      const Tensor p = operand(normal(n, 70)), grad = operand(normal(n, 71, 0.01f));
+      const Tensor m = operand(normal(n, 72, 0.001f)), v = operand(v0);
+      kernels::AdamWScalars s;
+      s.neg_step_size = -1e-3f;
+      s.bias_correction2_sqrt = 0.3f;
+      s.decay_factor = 0.9999f;
+      s.one_minus_beta1 = 0.1f;
+      s.beta2 = 0.95f;
+      s.one_minus_beta2 = 0.05f;
+      s.eps = 1e-8f;
+      s.decay = true;
+      gpu.adamw_update(p, grad, m, v, s);
+      out.emplace_back("adamw p", values(gpu, p));
+      out.emplace_back("adamw m", values(gpu, m));
+      out.emplace_back("adamw v", values(gpu, v));
+    }
     return out;
   };
   for (DType t : {DType::f32, DType::bf16}) {
     const auto packed = outputs(t, 0), elementwise = outputs(t, 1);
-    const char* names[] = {"swiglu h", "swiglu dg", "swiglu du", "add", "casts"};
+    ASSERT_EQ(packed.size(), elementwise.size());
     for (std::size_t k = 0; k < packed.size(); ++k)
-      EXPECT_TRUE(bit_identical(packed[k], elementwise[k]))
-          << names[k] << (t == DType::f32 ? " (f32)" : " (bf16)");
+      EXPECT_TRUE(bit_identical(packed[k].second, elementwise[k].second))
+          << packed[k].first << (t == DType::f32 ? " (f32)" : " (bf16)");
+  }
+}
+
+// The cross-entropy rows (the logits chunk is the backend's own, always aligned, so the switch
+// TANDEM_CUDA_PACKED_ACCESS=0 takes the element-wise path): the same losses and gradients, bit for
+// bit, in both precisions, with some rows ignored.
+TEST(CudaBf16, CrossEntropyRowsGiveTheSameBitsPackedOrNot) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t N = 70, d = 32, V = 2056;  // V = 257 packs: 512 threads, some with none
+  std::vector<std::int64_t> labels(N);
+  for (std::int64_t i = 0; i < N; ++i) labels[i] = i % 9 == 4 ? -100 : (i * 37 + 11) % V;
+  Quad hidden = quad(gpu, Shape{N, d}, bf16_values(N * d, 74));
+  Quad w = quad(gpu, Shape{V, d}, bf16_values(V * d, 75, 0.5f));
+  Quad label = quad_i64(gpu, Shape{N}, labels);
+  for (bool bf16 : {false, true}) {
+    const Tensor h = bf16 ? hidden.gb.tensor() : hidden.gf.tensor();
+    const Tensor wt = bf16 ? w.gb.tensor() : w.gf.tensor();
+    const auto run = [&](const char* packed) {
+      const testing::ScopedEnv env("TANDEM_CUDA_PACKED_ACCESS", packed);
+      Buffer dh = gpu.allocate(h.dtype(), Shape{N, d});
+      Buffer dw = put(gpu, Shape{V, d}, std::vector<float>(V * d, 0.0f));
+      const auto r = gpu.lm_head_cross_entropy(h, wt, label.gf, 1e-4f, 1.0f / N, dh, dw);
+      return std::make_tuple(r.ce_sum, r.z_sum, values(gpu, dh), values(gpu, dw));
+    };
+    const auto [ce_p, z_p, dh_p, dw_p] = run(nullptr);
+    const auto [ce_e, z_e, dh_e, dw_e] = run("0");
+    const char* which = bf16 ? " (bf16)" : " (f32)";
+    EXPECT_EQ(ce_p, ce_e) << which;
+    EXPECT_EQ(z_p, z_e) << which;
+    EXPECT_TRUE(bit_identical(dh_p, dh_e)) << "dhidden" << which;
+    EXPECT_TRUE(bit_identical(dw_p, dw_e)) << "dw" << which;
   }
 }
 

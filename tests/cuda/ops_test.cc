@@ -119,9 +119,8 @@ TEST(CudaOps, RmsNormMatchesCpu) {
   }
 }
 
-TEST(CudaOps, RopeMatchesCpuWithAndWithoutPositions) {
-  REQUIRE_CUDA(gpu);
-  const std::int64_t B = 2, T = 17, H = 3, D = 10, P = 40;
+void expect_rope_matches_cpu(Backend& gpu, std::int64_t D) {
+  const std::int64_t B = 2, T = 17, H = 3, P = 40;
   Both cos = both(gpu, Shape{P, D / 2}, normal(P * D / 2, 17));
   Both sin = both(gpu, Shape{P, D / 2}, normal(P * D / 2, 18));
   std::vector<std::int64_t> pos(B * T);
@@ -133,20 +132,40 @@ TEST(CudaOps, RopeMatchesCpuWithAndWithoutPositions) {
     const Tensor pg = with_positions ? positions.g.tensor() : Tensor();
     testing::cpu_backend().rope_forward(x.c, cos.c, sin.c, pc);
     gpu.rope_forward(x.g, cos.g, sin.g, pg);
-    EXPECT_LE(diff(gpu, x), kElementwise);
+    EXPECT_LE(diff(gpu, x), kElementwise) << "forward, D " << D;
     testing::cpu_backend().rope_backward(x.c, cos.c, sin.c, pc);
     gpu.rope_backward(x.g, cos.g, sin.g, pg);
-    EXPECT_LE(diff(gpu, x), kElementwise);
+    EXPECT_LE(diff(gpu, x), kElementwise) << "backward, D " << D;
   }
+}
+
+void expect_rope_reports_bad_position(Backend& gpu, std::int64_t D) {
+  const std::int64_t B = 2, T = 17, H = 3, P = 40;
+  Buffer cos = put(gpu, Shape{P, D / 2}, normal(P * D / 2, 17));
+  Buffer sin = put(gpu, Shape{P, D / 2}, normal(P * D / 2, 18));
+  std::vector<std::int64_t> pos(B * T);
+  for (std::int64_t i = 0; i < B * T; ++i) pos[i] = (i * 13) % P;
   pos[5] = P;  // outside the tables: reported at the next synchronisation
   Buffer bad = put_i64(gpu, Shape{B * T}, pos);
   Buffer x = put(gpu, Shape{B, T, H, D}, normal(B * T * H * D, 20));
   EXPECT_THROW(
       {
-        gpu.rope_forward(x, cos.g, sin.g, bad);
+        gpu.rope_forward(x, cos, sin, bad);
         gpu.synchronize();
       },
-      core::Error);
+      core::Error)
+      << "D " << D;
+}
+
+TEST(CudaOps, RopeMatchesCpuWithAndWithoutPositions) {
+  REQUIRE_CUDA(gpu);
+  // Head dims 10 (pairs one at a time) and 32 (8 pairs per 16-byte access).
+  for (std::int64_t D : {10, 32}) expect_rope_matches_cpu(gpu, D);
+}
+
+TEST(CudaOps, RopeReportsPositionsOutsideItsTables) {
+  REQUIRE_CUDA(gpu);
+  for (std::int64_t D : {10, 32}) expect_rope_reports_bad_position(gpu, D);
 }
 
 struct AttentionCase {

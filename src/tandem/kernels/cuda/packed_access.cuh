@@ -2,10 +2,14 @@
 // store moves 8 bf16 or 4 fp32 where an element-wise loop moves one, so a warp's request is 512
 // bytes instead of 64 (bf16) or 128 (fp32) and far fewer instructions are issued per byte. The
 // arithmetic is unchanged: every element is computed as the element-wise loop computes it, from
-// the same floats, and rounded once on its way out (detail::to_bf16).
+// the same floats, and rounded once on its way out (detail::to_bf16). Two shapes of loop: over a
+// whole tensor (for_each_pack: the element-wise ops, AdamW) and over one row by a block
+// (for_each_group_in_row: RMSNorm, the cross-entropy rows), whose per-thread order of columns,
+// and so whose row sums, do not depend on whether the accesses are packed.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <type_traits>
@@ -130,12 +134,43 @@ __device__ __forceinline__ void for_each_pack(i64 n, bool packed, Op&& op) {
     op(i, std::integral_constant<int, 1>{});
 }
 
+// Calls op(c, std::integral_constant<int, W>) over one row's columns [0, d) from each thread of
+// the block: thread t takes the groups of kPackElems consecutive columns starting at kPackElems t,
+// kPackElems (t + blockDim.x), ...; a whole group as one pack where `packed` (every row operand
+// 16-byte aligned, d a multiple of kPackElems: packed_rows), else its columns one at a time in
+// order (W = 1). Either way a thread sees the same columns in the same order, so a row sum
+// (RMSNorm's, the cross-entropy's) has the same bits packed or not.
+template <typename Op>
+__device__ __forceinline__ void for_each_group_in_row(i64 d, bool packed, Op&& op) {
+  for (i64 c = threadIdx.x * i64{kPackElems}; c < d; c += i64{blockDim.x} * kPackElems) {
+    if (packed) {
+      op(c, std::integral_constant<int, kPackElems>{});
+    } else {
+      const i64 end = c + kPackElems < d ? c + kPackElems : d;
+      for (i64 e = c; e < end; ++e) op(e, std::integral_constant<int, 1>{});
+    }
+  }
+}
+
+// TANDEM_CUDA_PACKED_ACCESS=0 turns every 16-byte access off (each kernel then goes element by
+// element): for the tests that compare the two, and for measuring what the packs bring.
+inline bool packed_access_enabled() {
+  const char* env = std::getenv("TANDEM_CUDA_PACKED_ACCESS");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
 // Whether every operand starts 16-byte aligned (the caching allocator's blocks do; a view at an
 // odd offset need not), and the grid of a for_each_pack over n elements.
 inline bool packed_operands(std::initializer_list<const void*> operands) {
+  if (!packed_access_enabled()) return false;
   for (const void* p : operands)
     if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
   return true;
+}
+// Whether rows of d elements starting at these operands can go by whole packs
+// (for_each_group_in_row): every operand aligned and every row a whole number of packs.
+inline bool packed_rows(i64 d, std::initializer_list<const void*> operands) {
+  return d % kPackElems == 0 && packed_operands(operands);
 }
 inline unsigned grid_for_packs(i64 n, bool packed, int threads) {
   return grid_for(packed ? (n + kPackElems - 1) / kPackElems : n, threads);

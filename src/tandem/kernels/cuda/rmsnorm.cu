@@ -1,40 +1,53 @@
 // RMSNorm in HF's order (kernels/cpu/rmsnorm.cc): rstd from the mean of x^2 summed in double and
-// rounded once, normalise, then the weight. One block per row; the weight gradient is summed in
-// double over fixed chunks of rows, then over the chunks in order (no atomics).
-#include "tandem/kernels/cuda/device_util.cuh"
+// rounded once, normalise, then the weight. One block per row, each thread over groups of 8
+// consecutive columns (16-byte accesses where the rows allow: packed_access.cuh); the weight
+// gradient is summed in double over fixed chunks of rows, then over the chunks in order (no
+// atomics).
+#include "tandem/kernels/cuda/packed_access.cuh"
 
 namespace tandem::kernels::cuda {
 namespace {
 
 using detail::bf16;
+using detail::Floats;
+using detail::for_each_group_in_row;
 using detail::load;
-using detail::store;
+using detail::load_floats;
+using detail::packed_rows;
+using detail::store_floats;
 
 constexpr int kThreads = 256;
 constexpr i64 kRowChunk = 256;  // rows per partial sum of the weight gradient
 
 template <typename T>
-__global__ void rmsnorm_forward_kernel(const T* x, const T* w, T* y, float* rstd, i64 d,
-                                       float eps) {
+__global__ void rmsnorm_forward_kernel(const T* x, const T* w, T* y, float* rstd, i64 d, float eps,
+                                       bool packed) {
   __shared__ double scratch[32];
   const i64 r = blockIdx.x;
   const T* xr = x + r * d;
   T* yr = y + r * d;
   double sum_sq = 0.0;
-  for (i64 c = threadIdx.x; c < d; c += blockDim.x) {
-    const float v = load(xr, c);
-    sum_sq += static_cast<double>(v * v);
-  }
+  for_each_group_in_row(d, packed, [&](i64 c, auto width) {
+    constexpr int W = decltype(width)::value;  // columns in this call: a pack or one
+    const Floats<W> xv = load_floats<W>(xr, c);
+    for (int e = 0; e < W; ++e) sum_sq += static_cast<double>(xv.v[e] * xv.v[e]);
+  });
   sum_sq = detail::block_reduce(sum_sq, scratch, detail::SumD{});
   const float variance = static_cast<float>(sum_sq / static_cast<double>(d));
   const float inv = 1.0f / sqrtf(variance + eps);
   if (threadIdx.x == 0) rstd[r] = inv;
-  for (i64 c = threadIdx.x; c < d; c += blockDim.x) store(yr, c, load(w, c) * (load(xr, c) * inv));
+  for_each_group_in_row(d, packed, [&](i64 c, auto width) {
+    constexpr int W = decltype(width)::value;
+    const Floats<W> xv = load_floats<W>(xr, c), wv = load_floats<W>(w, c);
+    Floats<W> yv;
+    for (int e = 0; e < W; ++e) yv.v[e] = wv.v[e] * (xv.v[e] * inv);
+    store_floats<W>(yr, c, yv);
+  });
 }
 
 template <typename T>
 __global__ void rmsnorm_backward_dx_kernel(const T* x, const T* w, const float* rstd, const T* dy,
-                                           T* dx, i64 d) {
+                                           T* dx, i64 d, bool packed) {
   __shared__ double scratch[32];
   const i64 r = blockIdx.x;
   const T* xr = x + r * d;
@@ -42,13 +55,23 @@ __global__ void rmsnorm_backward_dx_kernel(const T* x, const T* w, const float* 
   T* dxr = dx + r * d;
   const float inv = rstd[r];
   double dot = 0.0;
-  for (i64 c = threadIdx.x; c < d; c += blockDim.x)
-    dot += static_cast<double>(load(dyr, c) * load(w, c) * (load(xr, c) * inv));
+  for_each_group_in_row(d, packed, [&](i64 c, auto width) {
+    constexpr int W = decltype(width)::value;
+    const Floats<W> xv = load_floats<W>(xr, c), wv = load_floats<W>(w, c),
+                    dyv = load_floats<W>(dyr, c);
+    for (int e = 0; e < W; ++e) dot += static_cast<double>(dyv.v[e] * wv.v[e] * (xv.v[e] * inv));
+  });
   dot = detail::block_reduce(dot, scratch, detail::SumD{});
   const float mean_dot = static_cast<float>(dot / static_cast<double>(d));
   // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * w, xhat = x * rstd.
-  for (i64 c = threadIdx.x; c < d; c += blockDim.x)
-    store(dxr, c, inv * (load(dyr, c) * load(w, c) - (load(xr, c) * inv) * mean_dot));
+  for_each_group_in_row(d, packed, [&](i64 c, auto width) {
+    constexpr int W = decltype(width)::value;
+    const Floats<W> xv = load_floats<W>(xr, c), wv = load_floats<W>(w, c),
+                    dyv = load_floats<W>(dyr, c);
+    Floats<W> dxv;
+    for (int e = 0; e < W; ++e) dxv.v[e] = inv * (dyv.v[e] * wv.v[e] - (xv.v[e] * inv) * mean_dot);
+    store_floats<W>(dxr, c, dxv);
+  });
 }
 
 // partials[chunk * d + c] = sum over the chunk's rows of dy * xhat, in row order.
@@ -76,8 +99,9 @@ __global__ void rmsnorm_dw_finish_kernel(const double* partials, i64 chunks, i64
 template <typename T>
 void backward(const T* x, const T* w, const float* rstd, const T* dy, T* dx, float* dw, i64 rows,
               i64 d, double* partials, cudaStream_t stream) {
+  const bool packed = packed_rows(d, {x, w, dy, dx});
   rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, rstd, dy,
-                                                                                   dx, d);
+                                                                                   dx, d, packed);
   check_launch("rmsnorm_backward");
   if (dw == nullptr) return;
   const i64 chunks = (rows + kRowChunk - 1) / kRowChunk;
@@ -95,14 +119,15 @@ void rmsnorm_forward(Elem t, const void* x, const void* w, void* y, float* rstd,
                      float eps, cudaStream_t stream) {
   if (rows == 0) return;
   const unsigned grid = static_cast<unsigned>(rows);
+  const bool packed = packed_rows(d, {x, w, y});
   if (t == Elem::f32)
-    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x),
-                                                          static_cast<const float*>(w),
-                                                          static_cast<float*>(y), rstd, d, eps);
+    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(
+        static_cast<const float*>(x), static_cast<const float*>(w), static_cast<float*>(y), rstd, d,
+        eps, packed);
   else
-    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const bf16*>(x),
-                                                          static_cast<const bf16*>(w),
-                                                          static_cast<bf16*>(y), rstd, d, eps);
+    rmsnorm_forward_kernel<<<grid, kThreads, 0, stream>>>(
+        static_cast<const bf16*>(x), static_cast<const bf16*>(w), static_cast<bf16*>(y), rstd, d,
+        eps, packed);
   check_launch("rmsnorm_forward");
 }
 
