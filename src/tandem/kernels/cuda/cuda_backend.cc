@@ -34,7 +34,7 @@ Elem elem_of(const Tensor& t, const char* op) {
   core::fail("cuda {}: no kernel for {}", op, t.str());
 }
 
-// The fused cross-entropy's logits chunk: at most this many bytes of fp32 logits at once.
+// The fused cross-entropy's logits chunk: at most this many bytes of logits (fp32 or bf16) at once.
 constexpr i64 kLogitsChunkBytes = i64{512} << 20;
 // cuBLASLt's workspace (Hopper's kernels want up to 32 MiB).
 constexpr std::size_t kGemmWorkspaceBytes = std::size_t{32} << 20;
@@ -500,23 +500,22 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
   }
   if (N == 0) return result;
   const bool want_grads = dhidden || dw;
-  i64 chunk_rows = std::max<i64>(1, kLogitsChunkBytes / (V * 4));
+  const std::size_t esize = e == Elem::f32 ? 4 : 2;
+  i64 chunk_rows = std::max<i64>(1, kLogitsChunkBytes / (V * static_cast<i64>(esize)));
   // Tests make a few tokens span several chunks.
   if (const char* env = std::getenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS"); env && *env)
     chunk_rows = std::max<i64>(1, std::atoll(env));
   const i64 chunk = std::min(N, chunk_rows);
-  cuda::Scratch logits(s_->memory, static_cast<std::size_t>(chunk * V) * sizeof(float));
-  // bf16 operands: the logits are rounded to bf16 (a bf16 lm_head's output) and their gradient is
-  // rounded to bf16 for the two gradient gemms (cuBLASLt takes one operand type), as the CPU's
-  // bf16 variant does (kernels/cpu/cross_entropy.cc).
-  cuda::Scratch dlogits16(
-      s_->memory, want_grads && e == Elem::bf16 ? static_cast<std::size_t>(chunk * V) * 2 : 0);
+  // The logits in the activation dtype: bf16 operands give bf16 logits (the bf16 lm_head's output,
+  // rounded once by cuBLASLt from its fp32 accumulation), whose gradient, rounded to bf16 in place,
+  // feeds the two gradient gemms (cuBLASLt takes one operand type), as the CPU's bf16 variant does
+  // (kernels/cpu/cross_entropy.cc).
+  cuda::Scratch logits(s_->memory, static_cast<std::size_t>(chunk * V) * esize);
   cuda::Scratch rows(s_->memory, static_cast<std::size_t>(2 * N) * sizeof(double));
   double* row_ce = rows.as<double>();
   double* row_z = row_ce + N;
   check(cudaMemsetAsync(row_ce, 0, static_cast<std::size_t>(2 * N) * sizeof(double), s_->stream),
         "cross_entropy");
-  const std::size_t esize = e == Elem::f32 ? 4 : 2;
   const char* hidden_base = static_cast<const char*>(hidden.data());
   for (i64 n0 = 0; n0 < N; n0 += chunk) {
     const i64 nc = std::min(chunk, N - n0);
@@ -531,12 +530,11 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
     }
     const void* hidden_chunk = hidden_base + n0 * d * esize;
     s_->gemm->run(false, true, nc, V, d, 1.0f, hidden_chunk, d, w.data(), d, e, 0.0f, logits.get(),
-                  V, Elem::f32);
-    cuda::cross_entropy_rows(logits.as<float>(), i64_or_null(labels) + n0, nc, V,
-                             core::kIgnoreIndex, z_weight, grad_scale, want_grads, row_ce + n0,
-                             row_z + n0, e == Elem::bf16, dlogits16.get(), s_->stream);
+                  V, e);
+    cuda::cross_entropy_rows(e, logits.get(), i64_or_null(labels) + n0, nc, V, core::kIgnoreIndex,
+                             z_weight, grad_scale, want_grads, row_ce + n0, row_z + n0, s_->stream);
     if (!want_grads) continue;
-    const void* dlogits = e == Elem::bf16 ? dlogits16.get() : logits.get();
+    const void* dlogits = logits.get();
     if (dhidden)
       s_->gemm->run(false, false, nc, d, V, 1.0f, dlogits, V, w.data(), d, e, 0.0f,
                     static_cast<char*>(dhidden.data()) + n0 * d * esize, d, e);

@@ -111,15 +111,14 @@ void flash_attention_backward(const void* q, const void* k, const void* v, const
                               const i64* doc_start, float* delta, cudaStream_t stream);
 
 // ---- losses (cross_entropy.cu) ----
-// One chunk of the fused lm_head + CE + z-loss, in place on logits[rows, V] (fp32): per row
-// row_ce = lse - logit[label] and row_z = lse^2 (0 for ignored rows, label = ignore_index), and,
-// when want_grads, the row becomes grad_scale * (softmax * (1 + 2 z lse) - onehot) (zero for
-// ignored rows). The bf16 path (`bf16_logits`, kernels/cpu/cross_entropy.cc's bf16 variant) first
-// rounds each logit to bf16, as a bf16 lm_head's output is, and writes the gradient row rounded to
-// bf16 into dlogits_bf16 (needed when want_grads) instead of in place.
-void cross_entropy_rows(float* logits, const i64* labels, i64 rows, i64 V, i64 ignore_index,
+// One chunk of the fused lm_head + CE + z-loss, in place on logits[rows, V] (fp32 or bf16, `t`):
+// per row row_ce = lse - logit[label] and row_z = lse^2 (0 for ignored rows, label =
+// ignore_index), and, when want_grads, the row becomes grad_scale * (softmax * (1 + 2 z lse) -
+// onehot) (zero for ignored rows), rounded once to bf16 for bf16 logits (the bf16 lm_head's output
+// as cuBLASLt rounded it: kernels/cpu/cross_entropy.cc's bf16 variant).
+void cross_entropy_rows(Elem t, void* logits, const i64* labels, i64 rows, i64 V, i64 ignore_index,
                         float z_weight, float grad_scale, bool want_grads, double* row_ce,
-                        double* row_z, bool bf16_logits, void* dlogits_bf16, cudaStream_t stream);
+                        double* row_z, cudaStream_t stream);
 // out[i] = log_softmax(logits[i, :])[targets[i]] in double; logits f32 or bf16 (`t`).
 void token_log_probs(Elem t, const void* logits, const i64* targets, i64 n, i64 V, double* out,
                      cudaStream_t stream);
