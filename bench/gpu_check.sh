@@ -20,13 +20,15 @@
 #      op by op (device time, TFLOP/s, time between ops), so that one call shows where it goes;
 #      then attention alone on each of its paths (bench/gpu_attention.cc);
 #      with time left, compute-sanitizer's memcheck and racecheck on the attention tests, the 1B
-#      step with 4 micro-batches, and on tandem's own tensor-core attention instead of cuDNN's.
+#      step with 4 micro-batches, on tandem's own tensor-core attention instead of cuDNN's, and
+#      with every access element by element (what the 16-byte accesses bring, op by op).
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
 # test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
 # *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,
-# bench_attention.json, bench_1b_accumulated.json, bench_1b_flash.json and sanitizer_{memcheck,racecheck}.log (when time
-# is left for them). Exit status 0 only when the tests and the HF comparison passed, the benchmarks
-# ran (the optional last two aside) and compute-sanitizer found nothing.
+# bench_attention.json, and when time is left for them bench_1b_accumulated.json,
+# bench_1b_flash.json, bench_1b_unpacked.json and sanitizer_{memcheck,racecheck}.log. Exit status
+# 0 only when the tests and the HF comparison passed, the benchmarks ran (the optional last ones
+# aside) and compute-sanitizer found nothing.
 #
 # Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
 # GPU_CHECK_BUDGET_S (default 480) bounds the whole; GPU_CHECK_STEPS='bench_1b hf_1b' runs only
@@ -60,8 +62,8 @@ bounded() {
 declare -A status=()
 # GPU_CHECK_STEPS (default all): the steps to run, by their keys in gpu_check.json's status
 # (tests tests_training hf_parity bench_1b hf_1b bench_7b bench_attention sanitizer
-# bench_1b_accumulated bench_1b_flash), so that a second device call can run only what the first did not finish. The
-# others say not_selected.
+# bench_1b_accumulated bench_1b_flash bench_1b_unpacked), so that a second device call can run
+# only what the first did not finish. The others say not_selected.
 selection=" ${GPU_CHECK_STEPS:-all} "
 selection="${selection//,/ }"
 wanted() {
@@ -297,6 +299,18 @@ if gpu_step bench_1b_flash; then
   status[bench_1b_flash]=${PIPESTATUS[0]}
 fi
 
+step "tandem: OLMo 3-shaped 1B with every access element by element (optional, last)"
+# TANDEM_CUDA_PACKED_ACCESS=0: the bandwidth-bound kernels without their 16-byte accesses
+# (packed_access.cuh), profiled, so that the summary shows op by op what the packs bring. Runs only
+# with time left.
+if gpu_step bench_1b_unpacked; then
+  bounded 40 "${ours[@]}" TANDEM_CUDA_PACKED_ACCESS=0 "$bin/bench_gpu_train_step" \
+    --config configs/models/olmo3-1b.yaml --label tandem-1b-unpacked --precision bf16 \
+    --batch 1 --seq 8192 --steps 2 --warmup 1 --profile --json "$out/bench_1b_unpacked.json" |
+    grep -v '^{'
+  status[bench_1b_unpacked]=${PIPESTATUS[0]}
+fi
+
 step "summary"
 for k in "${!status[@]}"; do echo "$k=${status[$k]}"; done >"$out/status.txt"
 "$python" - "$out" <<'PY'
@@ -334,10 +348,12 @@ if runs:
 b1, b7, hf = load("bench_1b.json"), load("bench_7b_stack.json"), load("hf_1b.json")
 b1a = load("bench_1b_accumulated.json")
 b1f = load("bench_1b_flash.json")
+b1u = load("bench_1b_unpacked.json")
 attention = load("bench_attention.json")
 parity = load("hf_parity.json")
 summary = {"status": status, "tests": counts, "tandem_1b": b1, "tandem_7b_stack": b7, "hf_1b": hf,
            "tandem_1b_4_micro_batches": b1a, "tandem_1b_flash_attention": b1f,
+           "tandem_1b_unpacked": b1u,
            "hf_parity_on_gpu": parity, "attention_paths": attention}
 if b1 and hf and hf.get("best"):
     summary["tandem_over_hf_tokens_per_s"] = b1["tokens_per_s"] / hf["best"]["tokens_per_s"]
@@ -357,7 +373,7 @@ if parity:
           f"{w['bf16_mean_kl_from_fp32_over_hf_farther_bf16']:.3f}x the farther of HF's bf16 "
           f"models (eager, sdpa), {w['bf16_mean_kl_from_fp32_over_hf_bf16']:.3f}x eager's")
 for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7), ("tandem 1B, 4 micro-batches", b1a),
-                ("tandem 1B, tensor-core attention", b1f)):
+                ("tandem 1B, tensor-core attention", b1f), ("tandem 1B, element-wise accesses", b1u)):
     if b:
         print(f"{name}: {b['tokens_per_s']:.0f} tokens/s, MFU {100 * b['mfu_vs_bf16_peak']:.1f}% of "
               f"{b['peak_bf16_tflops']:.0f} TFLOP/s ({b['precision']}), peak memory "
@@ -370,6 +386,17 @@ for name, b in (("tandem 1B", b1), ("tandem 7B stack", b7), ("tandem 1B, tensor-
                   f"{o['op']} {o['ms']:.1f} ms" + (f" ({o['tflops_per_s']:.0f} TFLOP/s)"
                                                   if "tflops_per_s" in o else "")
                   for o in p["ops"][:6]))
+# What the 16-byte accesses bring: each op's device time in the 1B step packed and not.
+packed_ops = {o["op"]: o["ms"] for o in ((b1 or {}).get("profile") or {}).get("ops", [])}
+unpacked_ops = {o["op"]: o["ms"] for o in ((b1u or {}).get("profile") or {}).get("ops", [])}
+if packed_ops and unpacked_ops:
+    changed = sorted(((unpacked_ops[k] - packed_ops[k], k) for k in packed_ops if k in unpacked_ops),
+                     reverse=True)
+    summary["packed_access_ms_saved"] = {k: d for d, k in changed}
+    with open(os.path.join(out, "gpu_check.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print("16-byte accesses, ms saved per 1B step (element-wise - packed): " + ", ".join(
+        f"{k} {unpacked_ops[k]:.2f} -> {packed_ops[k]:.2f}" for d, k in changed[:8]))
 for r in (attention or {}).get("results", []):
     print(f"attention {r['problem']}, {r['path']} {r['dtype']}: forward "
           f"{r['forward_tflops_actual']:.0f} TFLOP/s, backward {r['backward_tflops_actual']:.0f} "
@@ -397,7 +424,7 @@ done
 # Steps the time budget or their bound cut short (timeout's 124, or 137 after its kill).
 unfinished=()
 for k in tests tests_training hf_parity bench_1b hf_1b bench_7b bench_attention sanitizer \
-  bench_1b_accumulated bench_1b_flash; do
+  bench_1b_accumulated bench_1b_flash bench_1b_unpacked; do
   [[ "${status[$k]:-}" == 124 || "${status[$k]:-}" == 137 ]] && unfinished+=("$k")
 done
 ((${#unfinished[@]})) &&
