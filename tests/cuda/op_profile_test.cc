@@ -79,7 +79,7 @@ TEST(CudaOpProfile, TimesTheCpuBackendsCallsOnTheDeviceWithoutChangingTheStep) {
   }
   for (const char* op :
        {"linear_forward", "linear_backward", "attention_forward", "attention_backward",
-        "lm_head_cross_entropy", "sums_of_squares", "adamw_update"})
+        "lm_head_cross_entropy", "sums_of_squares", "adamw_updates"})
     EXPECT_TRUE(gpu_ops.count(op)) << op;
 
   // Device times: one stream runs one op at a time, so they fit in the span (float milliseconds

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -438,6 +439,58 @@ TEST(CudaOps, SumOfSquaresAndAdamWMatchCpuBitForBit) {
     EXPECT_TRUE(bit_identical(get(gpu, m.g), get(testing::cpu_backend(), m.c)));
     EXPECT_TRUE(bit_identical(get(gpu, v.g), get(testing::cpu_backend(), v.c)));
   }
+}
+
+// Every parameter tensor's update in one launch (blocks of 2048 elements of one tensor): tensors
+// smaller than a block, one block exactly, one element past it, several blocks with a tail, one
+// at an odd offset (element by element) and decay on some: the CPU's bits, twice over.
+TEST(CudaOps, AdamWOverManyTensorsInOneLaunchMatchesCpuBitForBit) {
+  REQUIRE_CUDA(gpu);
+  const std::vector<std::int64_t> sizes = {1, 7, 2048, 2049, 3 * 2048 + 5, 10007};
+  const std::vector<std::int64_t> offsets = {0, 0, 0, 0, 1, 0};
+  std::vector<Buffer> owned_g, owned_c;
+  std::vector<kernels::AdamWRun> on_gpu, on_cpu;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::int64_t n = sizes[i], at = offsets[i];
+    const Shape whole{n + at}, run{n};
+    std::vector<float> v0 = normal(n + at, 100 + 4 * i);
+    for (float& x : v0) x = x * x * 1e-4f;
+    const std::vector<std::vector<float>> init = {normal(n + at, 101 + 4 * i),
+                                                  normal(n + at, 102 + 4 * i, 0.01f),
+                                                  normal(n + at, 103 + 4 * i, 0.001f), v0};
+    std::array<Tensor, 4> g_views, c_views;
+    for (std::size_t k = 0; k < 4; ++k) {
+      owned_g.push_back(put(gpu, whole, init[k]));
+      owned_c.push_back(put(testing::cpu_backend(), whole, init[k]));
+      g_views[k] = owned_g.back().tensor().view(at, run);
+      c_views[k] = owned_c.back().tensor().view(at, run);
+    }
+    const bool decay = i % 2 == 0;
+    on_gpu.push_back({g_views[0], g_views[1], g_views[2], g_views[3], decay});
+    on_cpu.push_back({c_views[0], c_views[1], c_views[2], c_views[3], decay});
+  }
+  kernels::AdamWScalars s;
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1 - 0.95 * 0.95));
+  s.decay_factor = static_cast<float>(1 - 1e-3 * 0.1);
+  s.one_minus_beta1 = 0.1f;
+  s.beta2 = 0.95f;
+  s.one_minus_beta2 = static_cast<float>(1 - 0.95);
+  s.eps = 1e-8f;
+  for (int step = 1; step <= 2; ++step) {
+    s.neg_step_size = static_cast<float>(-(1e-3 / (1 - std::pow(0.9, step))));
+    gpu.adamw_updates(on_gpu, s);
+    testing::cpu_backend().adamw_updates(on_cpu, s);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_TRUE(bit_identical(get(gpu, on_gpu[i].p), get(testing::cpu_backend(), on_cpu[i].p)))
+          << "p of tensor " << i << ", step " << step;
+      EXPECT_TRUE(bit_identical(get(gpu, on_gpu[i].m), get(testing::cpu_backend(), on_cpu[i].m)))
+          << "m of tensor " << i << ", step " << step;
+      EXPECT_TRUE(bit_identical(get(gpu, on_gpu[i].v), get(testing::cpu_backend(), on_cpu[i].v)))
+          << "v of tensor " << i << ", step " << step;
+    }
+  }
+  // The elements around the odd-offset view are not touched.
+  EXPECT_EQ(get(gpu, owned_g[4 * 4].tensor())[0], normal(sizes[4] + 1, 101 + 4 * 4)[0]);
 }
 
 TEST(CudaOps, MemoryRoundTripsAndCachingAllocator) {

@@ -192,6 +192,62 @@ TEST(AdamW, StateAccessorsAndErrors) {
   EXPECT_THROW(AdamW(testing::cpu(), {}, AdamWHyper{0.9, 0.95, 1e-8, -0.1}), core::Error);
 }
 
+// The multi-tensor op: each run as adamw_update alone with that run's decay, empty runs skipped,
+// and a run whose operands do not match the parameter refused before anything is updated.
+TEST(AdamW, UpdatesOfManyTensorsAreEachTensorsUpdate) {
+  kernels::Backend& cpu = testing::cpu();
+  kernels::AdamWScalars s;
+  s.neg_step_size = -1e-2f;
+  s.bias_correction2_sqrt = 0.3f;
+  s.decay_factor = 0.99f;
+  s.one_minus_beta1 = 0.1f;
+  s.beta2 = 0.95f;
+  s.one_minus_beta2 = 0.05f;
+  s.eps = 1e-8f;
+  const auto values = [](std::size_t n, float scale, float shift) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = scale * std::sin(0.7f * static_cast<float>(i) + shift);
+    return v;
+  };
+  struct State {
+    std::vector<float> p, g, m, v;
+  };
+  const auto state = [&](std::size_t n, float shift) {
+    State st{values(n, 1.0f, shift), values(n, 0.01f, shift + 1), values(n, 0.001f, shift + 2),
+             values(n, 0.0f, 0)};
+    for (std::size_t i = 0; i < n; ++i) st.v[i] = 1e-4f * st.g[i] * st.g[i] + 1e-6f;
+    return st;
+  };
+  std::vector<State> many = {state(37, 0), state(0, 1), state(5000, 2)}, alone = many;
+  const std::vector<bool> decay = {true, false, false};
+  std::vector<kernels::AdamWRun> runs;
+  for (std::size_t i = 0; i < many.size(); ++i)
+    runs.push_back({host_tensor(many[i].p), host_tensor(many[i].g), host_tensor(many[i].m),
+                    host_tensor(many[i].v), decay[i]});
+  cpu.adamw_updates(runs, s);
+  for (std::size_t i = 0; i < alone.size(); ++i) {
+    kernels::AdamWScalars one = s;
+    one.decay = decay[i];
+    cpu.adamw_update(host_tensor(alone[i].p), host_tensor(alone[i].g), host_tensor(alone[i].m),
+                     host_tensor(alone[i].v), one);
+    EXPECT_EQ(many[i].p, alone[i].p) << i;
+    EXPECT_EQ(many[i].m, alone[i].m) << i;
+    EXPECT_EQ(many[i].v, alone[i].v) << i;
+  }
+  EXPECT_NE(many[0].p, state(37, 0).p);  // something was updated
+  cpu.adamw_updates({}, s);              // nothing to do
+  // A second moment of another size: refused, and the first run left as it was.
+  const std::vector<float> before = many[0].p;
+  std::vector<float> short_v(10, 0.0f);
+  const std::vector<kernels::AdamWRun> bad = {
+      runs[0],
+      {host_tensor(many[2].p), host_tensor(many[2].g), host_tensor(many[2].m), host_tensor(short_v),
+       false}};
+  EXPECT_THROW(cpu.adamw_updates(bad, s), core::Error);
+  EXPECT_EQ(many[0].p, before);
+}
+
 TEST(AdamW, OnlyTheEmbeddingSkipsDecay) {
   EXPECT_FALSE(olmo_weight_decay_applies("embeddings.weight"));
   EXPECT_FALSE(olmo_weight_decay_applies("model.embed_tokens.weight"));

@@ -57,7 +57,7 @@ TEST(StepProfile, TheChosenStepsOpsAreTimedAndCountTheMfusFlops) {
   EXPECT_NEAR(ms, p["ops_ms"].get<double>(), 1e-9 * ms);
   EXPECT_LE(p["ops_ms"].get<double>(), p["span_ms"].get<double>());
   for (const char* op : {"embedding_forward", "attention_backward", "lm_head_cross_entropy",
-                         "sums_of_squares", "adamw_update"})
+                         "sums_of_squares", "adamw_updates"})
     EXPECT_TRUE(ops.count(op)) << op;
   // Profiling times the ops and changes nothing they compute.
   const auto plain_metrics = testing::read_metrics(plain_dir + "/metrics.jsonl");

@@ -410,15 +410,41 @@ std::vector<double> Backend::do_sums_of_squares(std::span<const Tensor> xs) {
   return out;
 }
 
-void Backend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                           const AdamWScalars& s) {
-  TANDEM_CHECK(p.dtype() == DType::f32, "adamw_update: p must be f32, got {}", p.str());
+namespace {
+void check_adamw_operands(const char* op, const Tensor& p, const Tensor& g, const Tensor& m,
+                          const Tensor& v) {
+  TANDEM_CHECK(p.dtype() == DType::f32, "{}: p must be f32, got {}", op, p.str());
   for (const Tensor* t : {&g, &m, &v})
     TANDEM_CHECK(t->dtype() == DType::f32 && t->numel() == p.numel(),
-                 "adamw_update: {} does not match the parameter {}", t->str(), p.str());
+                 "{}: {} does not match the parameter {}", op, t->str(), p.str());
+}
+}  // namespace
+
+void Backend::adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                           const AdamWScalars& s) {
+  check_adamw_operands("adamw_update", p, g, m, v);
   if (p.numel() == 0) return;
   OpScope scope(*this, "adamw_update");
   do_adamw_update(p, g, m, v, s);
+}
+
+void Backend::adamw_updates(std::span<const AdamWRun> runs, const AdamWScalars& s) {
+  std::vector<AdamWRun> work;
+  for (const AdamWRun& r : runs) {
+    check_adamw_operands("adamw_updates", r.p, r.g, r.m, r.v);
+    if (r.p.numel() > 0) work.push_back(r);
+  }
+  if (work.empty()) return;
+  OpScope scope(*this, "adamw_updates");
+  do_adamw_updates(work, s);
+}
+
+void Backend::do_adamw_updates(std::span<const AdamWRun> runs, const AdamWScalars& s) {
+  AdamWScalars each = s;
+  for (const AdamWRun& r : runs) {
+    each.decay = r.decay;
+    do_adamw_update(r.p, r.g, r.m, r.v, each);
+  }
 }
 
 std::vector<std::string> available_backends() {

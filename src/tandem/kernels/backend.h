@@ -48,6 +48,13 @@ struct AdamWScalars {
   bool decay = false;  // apply decay_factor to this parameter
 };
 
+// One tensor's part of a multi-tensor AdamW update (Backend::adamw_updates): parameter, gradient
+// and moments (all f32, the same numel) and whether weight decay applies to it.
+struct AdamWRun {
+  Tensor p, g, m, v;
+  bool decay = false;
+};
+
 // Device memory of a backend that manages its own (the CUDA backend's caching allocator): bytes
 // handed out and bytes obtained from the driver, now and at their peak. Zero where not tracked.
 struct MemoryStats {
@@ -182,6 +189,10 @@ class Backend {
   // One AdamW update of p with gradient g and moments m, v (all f32, same numel).
   void adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                     const AdamWScalars& s);
+  // adamw_update of every run with the same scalars (each run's own `decay`), the same values, as
+  // one op: the optimiser's update of every parameter tensor in one launch where the backend can
+  // (the CUDA backend's multi-tensor kernel) instead of one per tensor.
+  void adamw_updates(std::span<const AdamWRun> runs, const AdamWScalars& s);
 
   // ---- op profile (op_profile.h) ----
   // From now on every outermost op above (not allocation) is timed by two marks in this backend's
@@ -244,6 +255,8 @@ class Backend {
   virtual std::vector<double> do_sums_of_squares(std::span<const Tensor> xs);
   virtual void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                                const AdamWScalars& s) = 0;
+  // Default: do_adamw_update run by run. Runs are non-empty and checked.
+  virtual void do_adamw_updates(std::span<const AdamWRun> runs, const AdamWScalars& s);
 
  private:
   class OpScope;  // brackets one public op with marks while profiling (backend.cc)

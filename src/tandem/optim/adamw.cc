@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "tandem/core/error.h"
 
@@ -72,17 +73,20 @@ void AdamW::step_range(double lr, std::size_t begin, std::size_t end) {
   k.one_minus_beta2 = static_cast<float>(1.0 - hyper_.beta2);
   k.eps = static_cast<float>(hyper_.eps);
 
+  // Every parameter's part of [begin, end) in one op (one launch on the CUDA backend).
+  std::vector<kernels::AdamWRun> runs;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const std::size_t lo = std::max(begin, offsets_[i]);
     const std::size_t hi = std::min(end, offsets_[i] + params_[i].size());
     if (lo >= hi) continue;
-    k.decay = params_[i].weight_decay && hyper_.weight_decay != 0.0;
     const auto first = static_cast<std::int64_t>(lo - offsets_[i]);
     const kernels::Shape run{static_cast<std::int64_t>(hi - lo)};
-    backend_.adamw_update(params_[i].param.view(first, run), params_[i].grad.view(first, run),
-                          exp_avg_.tensor().view(static_cast<std::int64_t>(lo), run),
-                          exp_avg_sq_.tensor().view(static_cast<std::int64_t>(lo), run), k);
+    runs.push_back({params_[i].param.view(first, run), params_[i].grad.view(first, run),
+                    exp_avg_.tensor().view(static_cast<std::int64_t>(lo), run),
+                    exp_avg_sq_.tensor().view(static_cast<std::int64_t>(lo), run),
+                    params_[i].weight_decay && hyper_.weight_decay != 0.0});
   }
+  backend_.adamw_updates(runs, k);
   ++step_;
 }
 

@@ -1,9 +1,10 @@
 // AdamW over named fp32 parameter tensors of a backend, with OLMo-core's semantics
 // (torch.optim.AdamW's arithmetic): decoupled decay p *= 1 - lr * wd, bias-corrected moments, eps
 // added after the square root of the bias-corrected second moment. The scalars are formed here in
-// double and rounded once; the element update is the backend's adamw_update op. The optimiser owns
-// the moments, stored flat on the backend (parameters laid end to end in registration order) so
-// checkpoints can save them per parameter and ZeRO-1 can shard them by flat ranges.
+// double and rounded once; the element update is the backend's adamw_updates op (every tensor in
+// one). The optimiser owns the moments, stored flat on the backend (parameters laid end to end in
+// registration order) so checkpoints can save them per parameter and ZeRO-1 can shard them by flat
+// ranges.
 //
 // Deterministic: every element is updated independently, so results do not depend on the thread
 // count.

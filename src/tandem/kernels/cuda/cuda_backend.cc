@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "tandem/core/error.h"
@@ -595,11 +597,35 @@ std::vector<double> CudaBackend::do_sums_of_squares(std::span<const Tensor> xs) 
 
 void CudaBackend::do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m,
                                   const Tensor& v, const AdamWScalars& s) {
+  const AdamWRun run{p, g, m, v, s.decay};
+  do_adamw_updates(std::span<const AdamWRun>(&run, 1), s);
+}
+
+// Every run in one launch: a table of the runs' operands and first blocks goes to the device (one
+// small copy), and each block finds its tensor there.
+void CudaBackend::do_adamw_updates(std::span<const AdamWRun> runs, const AdamWScalars& s) {
+  std::vector<cuda::AdamWTensor> table;
+  i64 blocks = 0;
+  for (const AdamWRun& r : runs) {
+    table.push_back({f32_or_null(r.p), f32_or_null(r.g), f32_or_null(r.m), f32_or_null(r.v),
+                     r.p.numel(), blocks, r.decay ? 1 : 0, 0});
+    blocks += cuda::adamw_blocks(r.p.numel());
+  }
+  TANDEM_CHECK(blocks <= std::numeric_limits<int>::max(),
+               "adamw_update: {} blocks of {} elements exceed one launch", blocks,
+               cuda::kAdamWBlockElems);
+  TANDEM_CHECK(table.size() <= static_cast<std::size_t>(std::numeric_limits<int>::max()),
+               "adamw_update: {} tensors in one launch", table.size());
+  const std::size_t bytes = table.size() * sizeof(cuda::AdamWTensor);
+  cuda::Scratch device_table(s_->memory, bytes);
+  check(
+      cudaMemcpyAsync(device_table.get(), table.data(), bytes, cudaMemcpyHostToDevice, s_->stream),
+      "adamw_update (tensor table)");
   const cuda::AdamWArgs a{
       s.neg_step_size, s.bias_correction2_sqrt, s.decay_factor, s.one_minus_beta1,
-      s.beta2,         s.one_minus_beta2,       s.eps,          s.decay};
-  cuda::adamw_update(f32_or_null(p), f32_or_null(g), f32_or_null(m), f32_or_null(v), p.numel(), a,
-                     s_->stream);
+      s.beta2,         s.one_minus_beta2,       s.eps};
+  cuda::adamw_update_tensors(device_table.as<cuda::AdamWTensor>(), static_cast<int>(table.size()),
+                             blocks, a, s_->stream);
 }
 
 }  // namespace tandem::kernels

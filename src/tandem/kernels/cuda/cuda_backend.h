@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
   std::vector<double> do_sums_of_squares(std::span<const Tensor> xs) override;
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& s) override;
+  void do_adamw_updates(std::span<const AdamWRun> runs, const AdamWScalars& s) override;
   // Timing marks are events recorded on the stream: the op profile times the device's work.
   std::size_t record_mark() override;
   std::vector<double> mark_seconds() override;

@@ -132,12 +132,27 @@ void sum_of_squares_chunks(const float* x, i64 n, double* partials, cudaStream_t
 struct AdamWArgs {
   float neg_step_size, bias_correction2_sqrt, decay_factor, one_minus_beta1, beta2, one_minus_beta2,
       eps;
-  bool decay;
 };
+// One tensor of a multi-tensor AdamW update: its operands (f32, n elements each), whether weight
+// decay applies, and its first block in the launch (blocks of kAdamWBlockElems elements of one
+// tensor, adamw_blocks(n) of them per tensor, in table order).
+struct AdamWTensor {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  i64 n;
+  i64 first_block;
+  int decay;
+  int unused;
+};
+constexpr i64 kAdamWBlockElems = 2048;
+constexpr i64 adamw_blocks(i64 n) { return (n + kAdamWBlockElems - 1) / kAdamWBlockElems; }
 // torch's AdamW element update with the CPU kernel's exact operations (no contraction but the
-// lerp's fused multiply-add), so p, m and v equal the CPU's bit for bit.
-void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const AdamWArgs& a,
-                  cudaStream_t stream);
+// lerp's fused multiply-add), so p, m and v equal the CPU's bit for bit, on every tensor of the
+// device table `tensors` (count entries, `blocks` blocks in all) in one launch.
+void adamw_update_tensors(const AdamWTensor* tensors, int count, i64 blocks, const AdamWArgs& a,
+                          cudaStream_t stream);
 
 // The last launch's error (a bad configuration, a missing kernel image), as the runtime says it.
 void check_launch(const char* kernel);

@@ -1,8 +1,10 @@
 // The optimiser's arithmetic with the CPU kernels' exact operations (kernels/cpu/optimizer_ops.cc,
 // compiled there without FMA contraction): every multiply, add, divide and square root here is an
 // explicitly rounded intrinsic, so nvcc cannot contract them either, and the results equal the
-// CPU's bit for bit. The update moves 8 elements of each tensor per 16-byte access where the four
-// are aligned (packed_access.cuh): the same operations per element, so the same bits.
+// CPU's bit for bit. AdamW updates every parameter tensor in one launch (a table of the tensors,
+// blocks of 2048 elements of one tensor each) and moves 8 elements of each operand per 16-byte
+// access where the four are aligned (packed_access.cuh): the same operations per element, so the
+// same bits.
 #include "tandem/kernels/cuda/packed_access.cuh"
 
 namespace tandem::kernels::cuda {
@@ -12,6 +14,8 @@ using detail::Floats;
 using detail::load_floats;
 using detail::store_floats;
 
+constexpr int kAdamWThreads = static_cast<int>(kAdamWBlockElems / detail::kPackElems);
+static_assert(kAdamWThreads == 256);
 constexpr int kLanes = 8;            // the CPU's accumulators per chunk
 constexpr int kChunksPerBlock = 32;  // 8 threads per chunk, 256 threads per block
 
@@ -48,31 +52,62 @@ __global__ void sum_of_squares_kernel(const float* x, i64 n, double* partials) {
   }
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, i64 n, AdamWArgs a,
-                             bool packed) {
-  detail::for_each_pack(n, packed, [&](i64 i, auto width) {
-    constexpr int W = decltype(width)::value;  // elements in this call: a pack or one
-    Floats<W> pv = load_floats<W>(p, i), mv = load_floats<W>(m, i), vv = load_floats<W>(v, i);
-    const Floats<W> gv = load_floats<W>(g, i);
-    for (int e = 0; e < W; ++e) {
-      float pk = pv.v[e];
-      const float gk = gv.v[e];
-      if (a.decay) pk = __fmul_rn(pk, a.decay_factor);
-      // torch's lerp: m + w * (g - m) as one fused multiply-add.
-      const float mk = __fmaf_rn(a.one_minus_beta1, __fsub_rn(gk, mv.v[e]), mv.v[e]);
-      // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
-      const float vk =
-          __fadd_rn(__fmul_rn(vv.v[e], a.beta2), __fmul_rn(__fmul_rn(a.one_minus_beta2, gk), gk));
-      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vk), a.bias_correction2_sqrt), a.eps);
-      // torch's addcdiv_: p + (value * m) / denom.
-      pv.v[e] = __fadd_rn(pk, __fdiv_rn(__fmul_rn(a.neg_step_size, mk), denom));
-      mv.v[e] = mk;
-      vv.v[e] = vk;
+// torch's AdamW on W consecutive elements of one tensor from i.
+template <int W>
+__device__ __forceinline__ void adamw_elements(const AdamWTensor& t, i64 i, const AdamWArgs& a) {
+  Floats<W> pv = load_floats<W>(t.p, i), mv = load_floats<W>(t.m, i), vv = load_floats<W>(t.v, i);
+  const Floats<W> gv = load_floats<W>(t.g, i);
+  for (int e = 0; e < W; ++e) {
+    float pk = pv.v[e];
+    const float gk = gv.v[e];
+    if (t.decay != 0) pk = __fmul_rn(pk, a.decay_factor);
+    // torch's lerp: m + w * (g - m) as one fused multiply-add.
+    const float mk = __fmaf_rn(a.one_minus_beta1, __fsub_rn(gk, mv.v[e]), mv.v[e]);
+    // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
+    const float vk =
+        __fadd_rn(__fmul_rn(vv.v[e], a.beta2), __fmul_rn(__fmul_rn(a.one_minus_beta2, gk), gk));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vk), a.bias_correction2_sqrt), a.eps);
+    // torch's addcdiv_: p + (value * m) / denom.
+    pv.v[e] = __fadd_rn(pk, __fdiv_rn(__fmul_rn(a.neg_step_size, mk), denom));
+    mv.v[e] = mk;
+    vv.v[e] = vk;
+  }
+  store_floats<W>(t.p, i, pv);
+  store_floats<W>(t.m, i, mv);
+  store_floats<W>(t.v, i, vv);
+}
+
+// Block b updates elements [2048 k, 2048 (k + 1)) of the tensor whose blocks hold b (the last with
+// first_block <= b; a binary search of the table), k = b - first_block: thread j the 8 from
+// 2048 k + 8 j as one pack where `packing` and the tensor's four operands are 16-byte aligned, else
+// elements 2048 k + j + 256 e one at a time (coalesced across the warp).
+__global__ void __launch_bounds__(kAdamWThreads)
+    adamw_tensors_kernel(const AdamWTensor* tensors, int count, AdamWArgs a, bool packing) {
+  const i64 b = blockIdx.x;
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tensors[mid].first_block <= b)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const AdamWTensor t = tensors[lo];
+  const i64 base = (b - t.first_block) * kAdamWBlockElems;
+  const i64 end = base + kAdamWBlockElems < t.n ? base + kAdamWBlockElems : t.n;
+  const auto address = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q); };
+  const bool packed =
+      packing && (address(t.p) | address(t.g) | address(t.m) | address(t.v)) % 16 == 0;
+  if (packed) {
+    const i64 i = base + i64{threadIdx.x} * detail::kPackElems;
+    if (i + detail::kPackElems <= end) {
+      adamw_elements<detail::kPackElems>(t, i, a);
+    } else {
+      for (i64 e = i; e < end; ++e) adamw_elements<1>(t, e, a);
     }
-    store_floats<W>(p, i, pv);
-    store_floats<W>(m, i, mv);
-    store_floats<W>(v, i, vv);
-  });
+  } else {
+    for (i64 e = base + threadIdx.x; e < end; e += kAdamWThreads) adamw_elements<1>(t, e, a);
+  }
 }
 
 }  // namespace
@@ -85,12 +120,11 @@ void sum_of_squares_chunks(const float* x, i64 n, double* partials, cudaStream_t
   check_launch("sum_of_squares");
 }
 
-void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const AdamWArgs& a,
-                  cudaStream_t stream) {
-  if (n == 0) return;
-  const bool packed = detail::packed_operands({p, g, m, v});
-  adamw_kernel<<<detail::grid_for_packs(n, packed, 256), 256, 0, stream>>>(p, g, m, v, n, a,
-                                                                           packed);
+void adamw_update_tensors(const AdamWTensor* tensors, int count, i64 blocks, const AdamWArgs& a,
+                          cudaStream_t stream) {
+  if (blocks == 0) return;
+  adamw_tensors_kernel<<<static_cast<unsigned>(blocks), kAdamWThreads, 0, stream>>>(
+      tensors, count, a, detail::packed_access_enabled());
   check_launch("adamw_update");
 }
 
