@@ -319,16 +319,7 @@ TEST(CudaBf16, PackedAndElementwiseAccessesGiveTheSameBits) {
       for (float& e : v0) e = e * e * 1e-4f;
       const Tensor p = operand(normal(n, 70)), grad = operand(normal(n, 71, 0.01f));
       const Tensor m = operand(normal(n, 72, 0.001f)), v = operand(v0);
-      kernels::AdamWScalars s;
-      s.neg_step_size = -1e-3f;
-      s.bias_correction2_sqrt = 0.3f;
-      s.decay_factor = 0.9999f;
-      s.one_minus_beta1 = 0.1f;
-      s.beta2 = 0.95f;
-      s.one_minus_beta2 = 0.05f;
-      s.eps = 1e-8f;
-      s.decay = true;
-      gpu.adamw_update(p, grad, m, v, s);
+      gpu.adamw_update(p, grad, m, v, testing::adamw_scalars(1, true));
       out.emplace_back("adamw p", values(gpu, p));
       out.emplace_back("adamw m", values(gpu, m));
       out.emplace_back("adamw v", values(gpu, v));

@@ -196,14 +196,7 @@ TEST(AdamW, StateAccessorsAndErrors) {
 // and a run whose operands do not match the parameter refused before anything is updated.
 TEST(AdamW, UpdatesOfManyTensorsAreEachTensorsUpdate) {
   kernels::Backend& cpu = testing::cpu();
-  kernels::AdamWScalars s;
-  s.neg_step_size = -1e-2f;
-  s.bias_correction2_sqrt = 0.3f;
-  s.decay_factor = 0.99f;
-  s.one_minus_beta1 = 0.1f;
-  s.beta2 = 0.95f;
-  s.one_minus_beta2 = 0.05f;
-  s.eps = 1e-8f;
+  const kernels::AdamWScalars s = tandem::testing::adamw_scalars(1, false);
   const auto values = [](std::size_t n, float scale, float shift) {
     std::vector<float> v(n);
     for (std::size_t i = 0; i < n; ++i)
