@@ -571,24 +571,33 @@ double CudaBackend::do_sum_of_squares(const Tensor& x) {
   return do_sums_of_squares(std::span<const Tensor>(&x, 1)).front();
 }
 
+// Every tensor's chunks in one launch (a table of the tensors goes to the device in one small copy)
+// and one copy of the partials back.
 std::vector<double> CudaBackend::do_sums_of_squares(std::span<const Tensor> xs) {
-  std::vector<i64> first_chunk;  // of each tensor in the partials, and the total at the end
+  std::vector<cuda::SumOfSquaresTensor> table;
   i64 chunks = 0;
   for (const Tensor& x : xs) {
-    first_chunk.push_back(chunks);
-    chunks += (x.numel() + cuda::kSumOfSquaresChunk - 1) / cuda::kSumOfSquaresChunk;
+    table.push_back({f32_or_null(x), x.numel(), chunks});
+    chunks += cuda::sum_of_squares_chunks(x.numel());
   }
-  first_chunk.push_back(chunks);
+  TANDEM_CHECK(table.size() <= static_cast<std::size_t>(std::numeric_limits<int>::max()),
+               "sum_of_squares: {} tensors in one launch", table.size());
+  const std::size_t table_bytes = table.size() * sizeof(cuda::SumOfSquaresTensor);
+  cuda::Scratch device_table(s_->memory, table_bytes);
+  check(cudaMemcpyAsync(device_table.get(), table.data(), table_bytes, cudaMemcpyHostToDevice,
+                        s_->stream),
+        "sum_of_squares (tensor table)");
   cuda::Scratch partials(s_->memory, static_cast<std::size_t>(chunks) * sizeof(double));
-  for (std::size_t i = 0; i < xs.size(); ++i)
-    cuda::sum_of_squares_chunks(f32_or_null(xs[i]), xs[i].numel(),
-                                partials.as<double>() + first_chunk[i], s_->stream);
+  cuda::sum_of_squares_tensors(device_table.as<cuda::SumOfSquaresTensor>(),
+                               static_cast<int>(table.size()), chunks, partials.as<double>(),
+                               s_->stream);
   const std::vector<double> host =
       s_->to_host<double>(partials.get(), static_cast<std::size_t>(chunks), "sum_of_squares");
   std::vector<double> sums;
   for (std::size_t i = 0; i < xs.size(); ++i) {
+    const i64 end = i + 1 < xs.size() ? table[i + 1].first_chunk : chunks;
     double s = 0.0;
-    for (i64 c = first_chunk[i]; c < first_chunk[i + 1]; ++c)
+    for (i64 c = table[i].first_chunk; c < end; ++c)
       s += host[static_cast<std::size_t>(c)];  // chunk order, as the CPU adds them
     sums.push_back(s);
   }

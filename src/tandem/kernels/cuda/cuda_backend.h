@@ -81,8 +81,9 @@ class CudaBackend final : public Backend {
                                     const Tensor& dw) override;
   std::vector<double> do_token_log_probs(const Tensor& logits, const Tensor& targets) override;
   double do_sum_of_squares(const Tensor& x) override;
-  // Every tensor's chunk partials into one buffer, one copy to the host, each tensor's chunks
-  // added in order there: the same values as do_sum_of_squares, one synchronisation.
+  // Every tensor's chunk partials in one launch into one buffer, one copy to the host, each
+  // tensor's chunks added in order there: the same values as do_sum_of_squares, one
+  // synchronisation.
   std::vector<double> do_sums_of_squares(std::span<const Tensor> xs) override;
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& s) override;

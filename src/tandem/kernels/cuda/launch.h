@@ -126,9 +126,20 @@ void token_log_probs(Elem t, const void* logits, const i64* targets, i64 n, i64 
 // ---- optimiser (optimizer.cu) ----
 // The CPU's chunking (kernels/cpu/optimizer_ops.cc): one double per 16K-element chunk, each the
 // sum of 8 lane accumulators in order, with the CPU's exact operations; the host adds them in
-// chunk order, so the result equals the CPU's bit for bit.
+// chunk order, so the result equals the CPU's bit for bit. Every tensor of the device table
+// `tensors` (count entries, its chunks from first_chunk, `chunks` in all) in one launch:
+// partials[first_chunk + c] is chunk c of that tensor.
 constexpr i64 kSumOfSquaresChunk = i64{1} << 14;
-void sum_of_squares_chunks(const float* x, i64 n, double* partials, cudaStream_t stream);
+struct SumOfSquaresTensor {
+  const float* x;
+  i64 n;
+  i64 first_chunk;
+};
+constexpr i64 sum_of_squares_chunks(i64 n) {
+  return (n + kSumOfSquaresChunk - 1) / kSumOfSquaresChunk;
+}
+void sum_of_squares_tensors(const SumOfSquaresTensor* tensors, int count, i64 chunks,
+                            double* partials, cudaStream_t stream);
 struct AdamWArgs {
   float neg_step_size, bias_correction2_sqrt, decay_factor, one_minus_beta1, beta2, one_minus_beta2,
       eps;

@@ -1,8 +1,9 @@
 // The optimiser's arithmetic with the CPU kernels' exact operations (kernels/cpu/optimizer_ops.cc,
 // compiled there without FMA contraction): every multiply, add, divide and square root here is an
 // explicitly rounded intrinsic, so nvcc cannot contract them either, and the results equal the
-// CPU's bit for bit. AdamW updates every parameter tensor in one launch (a table of the tensors,
-// blocks of 2048 elements of one tensor each) and moves 8 elements of each operand per 16-byte
+// CPU's bit for bit. The gradient norm's sums of squares and AdamW's update take every parameter
+// tensor in one launch (a table of the tensors; a chunk, or a block of 2048 elements, of one
+// tensor per block) and moves 8 elements of each operand per 16-byte
 // access where the four are aligned (packed_access.cuh): the same operations per element, so the
 // same bits.
 #include "tandem/kernels/cuda/packed_access.cuh"
@@ -19,36 +20,55 @@ static_assert(kAdamWThreads == 256);
 constexpr int kLanes = 8;            // the CPU's accumulators per chunk
 constexpr int kChunksPerBlock = 32;  // 8 threads per chunk, 256 threads per block
 
-// Thread (chunk, lane) sums x[chunk * 16K + 8 m + lane]^2 over m in double, as the CPU's lane
-// `lane` does; the chunk's last partial group of 8 goes to lane 0 after its full groups; lane 0
-// then adds the 8 accumulators in lane order.
-__global__ void sum_of_squares_kernel(const float* x, i64 n, double* partials) {
+// The entry of a tensor table (count entries in ascending `first`) whose range holds index i: the
+// last with first(entry) <= i, by binary search (every thread of a block asks with the same i, so
+// the loads are broadcasts).
+template <typename Entry, typename First>
+__device__ __forceinline__ Entry entry_holding(const Entry* table, int count, i64 i, First first) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first(table[mid]) <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return table[lo];
+}
+
+// Chunk c of all the tables' chunks is chunk c - first_chunk of its tensor. Thread (chunk, lane)
+// sums x[chunk * 16K + 8 m + lane]^2 over m in double, as the CPU's lane `lane` does; the chunk's
+// last partial group of 8 goes to lane 0 after its full groups; lane 0 then adds the 8
+// accumulators in lane order.
+__global__ void sum_of_squares_kernel(const SumOfSquaresTensor* tensors, int count, i64 chunks,
+                                      double* partials) {
   __shared__ double lanes[kChunksPerBlock][kLanes];
   const int lane = threadIdx.x % kLanes, local = threadIdx.x / kLanes;
-  const i64 chunk = blockIdx.x * i64{kChunksPerBlock} + local;
-  const i64 chunks = (n + kSumOfSquaresChunk - 1) / kSumOfSquaresChunk;
+  const i64 c = blockIdx.x * i64{kChunksPerBlock} + local;
   double acc = 0.0;
-  if (chunk < chunks) {
-    const i64 lo = chunk * kSumOfSquaresChunk;
-    const i64 len = n - lo < kSumOfSquaresChunk ? n - lo : kSumOfSquaresChunk;
+  if (c < chunks) {
+    const SumOfSquaresTensor t =
+        entry_holding(tensors, count, c, [](const SumOfSquaresTensor& e) { return e.first_chunk; });
+    const i64 lo = (c - t.first_chunk) * kSumOfSquaresChunk;
+    const i64 len = t.n - lo < kSumOfSquaresChunk ? t.n - lo : kSumOfSquaresChunk;
     const i64 full = len / kLanes * kLanes;
     for (i64 i = lane; i < full; i += kLanes) {
-      const double v = x[lo + i];
+      const double v = t.x[lo + i];
       acc = __dadd_rn(acc, __dmul_rn(v, v));
     }
     if (lane == 0) {
       for (i64 i = full; i < len; ++i) {
-        const double v = x[lo + i];
+        const double v = t.x[lo + i];
         acc = __dadd_rn(acc, __dmul_rn(v, v));
       }
     }
   }
   lanes[local][lane] = acc;
   __syncthreads();
-  if (lane == 0 && chunk < chunks) {
+  if (lane == 0 && c < chunks) {
     double s = 0.0;
     for (int l = 0; l < kLanes; ++l) s = __dadd_rn(s, lanes[local][l]);
-    partials[chunk] = s;
+    partials[c] = s;
   }
 }
 
@@ -84,15 +104,8 @@ __device__ __forceinline__ void adamw_elements(const AdamWTensor& t, i64 i, cons
 __global__ void __launch_bounds__(kAdamWThreads)
     adamw_tensors_kernel(const AdamWTensor* tensors, int count, AdamWArgs a, bool packing) {
   const i64 b = blockIdx.x;
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (tensors[mid].first_block <= b)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const AdamWTensor t = tensors[lo];
+  const AdamWTensor t =
+      entry_holding(tensors, count, b, [](const AdamWTensor& e) { return e.first_block; });
   const i64 base = (b - t.first_block) * kAdamWBlockElems;
   const i64 end = base + kAdamWBlockElems < t.n ? base + kAdamWBlockElems : t.n;
   const auto address = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q); };
@@ -112,11 +125,12 @@ __global__ void __launch_bounds__(kAdamWThreads)
 
 }  // namespace
 
-void sum_of_squares_chunks(const float* x, i64 n, double* partials, cudaStream_t stream) {
-  const i64 chunks = (n + kSumOfSquaresChunk - 1) / kSumOfSquaresChunk;
+void sum_of_squares_tensors(const SumOfSquaresTensor* tensors, int count, i64 chunks,
+                            double* partials, cudaStream_t stream) {
   if (chunks == 0) return;
   const unsigned blocks = static_cast<unsigned>((chunks + kChunksPerBlock - 1) / kChunksPerBlock);
-  sum_of_squares_kernel<<<blocks, kChunksPerBlock * kLanes, 0, stream>>>(x, n, partials);
+  sum_of_squares_kernel<<<blocks, kChunksPerBlock * kLanes, 0, stream>>>(tensors, count, chunks,
+                                                                         partials);
   check_launch("sum_of_squares");
 }
 
