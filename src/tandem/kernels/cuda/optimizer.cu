@@ -1,11 +1,10 @@
 // The optimiser's arithmetic with the CPU kernels' exact operations (kernels/cpu/optimizer_ops.cc,
 // compiled there without FMA contraction): every multiply, add, divide and square root here is an
 // explicitly rounded intrinsic, so nvcc cannot contract them either, and the results equal the
-// CPU's bit for bit. The gradient norm's sums of squares and AdamW's update take every parameter
-// tensor in one launch (a table of the tensors; a chunk, or a block of 2048 elements, of one
-// tensor per block) and moves 8 elements of each operand per 16-byte
-// access where the four are aligned (packed_access.cuh): the same operations per element, so the
-// same bits.
+// CPU's bit for bit. The gradient norm's sums of squares and AdamW's update each take every
+// parameter tensor in one launch (a table of the tensors; each block works on one tensor's chunk
+// or 2048 elements). AdamW moves 8 elements of each operand per 16-byte access where the four are
+// aligned (packed_access.cuh): the same operations per element, so the same bits.
 #include "tandem/kernels/cuda/packed_access.cuh"
 
 namespace tandem::kernels::cuda {
@@ -21,8 +20,8 @@ constexpr int kLanes = 8;            // the CPU's accumulators per chunk
 constexpr int kChunksPerBlock = 32;  // 8 threads per chunk, 256 threads per block
 
 // The entry of a tensor table (count entries in ascending `first`) whose range holds index i: the
-// last with first(entry) <= i, by binary search (every thread of a block asks with the same i, so
-// the loads are broadcasts).
+// last with first(entry) <= i, by binary search (threads asking with the same i load the same
+// entries: broadcasts from the cache).
 template <typename Entry, typename First>
 __device__ __forceinline__ Entry entry_holding(const Entry* table, int count, i64 i, First first) {
   int lo = 0, hi = count - 1;
