@@ -3,7 +3,7 @@
 // bytes instead of 64 (bf16) or 128 (fp32) and far fewer instructions are issued per byte. The
 // arithmetic is unchanged: every element is computed as the element-wise loop computes it, from
 // the same floats, and rounded once on its way out (detail::to_bf16). Two shapes of loop: over a
-// whole tensor (for_each_pack: the element-wise ops, AdamW) and over one row by a block
+// whole tensor (for_each_pack: the element-wise ops) and over one row by a block
 // (for_each_group_in_row: RMSNorm, the cross-entropy rows), whose per-thread order of columns,
 // and so whose row sums, do not depend on whether the accesses are packed.
 #pragma once
