@@ -9,14 +9,22 @@
 // between ops, so that one run shows where a step's time goes.
 //
 // Usage: bench_gpu_train_step --config MODEL.yaml [--backend cuda] [--precision bf16|fp32]
-//          [--batch 1] [--seq 8192] [--micro-batch 1] [--steps 5] [--warmup 2] [--layers N]
+//          [--batch 1] [--seq 8192] [--micro-batch 1] [--steps 5] [--warmup 2] [--layers N|fit]
 //          [--label NAME] [--json FILE] [--profile]
-// --layers overrides the model's layer count (a 7B layer stack that fits in memory, say).
+// --layers overrides the model's layer count; --layers fit takes as many of the config's layers
+// as the device's memory holds (the 7B-shaped stack of bench/gpu_check.sh): two probe steps with 2
+// and 3 layers measure the step's peak device memory (the caching allocator's bytes handed out,
+// its cache released before each), whose difference is one layer's share; the stack is then the
+// most layers whose predicted peak stays within 93 % of what the device has for tandem (free
+// memory plus what tandem holds). Should that still run out of memory, it is retried once with
+// three quarters of the layers; the JSON's `layers_fit` records the probes and the choice.
 // Prints one JSON object on the last line of stdout (and writes it to --json FILE).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +49,7 @@ struct Args {
   std::string label;
   std::string json_out;
   std::int64_t batch = 1, seq = 8192, micro_batch = 1, steps = 5, warmup = 2, layers = 0;
+  bool fit_layers = false;  // --layers fit
   bool profile = false;
 };
 
@@ -48,11 +57,137 @@ void usage() {
   fmt::print(
       "usage: bench_gpu_train_step --config MODEL.yaml [--backend cuda|cpu] "
       "[--precision bf16|fp32] [--batch B] "
-      "[--seq T] [--micro-batch M] [--steps N] [--warmup W] [--layers L] [--label NAME] "
+      "[--seq T] [--micro-batch M] [--steps N] [--warmup W] [--layers L|fit] [--label NAME] "
       "[--json FILE] [--profile]\n");
 }
 
 double gib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
+
+// A model with its optimiser and a fixed random batch: one call of step() is the benchmarked
+// training step (micro-batched forward + backward with z-loss, clipping, AdamW).
+class StepRig {
+ public:
+  StepRig(const tandem::model::ModelConfig& config, tandem::kernels::Backend& backend,
+          tandem::model::Precision precision, const Args& a, bool random_weights)
+      : backend_(backend),
+        model_(config, backend, precision),
+        B_(a.batch),
+        T_(a.seq),
+        M_(a.micro_batch) {
+    using namespace tandem;
+    if (random_weights)
+      model_.init_weights(1);
+    else  // memory probes: the values do not change what is allocated
+      model_.params_from_host(
+          std::vector<float>(static_cast<std::size_t>(model_.layout().total()), 0.0f));
+    std::vector<optim::ParamBuffer> params;
+    for (const model::ParameterEntry& e : model_.layout().entries())
+      params.push_back({e.name, model_.param(e.name), model_.grad(e.name), e.weight_decay});
+    optim::AdamWHyper hyper;
+    hyper.beta1 = 0.9;
+    hyper.beta2 = 0.95;
+    hyper.eps = 1e-8;
+    hyper.weight_decay = 0.1;
+    adamw_ = std::make_unique<optim::AdamW>(backend, params, hyper);
+    std::mt19937_64 rng(7);
+    ids_.resize(static_cast<std::size_t>(B_ * T_));
+    for (auto& id : ids_)
+      id = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
+    labels_ = optim::make_labels(ids_.data(), B_, T_, nullptr);
+    grad_scale_ = 1.0f / static_cast<float>(B_ * (T_ - 1));
+  }
+
+  void step() {
+    using namespace tandem;
+    model_.zero_grads();
+    double ce = 0.0;
+    for (std::int64_t b0 = 0; b0 < B_; b0 += M_) {
+      const kernels::LossSums s = model_.forward_backward(
+          ids_.data() + b0 * T_, labels_.data() + b0 * T_, M_, T_, 1e-5f, grad_scale_, true);
+      ce += s.ce_sum;
+    }
+    const kernels::Tensor all_grads[] = {model_.grads()};
+    last_norm = optim::clip_grad_norm(backend_, all_grads, 1.0);
+    adamw_->step(1e-4);
+    backend_.synchronize();
+    last_loss = ce * static_cast<double>(grad_scale_);
+  }
+
+  double last_loss = 0.0, last_norm = 0.0;
+
+ private:
+  tandem::kernels::Backend& backend_;
+  tandem::model::Olmo3Model model_;
+  std::unique_ptr<tandem::optim::AdamW> adamw_;
+  std::int64_t B_, T_, M_;
+  std::vector<std::int64_t> ids_, labels_;
+  float grad_scale_ = 1.0f;
+};
+
+tandem::model::ModelConfig with_layers(const std::string& path, std::int64_t layers) {
+  std::vector<std::string> overrides;
+  if (layers > 0) overrides.push_back(fmt::format("model.n_layers={}", layers));
+  return tandem::model::load_model_config(path, overrides);
+}
+
+// The step's peak device memory (bytes handed out) with `layers` of the config's layers, the
+// allocator's cache released before, so that blocks kept from an earlier probe cannot serve it.
+std::int64_t probe_peak(const Args& a, tandem::kernels::Backend& backend,
+                        tandem::model::Precision precision, std::int64_t layers) {
+  backend.release_cached_memory();
+  backend.reset_peak_memory();
+  {
+    StepRig rig(with_layers(a.config, layers), backend, precision, a, false);
+    rig.step();
+  }
+  const std::int64_t peak = backend.memory_stats().peak_in_use;
+  backend.release_cached_memory();
+  return peak;
+}
+
+// --layers fit: the most layers (up to the config's) whose predicted peak fits, and the record.
+std::int64_t fit_layers(const Args& a, tandem::kernels::Backend& backend,
+                        tandem::model::Precision precision, nlohmann::json& record) {
+  // Of the memory tandem can have, what the stack may plan to use: the rest is for the
+  // allocator's rounding and reuse and for what the libraries take as the run goes on. Near the
+  // limit a missing cuDNN workspace would not fail the step but move attention to tandem's kernels
+  // (said in the JSON's "backend"), so the margin errs on the safe side.
+  constexpr double kUsable = 0.93;
+  const std::int64_t config_layers = with_layers(a.config, 0).n_layers;
+  const std::int64_t p2 = probe_peak(a, backend, precision, 2);
+  const std::int64_t p3 = probe_peak(a, backend, precision, 3);
+  const tandem::kernels::MemoryStats m = backend.memory_stats();
+  const std::int64_t available = m.device_free + m.reserved;
+  TANDEM_CHECK(available > 0, "--layers fit: the backend reports no device memory ({})",
+               backend.name());
+  const double per_layer = static_cast<double>(p3 - p2);
+  const double fixed = static_cast<double>(p2) - 2.0 * per_layer;
+  TANDEM_CHECK(per_layer > 0, "--layers fit: a third layer did not raise the peak ({} -> {} B)", p2,
+               p3);
+  const auto fits = static_cast<std::int64_t>(
+      std::floor((kUsable * static_cast<double>(available) - fixed) / per_layer));
+  TANDEM_CHECK(fits >= 1,
+               "--layers fit: not one layer fits: {:.2f} GiB per layer beyond {:.2f} GiB, {:.2f} "
+               "GiB available",
+               per_layer / (1 << 30), fixed / (1 << 30), gib(available));
+  const std::int64_t layers = std::min(fits, config_layers);
+  record = {{"probes",
+             {{{"layers", 2}, {"peak_in_use_gib", gib(p2)}},
+              {{"layers", 3}, {"peak_in_use_gib", gib(p3)}}}},
+            {"per_layer_gib", per_layer / (1 << 30)},
+            {"fixed_gib", fixed / (1 << 30)},
+            {"available_gib", gib(available)},
+            {"device_total_gib", gib(m.device_total)},
+            {"usable_fraction", kUsable},
+            {"config_layers", config_layers},
+            {"layers", layers},
+            {"predicted_peak_gib", (fixed + per_layer * static_cast<double>(layers)) / (1 << 30)}};
+  fmt::print(
+      "--layers fit: {:.2f} GiB per layer beyond {:.2f} GiB, {:.1f} GiB available: {} of "
+      "the config's {} layers\n",
+      per_layer / (1 << 30), fixed / (1 << 30), gib(available), layers, config_layers);
+  return layers;
+}
 
 }  // namespace
 
@@ -83,9 +218,13 @@ int main(int argc, char** argv) {
       a.steps = std::stoll(next());
     else if (arg == "--warmup")
       a.warmup = std::stoll(next());
-    else if (arg == "--layers")
-      a.layers = std::stoll(next());
-    else if (arg == "--profile")
+    else if (arg == "--layers") {
+      const std::string v = next();
+      if (v == "fit")
+        a.fit_layers = true;
+      else
+        a.layers = std::stoll(v);
+    } else if (arg == "--profile")
       a.profile = true;
     else {
       fmt::print(stderr, "unknown argument {}\n", arg);
@@ -94,49 +233,41 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    std::vector<std::string> overrides;
-    if (a.layers > 0) overrides.push_back(fmt::format("model.n_layers={}", a.layers));
-    const model::ModelConfig config = model::load_model_config(a.config, overrides);
     TANDEM_CHECK(a.batch % a.micro_batch == 0, "--batch {} is not a multiple of --micro-batch {}",
                  a.batch, a.micro_batch);
     std::unique_ptr<kernels::Backend> backend = kernels::make_backend(a.backend);
     fmt::print("backend: {}\n", backend->describe());
     const model::Precision precision = model::parse_precision(a.precision);
-    model::Olmo3Model model(config, *backend, precision);
-    model.init_weights(1);
-    std::vector<optim::ParamBuffer> params;
-    for (const model::ParameterEntry& e : model.layout().entries())
-      params.push_back({e.name, model.param(e.name), model.grad(e.name), e.weight_decay});
-    optim::AdamWHyper hyper;
-    hyper.beta1 = 0.9;
-    hyper.beta2 = 0.95;
-    hyper.eps = 1e-8;
-    hyper.weight_decay = 0.1;
-    optim::AdamW adamw(*backend, params, hyper);
-    const kernels::Tensor all_grads[] = {model.grads()};
-
+    nlohmann::json fit_record;
+    std::int64_t layers = a.fit_layers ? fit_layers(a, *backend, precision, fit_record) : a.layers;
+    model::ModelConfig config = with_layers(a.config, layers);
+    std::unique_ptr<StepRig> rig;
+    auto build_and_warm_up = [&] {
+      rig = std::make_unique<StepRig>(config, *backend, precision, a, true);
+      for (std::int64_t s = 0; s < a.warmup; ++s) rig->step();
+    };
+    try {
+      build_and_warm_up();
+    } catch (const std::exception& e) {
+      if (!a.fit_layers || layers < 2) throw;
+      // The fit's prediction was short of the real peak: say so and take fewer layers once.
+      rig.reset();
+      backend->release_cached_memory();
+      const std::int64_t fewer = std::max<std::int64_t>(1, layers * 3 / 4);
+      fmt::print("--layers fit: {} layers failed ({}); retrying with {}\n", layers, e.what(),
+                 fewer);
+      fit_record["failed_with"] = {{"layers", layers}, {"error", e.what()}};
+      fit_record["layers"] = layers = fewer;
+      config = with_layers(a.config, layers);
+      build_and_warm_up();
+    }
     const std::int64_t B = a.batch, T = a.seq, M = a.micro_batch;
-    std::mt19937_64 rng(7);
-    std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T));
-    for (auto& id : ids)
-      id = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(config.vocab_size));
-    const std::vector<std::int64_t> labels = optim::make_labels(ids.data(), B, T, nullptr);
-    const float grad_scale = 1.0f / static_cast<float>(B * (T - 1));
     double last_loss = 0.0, last_norm = 0.0;
     auto step = [&] {
-      model.zero_grads();
-      double ce = 0.0;
-      for (std::int64_t b0 = 0; b0 < B; b0 += M) {
-        const kernels::LossSums s = model.forward_backward(
-            ids.data() + b0 * T, labels.data() + b0 * T, M, T, 1e-5f, grad_scale, true);
-        ce += s.ce_sum;
-      }
-      last_norm = optim::clip_grad_norm(*backend, all_grads, 1.0);
-      adamw.step(1e-4);
-      backend->synchronize();
-      last_loss = ce * static_cast<double>(grad_scale);
+      rig->step();
+      last_loss = rig->last_loss;
+      last_norm = rig->last_norm;
     };
-    for (std::int64_t s = 0; s < a.warmup; ++s) step();
     backend->reset_peak_memory();
     std::vector<double> times;
     for (std::int64_t s = 0; s < a.steps; ++s) {
@@ -177,6 +308,8 @@ int main(int argc, char** argv) {
     j["peak_source"] = backend->describe_peak(kernels::DType::bf16);
     j["peak_memory_in_use_gib"] = gib(mem.peak_in_use);
     j["peak_memory_reserved_gib"] = gib(mem.peak_reserved);
+    j["device_memory_total_gib"] = gib(mem.device_total);
+    if (a.fit_layers) j["layers_fit"] = fit_record;
     j["last_loss"] = last_loss;
     j["last_grad_norm"] = last_norm;
     const double timed_loss = last_loss;  // the profiled step below moves last_loss on

@@ -56,12 +56,16 @@ struct AdamWRun {
 };
 
 // Device memory of a backend that manages its own (the CUDA backend's caching allocator): bytes
-// handed out and bytes obtained from the driver, now and at their peak. Zero where not tracked.
+// handed out and bytes obtained from the driver, now and at their peak, and what the device has
+// free and in all (the driver's figures: other programs and the runtime's own use included).
+// Zero where not tracked.
 struct MemoryStats {
   std::int64_t in_use = 0;
   std::int64_t peak_in_use = 0;
   std::int64_t reserved = 0;
   std::int64_t peak_reserved = 0;
+  std::int64_t device_free = 0;
+  std::int64_t device_total = 0;
 };
 
 class Backend {
@@ -103,6 +107,8 @@ class Backend {
   // Device memory counters (zeros where the backend does not track them) and a reset of the peaks.
   virtual MemoryStats memory_stats() const { return {}; }
   virtual void reset_peak_memory() {}
+  // Hands the memory the backend keeps cached for reuse back to the device (a no-op elsewhere).
+  virtual void release_cached_memory() {}
 
   // ---- dense algebra ----
   // C = alpha * op(A) * op(B) + beta * C for 2-D f32 tensors, op(X) = X or X^T.

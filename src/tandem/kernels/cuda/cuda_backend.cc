@@ -243,10 +243,19 @@ void* CudaBackend::device_stream() const { return s_->stream; }
 
 MemoryStats CudaBackend::memory_stats() const {
   const cuda::MemoryCounters& c = s_->memory.counters();
-  return {c.in_use, c.peak_in_use, c.reserved, c.peak_reserved};
+  std::size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return {c.in_use,
+          c.peak_in_use,
+          c.reserved,
+          c.peak_reserved,
+          static_cast<std::int64_t>(free_bytes),
+          static_cast<std::int64_t>(total_bytes)};
 }
 
 void CudaBackend::reset_peak_memory() { s_->memory.reset_peak(); }
+
+void CudaBackend::release_cached_memory() { s_->memory.release_cached(); }
 
 // ---- op profile marks ----
 

@@ -34,6 +34,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   MemoryStats memory_stats() const override;
   void reset_peak_memory() override;
+  void release_cached_memory() override;
 
   // Whether bf16 attention goes through cuDNN's fused SDPA ("cudnn") or the plain kernels
   // ("plain"), and why; TANDEM_CUDA_ATTENTION=plain forces the plain kernels.
