@@ -11,6 +11,7 @@
 #include "tandem/core/error.h"
 #include "tandem/io/config.h"
 #include "tandem/kernels/backend.h"
+#include "tandem/kernels/cuda/scratch_sizes.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/model/parameters.h"
 
@@ -23,7 +24,7 @@ using model::Recompute;
 
 constexpr double kGB = 1e9;
 // The CPU kernels' fused cross-entropy works on chunks of logits of at most 32 MiB
-// (kernels/cpu/cross_entropy.cc); the planner assumes the same chunking on every device.
+// (kernels/cpu/cross_entropy.cc); the CUDA backend's sizes are in kernels/cuda/scratch_sizes.h.
 constexpr double kCrossEntropyChunkBytes = 32.0 * 1024 * 1024;
 // MPI communicator: collectives move at most 2^20 floats per call; the rank that sums a range
 // gathers every rank's chunk of it (dist/mpi_communicator.cc).
@@ -108,6 +109,7 @@ DeviceSpec device_spec(const std::string& name) {
     d.collective_step_latency = 10e-6;
     d.devices_per_node = 8;
     d.reserve_bytes = 3e9;
+    d.backend = "cuda";
     d.source =
         "NVIDIA H200 SXM: 141 GB, 989.4 TFLOP/s bf16 dense, NVLink 450 GB/s and 400 Gb/s "
         "InfiniBand per GPU per direction, 80 % of link bandwidth, 10 us per ring step, 8 GPUs "
@@ -126,6 +128,7 @@ DeviceSpec device_spec(const std::string& name) {
     d.collective_step_latency = 20e-6;
     d.devices_per_node = 1 << 20;  // every rank on this machine
     d.reserve_bytes = 0;
+    d.backend = "cpu";
     d.source = fmt::format(
         "this machine: {} of RAM, {} (the CPU backend's stated peak); 5 GB/s "
         "between ranks (assumed)",
@@ -308,10 +311,30 @@ Plan make_plan(const PlanInput& in) {
   p.memory.push_back({"compute weights", compute_copies, copies_detail, true});
   if (sharded) p.memory.push_back({"unit gradients", unit_grads, grads_detail, true});
   p.memory.push_back({"communication buffers", comm_buffers, comm_detail + " (host)", false});
-  p.memory.push_back({"kernel scratch", std::max(ce_scratch, attention_scratch),
-                      "the fused loss's logits chunk, or attention backward's row sums (host on "
-                      "the CPU backend)",
-                      false});
+  if (in.device.backend == "cuda") {
+    // Device memory from the CUDA backend's allocator: cuBLASLt's workspace throughout, and at the
+    // peak the larger of the fused loss's logits chunk and the attention backward's workspace
+    // (cuDNN's deterministic SDPA for bf16; tandem's kernels' row sums for fp32).
+    namespace kc = kernels::cuda;
+    const std::int64_t tokens = p.micro_batch_tokens, esize = in.bf16 ? 2 : 4;
+    const auto ce =
+        static_cast<double>(kc::cross_entropy_scratch_bytes(tokens, c.embedding_size, esize));
+    const auto attention = static_cast<double>(
+        in.bf16 ? kc::cudnn_attention_backward_workspace_bytes(mb, c.n_heads, T, c.head_dim)
+                : kc::attention_backward_scratch_bytes(mb, c.n_heads, T));
+    p.memory.push_back(
+        {"kernel scratch", static_cast<double>(kc::kGemmWorkspaceBytes) + std::max(ce, attention),
+         fmt::format("cuBLASLt's workspace and the larger of the fused loss's logits chunk ({}) "
+                     "and the attention backward's {} ({})",
+                     bytes_text(ce), in.bf16 ? "cuDNN workspace" : "row sums",
+                     bytes_text(attention)),
+         true});
+  } else {
+    p.memory.push_back({"kernel scratch", std::max(ce_scratch, attention_scratch),
+                        "the fused loss's logits chunk, or attention backward's row sums (host "
+                        "on the CPU backend)",
+                        false});
+  }
   if (in.device.reserve_bytes > 0)
     p.memory.push_back(
         {"runtime reserve", in.device.reserve_bytes, "assumed, see the device", false});

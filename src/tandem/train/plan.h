@@ -31,6 +31,7 @@ struct DeviceSpec {
   double collective_step_latency = 0;  // seconds per ring step
   int devices_per_node = 1;
   double reserve_bytes = 0;  // the runtime's own memory (context, library workspaces)
+  std::string backend;       // the tandem backend that runs there: "cuda" or "cpu"
   std::string source;        // where the figures come from
 };
 

@@ -243,6 +243,7 @@ int Trainer::run() {
   log_memory();
   // The backend's peak from here on is the training step's (not the GEMM-ceiling measurement's).
   backend_->reset_peak_bytes();
+  backend_->reset_peak_memory();
   double step_seconds = 0.0, step_comm_seconds = 0.0, step_busy_seconds = 0.0;
   while (counters_.step < max_steps) {
     int stop_signal = core::stop_signal_received();
@@ -278,6 +279,10 @@ int Trainer::run() {
     if (counters_.step == first_step) {  // what `tandem plan` predicts (docs/distributed.md)
       log(fmt::format("backend memory per rank after the first step: {} held, peak {}",
                       bytes(backend_->bytes_in_use()), bytes(backend_->peak_bytes())));
+      // A device allocator's peak adds the kernels' scratch (plan's "kernel scratch" on a GPU).
+      if (const kernels::MemoryStats m = backend_->memory_stats(); m.peak_in_use > 0)
+        log(fmt::format("device memory per rank in the first step: peak {} in use",
+                        bytes(m.peak_in_use)));
       if (const std::string r = optimizer_->describe_reduction(); !r.empty()) log(r);
     }
     ++counters_.step;

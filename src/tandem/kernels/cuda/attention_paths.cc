@@ -7,6 +7,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/kernels/cuda/caching_allocator.h"
+#include "tandem/kernels/cuda/scratch_sizes.h"
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
 #include "tandem/kernels/cuda/attention_cudnn.h"
 #endif
@@ -105,7 +106,8 @@ void AttentionPaths::backward(Elem e, const void* q, const void* k, const void* 
   }
 #endif
   // delta (rowsum of out * dout) for either of tandem's backward kernels.
-  const Scratch delta(memory_, static_cast<std::size_t>(p.B * p.Hq * p.T) * sizeof(float));
+  const Scratch delta(memory_,
+                      static_cast<std::size_t>(attention_backward_scratch_bytes(p.B, p.Hq, p.T)));
   if (on_tensor_cores(e, p.D)) {
     flash_attention_backward(q, k, v, out, lse, dout, dq, dk, dv, p.B, p.T, p.Hq, p.Hkv, p.D,
                              p.window, p.scale, p.doc_start, delta.as<float>(), stream_);

@@ -17,6 +17,7 @@
 #include "tandem/kernels/cuda/caching_allocator.h"
 #include "tandem/kernels/cuda/cublaslt_gemm.h"
 #include "tandem/kernels/cuda/launch.h"
+#include "tandem/kernels/cuda/scratch_sizes.h"
 
 namespace tandem::kernels {
 
@@ -35,11 +36,6 @@ Elem elem_of(const Tensor& t, const char* op) {
   if (t.dtype() == DType::bf16) return Elem::bf16;
   core::fail("cuda {}: no kernel for {}", op, t.str());
 }
-
-// The fused cross-entropy's logits chunk: at most this many bytes of logits (fp32 or bf16) at once.
-constexpr i64 kLogitsChunkBytes = i64{512} << 20;
-// cuBLASLt's workspace (Hopper's kernels want up to 32 MiB).
-constexpr std::size_t kGemmWorkspaceBytes = std::size_t{32} << 20;
 
 double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
@@ -143,8 +139,9 @@ CudaBackend::CudaBackend() : s_(std::make_unique<State>()) {
   void* pinned = nullptr;
   check(cudaMallocHost(&pinned, sizeof(cuda::DeviceError)), "cudaMallocHost");
   s_->error_host = static_cast<cuda::DeviceError*>(pinned);
-  s_->gemm_workspace = s_->memory.allocate(kGemmWorkspaceBytes);
-  s_->gemm = std::make_unique<cuda::LtGemm>(s_->stream, s_->gemm_workspace, kGemmWorkspaceBytes);
+  const auto gemm_workspace_bytes = static_cast<std::size_t>(cuda::kGemmWorkspaceBytes);
+  s_->gemm_workspace = s_->memory.allocate(gemm_workspace_bytes);
+  s_->gemm = std::make_unique<cuda::LtGemm>(s_->stream, s_->gemm_workspace, gemm_workspace_bytes);
   s_->attention = std::make_unique<cuda::AttentionPaths>(attention, s_->stream, s_->memory);
   s_->sync("creating the CUDA backend");
 }
@@ -512,7 +509,7 @@ LossSums CudaBackend::do_lm_head_cross_entropy(const Tensor& hidden, const Tenso
   if (N == 0) return result;
   const bool want_grads = dhidden || dw;
   const std::size_t esize = e == Elem::f32 ? 4 : 2;
-  i64 chunk_rows = std::max<i64>(1, kLogitsChunkBytes / (V * static_cast<i64>(esize)));
+  i64 chunk_rows = cuda::logits_chunk_rows(V, static_cast<i64>(esize));
   // Tests make a few tokens span several chunks.
   if (const char* env = std::getenv("TANDEM_CUDA_LOGITS_CHUNK_ROWS"); env && *env)
     chunk_rows = std::max<i64>(1, std::atoll(env));
