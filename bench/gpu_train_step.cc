@@ -39,6 +39,7 @@
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/loss_normalization.h"
 #include "tandem/train/op_profile_report.h"
+#include "tandem/train/plan.h"
 
 namespace {
 
@@ -309,6 +310,19 @@ int main(int argc, char** argv) {
     j["peak_memory_in_use_gib"] = gib(mem.peak_in_use);
     j["peak_memory_reserved_gib"] = gib(mem.peak_reserved);
     j["device_memory_total_gib"] = gib(mem.device_total);
+    // `tandem plan`'s count of the same step (its backend memory: buffers and, on the CUDA
+    // backend, the kernels' scratch), against the peak measured over the timed steps.
+    {
+      train::PlanInput in;
+      in.model = config;
+      in.sequence_length = T;
+      in.global_batch_instances = B;
+      in.micro_batch_instances = M;
+      in.bf16 = precision == model::Precision::kBf16;
+      in.device = train::device_spec(backend->name() == "cuda" ? "h200" : "cpu");
+      const train::Plan plan = train::make_plan(in);
+      j["planned_backend_memory_gib"] = plan.backend_bytes / (1024.0 * 1024.0 * 1024.0);
+    }
     if (a.fit_layers) j["layers_fit"] = fit_record;
     j["last_loss"] = last_loss;
     j["last_grad_norm"] = last_norm;
