@@ -11,13 +11,16 @@ over), until every test has run or the time is spent.
 Writes PREFIX.partN.json (GoogleTest's JSON of each run that finished, with the tests' recorded
 properties) and PREFIX.outcomes.json: the names "passed", "failed", "skipped", "crashed" and
 "timed_out" (running when the time ran out), from the output of every run, including those that
-crashed before writing their JSON, and "runs". Prints the program's output. Exit status: 1 when
-a test crashed, 124 when the time ran out, else the last run's (0: all passed).
+crashed before writing their JSON, and "runs". Prints the program's output, for as long as
+something reads it: a reader that goes away early (`| head`) stops the printing, not the tests or
+the outcomes. Exit status: 1 when a test crashed, 124 when the time ran out, else the last run's
+(0: all passed).
 
 Usage: gtest_resumable.py --prefix OUT/test_cuda --seconds 110 -- PROGRAM [--gtest_filter=F] ...
 """
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -31,6 +34,24 @@ RUN = re.compile(r"^\[ RUN      \] (\S+)")
 ENDED = re.compile(r"^\[ {7}(?P<passed>OK) \] (?P<a>\S+)|"
                    r"^\[  (?P<failed>FAILED)  \] (?P<b>[^\s,]+)(?:,| \()|"
                    r"^\[  (?P<skipped>SKIPPED) \] (?P<c>[^\s,]+)(?:,| \()")
+
+
+class Echo:
+    """Writes to stdout until its reader goes away; after that, nothing (stdout is pointed at
+    /dev/null so that the interpreter's own flush at exit does not fail either)."""
+
+    def __init__(self):
+        self.reader_gone = False
+
+    def __call__(self, text):
+        if self.reader_gone:
+            return
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            self.reader_gone = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def with_exclusions(gtest_filter, excluded):
@@ -61,6 +82,7 @@ def main():
         elif not a.startswith("--gtest_output="):
             rest.append(a)
 
+    echo = Echo()
     deadline = time.monotonic() + args.seconds
     ended, runs, status = set(), 0, 0
     outcomes = {"passed": [], "failed": [], "skipped": [], "crashed": [], "timed_out": []}
@@ -68,7 +90,7 @@ def main():
     while True:
         left = deadline - time.monotonic()
         if left <= 5:
-            print(f"gtest_resumable: time spent after {runs} run(s)", flush=True)
+            echo(f"gtest_resumable: time spent after {runs} run(s)\n")
             status = status or 124
             break
         json_path = f"{args.prefix}.part{runs}.json"
@@ -88,7 +110,7 @@ def main():
         timer.start()
         try:
             for line in proc.stdout:
-                sys.stdout.write(line)
+                echo(line)
                 if m := RUN.match(line):
                     running = m.group(1)
                 elif m := ENDED.match(line):
@@ -105,19 +127,18 @@ def main():
                 proc.kill()
                 proc.wait()
         if timed_out.is_set():
-            print(f"gtest_resumable: time spent during run {runs} ({running or 'between tests'})",
-                  flush=True)
+            echo(f"gtest_resumable: time spent during run {runs} ({running or 'between tests'})\n")
             if running is not None:
                 outcomes["timed_out"].append(running)
             status = 124
             break
         if status < 0 or status >= 128:  # ended by a signal (or by a handler re-raising one)
             if running is None:
-                print(f"gtest_resumable: the program ended by signal (status {status}) outside "
-                      "any test", flush=True)
+                echo(f"gtest_resumable: the program ended by signal (status {status}) outside "
+                     "any test\n")
                 break
-            print(f"gtest_resumable: {running} crashed the program (status {status}); running "
-                  "the tests it had not reached in a new process", flush=True)
+            echo(f"gtest_resumable: {running} crashed the program (status {status}); running "
+                 "the tests it had not reached in a new process\n")
             crashed.append(running)
             ended.add(running)
             continue
@@ -125,7 +146,7 @@ def main():
     with open(f"{args.prefix}.outcomes.json", "w") as f:
         json.dump(dict(outcomes, runs=runs), f, indent=2)
     if crashed:
-        print(f"gtest_resumable: crashed: {', '.join(crashed)}", flush=True)
+        echo(f"gtest_resumable: crashed: {', '.join(crashed)}\n")
         return 1
     return 0 if status == 0 else (status if 0 < status < 256 else 1)
 

@@ -147,8 +147,9 @@ def main():
             try:
                 r = run(m, attn, a, compile_model, device)
             except Exception as e:  # an implementation that cannot run here is reported, not fatal
+                first_line = str(e).splitlines()[0] if str(e) else ""
                 r = {"attn_implementation": attn, "compiled": compile_model,
-                     "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+                     "error": f"{type(e).__name__}: {first_line}"[:300]}
                 traceback.print_exc(file=sys.stderr)
             if compile_model:
                 torch._dynamo.reset()  # drops the compiled graphs (and the model they hold)
