@@ -114,6 +114,44 @@ TEST(Plan, StrategiesAndRecomputeOnOlmo3_7B) {
   EXPECT_EQ(item(fsdp, "unit gradients"), 4 * pool);
 }
 
+// On the CUDA backend (--device h200) the kernel scratch follows the attention path the backend
+// takes: cuDNN's deterministic SDPA backward for bf16 (dQ in fp32 and 2 bytes per query-key pair),
+// tandem's kernels (a float of row sums per query row) for fp32, under intra-document masking, and
+// where cuDNN's workspace would not fit (with a note). Each figure is cuBLASLt's 32 MiB plus the
+// larger of that and the logits chunk (2674 rows of 100,352 bf16 logits, or 1337 in fp32, plus
+// 16 bytes per token), worked out by hand for the 7B recipe (32 heads of 128, 8192 tokens, micro-
+// batches of 2): 33,554,432 + 2 x 32 x 8192 x 128 x 4 + 2 x 32 x 8192^2 x 2 = 8,891,924,480 B with
+// cuDNN; 33,554,432 + 536,682,496 + 16 x 16,384 = 570,499,072 B with the logits chunk.
+TEST(Plan, CudaKernelScratchFollowsTheAttentionPath) {
+  using dist::Strategy;
+  using model::Recompute;
+  train::PlanInput in = olmo3_7b(64, Strategy::kFsdp, Recompute::kFull);
+  ASSERT_EQ(in.micro_batch_instances, 2);
+  EXPECT_EQ(item(train::make_plan(in), "kernel scratch"), 8891924480.0);
+  train::PlanInput documents = in;
+  documents.intra_document = true;
+  EXPECT_EQ(item(train::make_plan(documents), "kernel scratch"), 570499072.0);
+  train::PlanInput fp32 = in;
+  fp32.bf16 = false;
+  EXPECT_EQ(item(train::make_plan(fp32), "kernel scratch"), 570499072.0);
+  // 65,536 tokens in micro-batches of one: cuDNN would want 276 GB; the logits chunk is larger
+  // than the row sums (8 MiB), so the scratch is 33,554,432 + 536,682,496 + 16 x 65,536 B.
+  train::PlanInput longer = in;
+  longer.model.max_sequence_length = 65536;
+  longer.sequence_length = 65536;
+  longer.micro_batch_instances = 1;
+  const train::Plan fallback = train::make_plan(longer);
+  EXPECT_EQ(item(fallback, "kernel scratch"), 571285504.0);
+  ASSERT_FALSE(fallback.notes.empty());
+  EXPECT_NE(fallback.notes.front().find("falls back to tandem's attention kernels"),
+            std::string::npos)
+      << fallback.notes.front();
+  // The long-context recipe's data section asks for document masking.
+  EXPECT_TRUE(train::read_plan_input(
+                  std::string(TANDEM_SOURCE_DIR) + "/configs/olmo3-7b-long-context.yaml", {})
+                  .intra_document);
+}
+
 TEST(Plan, ABatchThatDoesNotSplitNamesTheBatchThatWould) {
   try {
     train::make_plan(olmo3_7b(1024, dist::Strategy::kFsdp, model::Recompute::kFull));

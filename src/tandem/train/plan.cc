@@ -158,6 +158,8 @@ PlanInput read_plan_input(const std::string& path, const std::vector<std::string
                batch_tokens, in.sequence_length);
   in.global_batch_instances = batch_tokens / in.sequence_length;  // 0: one micro-batch per rank
   in.micro_batch_instances = data_int("micro_batch_size", 0);
+  in.intra_document =
+      data && data["generate_doc_lengths"] && data["generate_doc_lengths"].as<bool>();
   if (root["dist"]) in.dist = dist::read_dist_config(top.section("dist"));
   if (root["precision"])
     in.bf16 =
@@ -313,22 +315,44 @@ Plan make_plan(const PlanInput& in) {
   p.memory.push_back({"communication buffers", comm_buffers, comm_detail + " (host)", false});
   if (in.device.backend == "cuda") {
     // Device memory from the CUDA backend's allocator: cuBLASLt's workspace throughout, and at the
-    // peak the larger of the fused loss's logits chunk and the attention backward's workspace
-    // (cuDNN's deterministic SDPA for bf16; tandem's kernels' row sums for fp32).
+    // peak the larger of the fused loss's logits chunk and the attention backward's workspace.
+    // The backend's choice of attention path, as it makes it: cuDNN's deterministic SDPA for bf16
+    // without documents, unless its workspace finds no room (then, as for fp32 and documents,
+    // tandem's kernels and their row sums).
     namespace kc = kernels::cuda;
     const std::int64_t tokens = p.micro_batch_tokens, esize = in.bf16 ? 2 : 4;
     const auto ce =
         static_cast<double>(kc::cross_entropy_scratch_bytes(tokens, c.embedding_size, esize));
-    const auto attention = static_cast<double>(
-        in.bf16 ? kc::cudnn_attention_backward_workspace_bytes(mb, c.n_heads, T, c.head_dim)
-                : kc::attention_backward_scratch_bytes(mb, c.n_heads, T));
-    p.memory.push_back(
-        {"kernel scratch", static_cast<double>(kc::kGemmWorkspaceBytes) + std::max(ce, attention),
-         fmt::format("cuBLASLt's workspace and the larger of the fused loss's logits chunk ({}) "
-                     "and the attention backward's {} ({})",
-                     bytes_text(ce), in.bf16 ? "cuDNN workspace" : "row sums",
-                     bytes_text(attention)),
-         true});
+    const auto gemm = static_cast<double>(kc::kGemmWorkspaceBytes);
+    const auto cudnn = static_cast<double>(
+        kc::cudnn_attention_backward_workspace_bytes(mb, c.n_heads, T, c.head_dim));
+    double held = in.device.reserve_bytes;
+    for (const MemoryItem& m : p.memory) held += m.bytes;
+    const auto row_sums =
+        static_cast<double>(kc::attention_backward_scratch_bytes(mb, c.n_heads, T));
+    const bool cudnn_path = in.bf16 && !in.intra_document;
+    // A run that fits with tandem's kernels but not with cuDNN's workspace falls back; one that
+    // fits neither way is planned on the default path.
+    const bool cudnn_room = held + gemm + std::max(ce, cudnn) <= in.device.memory_bytes;
+    const bool kernels_room = held + gemm + std::max(ce, row_sums) <= in.device.memory_bytes;
+    std::string path = "cuDNN workspace";
+    double attention = cudnn;
+    if (!cudnn_path || (!cudnn_room && kernels_room)) {
+      attention = row_sums;
+      path = !in.bf16            ? "row sums"
+             : in.intra_document ? "row sums (documents: tandem's kernels)"
+                                 : "row sums (tandem's kernels: no room for cuDNN's workspace)";
+      if (cudnn_path)
+        p.notes.push_back(fmt::format(
+            "cuDNN's deterministic attention backward would need {} of workspace, which does not "
+            "fit: the backend falls back to tandem's attention kernels (slower)",
+            bytes_text(cudnn)));
+    }
+    p.memory.push_back({"kernel scratch", gemm + std::max(ce, attention),
+                        fmt::format("cuBLASLt's workspace and the larger of the fused loss's "
+                                    "logits chunk ({}) and the attention backward's {} ({})",
+                                    bytes_text(ce), path, bytes_text(attention)),
+                        true});
   } else {
     p.memory.push_back({"kernel scratch", std::max(ce_scratch, attention_scratch),
                         "the fused loss's logits chunk, or attention backward's row sums (host "

@@ -48,8 +48,9 @@ struct PlanInput {
   int world_size = 1;
   dist::DistConfig dist;
   model::Recompute recompute = model::Recompute::kNone;
-  bool bf16 = false;        // compute weights and activations in bf16 (fp32 master and moments)
-  double efficiency = 0.4;  // executed FLOPs / peak assumed for the step time
+  bool bf16 = false;            // compute weights and activations in bf16 (fp32 master and moments)
+  bool intra_document = false;  // data.generate_doc_lengths: attention inside each document
+  double efficiency = 0.4;      // executed FLOPs / peak assumed for the step time
   DeviceSpec device;
 };
 
