@@ -16,8 +16,9 @@
 #      logits and gradients; bf16 KL against HF's bf16 model);
 #   4. throughput in bf16 (the precision policy OLMo 3 trains with): tandem's full training step on
 #      the OLMo 3-shaped 1B model (seq 8192), HF transformers' Olmo3ForCausalLM on the same config
-#      in the same call, and a 7B-shaped layer stack of as many layers as fit; each of tandem's with one more step profiled
-#      op by op (device time, TFLOP/s, time between ops), so that one call shows where it goes;
+#      in the same call, and a 7B-shaped layer stack of as many layers as fit; each of tandem's
+#      with one more step profiled op by op (device time, TFLOP/s, time between ops), so that one
+#      call shows where it goes;
 #      then attention alone on each of its paths (bench/gpu_attention.cc);
 #      with time left, compute-sanitizer's memcheck and racecheck on the attention tests, HF's
 #      step under torch.compile (its strongest configuration, for the tokens/s ratio), the 1B
@@ -26,10 +27,10 @@
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
 # test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
 # *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,
-# bench_attention.json, and when time is left for them hf_1b_compiled.json, bench_1b_accumulated.json,
-# bench_1b_flash.json, bench_1b_unpacked.json and sanitizer_{memcheck,racecheck}.log. Exit status
-# 0 only when the tests and the HF comparison passed, the benchmarks ran (the optional last ones
-# aside) and compute-sanitizer found nothing.
+# bench_attention.json, and when time is left for them hf_1b_compiled.json,
+# bench_1b_accumulated.json, bench_1b_flash.json, bench_1b_unpacked.json and
+# sanitizer_{memcheck,racecheck}.log. Exit status 0 only when the tests and the HF comparison
+# passed, the benchmarks ran (the optional last ones aside) and compute-sanitizer found nothing.
 #
 # Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
 # GPU_CHECK_BUDGET_S (default 480) bounds the whole; GPU_CHECK_STEPS='bench_1b hf_1b' runs only
@@ -161,7 +162,7 @@ cd "$root"
 
 # The test output's telling lines, the first 150 of them. It reads to the end: a reader that
 # stopped early (head) would kill the test run upstream with SIGPIPE at its next line, before it
-# wrote its outcomes (seen in a rehearsal here, where 99 skipped tests print about 200 lines).
+# wrote its outcomes (seen in a rehearsal here, where 99 skipped tests print about 280 such lines).
 filter_test_output() {
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|^gtest_resumable|Failure|Expected|Which is|actual|no CUDA|rel|error|differ|step" |
     awk 'NR <= 150 { print } END { if (NR > 150) print "(" NR - 150 " more such lines not shown)" }'
