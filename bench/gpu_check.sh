@@ -292,9 +292,10 @@ step "HF transformers Olmo3ForCausalLM under torch.compile: same config and batc
 if gpu_step hf_1b_compiled; then
   hf_compile_s=$(($(left) - 45))
   ((hf_compile_s > 150)) && hf_compile_s=150
+  ((hf_compile_s < 1)) && hf_compile_s=1
   bounded 200 "$python" tools/bench_hf_gpu_train_step.py --config configs/models/olmo3-1b.yaml \
     --batch 1 --seq 8192 --steps 3 --attn flex_attention,sdpa --compiled yes \
-    --compile-budget "$((hf_compile_s > 1 ? hf_compile_s : 1))" --json "$out/hf_1b_compiled.json" |
+    --compile-budget "$hf_compile_s" --json "$out/hf_1b_compiled.json" |
     grep -v '^{"torch"' | cut -c1-300
   status[hf_1b_compiled]=${PIPESTATUS[0]}
 fi

@@ -62,7 +62,7 @@ void usage() {
       "[--json FILE] [--profile]\n");
 }
 
-double gib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
+double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 // A model with its optimiser and a fixed random batch: one call of step() is the benchmarked
 // training step (micro-batched forward + backward with z-loss, clipping, AdamW).
@@ -170,23 +170,23 @@ std::int64_t fit_layers(const Args& a, tandem::kernels::Backend& backend,
   TANDEM_CHECK(fits >= 1,
                "--layers fit: not one layer fits: {:.2f} GiB per layer beyond {:.2f} GiB, {:.2f} "
                "GiB available",
-               per_layer / (1 << 30), fixed / (1 << 30), gib(available));
+               gib(per_layer), gib(fixed), gib(available));
   const std::int64_t layers = std::min(fits, config_layers);
   record = {{"probes",
              {{{"layers", 2}, {"peak_in_use_gib", gib(p2)}},
               {{"layers", 3}, {"peak_in_use_gib", gib(p3)}}}},
-            {"per_layer_gib", per_layer / (1 << 30)},
-            {"fixed_gib", fixed / (1 << 30)},
+            {"per_layer_gib", gib(per_layer)},
+            {"fixed_gib", gib(fixed)},
             {"available_gib", gib(available)},
             {"device_total_gib", gib(m.device_total)},
             {"usable_fraction", kUsable},
             {"config_layers", config_layers},
             {"layers", layers},
-            {"predicted_peak_gib", (fixed + per_layer * static_cast<double>(layers)) / (1 << 30)}};
+            {"predicted_peak_gib", gib(fixed + per_layer * static_cast<double>(layers))}};
   fmt::print(
       "--layers fit: {:.2f} GiB per layer beyond {:.2f} GiB, {:.1f} GiB available: {} of "
       "the config's {} layers\n",
-      per_layer / (1 << 30), fixed / (1 << 30), gib(available), layers, config_layers);
+      gib(per_layer), gib(fixed), gib(available), layers, config_layers);
   return layers;
 }
 
@@ -263,17 +263,11 @@ int main(int argc, char** argv) {
       build_and_warm_up();
     }
     const std::int64_t B = a.batch, T = a.seq, M = a.micro_batch;
-    double last_loss = 0.0, last_norm = 0.0;
-    auto step = [&] {
-      rig->step();
-      last_loss = rig->last_loss;
-      last_norm = rig->last_norm;
-    };
     backend->reset_peak_memory();
     std::vector<double> times;
     for (std::int64_t s = 0; s < a.steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
-      step();
+      rig->step();
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::vector<double> sorted = times;
@@ -321,20 +315,20 @@ int main(int argc, char** argv) {
       in.bf16 = precision == model::Precision::kBf16;
       in.device = train::device_spec(backend->name() == "cuda" ? "h200" : "cpu");
       const train::Plan plan = train::make_plan(in);
-      j["planned_backend_memory_gib"] = plan.backend_bytes / (1024.0 * 1024.0 * 1024.0);
+      j["planned_backend_memory_gib"] = gib(plan.backend_bytes);
     }
     if (a.fit_layers) j["layers_fit"] = fit_record;
-    j["last_loss"] = last_loss;
-    j["last_grad_norm"] = last_norm;
-    const double timed_loss = last_loss;  // the profiled step below moves last_loss on
+    j["last_loss"] = rig->last_loss;
+    j["last_grad_norm"] = rig->last_norm;
+    const double timed_loss = rig->last_loss;  // the profiled step below moves it on
     if (a.profile) {
       backend->start_op_profile();
-      step();
+      rig->step();
       const kernels::OpProfile p = backend->finish_op_profile();
       j["profile"] = train::op_profile_json(p);
       // What the MFU counts for the step (the ops' FLOPs equal it: OpProfileFlops.*).
       j["profile"]["mfu_flops"] = flops_per_token * static_cast<double>(B * T);
-      j["profile"]["loss"] = last_loss;
+      j["profile"]["loss"] = rig->last_loss;
       fmt::print("profile of one step: {}\n", train::op_profile_summary(p, p.ops.size()));
     }
     fmt::print(

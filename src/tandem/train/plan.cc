@@ -258,9 +258,6 @@ Plan make_plan(const PlanInput& in) {
                       true});
 
   // ---- compute-weight copies, unit gradients, communication and kernel scratch at the peak ----
-  const double ce_rows = std::max(1.0, std::floor(kCrossEntropyChunkBytes / (V * 4)));
-  const double ce_scratch = std::min(N, ce_rows) * (V * 4 + 16);
-  const double attention_scratch = N * H * 4;
   double compute_copies = 0, unit_grads = 0, comm_buffers = 0;
   std::string copies_detail, grads_detail = "-", comm_detail;
   if (!sharded) {
@@ -354,6 +351,9 @@ Plan make_plan(const PlanInput& in) {
                                     bytes_text(ce), path, bytes_text(attention)),
                         true});
   } else {
+    const double ce_rows = std::max(1.0, std::floor(kCrossEntropyChunkBytes / (V * 4)));
+    const double ce_scratch = std::min(N, ce_rows) * (V * 4 + 16);
+    const double attention_scratch = N * H * 4;
     p.memory.push_back({"kernel scratch", std::max(ce_scratch, attention_scratch),
                         "the fused loss's logits chunk, or attention backward's row sums (host "
                         "on the CPU backend)",
