@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
     };
     try {
       build_and_warm_up();
-    } catch (const std::exception& e) {
+    } catch (const core::OutOfMemory& e) {
       if (!a.fit_layers || layers < 2) throw;
       // The fit's prediction was short of the real peak: say so and take fewer layers once.
       rig.reset();

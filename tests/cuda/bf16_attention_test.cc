@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../support/test_support.h"
 #include "bf16_test_util.h"
@@ -270,6 +272,142 @@ TEST(CudaBf16, TensorCoreMasksAtEveryAlignment) {
     for (std::int64_t i = 0; i < T; ++i) docs[static_cast<std::size_t>(i)] = i < start ? 0 : start;
     check_within_cudnn_rounding(gpu, Bf16AttentionCase{1, T, 2, 1, 16, 0, true}, docs);
   }
+}
+
+// One bf16 attention problem's inputs (bf16 bits) and what the default path saved for the
+// backward (cuDNN's output and lse), so that two backends can run the same backward.
+struct SavedAttention {
+  Shape qs, ks, ls;
+  std::int64_t window = 0;
+  float scale = 1.0f;
+  std::vector<std::uint16_t> q, k, v, o, dout;
+  std::vector<float> lse;
+};
+struct AttentionGrads {
+  std::vector<std::uint16_t> dq, dk, dv;
+};
+Buffer bf16_bits_on(kernels::Backend& b, Shape shape, const std::vector<std::uint16_t>& bits) {
+  Buffer out = b.allocate(DType::bf16, shape);
+  b.upload(out, bits.data());
+  return out;
+}
+// The backward's operands on one backend, allocated before it runs (so that a shortage of room
+// meets only what the backward itself allocates).
+struct AttentionBackward {
+  Buffer q, k, v, o, dout, lse, dq, dk, dv;
+  AttentionBackward(kernels::Backend& b, const SavedAttention& s)
+      : q(bf16_bits_on(b, s.qs, s.q)),
+        k(bf16_bits_on(b, s.ks, s.k)),
+        v(bf16_bits_on(b, s.ks, s.v)),
+        o(bf16_bits_on(b, s.qs, s.o)),
+        dout(bf16_bits_on(b, s.qs, s.dout)),
+        lse(put(b, s.ls, s.lse)),
+        dq(b.allocate(DType::bf16, s.qs)),
+        dk(b.allocate(DType::bf16, s.ks)),
+        dv(b.allocate(DType::bf16, s.ks)) {}
+  void run(kernels::Backend& b, const SavedAttention& s) {
+    b.attention_backward(q, k, v, o, lse, dout, dq, dk, dv, s.window, s.scale, Tensor());
+  }
+  AttentionGrads grads(kernels::Backend& b) const {
+    return {bits(b, dq), bits(b, dk), bits(b, dv)};
+  }
+};
+AttentionGrads attention_grads(kernels::Backend& b, const SavedAttention& s) {
+  AttentionBackward run(b, s);
+  run.run(b, s);
+  return run.grads(b);
+}
+
+// Where cuDNN's backward workspace finds no room, the backward runs on tandem's tensor-core
+// kernels from cuDNN's saved output and lse (`tandem plan` counts on this for runs whose workspace
+// does not fit): the refusal is said in describe(), the gradients are those kernels' own, bit for
+// bit, and with room again cuDNN's backward resumes (its own gradients, bit for bit). The room is
+// taken as another process would take it: an allocation on a GPU, on the emulator
+// TANDEM_CUDA_EMULATOR_HELD_BYTES (filling its 8 GiB would take that much host memory).
+TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
+  REQUIRE_CUDA(gpu);
+  if (gpu.describe().find("fused SDPA") == std::string::npos)
+    GTEST_SKIP() << "cuDNN's attention is not on this backend: " << gpu.describe();
+  const bool emulated = gpu.describe().find("CUDA emulator") != std::string::npos;
+  // Emulated, a small problem (its cuDNN's workspace: 768 KiB) and 128 KiB of room; on a GPU one
+  // whose deterministic backward needs an fp32 dQ accumulator of 32 MiB alone, and 8 MiB.
+  const std::int64_t T = emulated ? 256 : 8192, Hq = emulated ? 4 : 8, D = emulated ? 64 : 128;
+  const std::int64_t room = emulated ? std::int64_t{128} << 10 : std::int64_t{8} << 20;
+  SavedAttention s;
+  s.qs = Shape{1, T, Hq, D};
+  s.ks = Shape{1, T, Hq / 2, D};
+  s.ls = Shape{1, Hq, T};
+  s.window = T / 3;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto random_bits = [](Shape shape, std::uint64_t seed) {
+    std::vector<std::uint16_t> out;
+    for (float x : bf16_values(static_cast<std::size_t>(shape.numel()), seed))
+      out.push_back(to_bits(x));
+    return out;
+  };
+  s.q = random_bits(s.qs, 81);
+  s.k = random_bits(s.ks, 82);
+  s.v = random_bits(s.ks, 83);
+  s.dout = random_bits(s.qs, 84);
+  {
+    Buffer q = bf16_bits_on(gpu, s.qs, s.q), k = bf16_bits_on(gpu, s.ks, s.k),
+           v = bf16_bits_on(gpu, s.ks, s.v), o = gpu.allocate(DType::bf16, s.qs),
+           lse = gpu.allocate(DType::f32, s.ls);
+    gpu.attention_forward(q, k, v, o, lse, s.window, s.scale, Tensor());
+    s.o = bits(gpu, o);
+    s.lse = get(gpu, lse);
+  }
+  // With room: cuDNN's backward (its graph built here, not under the shortage).
+  const AttentionGrads cudnn = attention_grads(gpu, s);
+  ASSERT_EQ(gpu.describe().find("cuDNN refused attention"), std::string::npos) << gpu.describe();
+
+  AttentionBackward short_of_room(gpu, s);
+  {
+    gpu.release_cached_memory();
+    const kernels::MemoryStats m = gpu.memory_stats();
+    ASSERT_GT(m.device_free, room);
+    std::optional<testing::ScopedEnv> held;
+    std::vector<Buffer> fillers;  // on a GPU: what the device has but `room`, in a few pieces
+    if (emulated) {
+      held.emplace("TANDEM_CUDA_EMULATOR_HELD_BYTES", std::to_string(m.device_free - room).c_str());
+    } else {
+      for (int piece = 0; piece < 16; ++piece) {
+        const std::int64_t take = gpu.memory_stats().device_free - room;
+        if (take < (std::int64_t{2} << 20)) break;
+        try {
+          fillers.push_back(gpu.allocate(DType::f32, Shape{take / 4}));
+        } catch (const core::OutOfMemory&) {  // the driver's own needs: half of it, then again
+          fillers.push_back(gpu.allocate(DType::f32, Shape{take / 8}));
+        }
+      }
+    }
+    short_of_room.run(gpu, s);
+  }
+  // The fillers went back to the allocator's cache: to the device, for the backends below.
+  gpu.release_cached_memory();
+  const AttentionGrads without_room = short_of_room.grads(gpu);
+  const std::string said = gpu.describe();
+  if (!emulated && said.find("no room for cuDNN's") == std::string::npos)
+    GTEST_SKIP() << "this cuDNN's backward workspace for the problem fit in the " << (room >> 20)
+                 << " MiB left: " << said;
+  EXPECT_NE(said.find("no room for cuDNN's"), std::string::npos) << said;
+  EXPECT_NE(said.find("tensor-core kernels run instead"), std::string::npos) << said;
+
+  AttentionGrads tensor_cores;
+  {
+    const testing::ScopedEnv flash("TANDEM_CUDA_ATTENTION", "flash");
+    REQUIRE_CUDA(flash_gpu);
+    tensor_cores = attention_grads(flash_gpu, s);
+  }
+  EXPECT_EQ(without_room.dq, tensor_cores.dq);
+  EXPECT_EQ(without_room.dk, tensor_cores.dk);
+  EXPECT_EQ(without_room.dv, tensor_cores.dv);
+  // The two paths round differently (cuDNN's own kernels), so the last check can tell them apart.
+  EXPECT_NE(cudnn.dq, tensor_cores.dq);
+  const AttentionGrads again = attention_grads(gpu, s);
+  EXPECT_EQ(again.dq, cudnn.dq);
+  EXPECT_EQ(again.dk, cudnn.dk);
+  EXPECT_EQ(again.dv, cudnn.dv);
 }
 
 TEST(CudaBf16, AnUnknownAttentionChoiceIsRefused) {

@@ -12,6 +12,7 @@
 
 #include "../support/test_support.h"
 #include "cuda_test_util.h"
+#include "tandem/core/error.h"
 #include "tandem/kernels/cuda/launch.h"
 
 namespace tandem::cuda_testing {
@@ -492,6 +493,24 @@ TEST(CudaOps, MemoryRoundTripsAndCachingAllocator) {
   EXPECT_GT(gpu.peak_flops(DType::f32), 1e12);
   EXPECT_GT(gpu.peak_flops(DType::bf16), gpu.peak_flops(DType::f32));
   EXPECT_NE(gpu.describe().find("cuda: "), std::string::npos);
+}
+
+// An allocation larger than the device is out of memory (core::OutOfMemory, which a caller may
+// answer with less: cuDNN's workspace, `--layers fit`), says what it asked for, and leaves the
+// backend usable (the failed cudaMalloc's error cleared).
+TEST(CudaOps, AnAllocationLargerThanTheDeviceIsOutOfMemory) {
+  REQUIRE_CUDA(gpu);
+  const kernels::MemoryStats m = gpu.memory_stats();
+  ASSERT_GT(m.device_total, 0);
+  try {
+    Buffer too_big = gpu.allocate(DType::f32, Shape{m.device_total / 4 + (1 << 20)});
+    ADD_FAILURE() << "allocated more than the device's " << m.device_total << " B";
+  } catch (const core::OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot allocate"), std::string::npos) << e.what();
+  }
+  const std::vector<float> values = normal(1000, 45);
+  Buffer after = put(gpu, Shape{1000}, values);
+  EXPECT_TRUE(bit_identical(get(gpu, after), values));
 }
 
 }  // namespace

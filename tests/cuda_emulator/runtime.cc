@@ -38,6 +38,15 @@ constexpr std::size_t kDefaultSharedBytes = 48 * 1024;
 constexpr std::size_t kMaxSharedBytes = 227 * 1024;
 constexpr unsigned kMaxThreads = 1024;
 constexpr std::size_t kDeviceBytes = std::size_t{8} << 30;  // not the H200's 141 GB: a CPU's share
+// Device memory that other processes hold: TANDEM_CUDA_EMULATOR_HELD_BYTES (default 0), read at
+// every allocation, so that a test can leave the process only so much room without the host
+// memory that filling the device with its own allocations would take.
+std::size_t held_by_others() {
+  const char* v = std::getenv("TANDEM_CUDA_EMULATOR_HELD_BYTES");
+  if (v == nullptr || *v == 0) return 0;
+  const unsigned long long held = std::strtoull(v, nullptr, 10);
+  return held < kDeviceBytes ? static_cast<std::size_t>(held) : kDeviceBytes;
+}
 // An H200's multiprocessors and boost clock, for the peak FLOP/s the backend derives from them.
 constexpr int kSms = 132;
 constexpr int kClockKhz = 1980000;
@@ -350,7 +359,8 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   cuda_emulator::watch_host_access();
   std::lock_guard lock(s.mutex);
-  if (s.in_use + bytes > cuda_emulator::kDeviceBytes) return error(cudaErrorMemoryAllocation);
+  if (s.in_use + bytes + cuda_emulator::held_by_others() > cuda_emulator::kDeviceBytes)
+    return error(cudaErrorMemoryAllocation);
   const std::size_t span = cuda_emulator::pages(bytes);
   void* p = std::aligned_alloc(cuda_emulator::kPage, span);
   if (!p) return error(cudaErrorMemoryAllocation);
@@ -401,7 +411,8 @@ cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   auto& s = state();
   std::lock_guard lock(s.mutex);
   *total_bytes = cuda_emulator::kDeviceBytes;
-  *free_bytes = cuda_emulator::kDeviceBytes - s.in_use;
+  const std::size_t taken = s.in_use + cuda_emulator::held_by_others();
+  *free_bytes = taken < cuda_emulator::kDeviceBytes ? cuda_emulator::kDeviceBytes - taken : 0;
   return cudaSuccess;
 }
 

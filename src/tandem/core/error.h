@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A device allocation the device had no room for: what a caller may answer with a smaller request
+// or another algorithm (cuDNN's workspace, `--layers fit`), where any other error must propagate.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

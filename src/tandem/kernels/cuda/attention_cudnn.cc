@@ -165,7 +165,7 @@ struct CudnnAttention::Impl {
     if (e.workspace > 0) {
       try {
         workspace = memory->allocate(static_cast<std::size_t>(e.workspace));
-      } catch (const std::exception& ex) {
+      } catch (const core::OutOfMemory& ex) {
         *refusal = fmt::format("no room for cuDNN's {} B workspace: {}", e.workspace, ex.what());
         return false;
       }

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <string>
 
 #include "tandem/core/error.h"
 
@@ -48,12 +49,17 @@ void* CachingAllocator::allocate(std::size_t bytes) {
       cudaGetLastError();
       std::size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
-      core::fail(
+      const std::string message = fmt::format(
           "cuda: cannot allocate {:.3f} GiB of device memory ({}): {:.3f} GiB in use by tandem, "
           "{:.3f} GiB reserved, {:.3f} of {:.3f} GiB free on the device",
           gib(static_cast<std::int64_t>(size)), cudaGetErrorString(rc), gib(counters_.in_use),
           gib(counters_.reserved), gib(static_cast<std::int64_t>(free_bytes)),
           gib(static_cast<std::int64_t>(total_bytes)));
+      // Only the driver's "no room" is out of memory; any other failure (a sticky error from an
+      // earlier fault, a bad device) is an error to report, never a reason to fall back.
+      if (rc == cudaErrorMemoryAllocation)
+        throw core::OutOfMemory(message + " (`tandem plan` estimates what a run needs)");
+      throw core::Error(message);
     }
     counters_.reserved += static_cast<std::int64_t>(size);
     counters_.peak_reserved = std::max(counters_.peak_reserved, counters_.reserved);
