@@ -15,6 +15,12 @@ constexpr std::size_t kSmallGrain = 512;
 constexpr std::size_t kLargeGrain = std::size_t{2} << 20;
 
 double gib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+// A request's size in words: GiB from 1 GiB up, else MiB (a workspace of a few hundred KiB is not
+// "0.001 GiB").
+std::string amount(std::int64_t bytes) {
+  if (bytes >= (std::int64_t{1} << 30)) return fmt::format("{:.3f} GiB", gib(bytes));
+  return fmt::format("{:.3f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
 
 }  // namespace
 
@@ -50,9 +56,9 @@ void* CachingAllocator::allocate(std::size_t bytes) {
       std::size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
       const std::string message = fmt::format(
-          "cuda: cannot allocate {:.3f} GiB of device memory ({}): {:.3f} GiB in use by tandem, "
+          "cuda: cannot allocate {} of device memory ({}): {:.3f} GiB in use by tandem, "
           "{:.3f} GiB reserved, {:.3f} of {:.3f} GiB free on the device",
-          gib(static_cast<std::int64_t>(size)), cudaGetErrorString(rc), gib(counters_.in_use),
+          amount(static_cast<std::int64_t>(size)), cudaGetErrorString(rc), gib(counters_.in_use),
           gib(counters_.reserved), gib(static_cast<std::int64_t>(free_bytes)),
           gib(static_cast<std::int64_t>(total_bytes)));
       // Only the driver's "no room" is out of memory; any other failure (a sticky error from an
