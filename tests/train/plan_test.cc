@@ -152,6 +152,35 @@ TEST(Plan, CudaKernelScratchFollowsTheAttentionPath) {
                   .intra_document);
 }
 
+// --device h100: the H200's Hopper node (peaks, links, reserve, backend) with 80 GB per GPU. The
+// 7B recipe's per-rank bytes do not depend on the device where cuDNN's workspace fits both; ZeRO-1
+// with selective recompute at 64 GPUs (about 115 GB) fits an H200 and not an H100.
+TEST(Plan, H100IsTheH200NodeWith80GB) {
+  using dist::Strategy;
+  using model::Recompute;
+  const train::DeviceSpec h200 = train::device_spec("h200"), h100 = train::device_spec("h100");
+  EXPECT_EQ(h100.memory_bytes, 80e9);
+  EXPECT_EQ(h200.memory_bytes, 141e9);
+  EXPECT_EQ(h100.peak_flops_bf16, h200.peak_flops_bf16);
+  EXPECT_EQ(h100.peak_flops_fp32, h200.peak_flops_fp32);
+  EXPECT_EQ(h100.intra_node_bandwidth, h200.intra_node_bandwidth);
+  EXPECT_EQ(h100.inter_node_bandwidth, h200.inter_node_bandwidth);
+  EXPECT_EQ(h100.devices_per_node, h200.devices_per_node);
+  EXPECT_EQ(h100.reserve_bytes, h200.reserve_bytes);
+  EXPECT_EQ(h100.backend, "cuda");
+  EXPECT_NE(h100.source.find("H100 SXM: 80 GB"), std::string::npos) << h100.source;
+  for (Recompute r : {Recompute::kSelective, Recompute::kFull}) {
+    train::PlanInput on_h200 = olmo3_7b(64, Strategy::kZero1, r), on_h100 = on_h200;
+    on_h100.device = h100;
+    const train::Plan a = train::make_plan(on_h200), b = train::make_plan(on_h100);
+    EXPECT_EQ(a.total_bytes, b.total_bytes);
+    EXPECT_EQ(item(a, "kernel scratch"), item(b, "kernel scratch"));
+    EXPECT_EQ(a.step_s, b.step_s);
+    EXPECT_TRUE(a.fits);
+    EXPECT_FALSE(b.fits) << b.total_bytes;
+  }
+}
+
 TEST(Plan, ABatchThatDoesNotSplitNamesTheBatchThatWould) {
   try {
     train::make_plan(olmo3_7b(1024, dist::Strategy::kFsdp, model::Recompute::kFull));

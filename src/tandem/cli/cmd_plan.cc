@@ -1,4 +1,4 @@
-// `tandem plan CONFIG [key=value ...] [--world-size N] [--device h200|cpu] [--strategy S]
+// `tandem plan CONFIG [key=value ...] [--world-size N] [--device h200|h100|cpu] [--strategy S]
 // [--shard-group-size G] [--recompute R] [--micro-batch M] [--precision P] [--efficiency F]
 // [--json]`: per-rank memory and the estimated step time of a run before running it
 // (train/plan.h). Flags override what the config says.
@@ -29,7 +29,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("config", o->config, "Run or model config (YAML)")->required();
   cmd->add_option("overrides", o->overrides, "key=value overrides, e.g. data.sequence_length=4096");
   cmd->add_option("--world-size", o->world_size, "Data-parallel ranks (devices)");
-  cmd->add_option("--device", o->device, "h200 or cpu (this machine)");
+  cmd->add_option("--device", o->device, "h200, h100 (SXM) or cpu (this machine)");
   cmd->add_option("--strategy", o->strategy, "ddp, zero1, fsdp or hsdp (default: the config's)");
   cmd->add_option("--shard-group-size", o->shard_group_size, "hsdp: ranks per shard group");
   cmd->add_option("--recompute", o->recompute, "none, selective or full (default: the config's)");

@@ -97,11 +97,14 @@ double peak_flops(const PlanInput& in) {
 DeviceSpec device_spec(const std::string& name) {
   DeviceSpec d;
   d.name = name;
-  if (name == "h200") {
+  if (name == "h200" || name == "h100") {
     // NVIDIA H200 SXM: 141 GB HBM3e, 989.4 TFLOP/s dense bf16 (66.9 fp32), NVLink 4 at 900 GB/s
     // both directions together (450 per direction), 8 GPUs per HGX node; between nodes one
-    // 400 Gb/s NIC per GPU (50 GB/s). Collectives are assumed to reach 80 % of a link.
-    d.memory_bytes = 141e9;
+    // 400 Gb/s NIC per GPU (50 GB/s). Collectives are assumed to reach 80 % of a link. The H100
+    // SXM (where OLMo-core's recipes train) is the same Hopper chip and node with 80 GB of HBM3;
+    // tandem's kernels (sm_90a) and the backend's published peaks serve both.
+    const bool h200 = name == "h200";
+    d.memory_bytes = h200 ? 141e9 : 80e9;
     d.peak_flops_bf16 = 989.4e12;
     d.peak_flops_fp32 = 66.9e12;
     d.intra_node_bandwidth = 0.8 * 450e9;
@@ -110,10 +113,11 @@ DeviceSpec device_spec(const std::string& name) {
     d.devices_per_node = 8;
     d.reserve_bytes = 3e9;
     d.backend = "cuda";
-    d.source =
-        "NVIDIA H200 SXM: 141 GB, 989.4 TFLOP/s bf16 dense, NVLink 450 GB/s and 400 Gb/s "
+    d.source = fmt::format(
+        "NVIDIA {} SXM: {} GB, 989.4 TFLOP/s bf16 dense, NVLink 450 GB/s and 400 Gb/s "
         "InfiniBand per GPU per direction, 80 % of link bandwidth, 10 us per ring step, 8 GPUs "
-        "per node, 3 GB for CUDA context, library workspaces and NCCL";
+        "per node, 3 GB for CUDA context, library workspaces and NCCL",
+        h200 ? "H200" : "H100", h200 ? 141 : 80);
     return d;
   }
   if (name == "cpu") {
@@ -135,7 +139,7 @@ DeviceSpec device_spec(const std::string& name) {
         bytes_text(d.memory_bytes), cpu->describe_peak(kernels::DType::f32));
     return d;
   }
-  core::fail("unknown device '{}' (expected h200 or cpu)", name);
+  core::fail("unknown device '{}' (expected h200, h100 or cpu)", name);
 }
 
 PlanInput read_plan_input(const std::string& path, const std::vector<std::string>& overrides) {

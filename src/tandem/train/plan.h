@@ -22,7 +22,7 @@
 namespace tandem::train {
 
 struct DeviceSpec {
-  std::string name;                    // "h200", "cpu"
+  std::string name;                    // "h200", "h100", "cpu"
   double memory_bytes = 0;             // per device
   double peak_flops_bf16 = 0;          // dense matmul peak, FLOP/s
   double peak_flops_fp32 = 0;          //
@@ -35,8 +35,8 @@ struct DeviceSpec {
   std::string source;        // where the figures come from
 };
 
-// "h200": NVIDIA's published H200 SXM figures; "cpu": this machine (its RAM, the CPU backend's
-// stated fp32 peak for the cores OpenMP uses). Throws Error naming the device otherwise.
+// "h200", "h100": NVIDIA's published H200 / H100 SXM figures; "cpu": this machine (its RAM, the CPU
+// backend's stated fp32 peak for the cores OpenMP uses). Throws Error naming the device otherwise.
 DeviceSpec device_spec(const std::string& name);
 
 struct PlanInput {
