@@ -71,5 +71,24 @@ TEST(CudaPlan, PlannedBackendMemoryIsTheFirstStepsDevicePeak) {
   }
 }
 
+// A run the device has no room for ends with the allocator's out-of-memory error and the pointer
+// to `tandem plan`, exit status 1. Emulated only: there the device's room is set by
+// TANDEM_CUDA_EMULATOR_HELD_BYTES (all but 16 MiB held, less than cuBLASLt's 32 MiB workspace).
+TEST(CudaPlan, ARunWithoutRoomEndsWithTheOutOfMemoryAndThePlansPointer) {
+  REQUIRE_CUDA(gpu);
+  if (gpu.describe().find("CUDA emulator") == std::string::npos)
+    GTEST_SKIP() << "the device's free memory is set only on the CUDA emulator";
+  const std::string dir = testing::temp_dir("cuda_plan_no_room");
+  const std::int64_t held = gpu.memory_stats().device_total - (std::int64_t{16} << 20);
+  auto no_room = testing::run_shell(
+      "TANDEM_CUDA_EMULATOR_HELD_BYTES=" + std::to_string(held) + " " + testing::tandem_binary() +
+      " train " + fixture("train/parity.yaml") + " backend=cuda " + "trainer.save_folder=" + dir +
+      " trainer.max_steps=1 " + "trainer.progress=false evaluation.interval=0");
+  EXPECT_EQ(no_room.exit_code, 1) << no_room.output;
+  EXPECT_NE(no_room.output.find("cannot allocate"), std::string::npos) << no_room.output;
+  EXPECT_NE(no_room.output.find("`tandem plan CONFIG --device ...`"), std::string::npos)
+      << no_room.output;
+}
+
 }  // namespace
 }  // namespace tandem

@@ -30,6 +30,13 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const tandem::core::OutOfMemory& e) {
+    // Said here, where the shortage ends the run (a fallback that catches it says nothing).
+    fmt::print(stderr,
+               "tandem: error: {}\n(`tandem plan CONFIG --device ...` shows what a run needs per "
+               "device and which strategies fit)\n",
+               e.what());
+    return 1;
   } catch (const tandem::core::Error& e) {
     fmt::print(stderr, "tandem: error: {}\n", e.what());
     return 1;

@@ -63,8 +63,7 @@ void* CachingAllocator::allocate(std::size_t bytes) {
           gib(static_cast<std::int64_t>(total_bytes)));
       // Only the driver's "no room" is out of memory; any other failure (a sticky error from an
       // earlier fault, a bad device) is an error to report, never a reason to fall back.
-      if (rc == cudaErrorMemoryAllocation)
-        throw core::OutOfMemory(message + " (`tandem plan` estimates what a run needs)");
+      if (rc == cudaErrorMemoryAllocation) throw core::OutOfMemory(message);
       throw core::Error(message);
     }
     counters_.reserved += static_cast<std::int64_t>(size);
