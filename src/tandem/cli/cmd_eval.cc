@@ -68,6 +68,9 @@ int run_eval(const EvalArgs& args) {
   std::string model_dir = train::resolve_model_dir(where);
   std::unique_ptr<kernels::Backend> backend = kernels::make_backend(run ? run->backend : "cpu");
   auto model = model::load_model(model_dir, *backend);
+  // No backward follows: each block keeps only its input (the forward's values are the same under
+  // every policy): on OLMo 3 7B's dims 402,064 B of activations per token in bf16, not 4,739,584.
+  model->set_recompute(model::Recompute::kFull);
 
   nlohmann::json out;
   out["model"] = model_dir;

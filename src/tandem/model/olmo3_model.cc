@@ -533,8 +533,26 @@ void Olmo3Model::forward_hidden(const std::int64_t* ids, std::int64_t B, std::in
                            static_cast<float>(config_.layer_norm_eps));
 }
 
+void Olmo3Model::set_forward_only_token_limit(std::int64_t tokens) {
+  TANDEM_CHECK(tokens >= 0, "forward-only token limit {} is negative", tokens);
+  forward_only_token_limit_ = tokens;
+}
+
+std::int64_t Olmo3Model::forward_only_rows(std::int64_t B, std::int64_t T) const {
+  if (forward_only_token_limit_ == 0 || B * T <= forward_only_token_limit_) return B;
+  return std::max<std::int64_t>(1, forward_only_token_limit_ / T);
+}
+
 void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T,
                                 float* logits, const std::int64_t* doc_start) {
+  const std::int64_t piece = forward_only_rows(B, T), V = config_.embedding_size;
+  for (std::int64_t b = 0; b < B; b += piece)
+    forward_logits_piece(ids + b * T, std::min(piece, B - b), T, logits + b * T * V,
+                         doc_start ? doc_start + b * T : nullptr);
+}
+
+void Olmo3Model::forward_logits_piece(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                                      float* logits, const std::int64_t* doc_start) {
   begin_pass(false);
   forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T;
@@ -558,6 +576,37 @@ std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::in
                                                 const std::int64_t* doc_start) {
   TANDEM_CHECK(positions.size() == targets.size(), "token_log_probs: {} positions, {} targets",
                positions.size(), targets.size());
+  const std::int64_t piece = forward_only_rows(B, T);
+  if (piece == B) return token_log_probs_piece(ids, B, T, positions, targets, doc_start);
+  for (std::int64_t p : positions)
+    TANDEM_CHECK(p >= 0 && p < B * T, "token_log_probs: position {} outside the {} x {} batch", p,
+                 B, T);
+  // Each piece scores the positions in its rows, renumbered from its first row; the results go
+  // back in the callers' order.
+  std::vector<double> out(positions.size());
+  for (std::int64_t b = 0; b < B; b += piece) {
+    const std::int64_t n = std::min(piece, B - b), first = b * T, end = (b + n) * T;
+    std::vector<std::int64_t> local, local_targets;
+    std::vector<std::size_t> where;
+    for (std::size_t i = 0; i < positions.size(); ++i) {
+      if (positions[i] < first || positions[i] >= end) continue;
+      local.push_back(positions[i] - first);
+      local_targets.push_back(targets[i]);
+      where.push_back(i);
+    }
+    if (local.empty()) continue;
+    const std::vector<double> logp = token_log_probs_piece(ids + first, n, T, local, local_targets,
+                                                           doc_start ? doc_start + first : nullptr);
+    for (std::size_t k = 0; k < where.size(); ++k) out[where[k]] = logp[k];
+  }
+  return out;
+}
+
+std::vector<double> Olmo3Model::token_log_probs_piece(const std::int64_t* ids, std::int64_t B,
+                                                      std::int64_t T,
+                                                      std::span<const std::int64_t> positions,
+                                                      std::span<const std::int64_t> targets,
+                                                      const std::int64_t* doc_start) {
   begin_pass(false);
   forward_hidden(ids, B, T, doc_start);
   const auto n = static_cast<std::int64_t>(positions.size());
@@ -579,6 +628,19 @@ LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_
                                       std::int64_t B, std::int64_t T, float z_weight,
                                       float grad_scale, bool backward,
                                       const std::int64_t* doc_start) {
+  if (const std::int64_t piece = forward_only_rows(B, T); !backward && piece < B) {
+    // The sums of the pieces, in row order.
+    LossSums total;
+    for (std::int64_t b = 0; b < B; b += piece) {
+      const LossSums s =
+          forward_backward(ids + b * T, labels + b * T, std::min(piece, B - b), T, z_weight,
+                           grad_scale, false, doc_start ? doc_start + b * T : nullptr);
+      total.ce_sum += s.ce_sum;
+      total.z_sum += s.z_sum;
+      total.count += s.count;
+    }
+    return total;
+  }
   begin_pass(backward);
   forward_hidden(ids, B, T, doc_start);
   const std::int64_t N = B * T, d = config_.d_model;

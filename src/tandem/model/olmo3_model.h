@@ -104,6 +104,15 @@ class Olmo3Model {
                             std::int64_t T, float z_weight, float grad_scale, bool backward,
                             const std::int64_t* doc_start = nullptr);
 
+  // Forward-only passes (forward_logits, token_log_probs, forward_backward without backward) run
+  // their rows in pieces of at most `tokens` tokens (one row at least), so that an evaluation
+  // between training steps never grows the activation buffers past the training micro-batch's,
+  // which `tandem plan` counts (the trainer sets it to that micro-batch; a batch of 8 rows of
+  // 8,192 tokens would otherwise keep every block's activations for 65,536 tokens). The results
+  // are the whole batch's up to the rounding of GEMMs over fewer rows (a kernel chosen by shape);
+  // 0 (the default) runs any batch whole.
+  void set_forward_only_token_limit(std::int64_t tokens);
+
   // The activation recompute policy (default none). Changing it frees the activation buffers;
   // the next forward allocates them for the new policy.
   void set_recompute(Recompute policy);
@@ -208,6 +217,15 @@ class Olmo3Model {
   void recompute_block(std::int64_t l, std::int64_t B, std::int64_t T);
   // On entry d_residual holds dL/d(output of block l); on exit dL/d(input of block l).
   void backward_block(std::int64_t l, std::int64_t B, std::int64_t T);
+  // The public forward-only passes on one piece of rows (see set_forward_only_token_limit).
+  void forward_logits_piece(const std::int64_t* ids, std::int64_t B, std::int64_t T, float* logits,
+                            const std::int64_t* doc_start);
+  std::vector<double> token_log_probs_piece(const std::int64_t* ids, std::int64_t B, std::int64_t T,
+                                            std::span<const std::int64_t> positions,
+                                            std::span<const std::int64_t> targets,
+                                            const std::int64_t* doc_start);
+  // Rows per piece of a forward-only pass over B rows of T tokens.
+  std::int64_t forward_only_rows(std::int64_t B, std::int64_t T) const;
   // [N, width] view of a buffer sized for the capacity.
   kernels::Tensor rows(const kernels::Buffer& b, std::int64_t n, std::int64_t width) const;
   kernels::Tensor rows(const kernels::Tensor& t, std::int64_t n, std::int64_t width) const;
@@ -241,6 +259,7 @@ class Olmo3Model {
   Workspace workspace_;
   std::int64_t capacity_tokens_ = -1;
   std::int64_t capacity_batch_ = -1;
+  std::int64_t forward_only_token_limit_ = 0;
 };
 
 }  // namespace tandem::model

@@ -89,6 +89,9 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
   model_ = std::make_unique<model::Olmo3Model>(config_.model, *backend_, config_.precision,
                                                sharded_.get());
   model_->set_recompute(config_.trainer.recompute);
+  // Evaluations between steps run in pieces of the training micro-batch: no more memory than a
+  // step (what `tandem plan` counts).
+  model_->set_forward_only_token_limit(rank_micro_batch_tokens());
   optimizer_ = make_optimizer(config_, *backend_, *model_, sharded_.get(), comm_);
   // Every buffer so far is zeroed at allocation, so resident; the pools of gathered units and
   // unit gradients are not touched yet.
@@ -127,11 +130,15 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
 
 Trainer::~Trainer() = default;
 
+std::int64_t Trainer::rank_micro_batch_tokens() const {
+  return config_.data.micro_batch_size > 0
+             ? config_.data.micro_batch_size * config_.data.sequence_length
+             : config_.data.instances_per_batch() / comm_.world_size() *
+                   config_.data.sequence_length;
+}
+
 void Trainer::log_memory() const {
-  const std::int64_t rank_tokens =
-      config_.data.micro_batch_size > 0
-          ? config_.data.micro_batch_size * config_.data.sequence_length
-          : config_.data.instances_per_batch() / comm_.world_size() * config_.data.sequence_length;
+  const std::int64_t rank_tokens = rank_micro_batch_tokens();
   const std::int64_t moments = optimizer_->moment_bytes(), full = optimizer_->full_moment_bytes();
   const char* act = model::precision_name(model_->precision());
   std::string compute =

@@ -35,6 +35,7 @@ class Trainer {
   void initialise_weights();
   void start_fresh();
   void log_memory() const;
+  std::int64_t rank_micro_batch_tokens() const;  // tokens per micro-batch on this rank
   // trainer.profile_step: the step's op profile into the run directory and the log; `tokens`:
   // this rank's share of the step.
   void write_op_profile(const kernels::OpProfile& p, std::int64_t step, std::int64_t tokens);
