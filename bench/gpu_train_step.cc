@@ -38,6 +38,7 @@
 #include "tandem/optim/adamw.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/loss_normalization.h"
+#include "tandem/train/memory_preflight.h"
 #include "tandem/train/op_profile_report.h"
 #include "tandem/train/plan.h"
 
@@ -313,7 +314,10 @@ int main(int argc, char** argv) {
       in.global_batch_instances = B;
       in.micro_batch_instances = M;
       in.bf16 = precision == model::Precision::kBf16;
-      in.device = train::device_spec(backend->name() == "cuda" ? "h200" : "cpu");
+      // This device's room (free plus held by tandem's allocator) decides the attention path
+      // as the backend decided it.
+      in.device =
+          mem.device_total > 0 ? train::device_spec_of(*backend) : train::device_spec("cpu");
       const train::Plan plan = train::make_plan(in);
       j["planned_backend_memory_gib"] = gib(plan.backend_bytes);
     }

@@ -7,7 +7,8 @@
 // backward workspace is. The planner sizes that workspace by cuDNN 9's formula for Hopper, which
 // the CUDA emulator reproduces; on a GPU the workspace is the installed cuDNN's own, so there the
 // cuDNN cases record planned and measured (RecordProperty) and only the fp32 case is held to the
-// bound.
+// bound. The trainer's start-up check (train/memory_preflight.h) counts the same and, on the
+// emulator, warns a run without room before it starts, with what would fit.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -27,11 +28,27 @@ using testing::fixture;
 // attention workspace (in place of the smaller chunk) by 316 KiB, cuBLASLt's workspace by 32 MiB.
 constexpr double kRoundingSlack = 128 * 512;
 
-std::int64_t measured_first_step_peak(const std::string& output) {
+// The first number the pattern's group captures in a run's log (-1, and a failure, if none).
+std::int64_t logged(const std::string& output, const std::string& pattern) {
   std::smatch m;
-  const std::regex line(R"(device memory per rank in the first step: peak (\d+) B)");
-  EXPECT_TRUE(std::regex_search(output, m, line)) << output;
+  EXPECT_TRUE(std::regex_search(output, m, std::regex(pattern))) << pattern << "\n" << output;
   return m.empty() ? -1 : std::stoll(m[1]);
+}
+
+std::int64_t measured_first_step_peak(const std::string& output) {
+  return logged(output, R"(device memory per rank in the first step: peak (\d+) B)");
+}
+
+// The trainer's start-up check: `tandem plan`'s count for the run on this device.
+std::int64_t preflight_planned(const std::string& output) {
+  return logged(output, R"(memory plan \(as `tandem plan`\): (\d+) B)");
+}
+
+double planned_backend_memory(const std::string& overrides) {
+  auto p = testing::run_tandem("plan " + fixture("train/parity.yaml") + " " + overrides +
+                               " --device h200 --json");
+  EXPECT_EQ(p.exit_code, 0) << p.output;
+  return nlohmann::json::parse(p.output.substr(p.output.find('{')))["memory_backend"].get<double>();
 }
 
 TEST(CudaPlan, PlannedBackendMemoryIsTheFirstStepsDevicePeak) {
@@ -62,13 +79,63 @@ TEST(CudaPlan, PlannedBackendMemoryIsTheFirstStepsDevicePeak) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const double planned = plan["memory_backend"].get<double>();
     const auto measured = static_cast<double>(measured_first_step_peak(r.output));
+    // The start-up check counts what `tandem plan` does, and finds room for it.
+    EXPECT_EQ(preflight_planned(r.output), std::llround(planned));
+    EXPECT_EQ(r.output.find("WARNING"), std::string::npos) << r.output;
+    // The whole run's peak, the held-out evaluation after the last step included (it runs in
+    // pieces of the training micro-batch), is the first step's.
+    const auto run_peak = static_cast<double>(
+        logged(r.output, R"(device memory: peak (\d+) B \([\d.]+ MiB\) in use)"));
     const std::string key = c.precision + (c.overrides.empty() ? "" : "_attention");
     ::testing::Test::RecordProperty("planned_" + key, std::to_string(planned));
     ::testing::Test::RecordProperty("measured_" + key, std::to_string(measured));
     if (c.cudnn && !emulated) continue;  // the installed cuDNN sizes its own workspace
     EXPECT_GE(measured, planned);
     EXPECT_LE(measured, planned + kRoundingSlack);
+    EXPECT_EQ(run_peak, measured);
   }
+}
+
+// A run without room for its plan says so at start-up, before its first step, with the changes
+// that would fit; the first of them then runs in the same room. Emulated only (the device's room
+// is set by TANDEM_CUDA_EMULATOR_HELD_BYTES): room halfway between the plans with recompute none
+// and full, so that the run as configured cannot fit and full recompute (at least) can.
+TEST(CudaPlan, ARunWithoutRoomSaysSoAtStartUpAndWhatWouldFit) {
+  REQUIRE_CUDA(gpu);
+  if (gpu.describe().find("CUDA emulator") == std::string::npos)
+    GTEST_SKIP() << "the device's free memory is set only on the CUDA emulator";
+  const double none = planned_backend_memory("--recompute none");
+  const double full = planned_backend_memory("--recompute full");
+  ASSERT_LT(full + 2 * kRoundingSlack, none);  // room for the rounding between them
+  const auto room = static_cast<std::int64_t>((none + full) / 2);
+  const std::int64_t held = gpu.memory_stats().device_total - room;
+  auto train = [&](const std::string& overrides) {
+    return testing::run_shell(
+        "TANDEM_CUDA_EMULATOR_HELD_BYTES=" + std::to_string(held) + " " + testing::tandem_binary() +
+        " train " + fixture("train/parity.yaml") +
+        " backend=cuda trainer.save_folder=" + testing::temp_dir("cuda_plan_preflight") +
+        " trainer.max_steps=1 trainer.progress=false " + overrides);
+  };
+  auto as_configured = train("");
+  EXPECT_EQ(preflight_planned(as_configured.output), std::llround(none));
+  std::smatch first;
+  const std::regex suggestion(
+      R"(WARNING: this run needs .* These would fit \(fastest first\): `([^`]+)`)");
+  ASSERT_TRUE(std::regex_search(as_configured.output, first, suggestion)) << as_configured.output;
+  // Before the run starts (the step's out-of-memory comes after it).
+  EXPECT_LT(static_cast<std::size_t>(first.position(0)), as_configured.output.find("training "));
+  EXPECT_EQ(as_configured.exit_code, 1) << as_configured.output;
+  EXPECT_NE(as_configured.output.find("cannot allocate"), std::string::npos)
+      << as_configured.output;
+
+  auto suggested = train(first[1].str());
+  EXPECT_EQ(suggested.exit_code, 0) << first[1] << "\n" << suggested.output;
+  EXPECT_EQ(suggested.output.find("WARNING"), std::string::npos) << suggested.output;
+  EXPECT_LT(preflight_planned(suggested.output), room);
+  // Full recompute (the smallest plan) fits too, and is what it says.
+  auto recompute = train("trainer.recompute=full");
+  EXPECT_EQ(recompute.exit_code, 0) << recompute.output;
+  EXPECT_EQ(preflight_planned(recompute.output), std::llround(full));
 }
 
 // A run the device has no room for ends with the allocator's out-of-memory error and the pointer

@@ -14,6 +14,7 @@
 
 #include "../support/test_support.h"
 #include "tandem/core/error.h"
+#include "tandem/train/memory_preflight.h"
 #include "tandem/train/plan.h"
 
 namespace tandem {
@@ -179,6 +180,35 @@ TEST(Plan, H100IsTheH200NodeWith80GB) {
     EXPECT_TRUE(a.fits);
     EXPECT_FALSE(b.fits) << b.total_bytes;
   }
+}
+
+// The trainer's start-up check (train/memory_preflight.h) plans the run config it loaded; `tandem
+// plan` reads the same file without opening its data. Both inputs give the same plan, on
+// overrides that move every input the planner takes.
+TEST(Plan, TheTrainersInputIsTheCommandsInput) {
+  const std::string path = fixture("train/parity.yaml");
+  const std::vector<std::vector<std::string>> variants = {
+      {},
+      {"trainer.recompute=full", "precision=bf16"},
+      {"data.micro_batch_size=2", "data.generate_doc_lengths=true", "trainer.recompute=selective",
+       "precision=bf16"},
+      {"dist.strategy=fsdp", "data.micro_batch_size=0"},
+      {"dist.strategy=zero1", "data.sequence_length=32"}};
+  for (const std::vector<std::string>& overrides : variants)
+    for (int world : {1, 2}) {
+      std::string label;
+      for (const std::string& o : overrides) label += o + " ";
+      SCOPED_TRACE(label + "world " + std::to_string(world));
+      train::PlanInput command = train::read_plan_input(path, overrides);
+      command.world_size = world;
+      command.device = train::device_spec("h200");
+      const train::PlanInput trainer = train::plan_input_of(train::load_run_config(path, overrides),
+                                                            world, train::device_spec("h200"));
+      EXPECT_EQ(train::plan_to_json(train::make_plan(trainer)).dump(),
+                train::plan_to_json(train::make_plan(command)).dump());
+      EXPECT_EQ(trainer.bf16, label.find("bf16") != std::string::npos);
+      EXPECT_EQ(trainer.intra_document, label.find("doc_lengths") != std::string::npos);
+    }
 }
 
 TEST(Plan, ABatchThatDoesNotSplitNamesTheBatchThatWould) {

@@ -343,6 +343,7 @@ Plan make_plan(const PlanInput& in) {
       path = !in.bf16            ? "row sums"
              : in.intra_document ? "row sums (documents: tandem's kernels)"
                                  : "row sums (tandem's kernels: no room for cuDNN's workspace)";
+      p.attention_falls_back = cudnn_path;
       if (cudnn_path)
         p.notes.push_back(fmt::format(
             "cuDNN's deterministic attention backward would need {} of workspace, which does not "
@@ -492,6 +493,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["shard_group_size"] = p.shard_group;
   j["precision"] = p.input.bf16 ? "bf16" : "fp32";
   j["recompute"] = model::recompute_name(p.input.recompute);
+  j["intra_document"] = p.input.intra_document;
   j["micro_batches"] = p.micro_batches;
   j["micro_batch_tokens"] = p.micro_batch_tokens;
   for (const MemoryItem& m : p.memory) j["memory"][m.name] = m.bytes;

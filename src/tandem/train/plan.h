@@ -86,6 +86,8 @@ struct Plan {
   double step_no_overlap_s = 0;
   double tokens_per_s_per_device = 0;
   double mfu = 0;  // model FLOPs / (step time x peak)
+  // CUDA: no room for cuDNN's attention backward workspace, so tandem's kernels are planned.
+  bool attention_falls_back = false;
   std::vector<std::string> notes;
 };
 

@@ -18,6 +18,7 @@
 #include "tandem/dist/replicated_optimizer.h"
 #include "tandem/dist/zero1.h"
 #include "tandem/model/model_io.h"
+#include "tandem/train/memory_preflight.h"
 #include "tandem/train/op_profile_report.h"
 #include "tandem/train/stop_signals.h"
 
@@ -81,6 +82,9 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
                  "backend '{}' with {} ranks: its gradients live on the device, and the {} "
                  "communicator reduces host memory (run with TANDEM_COMMUNICATOR=nccl)",
                  config_.backend, comm_.world_size(), comm_.name());
+  // Before anything of the run is allocated on a device: will it fit (rank 0's device)?
+  for (const std::string& line : check_device_memory(config_, comm_.world_size(), *backend_).lines)
+    log(line);
   const double rss_before = resident_megabytes();
   if (config_.dist.strategy == dist::Strategy::kFsdp ||
       config_.dist.strategy == dist::Strategy::kHsdp)
@@ -90,7 +94,7 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
                                                sharded_.get());
   model_->set_recompute(config_.trainer.recompute);
   // Evaluations between steps run in pieces of the training micro-batch: no more memory than a
-  // step (what `tandem plan` counts).
+  // step (what `tandem plan` and the check above count).
   model_->set_forward_only_token_limit(rank_micro_batch_tokens());
   optimizer_ = make_optimizer(config_, *backend_, *model_, sharded_.get(), comm_);
   // Every buffer so far is zeroed at allocation, so resident; the pools of gathered units and
@@ -121,11 +125,17 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
                                                        : "on (device collectives on their stream)")
                     : config_.dist.prefetch ? "off (one rank per shard group)"
                                             : "off (dist.prefetch false)"));
-  const double ceiling = measure_gemm_flops(*backend_, 1024, 1024, 1024, 0.3);
-  log(
-      fmt::format("MFU peak: {:.1f} GFLOP/s per device x {} ({}); measured fp32 GEMM ceiling "
-                  "{:.1f} GFLOP/s per device (not the MFU denominator)",
-                  peak_.flops_per_device / 1e9, peak_.devices, peak_.source, ceiling / 1e9));
+  // Informative only: a device without room for its 12 MiB of matrices skips it.
+  std::string ceiling = "not measured (no device memory left for it)";
+  try {
+    ceiling = fmt::format("{:.1f} GFLOP/s per device",
+                          measure_gemm_flops(*backend_, 1024, 1024, 1024, 0.3) / 1e9);
+  } catch (const core::OutOfMemory&) {
+  }
+  log(fmt::format(
+      "MFU peak: {:.1f} GFLOP/s per device x {} ({}); measured fp32 GEMM ceiling {} (not the MFU "
+      "denominator)",
+      peak_.flops_per_device / 1e9, peak_.devices, peak_.source, ceiling));
 }
 
 Trainer::~Trainer() = default;

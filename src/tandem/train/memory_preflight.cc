@@ -1,0 +1,144 @@
+#include "tandem/train/memory_preflight.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "tandem/core/error.h"
+
+namespace tandem::train {
+namespace {
+
+// GiB, or MiB below one.
+std::string gib(double b) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return b < 1024 * kMiB ? fmt::format("{:.2f} MiB", b / kMiB)
+                         : fmt::format("{:.2f} GiB", b / (1024 * kMiB));
+}
+
+// One change of the run's config that fits, as the override that makes it, and its plan.
+struct Alternative {
+  std::string override_text;
+  Plan plan;
+};
+
+std::vector<Alternative> fitting_alternatives(const PlanInput& in, double available) {
+  std::vector<Alternative> out;
+  // Recompute and sharding, one at a time and together (plan_alternatives' grid); with one rank
+  // there is nothing to shard over.
+  for (const Plan& p : plan_alternatives(in)) {
+    const bool same_strategy = p.input.dist.strategy == in.dist.strategy;
+    const bool same_recompute = p.input.recompute == in.recompute;
+    if ((same_strategy && same_recompute) || (!same_strategy && in.world_size == 1)) continue;
+    if (p.backend_bytes > available) continue;
+    std::string text;
+    if (!same_strategy) {
+      text = fmt::format("dist.strategy={}", dist::strategy_name(p.input.dist.strategy));
+      if (p.input.dist.strategy == dist::Strategy::kHsdp)
+        text += fmt::format(" dist.shard_group_size={}", p.shard_group);
+    }
+    if (!same_recompute)
+      text += fmt::format("{}trainer.recompute={}", text.empty() ? "" : " ",
+                          model::recompute_name(p.input.recompute));
+    out.push_back({text, p});
+  }
+  // Smaller micro-batches (the same tokens per step in more of them): the largest that fits.
+  const Plan current = make_plan(in);
+  const std::int64_t mb = current.micro_batch_tokens / in.sequence_length;
+  const std::int64_t per_rank = current.micro_batches * mb;
+  for (std::int64_t smaller = mb - 1; smaller >= 1; --smaller) {
+    if (per_rank % smaller != 0) continue;
+    PlanInput changed = in;
+    changed.micro_batch_instances = smaller;
+    Plan p = make_plan(changed);
+    if (p.backend_bytes > available) continue;
+    out.push_back({fmt::format("data.micro_batch_size={}", smaller), std::move(p)});
+    break;
+  }
+  // Fastest first.
+  std::stable_sort(out.begin(), out.end(), [](const Alternative& a, const Alternative& b) {
+    return a.plan.step_s < b.plan.step_s;
+  });
+  return out;
+}
+
+}  // namespace
+
+PlanInput plan_input_of(const RunConfig& config, int world_size, const DeviceSpec& device) {
+  PlanInput in;
+  in.source = config.source;
+  in.model = config.model;
+  in.sequence_length = config.data.sequence_length;
+  in.global_batch_instances = config.data.instances_per_batch();
+  in.micro_batch_instances = config.data.micro_batch_size;
+  in.world_size = world_size;
+  in.dist = config.dist;
+  in.recompute = config.trainer.recompute;
+  in.bf16 = config.precision == model::Precision::kBf16;
+  in.intra_document = config.data.generate_doc_lengths;
+  in.device = device;
+  return in;
+}
+
+DeviceSpec device_spec_of(const kernels::Backend& backend) {
+  const kernels::MemoryStats m = backend.memory_stats();
+  TANDEM_CHECK(m.device_total > 0, "backend '{}' reports no device memory", backend.name());
+  DeviceSpec d = device_spec("h200");  // the only GPU backend's device family (sm_90a)
+  d.name = backend.name();
+  d.memory_bytes = static_cast<double>(m.device_free + m.reserved);
+  d.reserve_bytes = 0;
+  d.source =
+      fmt::format("{} free and {} held by tandem's allocator, of {} in all",
+                  gib(static_cast<double>(m.device_free)), gib(static_cast<double>(m.reserved)),
+                  gib(static_cast<double>(m.device_total)));
+  return d;
+}
+
+MemoryPreflight check_device_memory(const RunConfig& config, int world_size,
+                                    const kernels::Backend& backend) {
+  MemoryPreflight out;
+  out.device_total = backend.memory_stats().device_total;
+  if (out.device_total <= 0) return out;  // host memory: the CPU backend
+  const DeviceSpec device = device_spec_of(backend);
+  const PlanInput in = plan_input_of(config, world_size, device);
+  Plan plan;
+  try {
+    plan = make_plan(in);
+  } catch (const core::Error& e) {
+    out.lines.push_back(fmt::format("memory plan: not made ({})", e.what()));
+    return out;
+  }
+  out.checked = true;
+  out.planned_bytes = plan.backend_bytes;
+  out.available_bytes = device.memory_bytes;
+  out.fits = plan.backend_bytes <= device.memory_bytes;
+  out.lines.push_back(fmt::format(
+      "memory plan (as `tandem plan`): {:.0f} B ({}) of device memory per rank at the step's "
+      "peak; the device has room for {:.0f} B ({}: {})",
+      plan.backend_bytes, gib(plan.backend_bytes), device.memory_bytes, gib(device.memory_bytes),
+      device.source));
+  if (plan.attention_falls_back)
+    out.lines.push_back(
+        "memory plan: no room for cuDNN's deterministic attention backward workspace: the "
+        "attention runs on tandem's kernels (slower)");
+  if (out.fits) return out;
+  std::string warning = fmt::format(
+      "WARNING: this run needs {} more device memory per rank than the device has room for: "
+      "its first step is likely to run out of memory.",
+      gib(plan.backend_bytes - device.memory_bytes));
+  const std::vector<Alternative> fitting = fitting_alternatives(in, device.memory_bytes);
+  if (fitting.empty()) {
+    warning += " No other strategy, recompute policy or micro-batch size fits at this world size.";
+  } else {
+    warning += " These would fit (fastest first):";
+    for (std::size_t i = 0; i < std::min<std::size_t>(fitting.size(), 4); ++i)
+      warning +=
+          fmt::format(" `{}` ({}){}", fitting[i].override_text, gib(fitting[i].plan.backend_bytes),
+                      i + 1 < std::min<std::size_t>(fitting.size(), 4) ? ";" : ".");
+  }
+  warning += " `tandem plan CONFIG --device h200` compares every choice.";
+  out.lines.push_back(warning);
+  return out;
+}
+
+}  // namespace tandem::train

@@ -1,0 +1,41 @@
+// Before the trainer allocates its buffers on a device: `tandem plan`'s count of the backend
+// memory this run needs per rank (the same make_plan, on the run's config, world size and this
+// device's free memory) against what the device has room for, so that a run that cannot fit says
+// so at start-up, with the strategies and recompute policies that would fit, rather than only at
+// the first step's out-of-memory error. On the emulator the count is the first step's peak up to
+// the allocator's rounding (tests/cuda/plan_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/kernels/backend.h"
+#include "tandem/train/plan.h"
+#include "tandem/train/train_config.h"
+
+namespace tandem::train {
+
+// The planner's input for a run config at `world_size` ranks on `device`.
+PlanInput plan_input_of(const RunConfig& config, int world_size, const DeviceSpec& device);
+
+// The device a backend reports: for a GPU backend, the H200/H100 figures with the memory this
+// process can still use (free plus what the backend's allocator already holds; the runtime's
+// context is outside both, so no reserve), named after the backend. Only for backends that
+// report device memory (MemoryStats::device_total > 0).
+DeviceSpec device_spec_of(const kernels::Backend& backend);
+
+struct MemoryPreflight {
+  bool checked = false;  // the backend reports device memory and the run could be planned
+  bool fits = true;
+  double planned_bytes = 0;    // Plan::backend_bytes
+  double available_bytes = 0;  // DeviceSpec::memory_bytes of device_spec_of
+  std::int64_t device_total = 0;
+  std::vector<std::string> lines;  // for the log: the figures, and when it does not fit, the
+                                   // alternatives that do
+};
+
+MemoryPreflight check_device_memory(const RunConfig& config, int world_size,
+                                    const kernels::Backend& backend);
+
+}  // namespace tandem::train
