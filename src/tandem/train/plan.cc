@@ -97,14 +97,19 @@ double peak_flops(const PlanInput& in) {
 DeviceSpec device_spec(const std::string& name) {
   DeviceSpec d;
   d.name = name;
-  if (name == "h200" || name == "h100") {
-    // NVIDIA H200 SXM: 141 GB HBM3e, 989.4 TFLOP/s dense bf16 (66.9 fp32), NVLink 4 at 900 GB/s
-    // both directions together (450 per direction), 8 GPUs per HGX node; between nodes one
-    // 400 Gb/s NIC per GPU (50 GB/s). Collectives are assumed to reach 80 % of a link. The H100
-    // SXM (where OLMo-core's recipes train) is the same Hopper chip and node with 80 GB of HBM3;
-    // tandem's kernels (sm_90a) and the backend's published peaks serve both.
-    const bool h200 = name == "h200";
-    d.memory_bytes = h200 ? 141e9 : 80e9;
+  // NVIDIA H200 SXM: 141 GB HBM3e, 989.4 TFLOP/s dense bf16 (66.9 fp32), NVLink 4 at 900 GB/s
+  // both directions together (450 per direction), 8 GPUs per HGX node; between nodes one 400 Gb/s
+  // NIC per GPU (50 GB/s). Collectives are assumed to reach 80 % of a link. The H100 SXM (where
+  // OLMo-core's recipes train) is the same Hopper chip and node with 80 GB of HBM3; tandem's
+  // kernels (sm_90a) and the backend's published peaks serve both.
+  struct Hopper {
+    const char* name;
+    const char* label;
+    int gigabytes;
+  };
+  for (const Hopper& h : {Hopper{"h200", "H200", 141}, Hopper{"h100", "H100", 80}}) {
+    if (name != h.name) continue;
+    d.memory_bytes = h.gigabytes * 1e9;
     d.peak_flops_bf16 = 989.4e12;
     d.peak_flops_fp32 = 66.9e12;
     d.intra_node_bandwidth = 0.8 * 450e9;
@@ -117,7 +122,7 @@ DeviceSpec device_spec(const std::string& name) {
         "NVIDIA {} SXM: {} GB, 989.4 TFLOP/s bf16 dense, NVLink 450 GB/s and 400 Gb/s "
         "InfiniBand per GPU per direction, 80 % of link bandwidth, 10 us per ring step, 8 GPUs "
         "per node, 3 GB for CUDA context, library workspaces and NCCL",
-        h200 ? "H200" : "H100", h200 ? 141 : 80);
+        h.label, h.gigabytes);
     return d;
   }
   if (name == "cpu") {
