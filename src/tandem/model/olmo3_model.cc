@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/kernels/cuda/scratch_sizes.h"
 #include "tandem/model/documents.h"
 
 namespace tandem::model {
@@ -610,18 +611,30 @@ std::vector<double> Olmo3Model::token_log_probs_piece(const std::int64_t* ids, s
   begin_pass(false);
   forward_hidden(ids, B, T, doc_start);
   const auto n = static_cast<std::int64_t>(positions.size());
-  const std::int64_t d = config_.d_model;
-  Buffer index = backend_.allocate(DType::i64, Shape{n});
-  Buffer target = backend_.allocate(DType::i64, Shape{n});
-  backend_.upload(index, positions.data());
-  backend_.upload(target, targets.data());
-  Buffer hidden = backend_.allocate(act_, Shape{n, d});
-  backend_.gather_rows(rows(workspace_.final_normed, B * T, d), index, hidden);
-  Buffer logits = backend_.allocate(act_, Shape{n, config_.embedding_size});
-  backend_.linear_forward(hidden, compute_.lm_head, logits);
+  const std::int64_t d = config_.d_model, V = config_.embedding_size;
+  // The lm_head and log-softmax over at most one logits chunk of positions at a time (the fused
+  // loss's chunk on the CUDA backend, kernels/cuda/scratch_sizes.h): no more logits at once than
+  // a training step holds, however many positions a batch scores.
+  const std::int64_t chunk =
+      kernels::cuda::logits_chunk_rows(V, static_cast<std::int64_t>(kernels::dtype_size(act_)));
+  std::vector<double> out;
+  out.reserve(positions.size());
+  for (std::int64_t first = 0; first < n; first += chunk) {
+    const std::int64_t m = std::min(chunk, n - first);
+    Buffer index = backend_.allocate(DType::i64, Shape{m});
+    Buffer target = backend_.allocate(DType::i64, Shape{m});
+    backend_.upload(index, positions.data() + first);
+    backend_.upload(target, targets.data() + first);
+    Buffer hidden = backend_.allocate(act_, Shape{m, d});
+    backend_.gather_rows(rows(workspace_.final_normed, B * T, d), index, hidden);
+    Buffer logits = backend_.allocate(act_, Shape{m, V});
+    backend_.linear_forward(hidden, compute_.lm_head, logits);
+    const std::vector<double> part = backend_.token_log_probs(logits, target);
+    out.insert(out.end(), part.begin(), part.end());
+  }
   release_unit(static_cast<int>(config_.n_layers) + 1);
   end_pass();
-  return backend_.token_log_probs(logits, target);
+  return out;
 }
 
 LossSums Olmo3Model::forward_backward(const std::int64_t* ids, const std::int64_t* labels,
