@@ -583,7 +583,8 @@ std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::in
     TANDEM_CHECK(p >= 0 && p < B * T, "token_log_probs: position {} outside the {} x {} batch", p,
                  B, T);
   // Each piece scores the positions in its rows, renumbered from its first row; the results go
-  // back in the callers' order.
+  // back in the callers' order. Every piece runs, scored positions or not: a sharded model's
+  // passes gather its units collectively, so every rank makes the same passes.
   std::vector<double> out(positions.size());
   for (std::int64_t b = 0; b < B; b += piece) {
     const std::int64_t n = std::min(piece, B - b), first = b * T, end = (b + n) * T;
@@ -595,7 +596,6 @@ std::vector<double> Olmo3Model::token_log_probs(const std::int64_t* ids, std::in
       local_targets.push_back(targets[i]);
       where.push_back(i);
     }
-    if (local.empty()) continue;
     const std::vector<double> logp = token_log_probs_piece(ids + first, n, T, local, local_targets,
                                                            doc_start ? doc_start + first : nullptr);
     for (std::size_t k = 0; k < where.size(); ++k) out[where[k]] = logp[k];
