@@ -9,20 +9,15 @@
 namespace tandem::train {
 namespace {
 
-// GiB, or MiB below one.
-std::string gib(double b) {
-  constexpr double kMiB = 1024.0 * 1024.0;
-  return b < 1024 * kMiB ? fmt::format("{:.2f} MiB", b / kMiB)
-                         : fmt::format("{:.2f} GiB", b / (1024 * kMiB));
-}
-
 // One change of the run's config that fits, as the override that makes it, and its plan.
 struct Alternative {
   std::string override_text;
   Plan plan;
 };
 
-std::vector<Alternative> fitting_alternatives(const PlanInput& in, double available) {
+// `current` is the plan of `in`.
+std::vector<Alternative> fitting_alternatives(const PlanInput& in, const Plan& current,
+                                              double available) {
   std::vector<Alternative> out;
   // Recompute and sharding, one at a time and together (plan_alternatives' grid); with one rank
   // there is nothing to shard over.
@@ -43,7 +38,6 @@ std::vector<Alternative> fitting_alternatives(const PlanInput& in, double availa
     out.push_back({text, p});
   }
   // Smaller micro-batches (the same tokens per step in more of them): the largest that fits.
-  const Plan current = make_plan(in);
   const std::int64_t mb = current.micro_batch_tokens / in.sequence_length;
   const std::int64_t per_rank = current.micro_batches * mb;
   for (std::int64_t smaller = mb - 1; smaller >= 1; --smaller) {
@@ -87,58 +81,50 @@ DeviceSpec device_spec_of(const kernels::Backend& backend) {
   d.name = backend.name();
   d.memory_bytes = static_cast<double>(m.device_free + m.reserved);
   d.reserve_bytes = 0;
-  d.source =
-      fmt::format("{} free and {} held by tandem's allocator, of {} in all",
-                  gib(static_cast<double>(m.device_free)), gib(static_cast<double>(m.reserved)),
-                  gib(static_cast<double>(m.device_total)));
+  d.source = fmt::format("{} free and {} held by tandem's allocator, of {} in all",
+                         bytes_text(static_cast<double>(m.device_free)),
+                         bytes_text(static_cast<double>(m.reserved)),
+                         bytes_text(static_cast<double>(m.device_total)));
   return d;
 }
 
-MemoryPreflight check_device_memory(const RunConfig& config, int world_size,
-                                    const kernels::Backend& backend) {
-  MemoryPreflight out;
-  out.device_total = backend.memory_stats().device_total;
-  if (out.device_total <= 0) return out;  // host memory: the CPU backend
+std::vector<std::string> check_device_memory(const RunConfig& config, int world_size,
+                                             const kernels::Backend& backend) {
+  if (backend.memory_stats().device_total <= 0) return {};  // host memory: the CPU backend
   const DeviceSpec device = device_spec_of(backend);
   const PlanInput in = plan_input_of(config, world_size, device);
   Plan plan;
   try {
     plan = make_plan(in);
   } catch (const core::Error& e) {
-    out.lines.push_back(fmt::format("memory plan: not made ({})", e.what()));
-    return out;
+    return {fmt::format("memory plan: not made ({})", e.what())};
   }
-  out.checked = true;
-  out.planned_bytes = plan.backend_bytes;
-  out.available_bytes = device.memory_bytes;
-  out.fits = plan.backend_bytes <= device.memory_bytes;
-  out.lines.push_back(fmt::format(
+  std::vector<std::string> lines{fmt::format(
       "memory plan (as `tandem plan`): {:.0f} B ({}) of device memory per rank at the step's "
       "peak; the device has room for {:.0f} B ({}: {})",
-      plan.backend_bytes, gib(plan.backend_bytes), device.memory_bytes, gib(device.memory_bytes),
-      device.source));
+      plan.backend_bytes, bytes_text(plan.backend_bytes), device.memory_bytes,
+      bytes_text(device.memory_bytes), device.source)};
   if (plan.attention_falls_back)
-    out.lines.push_back(
+    lines.push_back(
         "memory plan: no room for cuDNN's deterministic attention backward workspace: the "
         "attention runs on tandem's kernels (slower)");
-  if (out.fits) return out;
+  if (plan.backend_bytes <= device.memory_bytes) return lines;
   std::string warning = fmt::format(
       "WARNING: this run needs {} more device memory per rank than the device has room for: "
       "its first step is likely to run out of memory.",
-      gib(plan.backend_bytes - device.memory_bytes));
-  const std::vector<Alternative> fitting = fitting_alternatives(in, device.memory_bytes);
-  if (fitting.empty()) {
+      bytes_text(plan.backend_bytes - device.memory_bytes));
+  const std::vector<Alternative> fitting = fitting_alternatives(in, plan, device.memory_bytes);
+  const std::size_t shown = std::min<std::size_t>(fitting.size(), 4);
+  if (shown == 0)
     warning += " No other strategy, recompute policy or micro-batch size fits at this world size.";
-  } else {
+  else
     warning += " These would fit (fastest first):";
-    for (std::size_t i = 0; i < std::min<std::size_t>(fitting.size(), 4); ++i)
-      warning +=
-          fmt::format(" `{}` ({}){}", fitting[i].override_text, gib(fitting[i].plan.backend_bytes),
-                      i + 1 < std::min<std::size_t>(fitting.size(), 4) ? ";" : ".");
-  }
+  for (std::size_t i = 0; i < shown; ++i)
+    warning += fmt::format(" `{}` ({}){}", fitting[i].override_text,
+                           bytes_text(fitting[i].plan.backend_bytes), i + 1 < shown ? ";" : ".");
   warning += " `tandem plan CONFIG --device h200` compares every choice.";
-  out.lines.push_back(warning);
-  return out;
+  lines.push_back(warning);
+  return lines;
 }
 
 }  // namespace tandem::train

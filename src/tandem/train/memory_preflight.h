@@ -6,7 +6,6 @@
 // the allocator's rounding (tests/cuda/plan_test.cc).
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,17 +24,9 @@ PlanInput plan_input_of(const RunConfig& config, int world_size, const DeviceSpe
 // report device memory (MemoryStats::device_total > 0).
 DeviceSpec device_spec_of(const kernels::Backend& backend);
 
-struct MemoryPreflight {
-  bool checked = false;  // the backend reports device memory and the run could be planned
-  bool fits = true;
-  double planned_bytes = 0;    // Plan::backend_bytes
-  double available_bytes = 0;  // DeviceSpec::memory_bytes of device_spec_of
-  std::int64_t device_total = 0;
-  std::vector<std::string> lines;  // for the log: the figures, and when it does not fit, the
-                                   // alternatives that do
-};
-
-MemoryPreflight check_device_memory(const RunConfig& config, int world_size,
-                                    const kernels::Backend& backend);
+// The log lines of the check (none for a backend without device memory): the plan's figure and
+// the device's room, and when it does not fit, a warning with the overrides that would.
+std::vector<std::string> check_device_memory(const RunConfig& config, int world_size,
+                                             const kernels::Backend& backend);
 
 }  // namespace tandem::train

@@ -76,12 +76,6 @@ double zero1_moment_elements(const model::ParameterLayout& layout, int W) {
   return static_cast<double>(most);
 }
 
-std::string bytes_text(double b) {
-  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
-  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
-  return fmt::format("{:.1f} kB", b / 1e3);
-}
-
 // Seconds of a ring all-gather or reduce-scatter of `bytes` (the whole tensor) over n ranks.
 double ring_seconds(double bytes, int n, double bandwidth, double latency) {
   if (n <= 1) return 0.0;
@@ -93,6 +87,12 @@ double peak_flops(const PlanInput& in) {
 }
 
 }  // namespace
+
+std::string bytes_text(double b) {
+  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.1f} kB", b / 1e3);
+}
 
 DeviceSpec device_spec(const std::string& name) {
   DeviceSpec d;

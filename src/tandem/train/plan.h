@@ -35,6 +35,9 @@ struct DeviceSpec {
   std::string source;        // where the figures come from
 };
 
+// Bytes as `tandem plan` prints them: "1.41 GB", "37.7 MB", "12.3 kB" (decimal units).
+std::string bytes_text(double bytes);
+
 // "h200", "h100": NVIDIA's published H200 / H100 SXM figures; "cpu": this machine (its RAM, the CPU
 // backend's stated fp32 peak for the cores OpenMP uses). Throws Error naming the device otherwise.
 DeviceSpec device_spec(const std::string& name);
