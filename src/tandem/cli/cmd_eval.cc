@@ -1,7 +1,9 @@
 // `tandem eval CONFIG.yaml | --checkpoint DIR [--tasks a:rc,...] [--limit N] [--json]
 //  [--predictions FILE]`: held-out sets (the config's evaluation.sets and evaluation.padded) and
 // downstream tasks (--tasks, else the config's evaluation.downstream) on one checkpoint; a table,
-// or JSON with --json; --predictions writes every scored request (eval/predictions.h).
+// or JSON with --json; --predictions writes every scored request (eval/predictions.h). Under
+// mpirun (or srun) the ranks share the batches (eval/eval_ranks.h: the same numbers as one
+// process), each with a whole copy of the model; rank 0 prints and writes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/dist/communicator.h"
 #include "tandem/eval/downstream.h"
 #include "tandem/eval/heldout.h"
 #include "tandem/eval/padded_heldout.h"
@@ -37,7 +40,7 @@ struct EvalArgs {
   bool json = false;
 };
 
-int run_eval(const EvalArgs& args) {
+int run_eval(const EvalArgs& args, dist::Communicator& comm) {
   TANDEM_CHECK(!args.config.empty() || !args.checkpoint.empty(),
                "eval: give CONFIG.yaml or --checkpoint DIR");
   std::optional<train::RunConfig> run;
@@ -68,25 +71,27 @@ int run_eval(const EvalArgs& args) {
   std::string model_dir = train::resolve_model_dir(where);
   std::unique_ptr<kernels::Backend> backend = kernels::make_backend(run ? run->backend : "cpu");
   auto model = model::load_model(model_dir, *backend);
+  const eval::EvalRanks ranks(comm);
   // No backward follows: each block keeps only its input (the forward's values are the same under
   // every policy): on OLMo 3 7B's dims 402,064 B of activations per token in bf16, not 4,739,584.
   model->set_recompute(model::Recompute::kFull);
 
   nlohmann::json out;
   out["model"] = model_dir;
+  out["ranks"] = comm.world_size();  // that shared the batches
   std::vector<eval::HeldoutResult> heldout;
   if (run) {
     for (const auto& set_config : run->eval.sets) {
       eval::HeldoutSet set = eval::open_heldout_set(set_config.name, set_config.files, run->data,
                                                     run->eval.max_instances);
-      heldout.push_back(eval::evaluate_heldout(*model, set, run->eval.batch_instances));
+      heldout.push_back(eval::evaluate_heldout(*model, set, run->eval.batch_instances, ranks));
       const auto& h = heldout.back();
       out["heldout"][h.name] = {{"loss", h.loss}, {"ppl", h.perplexity}, {"tokens", h.tokens}};
     }
     if (run->eval.padded) {
       eval::PaddedHeldout padded(*run->eval.padded,
                                  eval::padded_dataset_options(*run->eval.padded, run->data));
-      for (const auto& r : padded.evaluate(*model)) {
+      for (const auto& r : padded.evaluate(*model, ranks)) {
         heldout.push_back({r.label, r.loss, r.perplexity, r.tokens});
         out["heldout"][r.label] = {{"loss", r.loss},
                                    {"ppl", r.perplexity},
@@ -102,9 +107,9 @@ int run_eval(const EvalArgs& args) {
         downstream.tokenizer.empty() ? eval::default_tokenizer_path() : downstream.tokenizer;
     tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(tok_path);
     std::vector<eval::TaskPredictions> predictions;
-    results = eval::evaluate_downstream(*model, tokenizer, downstream.tasks, downstream.options,
-                                        args.predictions.empty() ? nullptr : &predictions);
-    if (!args.predictions.empty()) {
+    results = eval::DownstreamSuite(tokenizer, downstream.tasks, downstream.options)
+                  .evaluate(*model, args.predictions.empty() ? nullptr : &predictions, ranks);
+    if (!args.predictions.empty() && comm.rank() == 0) {
       eval::write_predictions_jsonl(args.predictions, predictions);
       out["predictions"] = args.predictions;
     }
@@ -117,11 +122,14 @@ int run_eval(const EvalArgs& args) {
   TANDEM_CHECK(!heldout.empty() || have_downstream,
                "eval: nothing to evaluate (no evaluation.sets or evaluation.downstream in the "
                "config, and no --tasks)");
+  if (comm.rank() != 0) return 0;
   if (args.json) {
     std::cout << out.dump(1) << "\n";
     return 0;
   }
-  std::cout << fmt::format("model: {}\n", model_dir);
+  std::cout << fmt::format(
+      "model: {}{}\n", model_dir,
+      comm.world_size() > 1 ? fmt::format(" (evaluated by {} ranks)", comm.world_size()) : "");
   if (!heldout.empty()) {
     std::size_t width = 28;
     for (const auto& h : heldout) width = std::max(width, h.name.size());
@@ -181,7 +189,16 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-length", args->max_length, "query length cap (0 = model's)");
   cmd->add_option("--batch-tokens", args->batch_tokens, "padded tokens per forward pass");
   cmd->add_flag("--json", args->json, "print JSON");
-  cmd->callback([args, &exit_code] { exit_code = run_eval(*args); });
+  cmd->callback([args, &exit_code] {
+    auto comm = dist::make_communicator();
+    try {
+      exit_code = run_eval(*args, *comm);
+    } catch (const std::exception& e) {
+      // Under MPI the other ranks would wait for this one forever: end the whole job.
+      if (comm->world_size() > 1) comm->abort(fmt::format("error: {}", e.what()), 1);
+      throw;
+    }
+  });
 }
 
 }  // namespace tandem::cli

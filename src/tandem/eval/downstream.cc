@@ -97,7 +97,8 @@ std::string default_tokenizer_path() {
 
 std::vector<double> score_requests(model::Olmo3Model& model,
                                    const std::vector<TokenizedRequest>& requests,
-                                   std::int64_t max_length, std::int64_t batch_tokens) {
+                                   std::int64_t max_length, std::int64_t batch_tokens,
+                                   const EvalRanks& ranks) {
   const model::ModelConfig& mc = model.config();
   if (max_length <= 0) {
     TANDEM_CHECK(mc.max_sequence_length > 0,
@@ -127,7 +128,7 @@ std::vector<double> score_requests(model::Olmo3Model& model,
   }
   std::vector<std::vector<double>> per_token;
   try {
-    per_token = score_queries(model, queries, batch_tokens);
+    per_token = score_queries(model, queries, batch_tokens, ranks);
   } catch (const core::Error& e) {
     core::fail("{} (query = the last max_length tokens of context + continuation[:-1])", e.what());
   }
@@ -165,7 +166,8 @@ namespace {
 // token scored at its last position.
 std::vector<double> score_fast_mc(model::Olmo3Model& model, const DownstreamTask& task,
                                   const std::vector<TokenizedRequest>& tokens,
-                                  std::int64_t max_length, std::int64_t batch_tokens) {
+                                  std::int64_t max_length, std::int64_t batch_tokens,
+                                  const EvalRanks& ranks) {
   if (max_length <= 0) max_length = model.config().max_sequence_length;
   std::vector<ScoringQuery> queries;
   std::vector<std::pair<std::size_t, std::size_t>> where(tokens.size());  // (query, target)
@@ -193,7 +195,7 @@ std::vector<double> score_fast_mc(model::Olmo3Model& model, const DownstreamTask
     }
     queries.push_back(std::move(q));
   }
-  auto scores = score_queries(model, queries, batch_tokens);
+  auto scores = score_queries(model, queries, batch_tokens, ranks);
   std::vector<double> out(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) out[i] = scores[where[i].first][where[i].second];
   return out;
@@ -251,16 +253,17 @@ std::vector<IclScore> icl_scores(const DownstreamTask& task, const std::vector<d
 }  // namespace
 
 std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model,
-                                                  std::vector<TaskPredictions>* predictions) const {
+                                                  std::vector<TaskPredictions>* predictions,
+                                                  const EvalRanks& ranks) const {
   std::vector<TaskResult> results;
   for (const auto& p : tasks_) {
     auto begin = std::chrono::steady_clock::now();
     std::vector<double> logp;
     try {
-      logp =
-          p.task.fast_mc
-              ? score_fast_mc(model, p.task, p.tokens, options_.max_length, options_.batch_tokens)
-              : score_requests(model, p.tokens, options_.max_length, options_.batch_tokens);
+      logp = p.task.fast_mc ? score_fast_mc(model, p.task, p.tokens, options_.max_length,
+                                            options_.batch_tokens, ranks)
+                            : score_requests(model, p.tokens, options_.max_length,
+                                             options_.batch_tokens, ranks);
     } catch (const core::Error& e) {
       core::fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
     }

@@ -39,6 +39,7 @@
 
 #include "tandem/eval/downstream_metrics.h"
 #include "tandem/eval/downstream_task.h"
+#include "tandem/eval/eval_ranks.h"
 #include "tandem/eval/predictions.h"
 #include "tandem/io/config.h"
 #include "tandem/model/olmo3_model.h"
@@ -87,15 +88,19 @@ struct TokenizedRequest {
 // vocabulary or a continuation longer than max_length.
 std::vector<double> score_requests(model::Olmo3Model& model,
                                    const std::vector<TokenizedRequest>& requests,
-                                   std::int64_t max_length, std::int64_t batch_tokens);
+                                   std::int64_t max_length, std::int64_t batch_tokens,
+                                   const EvalRanks& ranks = EvalRanks());
 
 class DownstreamSuite {
  public:
   DownstreamSuite(const tokenizer::Tokenizer& tokenizer, const std::vector<TaskSpec>& specs,
                   const DownstreamOptions& options);
   // With `predictions`, also appends every task's per-request predictions.
+  // The forward passes of each task spread over `ranks` (eval_ranks.h: the same scores on any
+  // number of ranks); every rank returns every result.
   std::vector<TaskResult> evaluate(model::Olmo3Model& model,
-                                   std::vector<TaskPredictions>* predictions = nullptr) const;
+                                   std::vector<TaskPredictions>* predictions = nullptr,
+                                   const EvalRanks& ranks = EvalRanks()) const;
   std::int64_t total_requests() const;
 
  private:

@@ -29,16 +29,16 @@ HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::stri
   return s;
 }
 
-HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set,
-                               std::int64_t batch) {
+HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, std::int64_t batch,
+                               const EvalRanks& ranks) {
+  TANDEM_CHECK(batch > 0, "held-out set '{}': batch of {} instances", set.name, batch);
   const std::int64_t T = set.dataset->sequence_length();
-  HeldoutResult r;
-  r.name = set.name;
-  double ce = 0.0;
-  std::vector<std::int64_t> ids;
-  for (std::int64_t first = 0; first < set.instances; first += batch) {
-    const std::int64_t B = std::min(batch, set.instances - first);
-    ids.assign(static_cast<std::size_t>(B * T), 0);
+  std::vector<EvalBatch> batches;
+  for (std::int64_t first = 0; first < set.instances; first += batch)
+    batches.push_back({std::min(batch, set.instances - first), T, 2});
+  auto run_batch = [&](std::size_t k) {
+    const std::int64_t first = static_cast<std::int64_t>(k) * batch, B = batches[k].rows;
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T), 0);
     for (std::int64_t b = 0; b < B; ++b)
       set.dataset->read_instance(
           static_cast<std::uint64_t>(first + b),
@@ -49,8 +49,15 @@ HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set,
       doc_start = model::document_starts(ids.data(), B, T, set.eos_token_id, set.bos_token_id);
     model::LossSums s = model.forward_backward(ids.data(), labels.data(), B, T, 0.0f, 1.0f, false,
                                                set.intra_document ? doc_start.data() : nullptr);
-    ce += s.ce_sum;
-    r.tokens += s.count;
+    return std::vector<double>{s.ce_sum, static_cast<double>(s.count)};
+  };
+  HeldoutResult r;
+  r.name = set.name;
+  double ce = 0.0;
+  // Summed in batch order, as one process evaluating every batch sums them.
+  for (const auto& v : ranks.run(model, batches, run_batch)) {
+    ce += v[0];
+    r.tokens += static_cast<std::int64_t>(v[1]);
   }
   r.loss = ce / static_cast<double>(r.tokens);
   r.perplexity = std::exp(r.loss);

@@ -10,6 +10,7 @@
 
 #include "tandem/data/data_config.h"
 #include "tandem/data/token_dataset.h"
+#include "tandem/eval/eval_ranks.h"
 #include "tandem/model/olmo3_model.h"
 
 namespace tandem::eval {
@@ -36,6 +37,8 @@ struct HeldoutResult {
 HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
                             const data::DataConfig& train_data, std::int64_t max_instances);
 
-HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, std::int64_t batch);
+// Batches of `batch` instances, spread over `ranks` (eval_ranks.h: the same result on any number).
+HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, std::int64_t batch,
+                               const EvalRanks& ranks = EvalRanks());
 
 }  // namespace tandem::eval

@@ -132,46 +132,62 @@ PaddedHeldout::PaddedHeldout(const PaddedHeldoutConfig& config,
   order_.resize(per_batch * (n / per_batch));
 }
 
-std::vector<PaddedSetResult> PaddedHeldout::evaluate(model::Olmo3Model& model) const {
+std::vector<PaddedSetResult> PaddedHeldout::evaluate(model::Olmo3Model& model,
+                                                     const EvalRanks& ranks) const {
   const std::int64_t T = dataset_->sequence_length();
   const std::vector<std::string> labels = dataset_->labels();
   std::map<std::string, std::vector<std::uint32_t>> by_label;
   for (std::uint32_t i : order_) by_label[dataset_->label(i)].push_back(i);
 
-  std::vector<PaddedSetResult> results;
-  std::vector<std::int64_t> ids, targets;
-  std::vector<std::uint8_t> mask(static_cast<std::size_t>(T));
-  for (const auto& label : labels) {
-    PaddedSetResult r;
-    r.label = label;
-    double ce = 0.0;
-    const auto& instances = by_label[label];
+  // Every set's batches in one list (set by set), so that small sets still spread over the ranks.
+  struct Slice {
+    std::size_t set;
+    const std::vector<std::uint32_t>* instances;
+    std::size_t first;
+  };
+  std::vector<Slice> slices;
+  std::vector<EvalBatch> batches;
+  std::vector<PaddedSetResult> results(labels.size());
+  for (std::size_t s = 0; s < labels.size(); ++s) {
+    const auto& instances = by_label[labels[s]];
+    results[s].label = labels[s];
+    results[s].instances = static_cast<std::int64_t>(instances.size());
+    for (std::uint32_t inst : instances) results[s].tokens += dataset_->length(inst);
     for (std::size_t first = 0; first < instances.size();
          first += static_cast<std::size_t>(config_.batch_instances)) {
       const auto B = static_cast<std::int64_t>(
           std::min<std::size_t>(config_.batch_instances, instances.size() - first));
-      ids.assign(static_cast<std::size_t>(B * T), 0);
-      targets.assign(static_cast<std::size_t>(B * T), core::kIgnoreIndex);
-      for (std::int64_t b = 0; b < B; ++b) {
-        const std::uint32_t inst = instances[first + static_cast<std::size_t>(b)];
-        std::span<std::int64_t> row(ids.data() + b * T, static_cast<std::size_t>(T));
-        dataset_->read_instance(inst, row, mask);
-        // get_labels: ids shifted left, positions whose next token is outside the label mask
-        // ignored; the weight is the whole label mask (OLMo-core masks input positions).
-        for (std::int64_t t = 0; t + 1 < T; ++t) {
-          if (mask[static_cast<std::size_t>(t + 1)]) targets[b * T + t] = row[t + 1];
-        }
-        r.tokens += dataset_->length(inst);
-      }
-      model::LossSums s =
-          model.forward_backward(ids.data(), targets.data(), B, T, 0.0f, 1.0f, false);
-      ce += s.ce_sum;
+      slices.push_back({s, &instances, first});
+      batches.push_back({B, T, 1});
     }
-    r.instances = static_cast<std::int64_t>(instances.size());
+  }
+  auto run_batch = [&](std::size_t k) {
+    const std::int64_t B = batches[k].rows;
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T), 0);
+    std::vector<std::int64_t> targets(static_cast<std::size_t>(B * T), core::kIgnoreIndex);
+    std::vector<std::uint8_t> mask(static_cast<std::size_t>(T));
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::uint32_t inst =
+          (*slices[k].instances)[slices[k].first + static_cast<std::size_t>(b)];
+      std::span<std::int64_t> row(ids.data() + b * T, static_cast<std::size_t>(T));
+      dataset_->read_instance(inst, row, mask);
+      // get_labels: ids shifted left, positions whose next token is outside the label mask
+      // ignored; the weight is the whole label mask (OLMo-core masks input positions).
+      for (std::int64_t t = 0; t + 1 < T; ++t) {
+        if (mask[static_cast<std::size_t>(t + 1)]) targets[b * T + t] = row[t + 1];
+      }
+    }
+    return std::vector<double>{
+        model.forward_backward(ids.data(), targets.data(), B, T, 0.0f, 1.0f, false).ce_sum};
+  };
+  const std::vector<std::vector<double>> ce = ranks.run(model, batches, run_batch);
+  std::vector<double> ce_sum(labels.size(), 0.0);
+  for (std::size_t k = 0; k < batches.size(); ++k) ce_sum[slices[k].set] += ce[k][0];
+  for (std::size_t s = 0; s < labels.size(); ++s) {
+    PaddedSetResult& r = results[s];
     // OLMo-core's MeanMetric: NaN for a set the loader never reached (0 / 0).
-    r.loss = r.tokens > 0 ? ce / static_cast<double>(r.tokens) : std::nan("");
+    r.loss = r.tokens > 0 ? ce_sum[s] / static_cast<double>(r.tokens) : std::nan("");
     r.perplexity = std::exp(r.loss);
-    results.push_back(std::move(r));
   }
   return results;
 }

@@ -36,6 +36,7 @@
 
 #include "tandem/data/data_config.h"
 #include "tandem/data/padded_dataset.h"
+#include "tandem/eval/eval_ranks.h"
 #include "tandem/io/config.h"
 #include "tandem/model/olmo3_model.h"
 
@@ -78,7 +79,9 @@ class PaddedHeldout {
  public:
   // Opens every set (sequence_length resolved by the caller); throws Error naming the file.
   PaddedHeldout(const PaddedHeldoutConfig& config, const data::PaddedDatasetOptions& options);
-  std::vector<PaddedSetResult> evaluate(model::Olmo3Model& model) const;
+  // Every set's batches spread over `ranks` (eval_ranks.h: the same result on any number).
+  std::vector<PaddedSetResult> evaluate(model::Olmo3Model& model,
+                                        const EvalRanks& ranks = EvalRanks()) const;
   // The global instance indices the evaluator reads, in order (after the tail drop).
   const std::vector<std::uint32_t>& order() const { return order_; }
   const data::PaddedDataset& dataset() const { return *dataset_; }

@@ -9,7 +9,7 @@ namespace tandem::eval {
 
 std::vector<std::vector<double>> score_queries(model::Olmo3Model& model,
                                                const std::vector<ScoringQuery>& queries,
-                                               std::int64_t batch_tokens) {
+                                               std::int64_t batch_tokens, const EvalRanks& ranks) {
   const model::ModelConfig& mc = model.config();
   for (std::size_t i = 0; i < queries.size(); ++i) {
     const auto& q = queries[i];
@@ -36,32 +36,48 @@ std::vector<std::vector<double>> score_queries(model::Olmo3Model& model,
     return queries[a].tokens.size() > queries[b].tokens.size();
   });
 
-  std::vector<std::vector<double>> scores(queries.size());
-  for (std::size_t i = 0; i < queries.size(); ++i) scores[i].resize(queries[i].targets.size());
-  std::vector<std::int64_t> ids;
-  std::size_t start = 0;
-  while (start < order.size()) {
+  // The passes: runs of the sorted queries, each padded to its longest (first) query.
+  std::vector<std::size_t> starts;
+  std::vector<EvalBatch> batches;
+  for (std::size_t start = 0; start < order.size();) {
     const auto T = static_cast<std::int64_t>(queries[order[start]].tokens.size());
     std::int64_t B = std::max<std::int64_t>(1, batch_tokens / T);
     B = std::min<std::int64_t>(B, static_cast<std::int64_t>(order.size() - start));
-    ids.assign(static_cast<std::size_t>(B * T), 0);
+    std::size_t targets = 0;
+    for (std::int64_t b = 0; b < B; ++b)
+      targets += queries[order[start + static_cast<std::size_t>(b)]].targets.size();
+    starts.push_back(start);
+    batches.push_back({B, T, targets});
+    start += static_cast<std::size_t>(B);
+  }
+  auto run_batch = [&](std::size_t k) {
+    const std::int64_t B = batches[k].rows, T = batches[k].tokens;
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T), 0);
     // One log-probability per target; the lm_head and its log-softmax run at those positions
     // only (model::Olmo3Model::token_log_probs).
     std::vector<std::int64_t> positions, tokens;
-    std::vector<std::pair<std::size_t, std::size_t>> owner;  // (query, target index)
     for (std::int64_t b = 0; b < B; ++b) {
-      const std::size_t qi = order[start + static_cast<std::size_t>(b)];
-      const auto& q = queries[qi];
+      const auto& q = queries[order[starts[k] + static_cast<std::size_t>(b)]];
       std::copy(q.tokens.begin(), q.tokens.end(), ids.begin() + b * T);
-      for (std::size_t k = 0; k < q.targets.size(); ++k) {
-        positions.push_back(b * T + q.targets[k].first);
-        tokens.push_back(q.targets[k].second);
-        owner.emplace_back(qi, k);
+      for (const auto& [pos, token] : q.targets) {
+        positions.push_back(b * T + pos);
+        tokens.push_back(token);
       }
     }
-    const std::vector<double> logp = model.token_log_probs(ids.data(), B, T, positions, tokens);
-    for (std::size_t k = 0; k < logp.size(); ++k) scores[owner[k].first][owner[k].second] = logp[k];
-    start += static_cast<std::size_t>(B);
+    return model.token_log_probs(ids.data(), B, T, positions, tokens);
+  };
+  const std::vector<std::vector<double>> logp = ranks.run(model, batches, run_batch);
+
+  std::vector<std::vector<double>> scores(queries.size());
+  for (std::size_t k = 0; k < batches.size(); ++k) {
+    std::size_t next = 0;
+    for (std::int64_t b = 0; b < batches[k].rows; ++b) {
+      const std::size_t qi = order[starts[k] + static_cast<std::size_t>(b)];
+      const std::size_t n = queries[qi].targets.size();
+      scores[qi].assign(logp[k].begin() + static_cast<std::ptrdiff_t>(next),
+                        logp[k].begin() + static_cast<std::ptrdiff_t>(next + n));
+      next += n;
+    }
   }
   return scores;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/eval/eval_ranks.h"
 #include "tandem/model/olmo3_model.h"
 
 namespace tandem::eval {
@@ -19,10 +20,12 @@ struct ScoringQuery {
   std::vector<std::pair<std::int64_t, std::int64_t>> targets;
 };
 
-// One log-probability per target, per query. Throws Error for an empty query, a position
+// One log-probability per target, per query, the forward passes spread over `ranks`
+// (eval_ranks.h: the same scores on any number). Throws Error for an empty query, a position
 // outside its query or a token outside the vocabulary.
 std::vector<std::vector<double>> score_queries(model::Olmo3Model& model,
                                                const std::vector<ScoringQuery>& queries,
-                                               std::int64_t batch_tokens);
+                                               std::int64_t batch_tokens,
+                                               const EvalRanks& ranks = EvalRanks());
 
 }  // namespace tandem::eval

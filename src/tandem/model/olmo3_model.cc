@@ -544,6 +544,16 @@ std::int64_t Olmo3Model::forward_only_rows(std::int64_t B, std::int64_t T) const
   return std::max<std::int64_t>(1, forward_only_token_limit_ / T);
 }
 
+std::int64_t Olmo3Model::forward_only_passes(std::int64_t B, std::int64_t T) const {
+  const std::int64_t piece = forward_only_rows(B, T);
+  return (B + piece - 1) / piece;
+}
+
+void Olmo3Model::forward_only_padding_pass() {
+  const std::int64_t id = 0;
+  token_log_probs_piece(&id, 1, 1, {}, {}, nullptr);
+}
+
 void Olmo3Model::forward_logits(const std::int64_t* ids, std::int64_t B, std::int64_t T,
                                 float* logits, const std::int64_t* doc_start) {
   const std::int64_t piece = forward_only_rows(B, T), V = config_.embedding_size;

@@ -112,6 +112,12 @@ class Olmo3Model {
   // are the whole batch's up to the rounding of GEMMs over fewer rows (a kernel chosen by shape);
   // 0 (the default) runs any batch whole.
   void set_forward_only_token_limit(std::int64_t tokens);
+  // The passes (pieces) a forward-only call over B rows of T tokens makes: for a sharded model,
+  // the rounds of unit gathers every rank of its group must make alike.
+  std::int64_t forward_only_passes(std::int64_t B, std::int64_t T) const;
+  // One forward-only pass over a single token, its result dropped: the cheapest pass that makes
+  // a sharded model's collective gathers, for a rank with less to evaluate than its peers.
+  void forward_only_padding_pass();
 
   // The activation recompute policy (default none). Changing it frees the activation buffers;
   // the next forward allocates them for the new policy.

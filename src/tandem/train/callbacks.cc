@@ -19,9 +19,21 @@ void log_line(const dist::Communicator& comm, const std::string& line) {
   std::fflush(stdout);
 }
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string over_ranks(const dist::Communicator& comm) {
+  return comm.world_size() > 1 ? fmt::format(", shared by {} ranks", comm.world_size()) : "";
+}
+
+}  // namespace
+
 EvaluationCallback::EvaluationCallback(const RunConfig& config, model::Olmo3Model& model,
-                                       const dist::Communicator& comm)
-    : config_(config), model_(model), comm_(comm) {
+                                       dist::Communicator& comm)
+    : config_(config), model_(model), comm_(comm), ranks_(comm) {
   for (const auto& set : config_.eval.sets)
     heldout_.push_back(
         eval::open_heldout_set(set.name, set.files, config_.data, config_.eval.max_instances));
@@ -43,26 +55,31 @@ void EvaluationCallback::on_step_end(StepEvent& e) {
   const bool last = step == e.max_steps;
   const std::int64_t interval = config_.eval.interval;
   if ((!heldout_.empty() || padded_) && ((interval > 0 && step % interval == 0) || last)) {
+    auto t0 = std::chrono::steady_clock::now();
     for (const auto& set : heldout_) {
-      eval::HeldoutResult h = eval::evaluate_heldout(model_, set, config_.eval.batch_instances);
+      eval::HeldoutResult h =
+          eval::evaluate_heldout(model_, set, config_.eval.batch_instances, ranks_);
       e.record["eval/" + h.name + "/loss"] = h.loss;
       e.record["eval/" + h.name + "/ppl"] = h.perplexity;
     }
     if (padded_) {
-      for (const auto& r : padded_->evaluate(model_)) {
+      for (const auto& r : padded_->evaluate(model_, ranks_)) {
         e.record["eval/" + r.label + "/loss"] = r.loss;
         e.record["eval/" + r.label + "/ppl"] = r.perplexity;
       }
     }
+    log_line(comm_,
+             fmt::format("held-out evaluation: {} set(s) in {:.1f}s{}",
+                         heldout_.size() + (padded_ ? padded_->dataset().labels().size() : 0),
+                         seconds_since(t0), over_ranks(comm_)));
   }
   const std::int64_t every = config_.eval.downstream ? config_.eval.downstream->interval : 0;
   if (downstream_ && ((every > 0 && step % every == 0) || last)) {
     auto t0 = std::chrono::steady_clock::now();
-    e.record.update(eval::downstream_metrics_json(downstream_->evaluate(model_)));
-    log_line(
-        comm_,
-        fmt::format("downstream evaluation: {} requests in {:.1f}s", downstream_->total_requests(),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    e.record.update(eval::downstream_metrics_json(downstream_->evaluate(model_, nullptr, ranks_)));
+    log_line(comm_,
+             fmt::format("downstream evaluation: {} requests in {:.1f}s{}",
+                         downstream_->total_requests(), seconds_since(t0), over_ranks(comm_)));
   }
 }
 

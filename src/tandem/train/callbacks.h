@@ -56,14 +56,15 @@ void log_line(const dist::Communicator& comm, const std::string& line);
 // evaluation.downstream.interval steps and at the end.
 class EvaluationCallback final : public Callback {
  public:
-  EvaluationCallback(const RunConfig& config, model::Olmo3Model& model,
-                     const dist::Communicator& comm);
+  // Every rank evaluates its share of the batches (eval/eval_ranks.h).
+  EvaluationCallback(const RunConfig& config, model::Olmo3Model& model, dist::Communicator& comm);
   void on_step_end(StepEvent& event) override;
 
  private:
   const RunConfig& config_;
   model::Olmo3Model& model_;
   const dist::Communicator& comm_;
+  eval::EvalRanks ranks_;
   std::vector<eval::HeldoutSet> heldout_;
   std::unique_ptr<eval::PaddedHeldout> padded_;  // evaluation.padded
   std::unique_ptr<eval::DownstreamSuite> downstream_;

@@ -1,0 +1,170 @@
+// In-loop evaluation shared by the data-parallel ranks (eval/eval_ranks.h) under mpirun: held-out
+// sets (chunked and AI2's padded ones) and downstream tasks give, bit for bit, one rank's numbers
+// at every world size and strategy, a sharded model (FSDP, HSDP) included, whose ranks must make
+// the same collective passes although their shares of the batches differ; `tandem eval` under
+// mpirun likewise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "dist_test_util.h"
+#ifdef TANDEM_HAVE_NCCL
+#include "tandem/dist/nccl_communicator.h"
+#endif
+
+namespace tandem {
+namespace {
+
+using namespace dist_testing;
+
+// A model with the evaluation fixtures' vocabulary (their tokenizer's 600 ids) trained for one
+// step at learning rate 0, so that every run evaluates the same weights: the held-out sets and
+// downstream tasks then see the same model whatever the world size did to the training sums.
+// Batches are chosen so that the ranks' shares are uneven (the last round leaves ranks idle, the
+// last batch of a set is smaller): the padded held-out sets in batches of 2, 11 sets of 5 to 40
+// instances; the chunked ones in batches of 3.
+std::string write_config(const std::string& dir, const std::string& run) {
+  const std::string sets =
+      fixture("eval/padded_heldout/eval-data/perplexity/v3_small_dolma2-tokenizer");
+  testing::write_text(dir + "/train.npy", std::string(12 * 64 * sizeof(std::uint32_t), '\0'));
+  const std::string path = dir + "/" + run + ".yaml";
+  testing::write_text(
+      path,
+      fmt::format(R"(model: {{d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2,
+  hidden_size: 64, vocab_size: 600, max_sequence_length: 256,
+  sliding_window: {{pattern: [16, 16, -1], force_full_attention_on_first_layer: false}}}}
+data: {{paths: [{0}/train.npy], sequence_length: 64, global_batch_size: 768, micro_batch_size: 1,
+  seed: 1, vocab_size: 600, dtype: uint32, eos_token_id: 500, pad_token_id: 511}}
+optim: {{lr: 0.0}}
+scheduler: {{name: constant}}
+trainer: {{save_folder: {0}/{1}, max_steps: 1, progress: false}}
+evaluation:
+  batch_instances: 3
+  sets: [{{name: pile, paths: [{2}/pile/val/*.npy]}}, {{name: ice, paths: [{2}/ice/val/*.npy]}}]
+  padded: {{root: {2}, batch_instances: 2}}
+  downstream:
+    tasks: [arc_easy:rc, piqa:bpb]
+    limit: 8
+    tokenizer: {3}
+    tasks_dir: {4}
+    batch_tokens: 1024
+)",
+                  dir, run, sets, fixture("eval/tokenizer.json"), fixture("eval/oe_eval_tasks")));
+  return path;
+}
+
+// The evaluation metrics of the run's last metrics.jsonl record.
+nlohmann::json evaluation_metrics(const std::string& run) {
+  const auto records = read_metrics(run);
+  EXPECT_FALSE(records.empty()) << run;
+  nlohmann::json out = nlohmann::json::object();
+  if (records.empty()) return out;
+  for (const auto& [key, value] : records.back().items()) {
+    if (key.rfind("eval/", 0) == 0 || key.rfind("downstream/", 0) == 0) out[key] = value;
+  }
+  return out;
+}
+
+TEST(EvalSharding, EveryWorldSizeAndStrategyEvaluatesAsOneRankBitForBit) {
+  const std::string dir = temp_dir("eval_sharding");
+  auto r = run_shell(tandem_command(1, "train " + write_config(dir, "w1")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json one = evaluation_metrics(dir + "/w1");
+  // 2 chunked sets and 11 padded ones (loss and perplexity), 2 tasks' metrics.
+  for (const char* key :
+       {"eval/pile/loss", "eval/ice/ppl", "eval/pile-validation/loss",
+        "eval/m2d2_s2orc-validation/ppl", "downstream/arc_easy:rc/acc", "downstream/piqa:bpb/bpb"})
+    ASSERT_TRUE(one.contains(key)) << key << "\n" << one.dump(1);
+  int heldout = 0;
+  for (const auto& [key, value] : one.items()) {
+    if (key.rfind("eval/", 0) != 0) continue;
+    ++heldout;
+    EXPECT_TRUE(std::isfinite(value.get<double>()) && value.get<double>() > 0) << key;
+  }
+  EXPECT_EQ(heldout, 2 * 13);
+
+  for (const auto& [world, strategy] : std::vector<std::pair<int, std::string>>{
+           {2, "fsdp"}, {3, "ddp"}, {3, "fsdp"}, {4, "hsdp"}}) {
+    const std::string what = fmt::format("{} W={}", strategy, world);
+    const std::string run = fmt::format("w{}_{}", world, strategy);
+    const std::string extra =
+        " dist.strategy=" + strategy + (strategy == "hsdp" ? " dist.shard_group_size=2" : "");
+    // A rank left waiting on a peer's collective (passes that do not match) ends the run soon.
+    auto rr = run_shell("TANDEM_DIST_TIMEOUT_S=60 " +
+                        tandem_command(world, "train " + write_config(dir, run) + extra));
+    ASSERT_EQ(rr.exit_code, 0) << what << rr.output;
+    EXPECT_NE(rr.output.find("held-out evaluation: 13 set(s) in"), std::string::npos) << rr.output;
+    EXPECT_NE(rr.output.find(fmt::format("shared by {} ranks", world)), std::string::npos)
+        << rr.output;
+    const nlohmann::json many = evaluation_metrics(dir + "/" + run);
+    ASSERT_EQ(many.size(), one.size()) << what;
+    for (const auto& [key, value] : one.items()) {
+      // Bit for bit: JSON keeps every double's 17 digits.
+      EXPECT_EQ(many.at(key).get<double>(), value.get<double>()) << what << " " << key;
+    }
+  }
+}
+
+// `tandem eval` under mpirun: the JSON (but for timings and the predictions path) and the
+// predictions file of 3 ranks are one process's, byte for byte.
+TEST(EvalSharding, TandemEvalOnThreeRanksPrintsAndWritesWhatOneProcessDoes) {
+  const std::string dir = temp_dir("eval_sharding_cli");
+  const std::string config = write_config(dir, "run");
+  auto r = run_shell(tandem_command(1, "train " + config));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto evaluate = [&](int world) {
+    const std::string predictions = fmt::format("{}/predictions-w{}.jsonl", dir, world);
+    auto e = run_shell(tandem_command(world, fmt::format("eval {} --checkpoint {}/run --json "
+                                                         "--predictions {}",
+                                                         config, dir, predictions)));
+    EXPECT_EQ(e.exit_code, 0) << e.output;
+    nlohmann::json j = nlohmann::json::parse(e.output.substr(e.output.find('{')));
+    EXPECT_EQ(j.at("predictions"), predictions);
+    j.erase("predictions");
+    EXPECT_EQ(j.at("ranks"), world);
+    j.erase("ranks");
+    for (auto& [task, result] : j.at("downstream").items()) result.erase("seconds");
+    return std::make_pair(j, testing::read_text(predictions));
+  };
+  const auto [one, one_predictions] = evaluate(1);
+  ASSERT_EQ(one.at("heldout").size(), 13u) << one.dump(1);
+  ASSERT_EQ(one.at("downstream").size(), 2u) << one.dump(1);
+  const auto [three, three_predictions] = evaluate(3);
+  EXPECT_EQ(three, one);
+  EXPECT_FALSE(one_predictions.empty());
+  EXPECT_EQ(three_predictions, one_predictions);
+}
+
+#ifdef TANDEM_HAVE_NCCL
+
+// The CUDA backend with NCCL under FSDP: its one-token padding passes and its gathers from device
+// memory keep the two ranks in step, and they evaluate as one rank on the same backend does.
+TEST(EvalSharding, CudaBackendUnderFsdpWithNcclEvaluatesAsOneRank) {
+  std::string why;
+  const int devices = dist::cuda_device_count(&why);
+  if (devices < 2)
+    GTEST_SKIP() << "2 ranks need 2 CUDA devices (NCCL refuses two ranks on one), this machine has "
+                 << devices << (devices == 0 ? " (" + why + ")" : "");
+  const std::string dir = temp_dir("eval_sharding_cuda");
+  auto r = run_shell(tandem_command(1, "train " + write_config(dir, "w1") + " backend=cuda"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json one = evaluation_metrics(dir + "/w1");
+  ASSERT_EQ(one.size(), 35u) << one.dump(1);
+  auto rr = run_shell(
+      "TANDEM_DIST_TIMEOUT_S=120 TANDEM_COMMUNICATOR=nccl " +
+      tandem_command(2, "train " + write_config(dir, "w2") + " backend=cuda dist.strategy=fsdp"));
+  ASSERT_EQ(rr.exit_code, 0) << rr.output;
+  EXPECT_NE(rr.output.find("shared by 2 ranks"), std::string::npos) << rr.output;
+  const nlohmann::json two = evaluation_metrics(dir + "/w2");
+  ASSERT_EQ(two.size(), one.size());
+  for (const auto& [key, value] : one.items())
+    EXPECT_EQ(two.at(key).get<double>(), value.get<double>()) << key;
+}
+
+#endif
+
+}  // namespace
+}  // namespace tandem
