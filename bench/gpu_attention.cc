@@ -5,7 +5,10 @@
 // serves), `flash` (tandem's tensor-core kernels) and `plain`, in bf16; `plain` in fp32 (the
 // parity path). Shapes: the 1B benchmark's (16 heads of 128, seq 8192) with its window (4096) and
 // full, and 7B's (32 heads of 128) with its window; each also with documents (a start every 1024
-// tokens: cuDNN does not take them, so `default` is then the tensor-core kernels).
+// tokens: cuDNN does not take them, so `default` is then the tensor-core kernels); and one
+// downstream scoring batch (13 queries of 311 tokens), a shape of the kind evaluation meets by the
+// hundred. Each row also gives the first call's time: less the median, what a new shape costs
+// before it runs (cuDNN builds a graph and plan per shape and keeps them).
 // TFLOP/s two ways: `counted`, the MFU's convention (kernels/op_profile.h: every query over
 // min(window, T) keys, causality and documents not discounted), and `actual`, the query-key
 // pairs the mask lets through (4 D FLOPs each forward, 8 D backward), i.e. the arithmetic the
@@ -95,27 +98,36 @@ nlohmann::json measure(Backend& be, const Problem& p, DType dtype, int repeats) 
     be.upload(docs, doc_starts(p).data());
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(p.D));
+  // (median of the timed calls, the first call): the first one warms up, and its time less the
+  // median is what a new shape costs before it runs (cuDNN's graph and plan, built per shape and
+  // kept; evaluation meets a new shape with every new batch length).
   auto seconds = [&](auto&& op) {
     std::vector<double> t;
-    for (int r = 0; r <= repeats; ++r) {  // the first one warms up (plans, cuDNN graphs)
+    double first = 0.0;
+    for (int r = 0; r <= repeats; ++r) {
       be.synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       op();
       be.synchronize();
-      if (r > 0)
-        t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r == 0)
+        first = s;
+      else
+        t.push_back(s);
     }
-    return median(t);
+    return std::make_pair(median(t), first);
   };
-  const double fwd =
+  const auto [fwd, fwd_first] =
       seconds([&] { be.attention_forward(q, k, v, out, lse, p.window, scale, docs); });
-  const double bwd = seconds(
+  const auto [bwd, bwd_first] = seconds(
       [&] { be.attention_backward(q, k, v, out, lse, dout, dq, dk, dv, p.window, scale, docs); });
   const double counted_fwd = tandem::kernels::attention_flops(p.B, p.T, p.Hq, p.D, p.window, false);
   const double actual_fwd = 4.0 * static_cast<double>(p.D) * visible_pairs(p);
   nlohmann::json j;
   j["forward_ms"] = 1e3 * fwd;
   j["backward_ms"] = 1e3 * bwd;
+  j["forward_first_call_ms"] = 1e3 * fwd_first;
+  j["backward_first_call_ms"] = 1e3 * bwd_first;
   j["forward_tflops_counted"] = counted_fwd / fwd / 1e12;
   j["backward_tflops_counted"] = 2 * counted_fwd / bwd / 1e12;
   j["forward_tflops_actual"] = actual_fwd / fwd / 1e12;
@@ -156,7 +168,9 @@ int main(int argc, char** argv) {
                 {"1B, full", 1, 8192, 16, 16, 128, 0, 0},
                 {"1B, window 4096, documents of 1024", 1, 8192, 16, 16, 128, 4096, 1024},
                 {"7B, window 4096", 1, 8192, 32, 32, 128, 4096, 0},
-                {"7B, window 4096, documents of 1024", 1, 8192, 32, 32, 128, 4096, 1024}};
+                {"7B, window 4096, documents of 1024", 1, 8192, 32, 32, 128, 4096, 1024},
+                // A downstream scoring pass: batch_tokens 4096 over queries of 311 tokens.
+                {"1B, a scoring batch (13 x 311)", 13, 311, 16, 16, 128, 4096, 0}};
   }
   // (path, dtype): the bf16 paths, then the fp32 parity path; the CPU backend has one path.
   struct Path {
