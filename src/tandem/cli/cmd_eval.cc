@@ -81,11 +81,12 @@ int run_eval(const EvalArgs& args, dist::Communicator& comm) {
   out["ranks"] = comm.world_size();  // that shared the batches
   std::vector<eval::HeldoutResult> heldout;
   if (run) {
-    for (const auto& set_config : run->eval.sets) {
-      eval::HeldoutSet set = eval::open_heldout_set(set_config.name, set_config.files, run->data,
-                                                    run->eval.max_instances);
-      heldout.push_back(eval::evaluate_heldout(*model, set, run->eval.batch_instances, ranks));
-      const auto& h = heldout.back();
+    std::vector<eval::HeldoutSet> sets;
+    for (const auto& set_config : run->eval.sets)
+      sets.push_back(eval::open_heldout_set(set_config.name, set_config.files, run->data,
+                                            run->eval.max_instances));
+    for (const auto& h : eval::evaluate_heldout(*model, sets, run->eval.batch_instances, ranks)) {
+      heldout.push_back(h);
       out["heldout"][h.name] = {{"loss", h.loss}, {"ppl", h.perplexity}, {"tokens", h.tokens}};
     }
     if (run->eval.padded) {

@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 
 #include "tandem/core/error.h"
@@ -95,11 +97,20 @@ std::string default_tokenizer_path() {
   return base + "/tokenizers/allenai_dolma2.json";
 }
 
-std::vector<double> score_requests(model::Olmo3Model& model,
-                                   const std::vector<TokenizedRequest>& requests,
-                                   std::int64_t max_length, std::int64_t batch_tokens,
-                                   const EvalRanks& ranks) {
-  const model::ModelConfig& mc = model.config();
+namespace {
+
+// A task's requests as scoring queries, and how the per-request log-likelihoods come from the
+// queries' per-target log-probabilities.
+struct TaskQueries {
+  std::vector<ScoringQuery> queries;
+  std::function<std::vector<double>(const std::vector<std::vector<double>>&)> per_request;
+};
+
+// One query per request: the last max_length tokens of context + continuation[:-1], scored at
+// the continuation's tokens; a request's log-likelihood is the sum.
+TaskQueries request_queries(const model::ModelConfig& mc,
+                            const std::vector<TokenizedRequest>& requests,
+                            std::int64_t max_length) {
   if (max_length <= 0) {
     TANDEM_CHECK(mc.max_sequence_length > 0,
                  "the model sets no max_sequence_length (-1): give the tasks' max_length");
@@ -108,7 +119,8 @@ std::vector<double> score_requests(model::Olmo3Model& model,
   TANDEM_CHECK(mc.accepts_sequence_length(max_length),
                "max_length {} exceeds the model's max_sequence_length {}", max_length,
                mc.max_sequence_length);
-  std::vector<ScoringQuery> queries(requests.size());
+  TaskQueries out;
+  out.queries.resize(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
     TANDEM_CHECK(!r.continuation.empty(), "request {}: continuation has no tokens", i);
@@ -119,24 +131,43 @@ std::vector<double> score_requests(model::Olmo3Model& model,
     TANDEM_CHECK(q >= 1, "request {}: empty query (no context)", i);
     std::vector<std::int64_t> full(r.context);
     full.insert(full.end(), r.continuation.begin(), r.continuation.end() - 1);
-    queries[i].tokens.assign(full.end() - q, full.end());
+    out.queries[i].tokens.assign(full.end() - q, full.end());
     const auto c = static_cast<std::int64_t>(r.continuation.size());
     for (std::int64_t j = 0; j < c; ++j) {
       // The logits at q - c + j predict continuation token j.
-      queries[i].targets.emplace_back(q - c + j, r.continuation[static_cast<std::size_t>(j)]);
+      out.queries[i].targets.emplace_back(q - c + j, r.continuation[static_cast<std::size_t>(j)]);
     }
   }
-  std::vector<std::vector<double>> per_token;
+  out.per_request = [](const std::vector<std::vector<double>>& per_token) {
+    std::vector<double> scores(per_token.size(), 0.0);
+    for (std::size_t i = 0; i < per_token.size(); ++i) {
+      for (double lp : per_token[i]) scores[i] += lp;
+    }
+    return scores;
+  };
+  return out;
+}
+
+// The plan of a task's queries; a query the model cannot take is said as the request's query.
+std::unique_ptr<ScoringPlan> plan_requests(const model::ModelConfig& mc, const TaskQueries& q,
+                                           std::int64_t batch_tokens) {
   try {
-    per_token = score_queries(model, queries, batch_tokens, ranks);
+    return std::make_unique<ScoringPlan>(mc, q.queries, batch_tokens);
   } catch (const core::Error& e) {
     core::fail("{} (query = the last max_length tokens of context + continuation[:-1])", e.what());
   }
-  std::vector<double> scores(requests.size(), 0.0);
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    for (double lp : per_token[i]) scores[i] += lp;
-  }
-  return scores;
+}
+
+}  // namespace
+
+std::vector<double> score_requests(model::Olmo3Model& model,
+                                   const std::vector<TokenizedRequest>& requests,
+                                   std::int64_t max_length, std::int64_t batch_tokens,
+                                   const EvalRanks& ranks) {
+  const TaskQueries q = request_queries(model.config(), requests, max_length);
+  const std::unique_ptr<ScoringPlan> plan = plan_requests(model.config(), q, batch_tokens);
+  return q.per_request(plan->scores(
+      ranks.run(model, plan->batches(), [&](std::size_t k) { return plan->run(model, k); })));
 }
 
 DownstreamSuite::DownstreamSuite(const tokenizer::Tokenizer& tokenizer,
@@ -161,15 +192,13 @@ std::int64_t DownstreamSuite::total_requests() const {
 
 namespace {
 
-// Per-request log-likelihoods of a "fast" MC task (olmo-eval's fast_mc): one query per document,
-// the first choice's (context + continuation[:-1], i.e. the context), and each choice's single
-// token scored at its last position.
-std::vector<double> score_fast_mc(model::Olmo3Model& model, const DownstreamTask& task,
-                                  const std::vector<TokenizedRequest>& tokens,
-                                  std::int64_t max_length, std::int64_t batch_tokens,
-                                  const EvalRanks& ranks) {
-  if (max_length <= 0) max_length = model.config().max_sequence_length;
-  std::vector<ScoringQuery> queries;
+// The queries of a "fast" MC task (olmo-eval's fast_mc): one query per document, the first
+// choice's (context + continuation[:-1], i.e. the context), and each choice's single token scored
+// at its last position.
+TaskQueries fast_mc_queries(const model::ModelConfig& mc, const DownstreamTask& task,
+                            const std::vector<TokenizedRequest>& tokens, std::int64_t max_length) {
+  if (max_length <= 0) max_length = mc.max_sequence_length;
+  TaskQueries out;
   std::vector<std::pair<std::size_t, std::size_t>> where(tokens.size());  // (query, target)
   std::map<std::int64_t, std::vector<std::size_t>> by_doc;
   for (std::size_t i = 0; i < task.requests.size(); ++i)
@@ -190,14 +219,17 @@ std::vector<double> score_fast_mc(model::Olmo3Model& model, const DownstreamTask
                    "'{}' is {}",
                    task.spec.name, doc, task.requests[i].cont_id, task.requests[i].continuation,
                    cont.size());
-      where[i] = {queries.size(), q.targets.size()};
+      where[i] = {out.queries.size(), q.targets.size()};
       q.targets.emplace_back(n - 1, cont[0]);
     }
-    queries.push_back(std::move(q));
+    out.queries.push_back(std::move(q));
   }
-  auto scores = score_queries(model, queries, batch_tokens, ranks);
-  std::vector<double> out(tokens.size());
-  for (std::size_t i = 0; i < tokens.size(); ++i) out[i] = scores[where[i].first][where[i].second];
+  out.per_request = [where = std::move(where)](const std::vector<std::vector<double>>& scores) {
+    std::vector<double> logp(where.size());
+    for (std::size_t i = 0; i < where.size(); ++i)
+      logp[i] = scores[where[i].first][where[i].second];
+    return logp;
+  };
   return out;
 }
 
@@ -255,18 +287,68 @@ std::vector<IclScore> icl_scores(const DownstreamTask& task, const std::vector<d
 std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model,
                                                   std::vector<TaskPredictions>* predictions,
                                                   const EvalRanks& ranks) const {
-  std::vector<TaskResult> results;
-  for (const auto& p : tasks_) {
-    auto begin = std::chrono::steady_clock::now();
-    std::vector<double> logp;
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  // Every task's passes, planned as one process would (task by task), in one list: the ranks
+  // share all of them, however few a task has.
+  struct Scoring {
+    TaskQueries queries;
+    std::unique_ptr<ScoringPlan> plan;
+    double seconds = 0.0;  // this rank's: planning, its share of the passes, the metrics
+  };
+  std::vector<Scoring> scoring(tasks_.size());
+  std::vector<EvalBatch> batches;
+  std::vector<std::pair<std::size_t, std::size_t>> owner;  // (task, pass of its plan)
+  auto fail_in = [&](const Prepared& p, const core::Error& e) {
+    core::fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
+  };
+  for (std::size_t t = 0; t < tasks_.size(); ++t) {
+    const Prepared& p = tasks_[t];
+    const auto begin = Clock::now();
     try {
-      logp = p.task.fast_mc ? score_fast_mc(model, p.task, p.tokens, options_.max_length,
-                                            options_.batch_tokens, ranks)
-                            : score_requests(model, p.tokens, options_.max_length,
-                                             options_.batch_tokens, ranks);
+      if (p.task.fast_mc) {
+        scoring[t].queries = fast_mc_queries(model.config(), p.task, p.tokens, options_.max_length);
+        scoring[t].plan = std::make_unique<ScoringPlan>(model.config(), scoring[t].queries.queries,
+                                                        options_.batch_tokens);
+      } else {
+        scoring[t].queries = request_queries(model.config(), p.tokens, options_.max_length);
+        scoring[t].plan = plan_requests(model.config(), scoring[t].queries, options_.batch_tokens);
+      }
     } catch (const core::Error& e) {
-      core::fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
+      fail_in(p, e);
     }
+    for (std::size_t k = 0; k < scoring[t].plan->batches().size(); ++k) {
+      batches.push_back(scoring[t].plan->batches()[k]);
+      owner.emplace_back(t, k);
+    }
+    scoring[t].seconds += seconds_since(begin);
+  }
+  const std::vector<std::vector<double>> passes = ranks.run(model, batches, [&](std::size_t k) {
+    const auto [t, pass] = owner[k];
+    const auto begin = Clock::now();
+    std::vector<double> out;
+    try {
+      out = scoring[t].plan->run(model, pass);
+    } catch (const core::Error& e) {
+      fail_in(tasks_[t], e);
+    }
+    scoring[t].seconds += seconds_since(begin);
+    return out;
+  });
+
+  std::vector<TaskResult> results;
+  std::size_t next_pass = 0;
+  for (std::size_t t = 0; t < tasks_.size(); ++t) {
+    const Prepared& p = tasks_[t];
+    const auto begin = Clock::now();
+    const std::size_t n = scoring[t].plan->batches().size();
+    const std::vector<std::vector<double>> mine(
+        passes.begin() + static_cast<std::ptrdiff_t>(next_pass),
+        passes.begin() + static_cast<std::ptrdiff_t>(next_pass + n));
+    next_pass += n;
+    const std::vector<double> logp = scoring[t].queries.per_request(scoring[t].plan->scores(mine));
     TaskResult result;
     result.name = p.task.spec.name;
     result.primary_metric = p.task.primary_metric;
@@ -289,12 +371,11 @@ std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model,
     }
     result.documents = p.task.documents;
     result.requests = static_cast<std::int64_t>(logp.size());
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     if (predictions) {
       predictions->push_back(
           make_predictions(p.task, p.tokens, logp, options_, model.config().max_sequence_length));
     }
+    result.seconds = scoring[t].seconds + seconds_since(begin);
     results.push_back(std::move(result));
   }
   return results;

@@ -72,7 +72,7 @@ struct TaskResult {
   std::map<std::string, double> metrics;
   std::int64_t documents = 0;
   std::int64_t requests = 0;
-  double seconds = 0.0;
+  double seconds = 0.0;  // this process's time on the task (its share of the passes)
   double primary() const { return metrics.at(primary_metric); }
 };
 
@@ -96,8 +96,8 @@ class DownstreamSuite {
   DownstreamSuite(const tokenizer::Tokenizer& tokenizer, const std::vector<TaskSpec>& specs,
                   const DownstreamOptions& options);
   // With `predictions`, also appends every task's per-request predictions.
-  // The forward passes of each task spread over `ranks` (eval_ranks.h: the same scores on any
-  // number of ranks); every rank returns every result.
+  // Every task's forward passes (planned task by task) shared out over `ranks` as one list
+  // (eval_ranks.h: the same scores on any number of ranks); every rank returns every result.
   std::vector<TaskResult> evaluate(model::Olmo3Model& model,
                                    std::vector<TaskPredictions>* predictions = nullptr,
                                    const EvalRanks& ranks = EvalRanks()) const;

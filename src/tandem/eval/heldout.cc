@@ -29,15 +29,22 @@ HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::stri
   return s;
 }
 
-HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, std::int64_t batch,
-                               const EvalRanks& ranks) {
-  TANDEM_CHECK(batch > 0, "held-out set '{}': batch of {} instances", set.name, batch);
-  const std::int64_t T = set.dataset->sequence_length();
+std::vector<HeldoutResult> evaluate_heldout(model::Olmo3Model& model,
+                                            const std::vector<HeldoutSet>& sets, std::int64_t batch,
+                                            const EvalRanks& ranks) {
+  TANDEM_CHECK(batch > 0, "held-out sets: batch of {} instances", batch);
   std::vector<EvalBatch> batches;
-  for (std::int64_t first = 0; first < set.instances; first += batch)
-    batches.push_back({std::min(batch, set.instances - first), T, 2});
+  std::vector<std::pair<std::size_t, std::int64_t>> slices;  // (set, first instance)
+  for (std::size_t s = 0; s < sets.size(); ++s) {
+    const std::int64_t T = sets[s].dataset->sequence_length();
+    for (std::int64_t first = 0; first < sets[s].instances; first += batch) {
+      batches.push_back({std::min(batch, sets[s].instances - first), T, 2});
+      slices.emplace_back(s, first);
+    }
+  }
   auto run_batch = [&](std::size_t k) {
-    const std::int64_t first = static_cast<std::int64_t>(k) * batch, B = batches[k].rows;
+    const HeldoutSet& set = sets[slices[k].first];
+    const std::int64_t first = slices[k].second, B = batches[k].rows, T = batches[k].tokens;
     std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T), 0);
     for (std::int64_t b = 0; b < B; ++b)
       set.dataset->read_instance(
@@ -51,17 +58,26 @@ HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, 
                                                set.intra_document ? doc_start.data() : nullptr);
     return std::vector<double>{s.ce_sum, static_cast<double>(s.count)};
   };
-  HeldoutResult r;
-  r.name = set.name;
-  double ce = 0.0;
+  const std::vector<std::vector<double>> sums = ranks.run(model, batches, run_batch);
+  std::vector<HeldoutResult> results(sets.size());
+  std::vector<double> ce(sets.size(), 0.0);
   // Summed in batch order, as one process evaluating every batch sums them.
-  for (const auto& v : ranks.run(model, batches, run_batch)) {
-    ce += v[0];
-    r.tokens += static_cast<std::int64_t>(v[1]);
+  for (std::size_t k = 0; k < batches.size(); ++k) {
+    ce[slices[k].first] += sums[k][0];
+    results[slices[k].first].tokens += static_cast<std::int64_t>(sums[k][1]);
   }
-  r.loss = ce / static_cast<double>(r.tokens);
-  r.perplexity = std::exp(r.loss);
-  return r;
+  for (std::size_t s = 0; s < sets.size(); ++s) {
+    HeldoutResult& r = results[s];
+    r.name = sets[s].name;
+    r.loss = ce[s] / static_cast<double>(r.tokens);
+    r.perplexity = std::exp(r.loss);
+  }
+  return results;
+}
+
+HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, std::int64_t batch,
+                               const EvalRanks& ranks) {
+  return evaluate_heldout(model, std::vector<HeldoutSet>{set}, batch, ranks).front();
 }
 
 }  // namespace tandem::eval

@@ -37,7 +37,11 @@ struct HeldoutResult {
 HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
                             const data::DataConfig& train_data, std::int64_t max_instances);
 
-// Batches of `batch` instances, spread over `ranks` (eval_ranks.h: the same result on any number).
+// Every set in batches of `batch` instances, the sets' batches shared out over `ranks` as one
+// list (eval_ranks.h: the same results on any number of ranks).
+std::vector<HeldoutResult> evaluate_heldout(model::Olmo3Model& model,
+                                            const std::vector<HeldoutSet>& sets, std::int64_t batch,
+                                            const EvalRanks& ranks = EvalRanks());
 HeldoutResult evaluate_heldout(model::Olmo3Model& model, const HeldoutSet& set, std::int64_t batch,
                                const EvalRanks& ranks = EvalRanks());
 

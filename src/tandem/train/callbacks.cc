@@ -56,9 +56,8 @@ void EvaluationCallback::on_step_end(StepEvent& e) {
   const std::int64_t interval = config_.eval.interval;
   if ((!heldout_.empty() || padded_) && ((interval > 0 && step % interval == 0) || last)) {
     auto t0 = std::chrono::steady_clock::now();
-    for (const auto& set : heldout_) {
-      eval::HeldoutResult h =
-          eval::evaluate_heldout(model_, set, config_.eval.batch_instances, ranks_);
+    for (const auto& h :
+         eval::evaluate_heldout(model_, heldout_, config_.eval.batch_instances, ranks_)) {
       e.record["eval/" + h.name + "/loss"] = h.loss;
       e.record["eval/" + h.name + "/ppl"] = h.perplexity;
     }
