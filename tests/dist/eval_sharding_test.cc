@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <regex>
 #include <string>
 
 #include <fmt/format.h>
@@ -68,10 +69,44 @@ nlohmann::json evaluation_metrics(const std::string& run) {
   return out;
 }
 
+// The number in "<what>: ... , N <unit>" of a log (-1 if absent).
+std::int64_t logged_count(const std::string& output, const std::string& what,
+                          const std::string& unit) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex(what + R"(: [^\n]*?, (\d+) )" + unit))) return -1;
+  return std::stoll(m[1]);
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Rank 0's share of `all` batches dealt round-robin over `world` ranks from `lists` lists (one
+// list: ceil(all / W) exactly; each further list may add one).
+void expect_rank_0_share(std::int64_t here, std::int64_t all, int world, int lists,
+                         const std::string& what) {
+  EXPECT_GE(here, ceil_div(all, world)) << what;
+  EXPECT_LE(here, ceil_div(all, world) + lists - 1) << what;
+  EXPECT_LT(here, all) << what;
+}
+
+// "N <unit> shared by W ranks (K on rank 0)" after "<what>: " in a log: {N, K}, {-1, -1} if absent.
+std::pair<std::int64_t, std::int64_t> logged_share(const std::string& output,
+                                                   const std::string& what, const std::string& unit,
+                                                   int world) {
+  std::smatch m;
+  const std::regex share(what + R"(: [^\n]*?, (\d+) )" + unit + " shared by " +
+                         std::to_string(world) + R"( ranks \((\d+) on rank 0\))");
+  if (!std::regex_search(output, m, share)) return {-1, -1};
+  return {std::stoll(m[1]), std::stoll(m[2])};
+}
+
 TEST(EvalSharding, EveryWorldSizeAndStrategyEvaluatesAsOneRankBitForBit) {
   const std::string dir = temp_dir("eval_sharding");
   auto r = run_shell(tandem_command(1, "train " + write_config(dir, "w1")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::int64_t batches = logged_count(r.output, "held-out evaluation", "batches");
+  const std::int64_t passes = logged_count(r.output, "downstream evaluation", "passes");
+  ASSERT_GT(batches, 0) << r.output;
+  ASSERT_GT(passes, 0) << r.output;
   const nlohmann::json one = evaluation_metrics(dir + "/w1");
   // 2 chunked sets and 11 padded ones (loss and perplexity), 2 tasks' metrics.
   for (const char* key :
@@ -96,9 +131,16 @@ TEST(EvalSharding, EveryWorldSizeAndStrategyEvaluatesAsOneRankBitForBit) {
     auto rr = run_shell("TANDEM_DIST_TIMEOUT_S=60 " +
                         tandem_command(world, "train " + write_config(dir, run) + extra));
     ASSERT_EQ(rr.exit_code, 0) << what << rr.output;
-    EXPECT_NE(rr.output.find("held-out evaluation: 13 set(s) in"), std::string::npos) << rr.output;
-    EXPECT_NE(rr.output.find(fmt::format("shared by {} ranks", world)), std::string::npos)
-        << rr.output;
+    // The same batches, rank 0 running its share: 0, W, 2W, ... of each list (held-out: the
+    // chunked sets' and the padded sets'; downstream: one).
+    const auto [heldout_all, heldout_here] =
+        logged_share(rr.output, "held-out evaluation", "batches", world);
+    EXPECT_EQ(heldout_all, batches) << what << rr.output;
+    expect_rank_0_share(heldout_here, batches, world, 2, what);
+    const auto [passes_all, passes_here] =
+        logged_share(rr.output, "downstream evaluation", "passes", world);
+    EXPECT_EQ(passes_all, passes) << what << rr.output;
+    EXPECT_EQ(passes_here, ceil_div(passes, world)) << what;
     const nlohmann::json many = evaluation_metrics(dir + "/" + run);
     ASSERT_EQ(many.size(), one.size()) << what;
     for (const auto& [key, value] : one.items()) {
@@ -123,9 +165,15 @@ TEST(EvalSharding, TandemEvalOnThreeRanksPrintsAndWritesWhatOneProcessDoes) {
     EXPECT_EQ(e.exit_code, 0) << e.output;
     nlohmann::json j = nlohmann::json::parse(e.output.substr(e.output.find('{')));
     EXPECT_EQ(j.at("predictions"), predictions);
-    j.erase("predictions");
     EXPECT_EQ(j.at("ranks"), world);
-    j.erase("ranks");
+    const std::int64_t batches = j.at("batches").get<std::int64_t>();
+    EXPECT_GT(batches, 0);
+    if (world == 1)
+      EXPECT_EQ(j.at("batches_on_rank_0").get<std::int64_t>(), batches);
+    else  // three lists: the chunked sets', the padded sets', the tasks'
+      expect_rank_0_share(j.at("batches_on_rank_0").get<std::int64_t>(), batches, world, 3,
+                          "tandem eval");
+    for (const char* key : {"predictions", "ranks", "batches_on_rank_0"}) j.erase(key);
     for (auto& [task, result] : j.at("downstream").items()) result.erase("seconds");
     return std::make_pair(j, testing::read_text(predictions));
   };
@@ -157,7 +205,7 @@ TEST(EvalSharding, CudaBackendUnderFsdpWithNcclEvaluatesAsOneRank) {
       "TANDEM_DIST_TIMEOUT_S=120 TANDEM_COMMUNICATOR=nccl " +
       tandem_command(2, "train " + write_config(dir, "w2") + " backend=cuda dist.strategy=fsdp"));
   ASSERT_EQ(rr.exit_code, 0) << rr.output;
-  EXPECT_NE(rr.output.find("shared by 2 ranks"), std::string::npos) << rr.output;
+  EXPECT_NE(rr.output.find(" shared by 2 ranks ("), std::string::npos) << rr.output;
   const nlohmann::json two = evaluation_metrics(dir + "/w2");
   ASSERT_EQ(two.size(), one.size());
   for (const auto& [key, value] : one.items())

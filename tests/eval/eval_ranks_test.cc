@@ -1,6 +1,7 @@
 // eval::EvalRanks in one process, with a communicator that stands for rank 1 of 3 and adds what
 // the other two ranks would contribute: the rank runs its share of the batches only (k % 3 == 1),
-// hands the others' places over as zeros, and ends with every batch's values exactly; one process
+// hands the others' places over as zeros, ends with every batch's values exactly and counts what
+// ran (all ranks', its own); one process
 // alone runs every batch in order; a batch that returns another number of values than announced
 // is an error. (Across real ranks, with sharded models: tests/dist/eval_sharding_test.cc.)
 #include <gtest/gtest.h>
@@ -81,10 +82,13 @@ TEST(EvalRanks, EachRankRunsItsShareAndEndsWithEveryBatchExactly) {
   }
   StandInCommunicator comm(1, 3, others);
   std::vector<std::size_t> ran;
-  const auto results = eval::EvalRanks(comm).run(m, batches(n), [&](std::size_t k) {
+  const eval::EvalRanks ranks(comm);
+  const auto results = ranks.run(m, batches(n), [&](std::size_t k) {
     ran.push_back(k);
     return values_of(k);
   });
+  EXPECT_EQ(ranks.count().all, 8);
+  EXPECT_EQ(ranks.count().here, 3);
   EXPECT_EQ(ran, (std::vector<std::size_t>{1, 4, 7}));
   ASSERT_EQ(comm.reductions, 1);
   std::size_t at = 0;
@@ -101,11 +105,14 @@ TEST(EvalRanks, OneProcessRunsEveryBatchInOrder) {
   std::unique_ptr<kernels::Backend> backend = kernels::make_backend("cpu");
   model::Olmo3Model m(config(), *backend);
   std::vector<std::size_t> ran;
-  const auto results = eval::EvalRanks().run(m, batches(5), [&](std::size_t k) {
+  const eval::EvalRanks alone;
+  const auto results = alone.run(m, batches(5), [&](std::size_t k) {
     ran.push_back(k);
     return values_of(k);
   });
   EXPECT_EQ(ran, (std::vector<std::size_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(alone.count().all, 5);
+  EXPECT_EQ(alone.count().here, 5);
   for (std::size_t k = 0; k < 5; ++k) EXPECT_EQ(results[k], values_of(k));
   // NaN and infinities pass through a sum with zeros unchanged.
   StandInCommunicator comm(0, 2, {0.0, 0.0, 0.0});

@@ -78,7 +78,6 @@ int run_eval(const EvalArgs& args, dist::Communicator& comm) {
 
   nlohmann::json out;
   out["model"] = model_dir;
-  out["ranks"] = comm.world_size();  // that shared the batches
   std::vector<eval::HeldoutResult> heldout;
   if (run) {
     std::vector<eval::HeldoutSet> sets;
@@ -124,13 +123,19 @@ int run_eval(const EvalArgs& args, dist::Communicator& comm) {
                "eval: nothing to evaluate (no evaluation.sets or evaluation.downstream in the "
                "config, and no --tasks)");
   if (comm.rank() != 0) return 0;
+  // How the batches were shared: all ranks' and rank 0's.
+  out["ranks"] = comm.world_size();
+  out["batches"] = ranks.count().all;
+  out["batches_on_rank_0"] = ranks.count().here;
   if (args.json) {
     std::cout << out.dump(1) << "\n";
     return 0;
   }
   std::cout << fmt::format(
       "model: {}{}\n", model_dir,
-      comm.world_size() > 1 ? fmt::format(" (evaluated by {} ranks)", comm.world_size()) : "");
+      comm.world_size() > 1 ? fmt::format(" ({} batches shared by {} ranks, {} on rank 0)",
+                                          ranks.count().all, comm.world_size(), ranks.count().here)
+                            : "");
   if (!heldout.empty()) {
     std::size_t width = 28;
     for (const auto& h : heldout) width = std::max(width, h.name.size());

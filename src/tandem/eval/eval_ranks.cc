@@ -28,10 +28,12 @@ std::vector<std::vector<double>> EvalRanks::run(
       std::copy(values.begin(), values.end(),
                 all.begin() + static_cast<std::ptrdiff_t>(offsets[k]));
       done = model.forward_only_passes(batches[k].rows, batches[k].tokens);
+      ++count_.here;
     }
     if (padded_passes)
       for (; done < passes; ++done) model.forward_only_padding_pass();
   }
+  count_.all += static_cast<std::int64_t>(batches.size());
   if (W > 1 && !all.empty()) comm_->all_reduce_sum(all.data(), all.size());
   std::vector<std::vector<double>> out(batches.size());
   for (std::size_t k = 0; k < batches.size(); ++k)

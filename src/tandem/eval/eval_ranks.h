@@ -42,8 +42,15 @@ class EvalRanks {
       model::Olmo3Model& model, const std::vector<EvalBatch>& batches,
       const std::function<std::vector<double>(std::size_t)>& run_batch) const;
 
+  // Batches run so far by all ranks together and by this one (what the logs say of the share).
+  struct Count {
+    std::int64_t all = 0, here = 0;
+  };
+  Count count() const { return count_; }
+
  private:
   dist::Communicator* comm_ = nullptr;
+  mutable Count count_;  // statistics only: nothing reads it to decide anything
 };
 
 }  // namespace tandem::eval

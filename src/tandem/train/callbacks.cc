@@ -25,8 +25,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string over_ranks(const dist::Communicator& comm) {
-  return comm.world_size() > 1 ? fmt::format(", shared by {} ranks", comm.world_size()) : "";
+// "N batches" run since `before`, and on several ranks how they were shared (rank 0 logs).
+std::string batches_text(const eval::EvalRanks& ranks, eval::EvalRanks::Count before,
+                         const char* what) {
+  const eval::EvalRanks::Count now = ranks.count();
+  std::string text = fmt::format("{} {}", now.all - before.all, what);
+  if (ranks.world_size() > 1)
+    text += fmt::format(" shared by {} ranks ({} on rank {})", ranks.world_size(),
+                        now.here - before.here, ranks.rank());
+  return text;
 }
 
 }  // namespace
@@ -56,6 +63,7 @@ void EvaluationCallback::on_step_end(StepEvent& e) {
   const std::int64_t interval = config_.eval.interval;
   if ((!heldout_.empty() || padded_) && ((interval > 0 && step % interval == 0) || last)) {
     auto t0 = std::chrono::steady_clock::now();
+    const eval::EvalRanks::Count before = ranks_.count();
     for (const auto& h :
          eval::evaluate_heldout(model_, heldout_, config_.eval.batch_instances, ranks_)) {
       e.record["eval/" + h.name + "/loss"] = h.loss;
@@ -68,17 +76,18 @@ void EvaluationCallback::on_step_end(StepEvent& e) {
       }
     }
     log_line(comm_,
-             fmt::format("held-out evaluation: {} set(s) in {:.1f}s{}",
+             fmt::format("held-out evaluation: {} set(s), {} in {:.1f}s",
                          heldout_.size() + (padded_ ? padded_->dataset().labels().size() : 0),
-                         seconds_since(t0), over_ranks(comm_)));
+                         batches_text(ranks_, before, "batches"), seconds_since(t0)));
   }
   const std::int64_t every = config_.eval.downstream ? config_.eval.downstream->interval : 0;
   if (downstream_ && ((every > 0 && step % every == 0) || last)) {
     auto t0 = std::chrono::steady_clock::now();
+    const eval::EvalRanks::Count before = ranks_.count();
     e.record.update(eval::downstream_metrics_json(downstream_->evaluate(model_, nullptr, ranks_)));
-    log_line(comm_,
-             fmt::format("downstream evaluation: {} requests in {:.1f}s{}",
-                         downstream_->total_requests(), seconds_since(t0), over_ranks(comm_)));
+    log_line(comm_, fmt::format("downstream evaluation: {} requests, {} in {:.1f}s",
+                                downstream_->total_requests(),
+                                batches_text(ranks_, before, "passes"), seconds_since(t0)));
   }
 }
 
