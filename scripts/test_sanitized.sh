@@ -27,7 +27,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 suppressions="suppressions=$ROOT/scripts/lsan_suppressions.txt:print_suppressions=0"
 # Tests that launch mpirun: OpenMPI's progress threads leak a little, and only the slow (DWARF)
 # unwinder sees far enough up their stacks to match the suppressions; the rest keep the fast one.
-mpi_tests='^(DataParallel|Faults|Zero1|Fsdp|PlanDist|MultiHost|HostLosses/MultiHostLoss|NcclCommunicator|NcclTraining|CommunicatorSelection|CudaDataParallel)[./]|DeadRankDuringASave'
+mpi_tests='^(DataParallel|Faults|Zero1|Fsdp|PlanDist|MultiHost|HostLosses/MultiHostLoss|NcclCommunicator|NcclTraining|CommunicatorSelection|CudaDataParallel|EvalSharding)[./]|DeadRankDuringASave'
 # The CUDA backend runs here on the CPU emulator (tests/cuda_emulator, docs/cuda.md): every
 # test_cuda suite but the training runs, which take about 1 s a step emulated, and four of the six
 # downstream tasks (15-19 s each emulated; the two quick ones stay). Run those by hand.
@@ -37,7 +37,7 @@ emulated_slow_filter="CudaTraining.*$(printf ':Tasks/CudaDownstream.*/%s' "${slo
 status=0
 if ((${#folders[@]} > 0)); then
   # gtest filters of the same split: the MPI tests' suites, and the rest.
-  mpi_filter='DataParallel.*:Faults.*:Zero1.*:Fsdp.*:PlanDist.*:MultiHost.*:HostLosses/*:NcclCommunicator.*:NcclTraining.*:CommunicatorSelection.*:CudaDataParallel.*:*DeadRankDuringASave*'
+  mpi_filter='DataParallel.*:Faults.*:Zero1.*:Fsdp.*:PlanDist.*:MultiHost.*:HostLosses/*:NcclCommunicator.*:NcclTraining.*:CommunicatorSelection.*:CudaDataParallel.*:EvalSharding.*:*DeadRankDuringASave*'
   for f in "${folders[@]}"; do
     LSAN_OPTIONS="$suppressions" OMP_WAIT_POLICY=passive OMP_NUM_THREADS=2 \
       "./tests/test_$f" --gtest_filter="-$mpi_filter:$emulated_slow_filter" || status=1
