@@ -2,6 +2,7 @@
 // with a message naming that rank; the last checkpoint stays valid and a restart with one rank
 // fewer resumes from it and finishes. A save that fails on one rank only (its optimizer shard
 // hits a file-size limit, as a full disk would) fails the job and leaves the previous checkpoint.
+// A newest checkpoint damaged in a file another rank than 0 checks is passed over by every rank.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -144,6 +145,38 @@ TEST(Faults, SaveFailingOnOneRankKeepsThePreviousCheckpoint) {
   EXPECT_NO_THROW(train::verify_checkpoint(cps[0]));
   for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
     EXPECT_EQ(e.path().filename().string().find("partial"), std::string::npos) << e.path();
+}
+
+// The ranks check a checkpoint together (each file hashed by one rank) and must still agree: a
+// damaged file in the newest one, hashed by rank 1, makes both ranks pass it over and resume from
+// the one before, and the run ends as an uninterrupted one does.
+TEST(Faults, DamagedNewestCheckpointIsPassedOverByEveryRank) {
+  const int steps = 8;
+  const std::string straight = temp_dir("dist_damaged_straight");
+  auto r =
+      run_shell(tandem_command(2, "train " + train_args(straight, steps) + " dist.strategy=zero1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string run = temp_dir("dist_damaged_newest");
+  r = run_shell(tandem_command(
+      2, "train " + train_args(run, 6) + " dist.strategy=zero1 trainer.save_interval=3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The model (the largest file) is rank 0's to hash, the second optimizer shard rank 1's.
+  const std::string shard = run + "/checkpoints/step-000006/optim/shard-00001-of-00002.safetensors";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << shard;
+    f.seekp(static_cast<std::streamoff>(fs::file_size(shard) - 3));
+    f.put('\x7f');
+  }
+  r = run_shell(tandem_command(2, "train " + train_args(run, steps) + " dist.strategy=zero1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string skipped = "skipping damaged checkpoint: checkpoint file " + shard;
+  EXPECT_NE(r.output.find(skipped), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(skipped), r.output.rfind(skipped)) << "said once (rank 0)\n" << r.output;
+  EXPECT_NE(r.output.find("resumed from " + run + "/checkpoints/step-000003 (step 3"),
+            std::string::npos)
+      << r.output;
+  expect_close_losses(read_metrics(straight), read_metrics(run), 0, "resumed past a damaged one");
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ int run_eval(const EvalArgs& args, dist::Communicator& comm) {
   if (!args.tokenizer.empty()) downstream.tokenizer = args.tokenizer;
 
   std::string where = !args.checkpoint.empty() ? args.checkpoint : run->trainer.save_folder;
-  std::string model_dir = train::resolve_model_dir(where);
+  std::string model_dir = train::resolve_model_dir(where, comm);
   std::unique_ptr<kernels::Backend> backend = kernels::make_backend(run ? run->backend : "cpu");
   auto model = model::load_model(model_dir, *backend);
   const eval::EvalRanks ranks(comm);

@@ -127,7 +127,7 @@ void ProgressCallback::on_step_end(StepEvent& e) {
 void NonFiniteGuard::on_step_end(StepEvent& e) {
   if (e.counters.consecutive_nonfinite < limit_) return;
   std::vector<std::string> none;
-  auto last = latest_valid_checkpoint(checkpoints_dir_, &none);
+  auto last = latest_valid_checkpoint(checkpoints_dir_, &none, comm_);
   log_line(comm_,
            fmt::format("error: {} consecutive non-finite steps; stopping. Last good checkpoint: {}",
                        e.counters.consecutive_nonfinite, last ? *last : std::string("none")));
@@ -173,8 +173,7 @@ void CheckpointCallback::save(bool final_save) {
   // Every rank writes its own optimizer shard (ZeRO-1) or rank 0 all of it (replicated).
   optim::OptimizerShard mine = optimizer_.moments();
   save_checkpoint(checkpoints_dir_, counters_.step, model_, &mine, state_json(), comm_);
-  if (comm_.rank() == 0)
-    prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last, counters_.step);
+  prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last, counters_.step, comm_);
   comm_.barrier();
   last_saved_step_ = counters_.step;
   log_line(comm_, fmt::format("saved checkpoint {}{}", checkpoint_dir_name(counters_.step),
@@ -195,7 +194,7 @@ bool CheckpointCallback::resume() {
   std::vector<std::string> warnings;
   std::optional<std::string> latest;
   if (!config_.trainer.fresh_start) {
-    latest = latest_valid_checkpoint(checkpoints_dir_, &warnings);
+    latest = latest_valid_checkpoint(checkpoints_dir_, &warnings, comm_);
     for (const auto& w : warnings) log_line(comm_, "warning: " + w);
   }
   if (!latest) {
@@ -220,7 +219,7 @@ bool CheckpointCallback::resume() {
 }
 
 void CheckpointCallback::load_stage_start() {
-  const std::string dir = resolve_checkpoint(config_.trainer.load_path);
+  const std::string dir = resolve_checkpoint(config_.trainer.load_path, comm_);
   load(dir, config_.trainer.load_optimizer_state);
   log_line(comm_, fmt::format("stage start from {} (weights{})", dir,
                               config_.trainer.load_optimizer_state ? " and Adam moments" : ""));

@@ -98,14 +98,15 @@ class ProgressCallback final : public Callback {
 // Stops the run (exit 3) after trainer.max_consecutive_nonfinite non-finite steps in a row.
 class NonFiniteGuard final : public Callback {
  public:
-  NonFiniteGuard(std::int64_t limit, std::string checkpoints_dir, const dist::Communicator& comm)
+  // `comm`: the ranks verify the last good checkpoint together (checkpoint.h).
+  NonFiniteGuard(std::int64_t limit, std::string checkpoints_dir, dist::Communicator& comm)
       : limit_(limit), checkpoints_dir_(std::move(checkpoints_dir)), comm_(comm) {}
   void on_step_end(StepEvent& event) override;
 
  private:
   std::int64_t limit_;
   std::string checkpoints_dir_;
-  const dist::Communicator& comm_;
+  dist::Communicator& comm_;
 };
 
 // Checkpoints: periodic saves (trainer.save_interval), and the saves, resume and stage start the

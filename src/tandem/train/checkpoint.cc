@@ -17,11 +17,13 @@
 #include "tandem/core/fault_injection.h"
 #include "tandem/core/hash.h"
 #include "tandem/core/path_inside.h"
+#include "tandem/dist/rank_agreement.h"
 #include "tandem/io/json.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/model_io.h"
 #include "tandem/model/weight_shards.h"
+#include "tandem/train/checkpoint_hashing.h"
 #include "tandem/train/checkpoint_manifest.h"
 
 namespace fs = std::filesystem;
@@ -105,11 +107,10 @@ std::int64_t step_of_name(const std::string& name) {
 
 namespace {
 
-// Rank 0 (after every rank wrote its files): the optimizer index, state.json, the manifest, and
-// the rename that makes the checkpoint visible.
-void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int64_t step,
-                       const model::Olmo3Model& model, const OptimizerShard* optimizer,
-                       const nlohmann::json& state) {
+// Rank 0 (after every rank wrote its files): the weight and optimizer indices and state.json.
+void write_checkpoint_indices(const fs::path& tmp, std::int64_t step,
+                              const model::Olmo3Model& model, const OptimizerShard* optimizer,
+                              const nlohmann::json& state) {
   if (model::ShardedParameters* sharded = model.sharded())
     model::write_weight_index((tmp / "model").string(), sharded->checkpoint_shards(),
                               model.layout());
@@ -120,13 +121,18 @@ void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int6
   st["format_version"] = kFormatVersion;
   core::write_file_atomic((tmp / "state.json").string(), st.dump(1) + "\n");
   core::fault_point("checkpoint.state");
+}
+
+// Rank 0: the manifest of `files` with their digests, written last, and the rename that makes the
+// checkpoint visible.
+void publish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int64_t step,
+                        const std::vector<FileToHash>& files,
+                        const std::vector<std::string>& digests) {
   nlohmann::json manifest;
   manifest["format_version"] = kFormatVersion;
   manifest["step"] = step;
-  for (const auto& rel : files_under(tmp)) {
-    std::string p = (tmp / rel).string();
-    manifest["files"][rel] = {{"bytes", fs::file_size(p)}, {"xxh64", core::xxh64_file_hex(p)}};
-  }
+  for (std::size_t i = 0; i < files.size(); ++i)
+    manifest["files"][files[i].name] = {{"bytes", files[i].bytes}, {"xxh64", digests[i]}};
   const std::string manifest_text = manifest.dump(1) + "\n";
   core::write_file_atomic((tmp / "manifest.json").string(), manifest_text);
   core::fault_point("checkpoint.manifest");
@@ -145,13 +151,6 @@ void finish_checkpoint(const fs::path& tmp, const fs::path& final_dir, std::int6
   remember_verified(final_dir.string(), manifest_text);
 }
 
-// True on every rank when any rank reports a failure.
-bool any_rank_failed(bool failed, dist::Communicator& comm) {
-  double count = failed ? 1.0 : 0.0;
-  comm.all_reduce_sum(&count, 1);
-  return count > 0;
-}
-
 }  // namespace
 
 void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
@@ -163,50 +162,63 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
       fs::path(checkpoints_dir) / fmt::format(".{}.partial", checkpoint_dir_name(step));
   const bool leader = comm.rank() == 0;
   std::string error;
-  auto attempt = [&](auto&& body) {
-    if (!error.empty()) return;
-    try {
-      body();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  };
-  if (leader)
-    attempt([&] {
-      fs::remove_all(tmp);
-      fs::create_directories(optimizer ? tmp / "optim" : tmp);
-      fs::create_directories(tmp / "model");
-      core::fault_point("checkpoint.begin");
-    });
-  bool failed = any_rank_failed(!error.empty(), comm);
-  if (!failed) {
-    attempt([&] {
-      if (model::ShardedParameters* sharded = model.sharded()) {
-        // Each rank writes its own range of the masters (nothing is gathered).
-        if (leader) model::save_tandem_model_config((tmp / "model").string(), model.config());
-        const model::WeightShard mine = sharded->weights();
-        if (mine.shard < mine.num_shards)
-          model::write_weight_shard((tmp / "model").string(), mine.shard, mine.num_shards,
-                                    mine.slices);
-      } else if (leader) {
-        model::save_tandem_model((tmp / "model").string(), model);
+  std::optional<dist::RankFailure> failure;
+  // Runs `body` (on the ranks that call this) unless a rank failed before; then every rank
+  // learns whether any failed, and the first failure's message.
+  auto phase = [&](bool here, auto&& body) {
+    if (failure) return;
+    if (here) {
+      try {
+        body();
+      } catch (const std::exception& e) {
+        error = e.what();
       }
-      core::fault_point("checkpoint.model");
-      if (optimizer && optimizer->shard < optimizer->num_shards)
-        write_optimizer_shard((tmp / "optim").string(), optimizer->shard, optimizer->num_shards,
-                              optimizer->slices, optimizer->adam_step);
-      core::fault_point("checkpoint.shard");
-    });
-    failed = any_rank_failed(!error.empty(), comm);
-    if (!failed && leader)
-      attempt([&] { finish_checkpoint(tmp, final_dir, step, model, optimizer, state); });
-    failed = any_rank_failed(!error.empty(), comm);
-  }
-  if (failed) {
+    }
+    failure = dist::first_failure(error, comm);
+  };
+  phase(leader, [&] {
+    fs::remove_all(tmp);
+    fs::create_directories(optimizer ? tmp / "optim" : tmp);
+    fs::create_directories(tmp / "model");
+    core::fault_point("checkpoint.begin");
+  });
+  phase(true, [&] {
+    if (model::ShardedParameters* sharded = model.sharded()) {
+      // Each rank writes its own range of the masters (nothing is gathered).
+      if (leader) model::save_tandem_model_config((tmp / "model").string(), model.config());
+      const model::WeightShard mine = sharded->weights();
+      if (mine.shard < mine.num_shards)
+        model::write_weight_shard((tmp / "model").string(), mine.shard, mine.num_shards,
+                                  mine.slices);
+    } else if (leader) {
+      model::save_tandem_model((tmp / "model").string(), model);
+    }
+    core::fault_point("checkpoint.model");
+    if (optimizer && optimizer->shard < optimizer->num_shards)
+      write_optimizer_shard((tmp / "optim").string(), optimizer->shard, optimizer->num_shards,
+                            optimizer->slices, optimizer->adam_step);
+    core::fault_point("checkpoint.shard");
+  });
+  nlohmann::json listed = nlohmann::json::array();
+  phase(leader, [&] {
+    write_checkpoint_indices(tmp, step, model, optimizer, state);
+    for (const auto& rel : files_under(tmp)) listed.push_back({rel, fs::file_size(tmp / rel)});
+  });
+  // The manifest's digests, each file read by one rank: no rank reads the whole checkpoint.
+  std::vector<FileToHash> files;
+  std::vector<std::string> digests;
+  phase(true, [&] {
+    for (const auto& f : nlohmann::json::parse(dist::broadcast_string(listed.dump(), 0, comm)))
+      files.push_back({f[0].get<std::string>(), f[1].get<std::uint64_t>()});
+    digests = hash_files_shared(tmp.string(), files, comm).digests;
+  });
+  phase(leader, [&] { publish_checkpoint(tmp, final_dir, step, files, digests); });
+  if (failure) {
     std::error_code ec;
     if (leader) fs::remove_all(tmp, ec);
-    core::fail("saving checkpoint {} failed: {} (earlier checkpoints are untouched)",
-               final_dir.string(), error.empty() ? "on another rank" : error);
+    core::fail(
+        "saving checkpoint {} failed{}: {} (earlier checkpoints are untouched)", final_dir.string(),
+        comm.world_size() > 1 ? fmt::format(" on rank {}", failure->rank) : "", failure->message);
   }
 }
 
@@ -228,40 +240,100 @@ std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir) {
   return out;
 }
 
-void verify_checkpoint(const std::string& dir) {
+namespace {
+
+// list_checkpoints as rank 0 sees it, on every rank (collective).
+std::vector<std::string> list_checkpoints_of_rank_0(const std::string& checkpoints_dir,
+                                                    dist::Communicator& comm) {
+  nlohmann::json listed = nlohmann::json::array();
+  std::string error;
+  try {
+    if (comm.rank() == 0) listed = list_checkpoints(checkpoints_dir);
+  } catch (const core::Error& e) {
+    error = e.what();
+  }
+  dist::fail_if_any_rank_failed(error, comm);
+  if (comm.world_size() == 1) return listed.get<std::vector<std::string>>();
+  return nlohmann::json::parse(dist::broadcast_string(listed.dump(), 0, comm))
+      .get<std::vector<std::string>>();
+}
+
+}  // namespace
+
+void verify_checkpoint(const std::string& dir, dist::Communicator& comm) {
   const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
-  TANDEM_CHECK(fs::exists(manifest_path), "checkpoint {} has no manifest.json (incomplete)", dir);
-  const std::string manifest_text = core::read_file(manifest_path);
+  std::string manifest_text, error;
+  try {
+    TANDEM_CHECK(fs::exists(manifest_path), "checkpoint {} has no manifest.json (incomplete)", dir);
+    manifest_text = core::read_file(manifest_path);
+  } catch (const core::Error& e) {
+    error = e.what();
+  }
+  dist::fail_if_any_rank_failed(error, comm);
+  // Ranks that read different manifests would choose different checkpoints and train on apart.
+  TANDEM_CHECK(
+      dist::same_on_all_ranks(
+          core::xxh64(std::span(reinterpret_cast<const std::uint8_t*>(manifest_text.data()),
+                                manifest_text.size())),
+          comm),
+      "{}: the ranks read different contents (the checkpoint folder must be on a file "
+      "system every rank sees alike)",
+      manifest_path);
+  // From here every rank holds the same manifest, so its checks fail alike on all of them.
   const CheckpointManifest manifest = parse_checkpoint_manifest(manifest_text, manifest_path);
   const std::int64_t named = step_of_name(fs::path(dir).lexically_normal().filename().string());
   TANDEM_CHECK(named < 0 || named == manifest.step, "{}: step {} differs from the directory's {}",
                manifest_path, manifest.step, named);
-  for (const ManifestEntry& f : manifest.files) {
-    const std::string p = core::path_inside(dir, f.name, manifest_path);
-    std::error_code ec;
-    const fs::file_status status = fs::symlink_status(p, ec);
-    TANDEM_CHECK(fs::exists(status), "checkpoint file {} is missing", p);
-    TANDEM_CHECK(fs::is_regular_file(status), "checkpoint file {} is not a regular file", p);
-    const std::uint64_t size = fs::file_size(p);
-    TANDEM_CHECK(size == f.bytes, "checkpoint file {} is {} bytes, manifest says {}", p, size,
-                 f.bytes);
-    TANDEM_CHECK(core::xxh64_file_hex(p) == f.xxh64, "checkpoint file {} fails its checksum", p);
+  std::vector<FileToHash> files;
+  try {
+    for (const ManifestEntry& f : manifest.files) {
+      const std::string p = core::path_inside(dir, f.name, manifest_path);
+      std::error_code ec;
+      const fs::file_status status = fs::symlink_status(p, ec);
+      TANDEM_CHECK(fs::exists(status), "checkpoint file {} is missing", p);
+      TANDEM_CHECK(fs::is_regular_file(status), "checkpoint file {} is not a regular file", p);
+      const std::uint64_t size = fs::file_size(p);
+      TANDEM_CHECK(size == f.bytes, "checkpoint file {} is {} bytes, manifest says {}", p, size,
+                   f.bytes);
+      files.push_back({f.name, f.bytes});
+    }
+  } catch (const core::Error& e) {
+    error = e.what();
   }
+  dist::fail_if_any_rank_failed(error, comm);
+  // The expensive part: each file read by one rank.
+  const std::vector<std::string> digests = hash_files_shared(dir, files, comm).digests;
+  for (std::size_t i = 0; i < files.size(); ++i)
+    TANDEM_CHECK(digests[i] == manifest.files[i].xxh64, "checkpoint file {} fails its checksum",
+                 core::path_inside(dir, files[i].name, manifest_path));
   remember_verified(dir, manifest_text);
 }
 
+void verify_checkpoint(const std::string& dir) {
+  dist::SingleProcessCommunicator one;
+  verify_checkpoint(dir, one);
+}
+
 std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoints_dir,
-                                                   std::vector<std::string>* warnings) {
-  auto all = list_checkpoints(checkpoints_dir);
+                                                   std::vector<std::string>* warnings,
+                                                   dist::Communicator& comm) {
+  // Rank 0's list, so that every rank tries the same folders in the same order.
+  const std::vector<std::string> all = list_checkpoints_of_rank_0(checkpoints_dir, comm);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      verify_checkpoint(*it);
+      verify_checkpoint(*it, comm);
       return *it;
     } catch (const core::Error& e) {
       if (warnings) warnings->push_back(fmt::format("skipping damaged checkpoint: {}", e.what()));
     }
   }
   return std::nullopt;
+}
+
+std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoints_dir,
+                                                   std::vector<std::string>* warnings) {
+  dist::SingleProcessCommunicator one;
+  return latest_valid_checkpoint(checkpoints_dir, warnings, one);
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
@@ -301,21 +373,22 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
   return state;
 }
 
-std::string resolve_checkpoint(const std::string& path) {
+std::string resolve_checkpoint(const std::string& path, dist::Communicator& comm) {
   if (fs::exists(fs::path(path) / "manifest.json") || fs::exists(fs::path(path) / "state.json")) {
-    verify_checkpoint(path);  // also names a checkpoint whose manifest is missing
+    verify_checkpoint(path, comm);  // also names a checkpoint whose manifest is missing
     return path;
   }
   std::vector<std::string> warnings;
-  auto latest = latest_valid_checkpoint((fs::path(path) / "checkpoints").string(), &warnings);
-  // A newer checkpoint passed over is said, never silent.
-  for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);
+  auto latest = latest_valid_checkpoint((fs::path(path) / "checkpoints").string(), &warnings, comm);
+  // A newer checkpoint passed over is said, never silent (once, by rank 0).
+  if (comm.rank() == 0)
+    for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);
   TANDEM_CHECK(latest.has_value(), "{}: no valid checkpoint found{}", path,
                warnings.empty() ? "" : " (" + warnings.back() + ")");
   return *latest;
 }
 
-std::string resolve_model_dir(const std::string& path) {
+std::string resolve_model_dir(const std::string& path, dist::Communicator& comm) {
   TANDEM_CHECK(fs::is_directory(path), "{}: not a directory", path);
   if (model::is_tandem_model_dir(path) || model::is_hf_model_dir(path)) return path;
   const bool checkpoint =
@@ -324,14 +397,15 @@ std::string resolve_model_dir(const std::string& path) {
                "{}: neither a model directory (model.yaml or config.json), a checkpoint "
                "(manifest.json) nor a run directory (checkpoints/)",
                path);
-  return (fs::path(resolve_checkpoint(path)) / "model").string();
+  return (fs::path(resolve_checkpoint(path, comm)) / "model").string();
 }
 
 void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
-                       std::optional<std::int64_t> newest_step) {
+                       std::optional<std::int64_t> newest_step, dist::Communicator& comm) {
   TANDEM_CHECK(keep >= 1, "prune_checkpoints: keep must be at least 1, got {}", keep);
-  if (newest_step) remove_stale_temporaries(checkpoints_dir);
-  auto all = list_checkpoints(checkpoints_dir);
+  const bool leader = comm.rank() == 0;
+  if (newest_step && leader) remove_stale_temporaries(checkpoints_dir);
+  const std::vector<std::string> all = list_checkpoints_of_rank_0(checkpoints_dir, comm);
   std::int64_t verified = 0;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     const std::int64_t step = step_of_name(fs::path(*it).filename().string());
@@ -339,22 +413,32 @@ void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
     if (newest_step && step > *newest_step) continue;
     if (verified >= keep) {
       // Superseded by `keep` newer checkpoints that verify.
-      std::error_code ec;
-      fs::remove_all(*it, ec);
-      core::fault_point("checkpoint.prune");
+      if (leader) {
+        std::error_code ec;
+        fs::remove_all(*it, ec);
+        core::fault_point("checkpoint.prune");
+      }
       continue;
     }
-    bool ok = known_verified(*it);
+    // Rank 0 wrote (and so knows) this run's checkpoints; the others are verified by all ranks.
+    std::uint8_t ok = leader && known_verified(*it);
+    comm.broadcast(&ok, 1, 0);
     if (!ok) {
       try {
-        verify_checkpoint(*it);
-        ok = true;
+        verify_checkpoint(*it, comm);
+        ok = 1;
       } catch (const core::Error&) {
         // Not counted, and not deleted: a damaged checkpoint may be one byte from usable.
       }
     }
     if (ok) ++verified;
   }
+}
+
+void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
+                       std::optional<std::int64_t> newest_step) {
+  dist::SingleProcessCommunicator one;
+  prune_checkpoints(checkpoints_dir, keep, newest_step, one);
 }
 
 }  // namespace tandem::train

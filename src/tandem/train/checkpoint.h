@@ -42,10 +42,18 @@ std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir);
 
 // Throws Error naming the file when the manifest is missing or invalid (checkpoint_manifest.h),
 // names a file outside the directory, or a file is missing, not a regular file, of another size
-// or fails its checksum.
-void verify_checkpoint(const std::string& dir);
+// or fails its checksum. With a communicator (collective): every rank reads the manifest, which
+// must be the same on all; each file is hashed by one rank (checkpoint_hashing.h), and every rank
+// ends with the same outcome (the first failing rank's error).
+void verify_checkpoint(const std::string& dir, dist::Communicator& comm);
+void verify_checkpoint(const std::string& dir);  // this process alone
 
 // Latest checkpoint that verifies; damaged ones are reported through `warnings` and skipped.
+// With a communicator (collective): the folders rank 0 lists, verified by all ranks together, so
+// every rank chooses the same one.
+std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoints_dir,
+                                                   std::vector<std::string>* warnings,
+                                                   dist::Communicator& comm);
 std::optional<std::string> latest_valid_checkpoint(const std::string& checkpoints_dir,
                                                    std::vector<std::string>* warnings);
 
@@ -59,17 +67,23 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Olmo3Model& model,
                                std::vector<MomentSlice>* moments, std::int64_t* adam_step);
 
 // A checkpoint directory (verified), or a run directory's newest valid checkpoint. Throws
-// core::Error naming the path when there is none.
-std::string resolve_checkpoint(const std::string& path);
+// core::Error naming the path when there is none. Collective: the ranks verify together and
+// agree (rank 0 says which newer checkpoints were passed over).
+std::string resolve_checkpoint(const std::string& path, dist::Communicator& comm);
 
 // The model directory `path` means: a tandem or HF model directory as it is, a checkpoint's
 // model/ (the checkpoint verified first), or a run directory's newest valid checkpoint's model/.
-std::string resolve_model_dir(const std::string& path);
+// Collective, as resolve_checkpoint.
+std::string resolve_model_dir(const std::string& path, dist::Communicator& comm);
 
 // Deletes the checkpoints that `keep` newer verified checkpoints supersede. A folder that does
 // not verify is never counted (a stray or damaged step-000099 cannot push good ones out) and is
 // left in place unless it is older than the kept ones; folders past `newest_step` (the step just
-// saved) are left alone. Verification results are cached per manifest for the process.
+// saved) are left alone. Verification results are cached per manifest for the process. With a
+// communicator (collective): rank 0's list and its cache (it wrote this run's checkpoints), the
+// others verified by all ranks together, deletions by rank 0.
+void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
+                       std::optional<std::int64_t> newest_step, dist::Communicator& comm);
 void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
                        std::optional<std::int64_t> newest_step = std::nullopt);
 

@@ -1,0 +1,45 @@
+#include "tandem/train/checkpoint_hashing.h"
+
+#include <charconv>
+#include <filesystem>
+
+#include "tandem/core/error.h"
+#include "tandem/core/hash.h"
+#include "tandem/dist/rank_agreement.h"
+
+namespace fs = std::filesystem;
+
+namespace tandem::train {
+
+SharedDigests hash_files_shared(const std::string& dir, const std::vector<FileToHash>& files,
+                                dist::Communicator& comm) {
+  SharedDigests out;
+  std::vector<std::uint64_t> sizes;
+  for (const FileToHash& f : files) sizes.push_back(f.bytes);
+  const std::vector<int> owner = dist::share_by_size(sizes, comm.world_size());
+  // Each digest as two 32-bit halves, which doubles hold exactly: the owner puts its halves in
+  // place and every other rank zeros, so the sum over ranks is the digest.
+  std::vector<double> halves(2 * files.size(), 0.0);
+  std::string error;
+  for (std::size_t i = 0; i < files.size() && error.empty(); ++i) {
+    if (owner[i] != comm.rank()) continue;
+    try {
+      const std::string hex = core::xxh64_file_hex((fs::path(dir) / files[i].name).string());
+      std::uint64_t digest = 0;
+      std::from_chars(hex.data(), hex.data() + hex.size(), digest, 16);
+      halves[2 * i] = static_cast<double>(digest >> 32);
+      halves[2 * i + 1] = static_cast<double>(digest & 0xffffffffu);
+      out.bytes_read_here += files[i].bytes;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  dist::fail_if_any_rank_failed(error, comm);
+  comm.all_reduce_sum(halves.data(), halves.size());
+  for (std::size_t i = 0; i < files.size(); ++i)
+    out.digests.push_back(core::to_hex64(static_cast<std::uint64_t>(halves[2 * i]) << 32 |
+                                         static_cast<std::uint64_t>(halves[2 * i + 1])));
+  return out;
+}
+
+}  // namespace tandem::train
