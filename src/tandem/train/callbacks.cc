@@ -171,13 +171,15 @@ nlohmann::json CheckpointCallback::state_json() const {
 void CheckpointCallback::save(bool final_save) {
   if (counters_.step == last_saved_step_) return;
   // Every rank writes its own optimizer shard (ZeRO-1) or rank 0 all of it (replicated).
+  const auto started = std::chrono::steady_clock::now();
   optim::OptimizerShard mine = optimizer_.moments();
   save_checkpoint(checkpoints_dir_, counters_.step, model_, &mine, state_json(), comm_);
   prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last, counters_.step, comm_);
   comm_.barrier();
   last_saved_step_ = counters_.step;
-  log_line(comm_, fmt::format("saved checkpoint {}{}", checkpoint_dir_name(counters_.step),
-                              final_save ? " (final)" : ""));
+  log_line(comm_,
+           fmt::format("saved checkpoint {}{} in {:.1f}s", checkpoint_dir_name(counters_.step),
+                       final_save ? " (final)" : "", seconds_since(started)));
 }
 
 nlohmann::json CheckpointCallback::load(const std::string& dir, bool with_optimizer) {
@@ -193,6 +195,7 @@ nlohmann::json CheckpointCallback::load(const std::string& dir, bool with_optimi
 bool CheckpointCallback::resume() {
   std::vector<std::string> warnings;
   std::optional<std::string> latest;
+  const auto started = std::chrono::steady_clock::now();
   if (!config_.trainer.fresh_start) {
     latest = latest_valid_checkpoint(checkpoints_dir_, &warnings, comm_);
     for (const auto& w : warnings) log_line(comm_, "warning: " + w);
@@ -213,8 +216,8 @@ bool CheckpointCallback::resume() {
   step_.skip_rule() = optim::SkipStepRule::from_json(st.at("skip_step"));
   loader_.restore(data::LoaderState::from_json(st.at("loader"), *latest + "/state.json"));
   last_saved_step_ = counters_.step;
-  log_line(comm_, fmt::format("resumed from {} (step {}, {} tokens)", *latest, counters_.step,
-                              counters_.tokens));
+  log_line(comm_, fmt::format("resumed from {} (step {}, {} tokens; checked and loaded in {:.1f}s)",
+                              *latest, counters_.step, counters_.tokens, seconds_since(started)));
   return true;
 }
 
