@@ -90,8 +90,8 @@ Curves load_metrics_jsonl(const std::string& path, bool strict) {
     for (const auto& [key, value] : j.items()) {
       if (value.is_number()) {
         row[key] = value.get<double>();
-      } else if (value.is_null()) {
-        continue;
+      } else if (value.is_null() || (key == "startup" && value.is_boolean())) {
+        continue;  // a step's missing value; evaluation.on_startup's mark
       } else {
         // A run's own log may carry non-numeric extras; a reference file may not.
         TANDEM_CHECK(!strict, "{}: \"{}\" is not a number", where, key);

@@ -61,18 +61,26 @@ void EvaluationCallback::on_step_end(StepEvent& e) {
   const std::int64_t step = e.counters.step;
   const bool last = step == e.max_steps;
   const std::int64_t interval = config_.eval.interval;
-  if ((!heldout_.empty() || padded_) && ((interval > 0 && step % interval == 0) || last)) {
+  const std::int64_t every = config_.eval.downstream ? config_.eval.downstream->interval : 0;
+  evaluate(e.record, (interval > 0 && step % interval == 0) || last,
+           (every > 0 && step % every == 0) || last);
+}
+
+void EvaluationCallback::evaluate_all(nlohmann::json& record) { evaluate(record, true, true); }
+
+void EvaluationCallback::evaluate(nlohmann::json& record, bool heldout, bool downstream) {
+  if ((!heldout_.empty() || padded_) && heldout) {
     auto t0 = std::chrono::steady_clock::now();
     const eval::EvalRanks::Count before = ranks_.count();
     for (const auto& h :
          eval::evaluate_heldout(model_, heldout_, config_.eval.batch_instances, ranks_)) {
-      e.record["eval/" + h.name + "/loss"] = h.loss;
-      e.record["eval/" + h.name + "/ppl"] = h.perplexity;
+      record["eval/" + h.name + "/loss"] = h.loss;
+      record["eval/" + h.name + "/ppl"] = h.perplexity;
     }
     if (padded_) {
       for (const auto& r : padded_->evaluate(model_, ranks_)) {
-        e.record["eval/" + r.label + "/loss"] = r.loss;
-        e.record["eval/" + r.label + "/ppl"] = r.perplexity;
+        record["eval/" + r.label + "/loss"] = r.loss;
+        record["eval/" + r.label + "/ppl"] = r.perplexity;
       }
     }
     log_line(comm_,
@@ -80,11 +88,10 @@ void EvaluationCallback::on_step_end(StepEvent& e) {
                          heldout_.size() + (padded_ ? padded_->dataset().labels().size() : 0),
                          batches_text(ranks_, before, "batches"), seconds_since(t0)));
   }
-  const std::int64_t every = config_.eval.downstream ? config_.eval.downstream->interval : 0;
-  if (downstream_ && ((every > 0 && step % every == 0) || last)) {
+  if (downstream_ && downstream) {
     auto t0 = std::chrono::steady_clock::now();
     const eval::EvalRanks::Count before = ranks_.count();
-    e.record.update(eval::downstream_metrics_json(downstream_->evaluate(model_, nullptr, ranks_)));
+    record.update(eval::downstream_metrics_json(downstream_->evaluate(model_, nullptr, ranks_)));
     log_line(comm_, fmt::format("downstream evaluation: {} requests, {} in {:.1f}s",
                                 downstream_->total_requests(),
                                 batches_text(ranks_, before, "passes"), seconds_since(t0)));
@@ -99,8 +106,10 @@ MetricsCallback::MetricsCallback(const std::string& run_dir, std::int64_t resume
         std::make_unique<MetricsLog>((fs::path(run_dir) / "metrics.jsonl").string(), resumed_step);
 }
 
-void MetricsCallback::on_step_end(StepEvent& e) {
-  if (log_) log_->write(e.record);
+void MetricsCallback::on_step_end(StepEvent& e) { write(e.record); }
+
+void MetricsCallback::write(const nlohmann::json& record) {
+  if (log_) log_->write(record);
 }
 
 ProgressCallback::ProgressCallback(std::int64_t log_interval, std::int64_t first_step,

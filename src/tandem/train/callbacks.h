@@ -59,8 +59,12 @@ class EvaluationCallback final : public Callback {
   // Every rank evaluates its share of the batches (eval/eval_ranks.h).
   EvaluationCallback(const RunConfig& config, model::Olmo3Model& model, dist::Communicator& comm);
   void on_step_end(StepEvent& event) override;
+  // Every configured evaluation now, into `record` (evaluation.on_startup).
+  void evaluate_all(nlohmann::json& record);
 
  private:
+  void evaluate(nlohmann::json& record, bool heldout, bool downstream);
+
   const RunConfig& config_;
   model::Olmo3Model& model_;
   const dist::Communicator& comm_;
@@ -76,6 +80,7 @@ class MetricsCallback final : public Callback {
   MetricsCallback(const std::string& run_dir, std::int64_t resumed_step,
                   const dist::Communicator& comm);
   void on_step_end(StepEvent& event) override;
+  void write(const nlohmann::json& record);  // rank 0; the others ignore it
 
  private:
   std::unique_ptr<MetricsLog> log_;

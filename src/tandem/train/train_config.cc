@@ -95,6 +95,10 @@ EvalConfig parse_eval(io::ConfigSection s, const std::string& base_dir,
     e.downstream = eval::parse_downstream_config(s.section("downstream"));
   else
     s.mark_used("downstream");
+  e.on_startup = s.get_bool("on_startup", false);
+  TANDEM_CHECK(!e.on_startup || !e.sets.empty() || e.padded || e.downstream,
+               "{}: nothing to evaluate at startup (no sets, padded or downstream)",
+               s.where("on_startup"));
   s.finish();
   return e;
 }

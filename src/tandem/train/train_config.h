@@ -30,6 +30,9 @@ struct EvalConfig {
   std::int64_t interval = 0;        // steps between held-out evaluations (0 = only at the end)
   std::int64_t max_instances = 64;  // first N instances of each set (fixed across evaluations)
   std::int64_t batch_instances = 8;
+  // Every configured evaluation once more before the first step of each process (OLMo-core's
+  // eval_on_startup): the starting weights, e.g. a checkpoint just moved to other hardware.
+  bool on_startup = false;
   std::vector<HeldoutSetConfig> sets;                // chunked held-out sets (eval/heldout.h)
   std::optional<eval::PaddedHeldoutConfig> padded;   // AI2's padded sets (eval/padded_heldout.h)
   std::optional<eval::DownstreamConfig> downstream;  // evaluation.downstream (eval/ parses it)

@@ -243,8 +243,12 @@ int Trainer::run() {
   if (!checkpoints_->resume()) start_fresh();
   const std::int64_t first_step = counters_.step;
   std::vector<std::unique_ptr<Callback>> callbacks;
-  callbacks.push_back(std::make_unique<EvaluationCallback>(config_, *model_, comm_));
-  callbacks.push_back(std::make_unique<MetricsCallback>(run_dir_, counters_.step, comm_));
+  auto evaluation = std::make_unique<EvaluationCallback>(config_, *model_, comm_);
+  auto metrics = std::make_unique<MetricsCallback>(run_dir_, counters_.step, comm_);
+  EvaluationCallback& evaluation_callback = *evaluation;
+  MetricsCallback& metrics_callback = *metrics;
+  callbacks.push_back(std::move(evaluation));
+  callbacks.push_back(std::move(metrics));
   if (config_.trainer.progress)
     callbacks.push_back(
         std::make_unique<ProgressCallback>(config_.trainer.log_interval, first_step, comm_));
@@ -261,6 +265,15 @@ int Trainer::run() {
   // The backend's peak from here on is the training step's (not the GEMM-ceiling measurement's).
   backend_->reset_peak_bytes();
   backend_->reset_peak_memory();
+  if (config_.eval.on_startup && counters_.step < max_steps) {
+    // The weights this process starts from, evaluated as at an interval step; its own record,
+    // marked, at the step and tokens it starts from (a resume's step has its training record).
+    nlohmann::json record = {
+        {"step", counters_.step}, {"tokens", counters_.tokens}, {"startup", true}};
+    log(fmt::format("evaluation on startup, at step {}", counters_.step));
+    evaluation_callback.evaluate_all(record);
+    metrics_callback.write(record);
+  }
   double step_seconds = 0.0, step_comm_seconds = 0.0, step_busy_seconds = 0.0;
   while (counters_.step < max_steps) {
     int stop_signal = core::stop_signal_received();
