@@ -1,10 +1,11 @@
 // `tandem train` with `backend: cuda` on the curve-parity recipe (tests/fixtures/train): the GPU
 // run follows the PyTorch reference's losses as the CPU run does (1e-4 relative, fp32), follows
 // the CPU backend's run from the same weights and batches (1e-4 relative per step), repeats bit
-// for bit, and a checkpoint written on one backend resumes on the other and continues the curve
-// (checkpoints are host files, independent of the backend that wrote them). The same under the
-// bf16 precision policy (precision=bf16), with the bound for a bf16 run against the CPU
-// backend's bf16 run: 1e-3 relative per step.
+// for bit, and a checkpoint written on one backend resumes on the other, evaluates the held-out
+// set as the first backend did at that step, and continues the curve (checkpoints are host files,
+// independent of the backend that wrote them). The same under the bf16 precision policy
+// (precision=bf16), with the bound for a bf16 run against the CPU backend's bf16 run: 1e-3
+// relative per step.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -91,16 +92,31 @@ void switch_backends(const std::string& first, const std::string& second,
   const auto full = train(first, straight, 24, extra);
   const std::string run = testing::temp_dir("switch_" + tag + "_to_" + second);
   train(first, run, 12, "trainer.save_interval=12 " + extra);
-  auto r = run_tandem(args(second, run, 24, extra));
+  // The second backend first evaluates the weights it loaded (evaluation.on_startup), as the
+  // seed's run judged a hardware switch on held-out data.
+  auto r = run_tandem(args(second, run, 24, extra + " evaluation.on_startup=true"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
   const auto resumed = testing::read_metrics(run + "/metrics.jsonl");
-  ASSERT_EQ(resumed.size(), full.size());
+  ASSERT_EQ(resumed.size(), full.size() + 1) << "steps 1-12, the startup record, steps 13-24";
+  // The first backend's held-out loss at the end of its stage (step 12) and the second's on the
+  // same weights: a forward on each backend, held to the bound of the steps' losses (each also a
+  // forward of the same weights on both).
+  const nlohmann::json &before = resumed[11], &after = resumed[12];
+  EXPECT_EQ(after["step"], 12);
+  EXPECT_EQ(after["startup"], true);
+  ASSERT_TRUE(before.contains("eval/heldout/loss") && after.contains("eval/heldout/loss"))
+      << before.dump() << "\n"
+      << after.dump();
+  const double eval_rel =
+      rel(after["eval/heldout/loss"].get<double>(), before["eval/heldout/loss"].get<double>());
+  EXPECT_LE(eval_rel, bound) << first << " -> " << second << ": held-out loss of the moved weights";
+  ::testing::Test::RecordProperty("heldout_loss_rel_after_switch", fmt::format("{:.3g}", eval_rel));
   for (std::size_t i = 12; i < full.size(); ++i) {
-    EXPECT_EQ(resumed[i]["step"], full[i]["step"]);
-    EXPECT_EQ(resumed[i]["tokens"], full[i]["tokens"]);  // the same data order
-    EXPECT_LE(rel(resumed[i]["train/loss"].get<double>(), full[i]["train/loss"].get<double>()),
-              bound)
+    const nlohmann::json& step = resumed[i + 1];
+    EXPECT_EQ(step["step"], full[i]["step"]);
+    EXPECT_EQ(step["tokens"], full[i]["tokens"]);  // the same data order
+    EXPECT_LE(rel(step["train/loss"].get<double>(), full[i]["train/loss"].get<double>()), bound)
         << first << " -> " << second << " step " << full[i]["step"];
   }
 }
