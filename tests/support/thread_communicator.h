@@ -42,9 +42,6 @@ class ThreadRanks {
     return errors;
   }
 
-  // All-reduces of doubles made, counted once per collective.
-  int reductions() const { return reductions_; }
-
  private:
   class Rank final : public dist::Communicator {
    public:
@@ -64,7 +61,6 @@ class ThreadRanks {
           std::memcpy(&v, slot.data() + i * sizeof(double), sizeof v);
           sum[i] += v;
         }
-      if (rank_ == 0) ++w_.reductions_;
       w_.sync_.arrive_and_wait();
       std::memcpy(data, sum.data(), n * sizeof(double));
     }
@@ -92,7 +88,6 @@ class ThreadRanks {
   int world_;
   std::barrier<> sync_;
   std::vector<std::vector<char>> slots_;
-  int reductions_ = 0;
 };
 
 }  // namespace tandem::testing

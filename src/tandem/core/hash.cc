@@ -58,13 +58,15 @@ std::uint64_t xxh64(std::span<const std::uint8_t> bytes, std::uint64_t seed) {
 
 std::string to_hex64(std::uint64_t value) { return fmt::format("{:016x}", value); }
 
-std::string xxh64_file_hex(const std::string& path) {
+std::uint64_t xxh64_file(const std::string& path) {
   std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(),
                                                                    &XXH64_freeState);
   XXH64_reset(state.get(), 0);
   for_each_file_chunk(path, "checksum",
                       [&](const char* data, std::size_t n) { XXH64_update(state.get(), data, n); });
-  return to_hex64(XXH64_digest(state.get()));
+  return XXH64_digest(state.get());
 }
+
+std::string xxh64_file_hex(const std::string& path) { return to_hex64(xxh64_file(path)); }
 
 }  // namespace tandem::core

@@ -16,7 +16,8 @@ std::string sha256_file(const std::string& path);
 
 std::uint64_t xxh64(std::span<const std::uint8_t> bytes, std::uint64_t seed = 0);
 // XXH64 of a whole file as 16 lower-case hex digits.
-std::string xxh64_file_hex(const std::string& path);
+std::uint64_t xxh64_file(const std::string& path);
+std::string xxh64_file_hex(const std::string& path);  // 16 lower-case hex digits
 std::string to_hex64(std::uint64_t value);
 
 }  // namespace tandem::core

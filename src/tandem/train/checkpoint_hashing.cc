@@ -1,6 +1,5 @@
 #include "tandem/train/checkpoint_hashing.h"
 
-#include <charconv>
 #include <filesystem>
 
 #include "tandem/core/error.h"
@@ -24,9 +23,7 @@ SharedDigests hash_files_shared(const std::string& dir, const std::vector<FileTo
   for (std::size_t i = 0; i < files.size() && error.empty(); ++i) {
     if (owner[i] != comm.rank()) continue;
     try {
-      const std::string hex = core::xxh64_file_hex((fs::path(dir) / files[i].name).string());
-      std::uint64_t digest = 0;
-      std::from_chars(hex.data(), hex.data() + hex.size(), digest, 16);
+      const std::uint64_t digest = core::xxh64_file((fs::path(dir) / files[i].name).string());
       halves[2 * i] = static_cast<double>(digest >> 32);
       halves[2 * i + 1] = static_cast<double>(digest & 0xffffffffu);
       out.bytes_read_here += files[i].bytes;
