@@ -251,35 +251,50 @@ def verify_tandem_checkpoint(ckpt):
             die(f"checkpoint file {p} fails its checksum")
 
 
+def read_sharded(folder, index_path, names_of):
+    """Whole tensors from the shards an index (model/shards.json, optim/index.json) names: for each
+    indexed tensor, names_of(name) -> the names its pieces hold in each shard file."""
+    with open(index_path) as f:
+        index = json.load(f)
+    out, opened = {}, {}
+    for n, t in index["tensors"].items():
+        numel = int(np.prod(t["shape"]))
+        parts = [torch.empty(numel) for _ in names_of(n)]
+        covered = 0
+        for p in sorted(t["pieces"], key=lambda p: p["start"]):
+            if p["start"] != covered:
+                die(f"{index_path}: {n} is not stored contiguously")
+            fh = opened.setdefault(p["file"], safe_open(
+                os.path.join(folder, p["file"]), framework="pt"))
+            for part, stored in zip(parts, names_of(n)):
+                part[p["start"]:p["start"] + p["length"]] = fh.get_tensor(stored).float()
+            covered += p["length"]
+        if covered != numel:
+            die(f"{index_path}: {n} covers {covered} of {numel} elements")
+        out[n] = [part.reshape(t["shape"]) for part in parts]
+    return out, index
+
+
 def read_tandem_checkpoint(ckpt):
     verify_tandem_checkpoint(ckpt)
     model_cfg = load_yaml(os.path.join(ckpt, "model", "model.yaml"))["model"]
     weights = {}
-    with safe_open(os.path.join(ckpt, "model", "model.safetensors"), framework="pt") as f:
-        for n in f.keys():
-            weights[n] = f.get_tensor(n).float()
+    shards = os.path.join(ckpt, "model", "shards.json")
+    if os.path.exists(shards):
+        # Written by several ranks (ddp, zero1, fsdp at W > 1): each shard a range per tensor.
+        read, _ = read_sharded(os.path.join(ckpt, "model"), shards, lambda n: [n])
+        weights = {n: parts[0] for n, parts in read.items()}
+    else:
+        with safe_open(os.path.join(ckpt, "model", "model.safetensors"), framework="pt") as f:
+            for n in f.keys():
+                weights[n] = f.get_tensor(n).float()
     moments, adam_step = {}, None
     index_path = os.path.join(ckpt, "optim", "index.json")
     if os.path.exists(index_path):
-        with open(index_path) as f:
-            index = json.load(f)
+        read, index = read_sharded(os.path.join(ckpt, "optim"), index_path,
+                                   lambda n: [f"exp_avg.{n}", f"exp_avg_sq.{n}"])
         adam_step = int(index["adam_step"])
-        opened = {}
-        for n, t in index["tensors"].items():
-            numel = int(np.prod(t["shape"]))
-            m1, m2 = torch.empty(numel), torch.empty(numel)
-            covered = 0
-            for p in sorted(t["pieces"], key=lambda p: p["start"]):
-                if p["start"] != covered:
-                    die(f"{index_path}: {n} is not stored contiguously")
-                fh = opened.setdefault(p["file"], safe_open(
-                    os.path.join(ckpt, "optim", p["file"]), framework="pt"))
-                m1[p["start"]:p["start"] + p["length"]] = fh.get_tensor(f"exp_avg.{n}")
-                m2[p["start"]:p["start"] + p["length"]] = fh.get_tensor(f"exp_avg_sq.{n}")
-                covered += p["length"]
-            if covered != numel:
-                die(f"{index_path}: {n} covers {covered} of {numel} elements")
-            moments[n] = (m1.reshape(t["shape"]), m2.reshape(t["shape"]))
+        moments = {n: (parts[0], parts[1]) for n, parts in read.items()}
     with open(os.path.join(ckpt, "state.json")) as f:
         state = json.load(f)
     return model_cfg, weights, moments, adam_step, state

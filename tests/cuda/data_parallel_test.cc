@@ -18,6 +18,7 @@
 
 #include "../support/test_support.h"
 #include "cuda_test_util.h"
+#include "tandem/io/safetensors.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "tandem/kernels/cuda/cuda_backend.h"
 #endif
@@ -116,6 +117,40 @@ std::pair<double, double> expect_steps_close(const std::string& reference_run,
   return {worst_loss, worst_norm};
 }
 
+// The two runs' final checkpoints, written by two ranks each (every rank its share of the weights
+// and moments, copied from the device on the GPU): the same shard files and tensors, each within
+// `bound` relative L2 of the CPU run's. Returns the worst gap.
+double expect_checkpoint_shards_close(const std::string& cpu, const std::string& gpu, int step,
+                                      double bound) {
+  const std::string last = fmt::format("/checkpoints/step-{:06d}/", step);
+  double worst = 0;
+  int tensors = 0;
+  for (const char* part : {"model", "optim"}) {
+    for (int shard = 0; shard < 2; ++shard) {
+      const std::string file = fmt::format("{}/shard-{:05d}-of-00002.safetensors", part, shard);
+      const io::SafetensorsFile a(cpu + last + file), b(gpu + last + file);
+      EXPECT_EQ(a.names(), b.names()) << file;
+      for (const std::string& name : a.names()) {
+        if (!b.has(name)) continue;
+        const std::vector<float> x = a.read_f32(name), y = b.read_f32(name);
+        EXPECT_EQ(x.size(), y.size()) << file << " " << name;
+        if (x.size() != y.size()) continue;
+        double diff = 0, norm = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          diff += (double(y[i]) - x[i]) * (double(y[i]) - x[i]);
+          norm += double(x[i]) * x[i];
+        }
+        const double gap = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+        worst = std::max(worst, gap);
+        ++tensors;
+        EXPECT_LE(gap, bound) << file << " " << name;
+      }
+    }
+  }
+  EXPECT_GT(tensors, 0);
+  return worst;
+}
+
 // The two-rank GPU run (`gpu_extra` added) against the two-rank CPU run of the same strategy:
 // tokens equal, losses and grad norms within 1e-4 relative per step. Returns the GPU run's output
 // (and its folder in *gpu_run when asked).
@@ -137,6 +172,9 @@ std::string expect_gpu_ranks_follow_cpu_ranks(const std::string& strategy, int s
                                   fmt::format("{:.3g}", worst_loss));
   ::testing::Test::RecordProperty("worst_grad_norm_rel_vs_cpu_w2_" + strategy,
                                   fmt::format("{:.3g}", worst_norm));
+  const double shards = expect_checkpoint_shards_close(cpu, gpu, steps, 1e-4);
+  ::testing::Test::RecordProperty("worst_checkpoint_tensor_rel_vs_cpu_w2_" + strategy,
+                                  fmt::format("{:.3g}", shards));
   return rg.output;
 }
 

@@ -42,15 +42,22 @@ TEST(Zero1, ShardedMomentsMatchReplicatedAndCheckpointsReshard) {
   EXPECT_LE(per_rank, full / 4 * 1.01) << r.output;
   EXPECT_GE(per_rank, full / 4 * 0.9) << r.output;
 
-  // Each rank wrote its own optimizer shard; the index describes the full tensors.
+  // Each rank wrote its own optimizer shard and its own share of the weights; the indices
+  // describe the full tensors.
   const std::string optim = sharded + "/checkpoints/step-000010/optim/";
+  const std::string model = sharded + "/checkpoints/step-000010/model/";
   for (int s = 0; s < 4; ++s)
-    EXPECT_TRUE(fs::exists(optim + fmt::format("shard-{:05d}-of-00004.safetensors", s))) << s;
+    for (const std::string& dir : {optim, model})
+      EXPECT_TRUE(fs::exists(dir + fmt::format("shard-{:05d}-of-00004.safetensors", s))) << s;
+  EXPECT_FALSE(fs::exists(model + "model.safetensors"));
   const nlohmann::json index = read_json(optim + "index.json");
   EXPECT_EQ(index["num_shards"], 4);
-  // Every parameter of the model has its moments indexed.
-  const io::SafetensorsFile weights(sharded + "/checkpoints/step-000010/model/model.safetensors");
-  EXPECT_EQ(index["tensors"].size(), weights.names().size());
+  // Every parameter of the model has its moments indexed, cut where its weights are.
+  const nlohmann::json weights = read_json(model + "shards.json");
+  EXPECT_EQ(weights["num_shards"], 4);
+  ASSERT_EQ(index["tensors"].size(), weights["tensors"].size());
+  for (const auto& [name, tensor] : weights["tensors"].items())
+    EXPECT_EQ(index["tensors"][name]["pieces"], tensor["pieces"]) << name;
 
   // Resharding on load: W=2 and W=8 (ZeRO-1), W=1 (replicated optimiser).
   for (int world : {2, 1, 8}) {

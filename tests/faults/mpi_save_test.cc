@@ -44,13 +44,12 @@ TEST(FaultMatrix, DeadRankDuringASaveKeepsThePreviousCheckpoint) {
   for (std::size_t i = 0; i < a.size(); ++i)
     for (const char* key : {"step", "tokens", "train/loss", "train/grad_norm", "lr"})
       EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
+  expect_same_weights_and_moments(reference, run, steps);
   const std::string cp = "/checkpoints/" + checkpoint_dir_name(steps);
-  EXPECT_EQ(read_file(reference + cp + "/model/model.safetensors"),
-            read_file(run + cp + "/model/model.safetensors"));
-  for (int shard = 0; shard < 2; ++shard) {
-    const std::string f = cp + "/optim/" + optimizer_shard_file_name(shard, 2);
-    EXPECT_EQ(read_file(reference + f), read_file(run + f)) << f;
-  }
+  for (const char* part : {"model", "optim"})
+    for (int shard = 0; shard < 2; ++shard)
+      EXPECT_TRUE(fs::exists(run + cp + "/" + part + "/" + optimizer_shard_file_name(shard, 2)))
+          << part << " shard " << shard;
   for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
     EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path();
 }

@@ -1,5 +1,6 @@
 #include "tandem/dist/replicated_optimizer.h"
 
+#include "tandem/dist/flat_split.h"
 #include "tandem/optim/grad_clip.h"
 
 namespace tandem::dist {
@@ -67,6 +68,44 @@ optim::OptimizerShard ReplicatedOptimizer::moments() {
   out.adam_step = adam_.step_count();
   out.shard = comm_.rank();  // rank 0 writes the one shard; the others write none
   out.num_shards = 1;
+  return out;
+}
+
+optim::OptimizerShard ReplicatedOptimizer::moments_to_save() {
+  const int world = comm_.world_size(), rank = comm_.rank();
+  if (world == 1) return moments();
+  // Every parameter's place in the flat buffer (its gradient is a view into the flat gradients,
+  // which the parameters' buffer mirrors element for element).
+  std::vector<std::pair<std::int64_t, std::int64_t>> placed;
+  const auto* base = static_cast<const char*>(flat_grads_.data());
+  for (const optim::ParamBuffer& p : params_)
+    placed.emplace_back(
+        static_cast<std::int64_t>(
+            static_cast<std::size_t>(static_cast<const char*>(p.grad.data()) - base) /
+            sizeof(float)),
+        static_cast<std::int64_t>(p.size()));
+  const std::vector<std::int64_t> offsets = split_evenly(flat_grads_.numel(), world);
+  const std::vector<RunInRange> runs = runs_in_range(
+      placed, offsets[static_cast<std::size_t>(rank)], offsets[static_cast<std::size_t>(rank) + 1]);
+  const auto all = adam_.moment_runs();
+  std::vector<std::pair<kernels::Tensor, kernels::Tensor>> mine;
+  for (const RunInRange& run : runs) {
+    const kernels::Shape shape{run.length};
+    mine.emplace_back(all[run.item].first.view(run.start, shape),
+                      all[run.item].second.view(run.start, shape));
+  }
+  auto spans = host_.spans(mine);
+  optim::OptimizerShard out;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const kernels::Shape& s = params_[runs[i].item].param.shape();
+    std::vector<std::int64_t> shape;
+    for (int d = 0; d < s.rank(); ++d) shape.push_back(s[d]);
+    out.slices.push_back(
+        {params_[runs[i].item].name, shape, runs[i].start, spans[i].first, spans[i].second});
+  }
+  out.adam_step = adam_.step_count();
+  out.shard = rank;
+  out.num_shards = world;
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/dist/flat_split.h"
 #include "tandem/optim/grad_clip.h"
 
 namespace tandem::dist {
@@ -13,27 +14,32 @@ Zero1Optimizer::Zero1Optimizer(kernels::Backend& backend,
                                kernels::Tensor grads, const optim::AdamWHyper& hyper,
                                Communicator& comm)
     : backend_(backend), full_(full), params_(params), grads_(grads), comm_(comm), host_(backend) {
-  const auto world = static_cast<std::size_t>(comm_.world_size());
+  const auto buffer_size = params_.numel();
+  for (std::int64_t o : split_evenly(buffer_size, comm_.world_size()))
+    offsets_.push_back(static_cast<std::size_t>(o));
   const auto rank = static_cast<std::size_t>(comm_.rank());
-  const auto buffer_size = static_cast<std::size_t>(params_.numel());
-  for (std::size_t r = 0; r <= world; ++r) offsets_.push_back(buffer_size * r / world);
-  const std::size_t begin = offsets_[rank], end = offsets_[rank + 1];
-  std::vector<optim::ParamBuffer> shard;
+  // Each parameter's place in the buffer (a view into it), then its part of this rank's range.
+  std::vector<std::pair<std::int64_t, std::int64_t>> placed;
   const auto* base = static_cast<const char*>(params_.data());
-  for (std::size_t i = 0; i < full_.size(); ++i) {
-    const optim::ParamBuffer& p = full_[i];
+  for (const optim::ParamBuffer& p : full_) {
     full_size_ += p.size();
-    const auto at =
-        static_cast<std::size_t>(static_cast<const char*>(p.param.data()) - base) / sizeof(float);
-    TANDEM_CHECK(at + p.size() <= buffer_size, "ZeRO-1: parameter {} lies outside the buffer",
-                 p.name);
-    const std::size_t lo = std::max(at, begin), hi = std::min(at + p.size(), end);
-    if (lo >= hi) continue;
-    pieces_.push_back({i, lo - at, hi - lo});
-    const kernels::Shape run{static_cast<std::int64_t>(hi - lo)};
-    const auto first = static_cast<std::int64_t>(lo);
-    shard.push_back({p.name, params_.view(first, run), grads_.view(first, run), p.weight_decay});
-    shard_grads_.push_back(grads_.view(first, run));
+    const auto at = static_cast<std::int64_t>(
+        static_cast<std::size_t>(static_cast<const char*>(p.param.data()) - base) / sizeof(float));
+    TANDEM_CHECK(at + static_cast<std::int64_t>(p.size()) <= buffer_size,
+                 "ZeRO-1: parameter {} lies outside the buffer", p.name);
+    placed.emplace_back(at, static_cast<std::int64_t>(p.size()));
+  }
+  std::vector<optim::ParamBuffer> shard;
+  for (const RunInRange& run : runs_in_range(placed, static_cast<std::int64_t>(offsets_[rank]),
+                                             static_cast<std::int64_t>(offsets_[rank + 1]))) {
+    const optim::ParamBuffer& p = full_[run.item];
+    pieces_.push_back(
+        {run.item, static_cast<std::size_t>(run.start), static_cast<std::size_t>(run.length)});
+    const kernels::Shape shape{run.length};
+    const std::int64_t first = placed[run.item].first + run.start;
+    shard.push_back(
+        {p.name, params_.view(first, shape), grads_.view(first, shape), p.weight_decay});
+    shard_grads_.push_back(grads_.view(first, shape));
   }
   shard_ = std::make_unique<optim::AdamW>(backend_, std::move(shard), hyper);
 }

@@ -56,6 +56,10 @@ class Optimizer {
   // moments_loaded() uploads. Valid until the next step.
   virtual OptimizerShard moments() = 0;
   virtual void moments_loaded(std::int64_t adam_step) = 0;
+  // What this rank writes into a checkpoint's optim/ (spans valid until the next step): its
+  // moments() where each rank holds its own part; a replicated optimiser's ranks write their even
+  // shares of the flat buffer (dist/flat_split.h), so that no rank writes them all.
+  virtual OptimizerShard moments_to_save() { return moments(); }
 
   // Communication the optimiser runs on communicators of its own (FSDP's shard group and
   // replicas), beyond the trainer's communicator: seconds the calling thread waited for it, and

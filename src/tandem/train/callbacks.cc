@@ -179,9 +179,10 @@ nlohmann::json CheckpointCallback::state_json() const {
 
 void CheckpointCallback::save(bool final_save) {
   if (counters_.step == last_saved_step_) return;
-  // Every rank writes its own optimizer shard (ZeRO-1) or rank 0 all of it (replicated).
+  // Every rank writes its own part of the optimizer state (its ZeRO-1 or FSDP range, or its even
+  // share of replicated moments).
   const auto started = std::chrono::steady_clock::now();
-  optim::OptimizerShard mine = optimizer_.moments();
+  optim::OptimizerShard mine = optimizer_.moments_to_save();
   save_checkpoint(checkpoints_dir_, counters_.step, model_, &mine, state_json(), comm_);
   prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last, counters_.step, comm_);
   comm_.barrier();

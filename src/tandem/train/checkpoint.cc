@@ -12,6 +12,7 @@
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
 #include "tandem/core/fault_injection.h"
+#include "tandem/dist/flat_split.h"
 #include "tandem/dist/rank_agreement.h"
 #include "tandem/io/json.h"
 #include "tandem/io/safetensors.h"
@@ -48,13 +49,47 @@ void sync_directory(const std::string& dir) {
   }
 }
 
+// How many shards the weights are written in: FSDP's writers, one per rank of a replicated
+// model at W > 1, none (one whole model.safetensors) for a single process.
+int weight_shards(const model::Olmo3Model& model, const dist::Communicator& comm) {
+  if (model::ShardedParameters* sharded = model.sharded()) return sharded->checkpoint_shards();
+  return comm.world_size() > 1 ? comm.world_size() : 0;
+}
+
+// Replicated weights (ddp, zero1): this rank's even share of the flat buffer, the range ZeRO-1's
+// moments take too (dist/flat_split.h): no rank copies or writes the whole model. `staging`
+// holds the share when the backend's memory is not the host's.
+std::vector<model::WeightSlice> replicated_weight_share(const model::Olmo3Model& model, int rank,
+                                                        int world, std::vector<float>& staging) {
+  const model::ParameterLayout& layout = model.layout();
+  const std::vector<std::int64_t> offsets = dist::split_evenly(model.params().numel(), world);
+  const std::int64_t begin = offsets[static_cast<std::size_t>(rank)];
+  const std::int64_t end = offsets[static_cast<std::size_t>(rank) + 1];
+  float* values = nullptr;
+  if (model.backend().host_accessible()) {
+    values = model.params().ptr<float>() + begin;
+  } else {
+    staging = kernels::to_host_f32(model.backend(), model.params().view(begin, {end - begin}));
+    values = staging.data();
+  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> placed;
+  for (const model::ParameterEntry& e : layout.entries()) placed.emplace_back(e.offset, e.numel);
+  std::vector<model::WeightSlice> slices;
+  for (const dist::RunInRange& run : dist::runs_in_range(placed, begin, end)) {
+    const model::ParameterEntry& e = layout.entries()[run.item];
+    slices.push_back({e.name, e.shape, run.start,
+                      std::span<float>(values + (e.offset + run.start - begin),
+                                       static_cast<std::size_t>(run.length))});
+  }
+  return slices;
+}
+
 // Rank 0 (after every rank wrote its files): the weight and optimizer indices and state.json.
 void write_checkpoint_indices(const fs::path& tmp, std::int64_t step,
-                              const model::Olmo3Model& model, const OptimizerShard* optimizer,
-                              const nlohmann::json& state) {
-  if (model::ShardedParameters* sharded = model.sharded())
-    model::write_weight_index((tmp / "model").string(), sharded->checkpoint_shards(),
-                              model.layout());
+                              const model::Olmo3Model& model, int weight_shards,
+                              const OptimizerShard* optimizer, const nlohmann::json& state) {
+  if (weight_shards > 0)
+    model::write_weight_index((tmp / "model").string(), weight_shards, model.layout());
   if (optimizer) write_optimizer_index((tmp / "optim").string(), optimizer->num_shards);
   core::fault_point("checkpoint.index");
   nlohmann::json st = state;
@@ -131,7 +166,13 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
       if (mine.shard < mine.num_shards)
         model::write_weight_shard((tmp / "model").string(), mine.shard, mine.num_shards,
                                   mine.slices);
-    } else if (leader) {
+    } else if (comm.world_size() > 1) {
+      if (leader) model::save_tandem_model_config((tmp / "model").string(), model.config());
+      std::vector<float> staging;
+      model::write_weight_shard(
+          (tmp / "model").string(), comm.rank(), comm.world_size(),
+          replicated_weight_share(model, comm.rank(), comm.world_size(), staging));
+    } else {
       model::save_tandem_model((tmp / "model").string(), model);
     }
     core::fault_point("checkpoint.model");
@@ -142,7 +183,7 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
   });
   nlohmann::json listed = nlohmann::json::array();
   phase(leader, [&] {
-    write_checkpoint_indices(tmp, step, model, optimizer, state);
+    write_checkpoint_indices(tmp, step, model, weight_shards(model, comm), optimizer, state);
     for (const auto& rel : files_under(tmp)) listed.push_back({rel, fs::file_size(tmp / rel)});
   });
   // The manifest's digests, each file read by one rank: no rank reads the whole checkpoint.
