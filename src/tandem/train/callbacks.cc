@@ -160,11 +160,19 @@ CheckpointCallback::CheckpointCallback(const RunConfig& config, model::Olmo3Mode
 void CheckpointCallback::on_step_end(StepEvent& e) {
   if (e.stop) return;
   const std::int64_t every = config_.trainer.save_interval;
-  if (every > 0 && e.counters.step % every == 0) save(false);
+  const std::int64_t ephemeral = config_.trainer.ephemeral_save_interval;
+  const std::int64_t step = e.counters.step;
+  if (every > 0 && step % every == 0) {
+    save(SaveKind::kKept);
+  } else if (ephemeral > 0 && step % ephemeral == 0) {
+    // The run's last step is saved as its final checkpoint right after, which must be kept.
+    save(step < e.max_steps ? SaveKind::kEphemeral : SaveKind::kFinal);
+  }
 }
 
-nlohmann::json CheckpointCallback::state_json() const {
+nlohmann::json CheckpointCallback::state_json(SaveKind kind) const {
   nlohmann::json st;
+  if (kind == SaveKind::kEphemeral) st["ephemeral"] = true;
   st["step"] = counters_.step;
   st["tokens"] = counters_.tokens;
   st["skipped_steps"] = counters_.skipped_steps;
@@ -177,19 +185,22 @@ nlohmann::json CheckpointCallback::state_json() const {
   return st;
 }
 
-void CheckpointCallback::save(bool final_save) {
+void CheckpointCallback::save(SaveKind kind) {
   if (counters_.step == last_saved_step_) return;
   // Every rank writes its own part of the optimizer state (its ZeRO-1 or FSDP range, or its even
   // share of replicated moments).
   const auto started = std::chrono::steady_clock::now();
   optim::OptimizerShard mine = optimizer_.moments_to_save();
-  save_checkpoint(checkpoints_dir_, counters_.step, model_, &mine, state_json(), comm_);
+  save_checkpoint(checkpoints_dir_, counters_.step, model_, &mine, state_json(kind), comm_);
   prune_checkpoints(checkpoints_dir_, config_.trainer.keep_last, counters_.step, comm_);
   comm_.barrier();
   last_saved_step_ = counters_.step;
   log_line(comm_,
            fmt::format("saved checkpoint {}{} in {:.1f}s", checkpoint_dir_name(counters_.step),
-                       final_save ? " (final)" : "", seconds_since(started)));
+                       kind == SaveKind::kFinal       ? " (final)"
+                       : kind == SaveKind::kEphemeral ? " (ephemeral)"
+                                                      : "",
+                       seconds_since(started)));
 }
 
 nlohmann::json CheckpointCallback::load(const std::string& dir, bool with_optimizer) {

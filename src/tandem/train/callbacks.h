@@ -123,8 +123,11 @@ class CheckpointCallback final : public Callback {
                      dist::Communicator& comm);
   void on_step_end(StepEvent& event) override;
 
+  // A checkpoint's kind: kept (under keep_last), ephemeral (removed once a newer one verifies;
+  // marked "ephemeral": true in its state.json) or the run's last (kept, said so in the log).
+  enum class SaveKind { kKept, kEphemeral, kFinal };
   // Writes a checkpoint of the current step (not twice for the same step).
-  void save(bool final_save);
+  void save(SaveKind kind);
   // Resumes from the run directory's newest valid checkpoint; false when there is none.
   bool resume();
   // AI2's stage start: weights (and Adam moments) from trainer.load_path, fresh trainer state.
@@ -132,7 +135,7 @@ class CheckpointCallback final : public Callback {
   const std::string& checkpoints_dir() const { return checkpoints_dir_; }
 
  private:
-  nlohmann::json state_json() const;
+  nlohmann::json state_json(SaveKind kind) const;
   nlohmann::json load(const std::string& dir, bool with_optimizer);
 
   const RunConfig& config_;

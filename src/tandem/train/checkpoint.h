@@ -76,9 +76,11 @@ std::string resolve_checkpoint(const std::string& path, dist::Communicator& comm
 // Collective, as resolve_checkpoint.
 std::string resolve_model_dir(const std::string& path, dist::Communicator& comm);
 
-// Deletes the checkpoints that `keep` newer verified checkpoints supersede. A folder that does
-// not verify is never counted (a stray or damaged step-000099 cannot push good ones out) and is
-// left in place unless it is older than the kept ones; folders past `newest_step` (the step just
+// Deletes the checkpoints that `keep` newer verified checkpoints supersede, and the ephemeral ones
+// (state.json's "ephemeral": true) older than a checkpoint that verifies; ephemeral checkpoints
+// are not counted in `keep`. A folder that does not verify is never counted (a stray or damaged
+// step-000099 cannot push good ones out) and is left in place unless it is older than the kept
+// ones; folders past `newest_step` (the step just
 // saved) are left alone. Verification results are cached per manifest for the process. With a
 // communicator (collective): rank 0's list and its cache (it wrote this run's checkpoints), the
 // others verified by all ranks together, deletions by rank 0.

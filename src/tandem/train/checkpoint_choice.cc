@@ -150,13 +150,17 @@ void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
   const bool leader = comm.rank() == 0;
   if (newest_step && leader) remove_stale_temporaries(checkpoints_dir);
   const std::vector<std::string> all = list_checkpoints_of_rank_0(checkpoints_dir, comm);
-  std::int64_t verified = 0;
+  std::int64_t verified = 0;  // kept checkpoints that verify (ephemeral ones are not counted)
+  bool newer_verified = false;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     const std::int64_t step = step_of_name(fs::path(*it).filename().string());
     // A folder past the run's newest step is not of this run's line: neither counted nor deleted.
     if (newest_step && step > *newest_step) continue;
-    if (verified >= keep) {
-      // Superseded by `keep` newer checkpoints that verify.
+    // Rank 0's reading of the mark, so that all ranks take the same branch.
+    std::uint8_t ephemeral = leader && marked_ephemeral(*it);
+    comm.broadcast(&ephemeral, 1, 0);
+    // Superseded by `keep` newer checkpoints that verify, or ephemeral with a newer one that does.
+    if (verified >= keep || (ephemeral && newer_verified)) {
       if (leader) {
         std::error_code ec;
         fs::remove_all(*it, ec);
@@ -175,7 +179,8 @@ void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
         // Not counted, and not deleted: a damaged checkpoint may be one byte from usable.
       }
     }
-    if (ok) ++verified;
+    if (ok && !ephemeral) ++verified;
+    newer_verified = newer_verified || ok;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "tandem/core/atomic_file.h"
 #include "tandem/core/error.h"
+#include "tandem/io/json.h"
 #include "tandem/train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -78,6 +79,15 @@ std::vector<std::string> list_checkpoints(const std::string& checkpoints_dir) {
   std::vector<std::string> out;
   for (auto& f : found) out.push_back(f.second);
   return out;
+}
+
+bool marked_ephemeral(const std::string& dir) {
+  try {
+    const nlohmann::json state = io::read_json_file((fs::path(dir) / "state.json").string());
+    return state.is_object() && state.value("ephemeral", false) == true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace tandem::train

@@ -22,4 +22,8 @@ void remove_stale_temporaries(const std::string& checkpoints_dir);
 void remember_verified(const std::string& dir, const std::string& manifest_text);
 bool known_verified(const std::string& dir);
 
+// The checkpoint was saved as ephemeral ("ephemeral": true in its state.json); false when
+// state.json is missing or unreadable (such a checkpoint is judged by its verification).
+bool marked_ephemeral(const std::string& dir);
+
 }  // namespace tandem::train

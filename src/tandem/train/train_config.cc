@@ -19,6 +19,16 @@ TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir) {
   t.save_interval = s.get_int("save_interval", 0);
   t.keep_last = s.get_int("keep_last", 3);
   TANDEM_CHECK(t.keep_last >= 1, "{} must be at least 1", s.where("keep_last"));
+  TANDEM_CHECK(t.save_interval >= 0, "{} must be >= 0 (0: only at the end)",
+               s.where("save_interval"));
+  t.ephemeral_save_interval = s.get_int("ephemeral_save_interval", 0);
+  TANDEM_CHECK(t.ephemeral_save_interval >= 0, "{} must be >= 0 (0: none)",
+               s.where("ephemeral_save_interval"));
+  // As OLMo-core: ephemeral checkpoints come between the kept ones, so more often.
+  TANDEM_CHECK(t.ephemeral_save_interval == 0 || t.save_interval == 0 ||
+                   t.ephemeral_save_interval < t.save_interval,
+               "{} ({}) must be less than save_interval ({})", s.where("ephemeral_save_interval"),
+               t.ephemeral_save_interval, t.save_interval);
   t.log_interval = std::max<std::int64_t>(1, s.get_int("log_interval", 1));
   t.init_seed = static_cast<std::uint64_t>(s.get_int("seed", 0));
   t.init_from = io::resolve_config_path(base_dir, s.get_string("init_from", ""));

@@ -42,7 +42,10 @@ struct TrainerConfig {
   std::string save_folder;         // the run directory
   std::int64_t max_steps = 0;      // optimiser steps (global batches)
   std::int64_t save_interval = 0;  // 0 = only at the end (and on a signal)
-  std::int64_t keep_last = 3;      // checkpoints kept
+  std::int64_t keep_last = 3;      // checkpoints kept (ephemeral ones aside)
+  // OLMo-core's ephemeral_save_interval: also a checkpoint every N steps (0: none), removed as
+  // soon as a newer checkpoint has been saved and verifies.
+  std::int64_t ephemeral_save_interval = 0;
   std::int64_t log_interval = 1;
   std::uint64_t init_seed = 0;       // weight initialisation
   std::string init_from;             // model dir (HF or tandem) for the initial weights

@@ -218,7 +218,7 @@ void Trainer::start_fresh() {
     core::write_file_atomic((fs::path(run_dir_) / "config.yaml").string(),
                             std::string(e.c_str()) + "\n");
   }
-  if (config_.trainer.save_initial) checkpoints_->save(false);
+  if (config_.trainer.save_initial) checkpoints_->save(CheckpointCallback::SaveKind::kKept);
 }
 
 void Trainer::write_op_profile(const kernels::OpProfile& p, std::int64_t step,
@@ -285,7 +285,7 @@ int Trainer::run() {
     }
     if (stop_signal != 0) {
       log(fmt::format("signal {} received: saving a checkpoint and stopping", stop_signal));
-      checkpoints_->save(false);
+      checkpoints_->save(CheckpointCallback::SaveKind::kKept);
       return 128 + stop_signal;
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -346,7 +346,7 @@ int Trainer::run() {
     if (event.stop) return event.exit_code;
     checkpoints_->on_step_end(event);
   }
-  checkpoints_->save(true);
+  checkpoints_->save(CheckpointCallback::SaveKind::kFinal);
   if (const kernels::MemoryStats m = backend_->memory_stats(); m.peak_reserved > 0)
     log(fmt::format("device memory: peak {} in use, peak {} reserved (caching allocator)",
                     bytes(m.peak_in_use), bytes(m.peak_reserved)));
