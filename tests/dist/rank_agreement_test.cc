@@ -77,6 +77,12 @@ TEST(RankAgreement, ShareBySizeGivesTheLargestFirstToTheLeastLoadedRank) {
   std::vector<int> count(4, 0);
   for (int r : even) ++count[static_cast<std::size_t>(r)];
   EXPECT_EQ(count, (std::vector<int>{2, 2, 2, 2}));
+  // Pinned items go to their rank and count in its load: 10 on rank 1; then 7 to rank 0, 3 to
+  // rank 0 (7 < 10), the other 3 to rank 0 (10 = 10: the lower rank), 1 to rank 1 (10 < 13).
+  EXPECT_EQ(dist::share_by_size({10, 1, 7, 3, 3}, 2, {1, -1, -1, -1, -1}),
+            (std::vector<int>{1, 1, 0, 0, 0}));
+  EXPECT_THROW(dist::share_by_size({1, 2}, 2, {2, -1}), core::Error);
+  EXPECT_THROW(dist::share_by_size({1, 2}, 2, {0}), core::Error);
 }
 
 }  // namespace

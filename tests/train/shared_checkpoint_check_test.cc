@@ -24,11 +24,14 @@ namespace {
 
 using testing::ThreadRanks;
 
-// Files of the sizes a small ZeRO-1 checkpoint has, with pseudo-random contents.
+// Files of the sizes a small checkpoint of three ZeRO-1 ranks has, with pseudo-random contents.
 const std::vector<std::pair<std::string, std::size_t>> kFiles = {
     {"state.json", 900},
     {"model/model.yaml", 400},
-    {"model/model.safetensors", 300000},
+    {"model/shards.json", 150},
+    {"model/shard-00000-of-00003.safetensors", 100000},
+    {"model/shard-00001-of-00003.safetensors", 100000},
+    {"model/shard-00002-of-00003.safetensors", 99000},
     {"optim/index.json", 120},
     {"optim/shard-00000-of-00003.safetensors", 200000},
     {"optim/shard-00001-of-00003.safetensors", 200000},
@@ -92,7 +95,7 @@ TEST(SharedCheckpointCheck, EachFileIsReadByOneRankAndEveryRankGetsEveryDigest) 
       const train::SharedDigests& mine = got[static_cast<std::size_t>(r)];
       EXPECT_EQ(errors[static_cast<std::size_t>(r)], "");
       EXPECT_EQ(mine.digests, expected) << "rank " << r << " of " << world;
-      // Every rank takes a share (7 files, at most 5 ranks), none the whole.
+      // Every rank takes a share (10 files, at most 5 ranks), none the whole.
       EXPECT_GT(mine.bytes_read_here, 0u) << "rank " << r << " of " << world;
       if (world > 1) {
         EXPECT_LT(mine.bytes_read_here, total) << "rank " << r;
@@ -101,20 +104,24 @@ TEST(SharedCheckpointCheck, EachFileIsReadByOneRankAndEveryRankGetsEveryDigest) 
     }
     EXPECT_EQ(read, total) << "the ranks together read each file once (" << world << " ranks)";
   }
-  // Three ranks, largest first to the least loaded: the model to rank 0, two 200,000-byte shards
-  // to ranks 1 and 2, the 199,000-byte one to rank 1 (ranks 1 and 2 tie: the lower), the small
-  // files to rank 2.
+  // Three ranks, the checkpoint's writers: each hashes the two shards it wrote (rank 2's are
+  // 298,000 bytes), then the small files go largest first to the least loaded, rank 2.
   std::vector<std::uint64_t> share(3, 0);
   ThreadRanks(3).run([&](dist::Communicator& comm) {
     share[static_cast<std::size_t>(comm.rank())] =
         train::hash_files_shared(dir, files_to_hash(), comm).bytes_read_here;
   });
-  EXPECT_EQ(share, (std::vector<std::uint64_t>{300000, 399000, 200000 + 900 + 400 + 120}));
+  EXPECT_EQ(share, (std::vector<std::uint64_t>{300000, 300000, 298000 + 900 + 400 + 150 + 120}));
+  // At another world size no file is pinned: largest first, the 200,000-byte shards to ranks 0
+  // and 1.
+  const std::vector<int> two = train::hashing_ranks(files_to_hash(), 2);
+  EXPECT_EQ(two[7], 0);
+  EXPECT_EQ(two[8], 1);
 }
 
 TEST(SharedCheckpointCheck, AFileOneRankCannotReadIsAnErrorOnEveryRank) {
-  // The largest file, a directory now: read by rank 0 of 3. Then a small one, read by rank 2.
-  for (const std::string name : {"model/model.safetensors", "optim/index.json"}) {
+  // Rank 1's model shard, a directory now: read by rank 1 of 3. Then a small one, read by rank 2.
+  for (const std::string name : {"model/shard-00001-of-00003.safetensors", "optim/index.json"}) {
     const std::string dir = make_checkpoint(testing::temp_dir("shared_hash_unreadable"), 4);
     fs::remove(dir + "/" + name);
     fs::create_directories(dir + "/" + name);
@@ -133,12 +140,7 @@ TEST(SharedCheckpointCheck, ADamagedFileIsTheSameErrorOnEveryRankWhicheverRankRe
   auto errors =
       ThreadRanks(3).run([&](dist::Communicator& comm) { train::verify_checkpoint(dir, comm); });
   for (const std::string& e : errors) EXPECT_EQ(e, "");
-  const std::vector<std::uint64_t> sizes = [] {
-    std::vector<std::uint64_t> s;
-    for (const auto& f : kFiles) s.push_back(f.second);
-    return s;
-  }();
-  const std::vector<int> reader = dist::share_by_size(sizes, 3);
+  const std::vector<int> reader = train::hashing_ranks(files_to_hash(), 3);
   std::vector<bool> reader_seen(3, false);
   for (std::size_t i = 0; i < kFiles.size(); ++i) {
     const std::string path = dir + "/" + kFiles[i].first;
@@ -166,8 +168,8 @@ TEST(SharedCheckpointCheck, EveryRankChoosesTheSameCheckpointPassingOverADamaged
   const std::string checkpoints = testing::temp_dir("shared_latest") + "/checkpoints";
   make_checkpoint(checkpoints, 2);
   const std::string newest = make_checkpoint(checkpoints, 4);
-  // Rank 1 of 3 reads the first optimizer shard (the model goes to rank 0).
-  flip_byte(newest + "/optim/shard-00000-of-00003.safetensors", 7);
+  // Rank 1 of 3 reads its optimizer shard.
+  flip_byte(newest + "/optim/shard-00001-of-00003.safetensors", 7);
   std::vector<std::optional<std::string>> chosen(3);
   std::vector<std::vector<std::string>> warnings(3);
   auto errors = ThreadRanks(3).run([&](dist::Communicator& comm) {
@@ -180,7 +182,7 @@ TEST(SharedCheckpointCheck, EveryRankChoosesTheSameCheckpointPassingOverADamaged
     EXPECT_EQ(fs::path(*chosen[r]).filename(), "step-000002") << "rank " << r;
     ASSERT_EQ(warnings[r].size(), 1u) << "rank " << r;
     EXPECT_EQ(warnings[r][0], "skipping damaged checkpoint: checkpoint file " + newest +
-                                  "/optim/shard-00000-of-00003.safetensors fails its checksum");
+                                  "/optim/shard-00001-of-00003.safetensors fails its checksum");
   }
   // One rank's process alone comes to the same choice.
   EXPECT_EQ(train::latest_valid_checkpoint(checkpoints, nullptr), chosen[0]);

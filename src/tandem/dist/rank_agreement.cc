@@ -39,13 +39,25 @@ bool same_on_all_ranks(std::uint64_t value, Communicator& comm) {
   return differs == 0.0;
 }
 
-std::vector<int> share_by_size(const std::vector<std::uint64_t>& sizes, int world) {
-  std::vector<std::size_t> order(sizes.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return sizes[a] > sizes[b]; });
+std::vector<int> share_by_size(const std::vector<std::uint64_t>& sizes, int world,
+                               const std::vector<int>& pinned) {
+  TANDEM_CHECK(pinned.empty() || pinned.size() == sizes.size(),
+               "share_by_size: {} pinned ranks for {} items", pinned.size(), sizes.size());
   std::vector<std::uint64_t> load(static_cast<std::size_t>(std::max(world, 1)), 0);
   std::vector<int> owner(sizes.size(), 0);
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const int rank = pinned.empty() ? -1 : pinned[i];
+    TANDEM_CHECK(rank < world, "share_by_size: item {} pinned to rank {} of {}", i, rank, world);
+    if (rank >= 0) {
+      owner[i] = rank;
+      load[static_cast<std::size_t>(rank)] += sizes[i];
+    } else {
+      order.push_back(i);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return sizes[a] > sizes[b]; });
   for (std::size_t i : order) {
     const auto least = std::min_element(load.begin(), load.end());
     owner[i] = static_cast<int>(least - load.begin());

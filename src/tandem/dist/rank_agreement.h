@@ -31,9 +31,11 @@ void fail_if_any_rank_failed(const std::string& error, Communicator& comm);
 // Whether `value` is the same on every rank (collective).
 bool same_on_all_ranks(std::uint64_t value, Communicator& comm);
 
-// The rank that takes each of the work items of `sizes` bytes: the largest first, each to the
-// rank with the fewest bytes so far (the lowest such rank). Depends on the sizes and `world` only,
-// so every rank computes the same shares.
-std::vector<int> share_by_size(const std::vector<std::uint64_t>& sizes, int world);
+// The rank that takes each of the work items of `sizes` bytes: the items `pinned` gives a rank
+// (>= 0; empty or -1: none) go to it, then the others, largest first, each to the rank with the
+// fewest bytes so far (the lowest such rank). Depends on its arguments only, so every rank
+// computes the same shares.
+std::vector<int> share_by_size(const std::vector<std::uint64_t>& sizes, int world,
+                               const std::vector<int>& pinned = {});
 
 }  // namespace tandem::dist

@@ -1,6 +1,7 @@
 #include "tandem/train/checkpoint_hashing.h"
 
 #include <filesystem>
+#include <regex>
 
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
@@ -10,12 +11,26 @@ namespace fs = std::filesystem;
 
 namespace tandem::train {
 
+std::vector<int> hashing_ranks(const std::vector<FileToHash>& files, int world) {
+  static const std::regex kShard(R"(shard-(\d{5})-of-(\d{5})\.safetensors)");
+  std::vector<std::uint64_t> sizes;
+  std::vector<int> writer;
+  for (const FileToHash& f : files) {
+    sizes.push_back(f.bytes);
+    const std::string name = fs::path(f.name).filename().string();
+    std::smatch m;
+    int rank = -1;
+    if (std::regex_match(name, m, kShard) && std::stoi(m[2]) == world && std::stoi(m[1]) < world)
+      rank = std::stoi(m[1]);
+    writer.push_back(rank);
+  }
+  return dist::share_by_size(sizes, world, writer);
+}
+
 SharedDigests hash_files_shared(const std::string& dir, const std::vector<FileToHash>& files,
                                 dist::Communicator& comm) {
   SharedDigests out;
-  std::vector<std::uint64_t> sizes;
-  for (const FileToHash& f : files) sizes.push_back(f.bytes);
-  const std::vector<int> owner = dist::share_by_size(sizes, comm.world_size());
+  const std::vector<int> owner = hashing_ranks(files, comm.world_size());
   // Each digest as two 32-bit halves, which doubles hold exactly: the owner puts its halves in
   // place and every other rank zeros, so the sum over ranks is the digest.
   std::vector<double> halves(2 * files.size(), 0.0);

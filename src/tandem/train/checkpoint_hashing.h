@@ -22,9 +22,15 @@ struct SharedDigests {
   std::uint64_t bytes_read_here = 0;  // this rank's share of the reading
 };
 
-// The same `files` on every rank: each file is hashed by one rank (dist::share_by_size on the
-// sizes) and every rank gets all digests (collective). A file that cannot be read is an error on
-// every rank, naming the file.
+// Which rank hashes each file at `world` ranks: a shard of as many writers as there are ranks
+// (`.../shard-R-of-W.safetensors`, W = world) by rank R, the one that writes it on a save (its
+// page cache holds it, on its own node) and reads it first on a resume at the same W; the other
+// files shared by size (dist::share_by_size).
+std::vector<int> hashing_ranks(const std::vector<FileToHash>& files, int world);
+
+// The same `files` on every rank: each file is hashed by one rank (hashing_ranks) and every rank
+// gets all digests (collective). A file that cannot be read is an error on every rank, naming the
+// file.
 SharedDigests hash_files_shared(const std::string& dir, const std::vector<FileToHash>& files,
                                 dist::Communicator& comm);
 
