@@ -60,5 +60,17 @@ TEST(FlatSplit, RunsInRangeCutItemsAtTheRangesEdges) {
   }
 }
 
+TEST(FlatSplit, PlaceInFindsAViewsOffsetAndRefusesOneOutside) {
+  std::vector<float> memory(20);
+  const kernels::Tensor buffer(memory.data(), kernels::DType::f32, kernels::Shape{16});
+  EXPECT_EQ(place_in(buffer, buffer.view(5, kernels::Shape{2, 3})),
+            (std::pair<std::int64_t, std::int64_t>{5, 6}));
+  EXPECT_EQ(place_in(buffer, buffer), (std::pair<std::int64_t, std::int64_t>{0, 16}));
+  const kernels::Tensor past(memory.data() + 12, kernels::DType::f32, kernels::Shape{8});
+  EXPECT_THROW(place_in(buffer, past), core::Error);
+  const kernels::Tensor before(memory.data(), kernels::DType::f32, kernels::Shape{1});
+  EXPECT_THROW(place_in(buffer.view(4, kernels::Shape{4}), before), core::Error);
+}
+
 }  // namespace
 }  // namespace tandem::dist

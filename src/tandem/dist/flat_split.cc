@@ -29,4 +29,16 @@ std::vector<RunInRange> runs_in_range(std::span<const std::pair<std::int64_t, st
   return out;
 }
 
+std::pair<std::int64_t, std::int64_t> place_in(const kernels::Tensor& buffer,
+                                               const kernels::Tensor& view) {
+  const auto* base = static_cast<const char*>(buffer.data());
+  const auto* at = static_cast<const char*>(view.data());
+  const std::size_t size = kernels::dtype_size(buffer.dtype());
+  const std::int64_t offset = at >= base ? static_cast<std::int64_t>((at - base) / size) : -1;
+  TANDEM_CHECK(
+      view.dtype() == buffer.dtype() && offset >= 0 && offset + view.numel() <= buffer.numel(),
+      "a view of {} elements lies outside its buffer of {}", view.numel(), buffer.numel());
+  return {offset, view.numel()};
+}
+
 }  // namespace tandem::dist

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/kernels/tensor.h"
+
 namespace tandem::dist {
 
 // The W + 1 boundaries: rank r's range is [offsets[r], offsets[r + 1]).
@@ -26,5 +28,10 @@ struct RunInRange {
 // [begin, end), in item order; items outside it have none.
 std::vector<RunInRange> runs_in_range(std::span<const std::pair<std::int64_t, std::int64_t>> items,
                                       std::int64_t begin, std::int64_t end);
+
+// Where `view` (a view into `buffer`, of the same dtype) lies in it: (element offset, elements).
+// Throws when it does not lie inside.
+std::pair<std::int64_t, std::int64_t> place_in(const kernels::Tensor& buffer,
+                                               const kernels::Tensor& view);
 
 }  // namespace tandem::dist

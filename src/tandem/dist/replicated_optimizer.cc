@@ -77,13 +77,7 @@ optim::OptimizerShard ReplicatedOptimizer::moments_to_save() {
   // Every parameter's place in the flat buffer (its gradient is a view into the flat gradients,
   // which the parameters' buffer mirrors element for element).
   std::vector<std::pair<std::int64_t, std::int64_t>> placed;
-  const auto* base = static_cast<const char*>(flat_grads_.data());
-  for (const optim::ParamBuffer& p : params_)
-    placed.emplace_back(
-        static_cast<std::int64_t>(
-            static_cast<std::size_t>(static_cast<const char*>(p.grad.data()) - base) /
-            sizeof(float)),
-        static_cast<std::int64_t>(p.size()));
+  for (const optim::ParamBuffer& p : params_) placed.push_back(place_in(flat_grads_, p.grad));
   const std::vector<std::int64_t> offsets = split_evenly(flat_grads_.numel(), world);
   const std::vector<RunInRange> runs = runs_in_range(
       placed, offsets[static_cast<std::size_t>(rank)], offsets[static_cast<std::size_t>(rank) + 1]);

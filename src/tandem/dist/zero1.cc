@@ -20,14 +20,9 @@ Zero1Optimizer::Zero1Optimizer(kernels::Backend& backend,
   const auto rank = static_cast<std::size_t>(comm_.rank());
   // Each parameter's place in the buffer (a view into it), then its part of this rank's range.
   std::vector<std::pair<std::int64_t, std::int64_t>> placed;
-  const auto* base = static_cast<const char*>(params_.data());
   for (const optim::ParamBuffer& p : full_) {
     full_size_ += p.size();
-    const auto at = static_cast<std::int64_t>(
-        static_cast<std::size_t>(static_cast<const char*>(p.param.data()) - base) / sizeof(float));
-    TANDEM_CHECK(at + static_cast<std::int64_t>(p.size()) <= buffer_size,
-                 "ZeRO-1: parameter {} lies outside the buffer", p.name);
-    placed.emplace_back(at, static_cast<std::int64_t>(p.size()));
+    placed.push_back(place_in(params_, p.param));
   }
   std::vector<optim::ParamBuffer> shard;
   for (const RunInRange& run : runs_in_range(placed, static_cast<std::int64_t>(offsets_[rank]),
