@@ -3,7 +3,12 @@
 // logs and measures in its first step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <regex>
+
+#include <fmt/format.h>
 
 #include "dist_test_util.h"
 
@@ -11,6 +16,17 @@ namespace tandem {
 namespace {
 
 using namespace dist_testing;
+namespace fs = std::filesystem;
+
+// The JSON header's length, the first 8 bytes (little-endian) of a safetensors file.
+std::uint64_t safetensors_header_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char b[8] = {};
+  in.read(reinterpret_cast<char*>(b), 8);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | b[i];
+  return n;
+}
 
 std::int64_t logged(const std::string& output, const std::string& pattern) {
   std::smatch m;
@@ -41,6 +57,24 @@ TEST(PlanDist, MatchesRankZeroAtWorldSizeTwo) {
               logged(r.output, R"(saved activations (\d+) B)"));
     EXPECT_EQ(plan["memory_backend"].get<double>(),
               logged(r.output, R"(after the first step: \d+ B \([\d.]+ MiB\) held, peak (\d+) B)"));
+    // The final checkpoint: two writers, each its weight and moment shards; the tensor data is the
+    // plan's (each file's safetensors header, 8 bytes of length plus its JSON, aside).
+    ASSERT_EQ(plan["checkpoint"]["writers"], 2);
+    double largest = 0, all = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      double data = 0;
+      for (const char* part : {"model", "optim"}) {
+        const std::string file =
+            run + fmt::format("/checkpoints/step-000001/{}/shard-{:05d}-of-00002.safetensors", part,
+                              rank);
+        ASSERT_TRUE(fs::exists(file)) << file;
+        data += static_cast<double>(fs::file_size(file) - 8 - safetensors_header_bytes(file));
+      }
+      largest = std::max(largest, data);
+      all += data;
+    }
+    EXPECT_EQ(all, plan["checkpoint"]["bytes"].get<double>());
+    EXPECT_EQ(largest, plan["checkpoint"]["bytes_per_writer"].get<double>());
   }
 }
 

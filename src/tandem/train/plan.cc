@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "tandem/core/error.h"
+#include "tandem/dist/flat_split.h"
 #include "tandem/io/config.h"
 #include "tandem/kernels/backend.h"
 #include "tandem/kernels/cuda/scratch_sizes.h"
@@ -61,16 +62,18 @@ Units parameter_units(const model::ModelConfig& c) {
 }
 
 // ZeRO-1 (dist/zero1.cc): rank r's Adam moments cover the parameter elements (alignment gaps
-// excluded) inside [total * r / W, total * (r + 1) / W) of the flat buffer; the largest share.
+// excluded) inside its even share of the flat buffer (dist/flat_split.h); the largest share. Also
+// what the largest writer of a ddp or zero1 checkpoint writes of the weights and moments.
 double zero1_moment_elements(const model::ParameterLayout& layout, int W) {
-  const auto total = static_cast<std::int64_t>(layout.total());
+  std::vector<std::pair<std::int64_t, std::int64_t>> placed;
+  for (const model::ParameterEntry& e : layout.entries()) placed.emplace_back(e.offset, e.numel);
+  const std::vector<std::int64_t> offsets =
+      dist::split_evenly(static_cast<std::int64_t>(layout.total()), W);
   std::int64_t most = 0;
-  for (int r = 0; r < W; ++r) {
-    const std::int64_t begin = total * r / W, end = total * (r + 1) / W;
+  for (std::size_t r = 0; r + 1 < offsets.size(); ++r) {
     std::int64_t mine = 0;
-    for (const model::ParameterEntry& e : layout.entries())
-      mine +=
-          std::max<std::int64_t>(0, std::min(end, e.offset + e.numel) - std::max(begin, e.offset));
+    for (const dist::RunInRange& run : dist::runs_in_range(placed, offsets[r], offsets[r + 1]))
+      mine += run.length;
     most = std::max(most, mine);
   }
   return static_cast<double>(most);
@@ -245,6 +248,13 @@ Plan make_plan(const PlanInput& in) {
   }
   p.memory.push_back({"optimiser state", 8 * moment_elems,
                       "Adam exp_avg + exp_avg_sq, fp32, " + moment_share, true});
+  // Checkpoints: each writer its range of the weights and moments (a ZeRO-1 range under ddp and
+  // zero1, its shard under fsdp/hsdp, whose replicas write none).
+  p.checkpoint_bytes = 12 * numel;
+  p.checkpoint_writers = sharded ? S : W;
+  p.checkpoint_bytes_per_writer =
+      12 * (sharded ? param_elems
+                    : (W > 1 ? zero1_moment_elements(model::ParameterLayout(c), W) : numel));
 
   // ---- activations (kept for backward, by recompute policy) and the shared scratch ----
   // Counted by the model itself (model/olmo3_model.h), as it allocates them.
@@ -474,6 +484,17 @@ std::string format_plan(const Plan& p) {
   out +=
       fmt::format("  {:<22} {:>10}   {} of {} on the device\n", "total", bytes_text(p.total_bytes),
                   p.fits ? "fits" : "DOES NOT FIT", bytes_text(in.device.memory_bytes));
+  out += "\ncheckpoint (each save)\n";
+  out += fmt::format("  {:<22} {:>10}   fp32 weights and Adam moments, 12 B per parameter\n",
+                     "size", bytes_text(p.checkpoint_bytes));
+  out += fmt::format(
+      "  {:<22} {:>10}   {}\n", "per writing rank", bytes_text(p.checkpoint_bytes_per_writer),
+      p.checkpoint_writers == 1 ? std::string("one process writes it all")
+      : p.checkpoint_writers < in.world_size
+          ? fmt::format("the largest share of the first shard group's {} ranks (the other groups "
+                        "hold copies and write none)",
+                        p.checkpoint_writers)
+          : fmt::format("the largest of {} ranks' shares", p.checkpoint_writers));
   out += "\nstep time (per optimiser step)\n";
   out += fmt::format(
       "  compute        {:>9.3f} s   {:.3g} FLOP/token executed ({:.3g} model), {:.0f} % of peak "
@@ -509,6 +530,9 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["compute_s"] = p.compute_s;
   j["comm_s"] = p.comm_s;
   j["comm_bytes"] = p.comm_bytes;
+  j["checkpoint"] = {{"bytes", p.checkpoint_bytes},
+                     {"writers", p.checkpoint_writers},
+                     {"bytes_per_writer", p.checkpoint_bytes_per_writer}};
   j["exposed_comm_s"] = p.exposed_comm_s;
   j["step_s"] = p.step_s;
   j["step_no_overlap_s"] = p.step_no_overlap_s;

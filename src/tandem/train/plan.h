@@ -89,6 +89,11 @@ struct Plan {
   double step_no_overlap_s = 0;
   double tokens_per_s_per_device = 0;
   double mfu = 0;  // model FLOPs / (step time x peak)
+  // A checkpoint (train/checkpoint.h): fp32 weights and Adam moments, 12 B per parameter, written
+  // in shards by `checkpoint_writers` ranks, the largest share `checkpoint_bytes_per_writer`.
+  double checkpoint_bytes = 0;
+  int checkpoint_writers = 1;
+  double checkpoint_bytes_per_writer = 0;
   // CUDA: no room for cuDNN's attention backward workspace, so tandem's kernels are planned.
   bool attention_falls_back = false;
   std::vector<std::string> notes;
