@@ -56,31 +56,12 @@ double ReplicatedOptimizer::clip(double max_norm) {
 
 void ReplicatedOptimizer::step(double lr) { adam_.step(lr); }
 
-optim::OptimizerShard ReplicatedOptimizer::moments() {
-  optim::OptimizerShard out;
-  auto spans = host_.spans(adam_.moment_runs());
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const kernels::Shape& s = params_[i].param.shape();
-    std::vector<std::int64_t> shape;
-    for (int d = 0; d < s.rank(); ++d) shape.push_back(s[d]);
-    out.slices.push_back({params_[i].name, shape, 0, spans[i].first, spans[i].second});
-  }
-  out.adam_step = adam_.step_count();
-  out.shard = comm_.rank();  // rank 0 writes the one shard; the others write none
-  out.num_shards = 1;
-  return out;
-}
-
-optim::OptimizerShard ReplicatedOptimizer::moments_to_save() {
-  const int world = comm_.world_size(), rank = comm_.rank();
-  if (world == 1) return moments();
+optim::OptimizerShard ReplicatedOptimizer::moments_in(std::int64_t begin, std::int64_t end) {
   // Every parameter's place in the flat buffer (its gradient is a view into the flat gradients,
-  // which the parameters' buffer mirrors element for element).
+  // which the parameters' buffer mirrors element for element), then its part of [begin, end).
   std::vector<std::pair<std::int64_t, std::int64_t>> placed;
   for (const optim::ParamBuffer& p : params_) placed.push_back(place_in(flat_grads_, p.grad));
-  const std::vector<std::int64_t> offsets = split_evenly(flat_grads_.numel(), world);
-  const std::vector<RunInRange> runs = runs_in_range(
-      placed, offsets[static_cast<std::size_t>(rank)], offsets[static_cast<std::size_t>(rank) + 1]);
+  const std::vector<RunInRange> runs = runs_in_range(placed, begin, end);
   const auto all = adam_.moment_runs();
   std::vector<std::pair<kernels::Tensor, kernels::Tensor>> mine;
   for (const RunInRange& run : runs) {
@@ -91,15 +72,28 @@ optim::OptimizerShard ReplicatedOptimizer::moments_to_save() {
   auto spans = host_.spans(mine);
   optim::OptimizerShard out;
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    const kernels::Shape& s = params_[runs[i].item].param.shape();
-    std::vector<std::int64_t> shape;
-    for (int d = 0; d < s.rank(); ++d) shape.push_back(s[d]);
+    const optim::ParamBuffer& p = params_[runs[i].item];
     out.slices.push_back(
-        {params_[runs[i].item].name, shape, runs[i].start, spans[i].first, spans[i].second});
+        {p.name, p.param.shape().dims(), runs[i].start, spans[i].first, spans[i].second});
   }
   out.adam_step = adam_.step_count();
-  out.shard = rank;
-  out.num_shards = world;
+  return out;
+}
+
+optim::OptimizerShard ReplicatedOptimizer::moments() {
+  // Whole tensors: every rank holds (and on a resume reads) all of them.
+  optim::OptimizerShard out = moments_in(0, flat_grads_.numel());
+  out.shard = comm_.rank();
+  out.num_shards = 1;
+  return out;
+}
+
+optim::OptimizerShard ReplicatedOptimizer::moments_to_save() {
+  const std::vector<std::int64_t> offsets = split_evenly(flat_grads_.numel(), comm_.world_size());
+  const auto rank = static_cast<std::size_t>(comm_.rank());
+  optim::OptimizerShard out = moments_in(offsets[rank], offsets[rank + 1]);
+  out.shard = comm_.rank();
+  out.num_shards = comm_.world_size();
   return out;
 }
 

@@ -41,14 +41,17 @@ class ReplicatedOptimizer final : public optim::Optimizer {
   std::int64_t step_count() const override { return adam_.step_count(); }
   void set_step_count(std::int64_t step) override { adam_.set_step_count(step); }
   optim::OptimizerShard moments() override;
-  // At W > 1: rank r's share of the flat buffer as shard r of W (one shard of whole tensors at
-  // W = 1); on a GPU only that share is copied to the host.
+  // Rank r's share of the flat buffer as shard r of W (whole tensors at W = 1); on a GPU only
+  // that share is copied to the host.
   optim::OptimizerShard moments_to_save() override;
   void moments_loaded(std::int64_t adam_step) override;
   std::int64_t moment_bytes() const override;
   std::int64_t full_moment_bytes() const override { return moment_bytes(); }
 
  private:
+  // The moments of the parameter elements in [begin, end) of the flat buffer, as host spans.
+  optim::OptimizerShard moments_in(std::int64_t begin, std::int64_t end);
+
   kernels::Backend& backend_;
   std::vector<optim::ParamBuffer> params_;
   std::vector<kernels::Tensor> grads_;

@@ -98,10 +98,9 @@ optim::OptimizerShard Zero1Optimizer::moments() {
   auto spans = host_.spans(shard_->moment_runs());
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     const optim::ParamBuffer& p = full_[pieces_[i].param_index];
-    std::vector<std::int64_t> shape;
-    for (int d = 0; d < p.param.rank(); ++d) shape.push_back(p.param.dim(d));
-    out.slices.push_back({p.name, shape, static_cast<std::int64_t>(pieces_[i].start),
-                          spans[i].first, spans[i].second});
+    out.slices.push_back({p.name, p.param.shape().dims(),
+                          static_cast<std::int64_t>(pieces_[i].start), spans[i].first,
+                          spans[i].second});
   }
   out.adam_step = shard_->step_count();
   out.shard = comm_.rank();

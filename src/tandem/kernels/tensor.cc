@@ -54,6 +54,10 @@ bool Shape::operator==(const Shape& other) const {
   return true;
 }
 
+std::vector<std::int64_t> Shape::dims() const {
+  return std::vector<std::int64_t>(dims_.begin(), dims_.begin() + rank_);
+}
+
 std::string Shape::str() const {
   std::string s = "[";
   for (int i = 0; i < rank_; ++i)

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace tandem::kernels {
 
@@ -43,7 +44,8 @@ class Shape {
   std::int64_t operator[](int i) const { return dims_[static_cast<std::size_t>(i)]; }
   std::int64_t numel() const;
   bool operator==(const Shape& other) const;
-  std::string str() const;  // "[2, 16, 64]"
+  std::string str() const;                 // "[2, 16, 64]"
+  std::vector<std::int64_t> dims() const;  // the `rank()` dimensions (checkpoint metadata)
 
  private:
   std::array<std::int64_t, kMaxRank> dims_{};

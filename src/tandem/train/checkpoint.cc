@@ -49,18 +49,11 @@ void sync_directory(const std::string& dir) {
   }
 }
 
-// How many shards the weights are written in: FSDP's writers, one per rank of a replicated
-// model at W > 1, none (one whole model.safetensors) for a single process.
-int weight_shards(const model::Olmo3Model& model, const dist::Communicator& comm) {
-  if (model::ShardedParameters* sharded = model.sharded()) return sharded->checkpoint_shards();
-  return comm.world_size() > 1 ? comm.world_size() : 0;
-}
-
 // Replicated weights (ddp, zero1): this rank's even share of the flat buffer, the range ZeRO-1's
 // moments take too (dist/flat_split.h): no rank copies or writes the whole model. `staging`
 // holds the share when the backend's memory is not the host's.
-std::vector<model::WeightSlice> replicated_weight_share(const model::Olmo3Model& model, int rank,
-                                                        int world, std::vector<float>& staging) {
+model::WeightShard replicated_weight_share(const model::Olmo3Model& model, int rank, int world,
+                                           std::vector<float>& staging) {
   const model::ParameterLayout& layout = model.layout();
   const std::vector<std::int64_t> offsets = dist::split_evenly(model.params().numel(), world);
   const std::int64_t begin = offsets[static_cast<std::size_t>(rank)];
@@ -74,17 +67,20 @@ std::vector<model::WeightSlice> replicated_weight_share(const model::Olmo3Model&
   }
   std::vector<std::pair<std::int64_t, std::int64_t>> placed;
   for (const model::ParameterEntry& e : layout.entries()) placed.emplace_back(e.offset, e.numel);
-  std::vector<model::WeightSlice> slices;
+  model::WeightShard out;
   for (const dist::RunInRange& run : dist::runs_in_range(placed, begin, end)) {
     const model::ParameterEntry& e = layout.entries()[run.item];
-    slices.push_back({e.name, e.shape, run.start,
-                      std::span<float>(values + (e.offset + run.start - begin),
-                                       static_cast<std::size_t>(run.length))});
+    out.slices.push_back({e.name, e.shape, run.start,
+                          std::span<float>(values + (e.offset + run.start - begin),
+                                           static_cast<std::size_t>(run.length))});
   }
-  return slices;
+  out.shard = rank;
+  out.num_shards = world;
+  return out;
 }
 
-// Rank 0 (after every rank wrote its files): the weight and optimizer indices and state.json.
+// Rank 0 (after every rank wrote its files): the weight (`weight_shards` > 0: in shards) and
+// optimizer indices and state.json.
 void write_checkpoint_indices(const fs::path& tmp, std::int64_t step,
                               const model::Olmo3Model& model, int weight_shards,
                               const OptimizerShard* optimizer, const nlohmann::json& state) {
@@ -158,22 +154,22 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
     fs::create_directories(tmp / "model");
     core::fault_point("checkpoint.begin");
   });
+  // The weights in shards, each rank its own range (nothing is gathered): FSDP's masters or a
+  // replicated model's even share; a single process with a whole model writes one file.
+  std::vector<float> staging;  // a replicated share copied from device memory
+  std::optional<model::WeightShard> weights;
   phase(true, [&] {
-    if (model::ShardedParameters* sharded = model.sharded()) {
-      // Each rank writes its own range of the masters (nothing is gathered).
-      if (leader) model::save_tandem_model_config((tmp / "model").string(), model.config());
-      const model::WeightShard mine = sharded->weights();
-      if (mine.shard < mine.num_shards)
-        model::write_weight_shard((tmp / "model").string(), mine.shard, mine.num_shards,
-                                  mine.slices);
-    } else if (comm.world_size() > 1) {
-      if (leader) model::save_tandem_model_config((tmp / "model").string(), model.config());
-      std::vector<float> staging;
-      model::write_weight_shard(
-          (tmp / "model").string(), comm.rank(), comm.world_size(),
-          replicated_weight_share(model, comm.rank(), comm.world_size(), staging));
-    } else {
+    if (model::ShardedParameters* sharded = model.sharded())
+      weights = sharded->weights();
+    else if (comm.world_size() > 1)
+      weights = replicated_weight_share(model, comm.rank(), comm.world_size(), staging);
+    if (!weights) {
       model::save_tandem_model((tmp / "model").string(), model);
+    } else {
+      if (leader) model::save_tandem_model_config((tmp / "model").string(), model.config());
+      if (weights->shard < weights->num_shards)
+        model::write_weight_shard((tmp / "model").string(), weights->shard, weights->num_shards,
+                                  weights->slices);
     }
     core::fault_point("checkpoint.model");
     if (optimizer && optimizer->shard < optimizer->num_shards)
@@ -183,7 +179,7 @@ void save_checkpoint(const std::string& checkpoints_dir, std::int64_t step,
   });
   nlohmann::json listed = nlohmann::json::array();
   phase(leader, [&] {
-    write_checkpoint_indices(tmp, step, model, weight_shards(model, comm), optimizer, state);
+    write_checkpoint_indices(tmp, step, model, weights ? weights->num_shards : 0, optimizer, state);
     for (const auto& rel : files_under(tmp)) listed.push_back({rel, fs::file_size(tmp / rel)});
   });
   // The manifest's digests, each file read by one rank: no rank reads the whole checkpoint.

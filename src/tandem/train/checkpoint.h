@@ -80,10 +80,10 @@ std::string resolve_model_dir(const std::string& path, dist::Communicator& comm)
 // (state.json's "ephemeral": true) older than a checkpoint that verifies; ephemeral checkpoints
 // are not counted in `keep`. A folder that does not verify is never counted (a stray or damaged
 // step-000099 cannot push good ones out) and is left in place unless it is older than the kept
-// ones; folders past `newest_step` (the step just
-// saved) are left alone. Verification results are cached per manifest for the process. With a
-// communicator (collective): rank 0's list and its cache (it wrote this run's checkpoints), the
-// others verified by all ranks together, deletions by rank 0.
+// ones; folders past `newest_step` (the step just saved) are left alone. Verification results
+// are cached per manifest for the process. With a communicator (collective): rank 0's list and
+// its cache (it wrote this run's checkpoints), the others verified by all ranks together,
+// deletions by rank 0.
 void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
                        std::optional<std::int64_t> newest_step, dist::Communicator& comm);
 void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,

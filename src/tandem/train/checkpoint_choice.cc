@@ -156,10 +156,13 @@ void prune_checkpoints(const std::string& checkpoints_dir, std::int64_t keep,
     const std::int64_t step = step_of_name(fs::path(*it).filename().string());
     // A folder past the run's newest step is not of this run's line: neither counted nor deleted.
     if (newest_step && step > *newest_step) continue;
-    // Rank 0's reading of the mark, so that all ranks take the same branch.
-    std::uint8_t ephemeral = leader && marked_ephemeral(*it);
-    comm.broadcast(&ephemeral, 1, 0);
-    // Superseded by `keep` newer checkpoints that verify, or ephemeral with a newer one that does.
+    // Superseded by `keep` newer checkpoints that verify, or ephemeral with a newer one that does
+    // (rank 0's reading of the mark, so that all ranks take the same branch).
+    std::uint8_t ephemeral = 0;
+    if (verified < keep) {
+      ephemeral = leader && marked_ephemeral(*it);
+      comm.broadcast(&ephemeral, 1, 0);
+    }
     if (verified >= keep || (ephemeral && newer_verified)) {
       if (leader) {
         std::error_code ec;
