@@ -4,8 +4,8 @@
 // backend memory is the backend's measured peak during the first step, to the byte. Plus the
 // planner's rules on configs too large to run here (OLMo 3 7B): replicated state is 16 bytes per
 // parameter, ZeRO-1 divides the moments, FSDP divides parameters, gradients and moments, recompute
-// lowers activations, and a batch that does not split over the ranks is an error that says what
-// would.
+// lowers activations, a batch that does not split over the ranks is an error that says what
+// would, and on a GPU ddp's and zero1's gradient sums overlap the last backward bucket by bucket.
 #include <gtest/gtest.h>
 
 #include "tandem/model/sharded_parameters.h"
@@ -179,6 +179,77 @@ TEST(Plan, H100IsTheH200NodeWith80GB) {
     EXPECT_EQ(a.step_s, b.step_s);
     EXPECT_TRUE(a.fits);
     EXPECT_FALSE(b.fits) << b.total_bytes;
+  }
+}
+
+// ddp and zero1 on a GPU backend sum the gradients in buckets, each started as the step's last
+// backward completes it (dist/device_gradient_reduction.h); on the CPU backend after the backward.
+// The expected figures come from the ring formula and the model's FLOP count, not from the
+// planner's per-unit backward: over NVLink (8 GPUs) every bucket's sum ends while the backward
+// runs but the last two, block 0's and the embedding's (a scatter, no matmul), which start as it
+// ends (each unit of the 7B is a bucket of its own); over a 1 GB/s link the sums run back
+// to back from the head's completion, so they outlast the backward by their total less the
+// backward after the head (with full recompute: the executed FLOPs less one forward).
+TEST(Plan, GradientSumsOnAGpuOverlapTheLastBackward) {
+  using dist::Strategy;
+  using model::Recompute;
+  const train::PlanInput ddp_in = olmo3_7b(8, Strategy::kDdp, Recompute::kNone);
+  const train::DeviceSpec& dev = ddp_in.device;
+  const int W = 8;
+  const auto units = model::parameter_units(model::ParameterLayout(ddp_in.model));
+  const double embedding = static_cast<double>(units.front().size());
+  const double block0 = static_cast<double>(units[1].size());
+  const double total = static_cast<double>(units.back().end);
+  auto ring = [&](double bytes, double bandwidth) {
+    return bytes * (W - 1) / W / bandwidth + (W - 1) * dev.collective_step_latency;
+  };
+  const train::Plan ddp = train::make_plan(ddp_in);
+  EXPECT_GT(ddp.gradient_buckets, ddp_in.model.n_layers);
+  EXPECT_NEAR(ddp.exposed_comm_s,
+              ring(2 * 4 * block0, dev.intra_node_bandwidth) +
+                  ring(2 * 4 * embedding, dev.intra_node_bandwidth),
+              1e-12);
+  EXPECT_GT(ddp.comm_s, 10 * ddp.exposed_comm_s);
+  EXPECT_EQ(ddp.step_s, ddp.compute_s + ddp.exposed_comm_s);
+
+  // One bucket of everything: its sum waits for the whole backward.
+  train::PlanInput one_bucket = ddp_in;
+  one_bucket.dist.bucket_mb = 1e6;
+  const train::Plan whole = train::make_plan(one_bucket);
+  EXPECT_EQ(whole.gradient_buckets, 1);
+  EXPECT_NEAR(whole.exposed_comm_s, whole.comm_s, 1e-12);  // (t + s) - t, rounded
+  EXPECT_NEAR(whole.comm_bytes, ddp.comm_bytes, 1e-6 * ddp.comm_bytes);
+
+  // The same traffic on the CPU backend, all of it after the backward.
+  train::PlanInput cpu_in = ddp_in;
+  cpu_in.device.backend = "cpu";
+  const train::Plan on_cpu = train::make_plan(cpu_in);
+  EXPECT_EQ(on_cpu.gradient_buckets, 0);
+  EXPECT_EQ(on_cpu.exposed_comm_s, on_cpu.comm_s);
+  EXPECT_NEAR(on_cpu.comm_bytes, ddp.comm_bytes, 1e-6 * ddp.comm_bytes);
+
+  // ZeRO-1: the last two reduce-scatters, then the all-gather of the updated parameters.
+  const train::Plan zero1 = train::make_plan(olmo3_7b(8, Strategy::kZero1, Recompute::kNone));
+  EXPECT_NEAR(zero1.exposed_comm_s,
+              ring(4 * block0, dev.intra_node_bandwidth) +
+                  ring(4 * embedding, dev.intra_node_bandwidth) +
+                  ring(4 * total, dev.intra_node_bandwidth),
+              1e-12);
+
+  // Links too slow to keep up: exposed = all sums - (backward - head's backward).
+  for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+    train::PlanInput slow = olmo3_7b(8, Strategy::kDdp, r);
+    slow.device.intra_node_bandwidth = 1e9;
+    const train::Plan p = train::make_plan(slow);
+    const double rate = dev.peak_flops_bf16 * slow.efficiency;
+    const double tokens = static_cast<double>(p.micro_batch_tokens);
+    const double backward =
+        (p.executed_flops_per_token - p.model_flops_per_token / 3) * tokens / rate;
+    const double head =
+        2 * 2 * static_cast<double>(slow.model.d_model * slow.model.embedding_size) * tokens / rate;
+    EXPECT_NEAR(p.exposed_comm_s, p.comm_s - (backward - head), 1e-9 * p.comm_s)
+        << model::recompute_name(r);
+    EXPECT_LT(p.exposed_comm_s, p.comm_s);
   }
 }
 

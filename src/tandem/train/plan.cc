@@ -9,12 +9,14 @@
 #include <fmt/format.h>
 
 #include "tandem/core/error.h"
+#include "tandem/dist/device_gradient_reduction.h"
 #include "tandem/dist/flat_split.h"
 #include "tandem/io/config.h"
 #include "tandem/kernels/backend.h"
 #include "tandem/kernels/cuda/scratch_sizes.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/model/parameters.h"
+#include "tandem/model/sharded_parameters.h"
 
 namespace fs = std::filesystem;
 
@@ -87,6 +89,70 @@ double ring_seconds(double bytes, int n, double bandwidth, double latency) {
 
 double peak_flops(const PlanInput& in) {
   return in.bf16 ? in.device.peak_flops_bf16 : in.device.peak_flops_fp32;
+}
+
+// Backward FLOPs per token of each parameter unit, in model::parameter_units' order (the
+// embedding, each block, the head): what the backward executes, recompute's repeated forward
+// included, before that unit's gradients are complete. Over all units they add up to the
+// executed FLOPs less the forward's.
+std::vector<double> unit_backward_flops(const model::ModelConfig& c, std::int64_t T,
+                                        Recompute recompute) {
+  const double d = static_cast<double>(c.d_model), hid = static_cast<double>(c.hidden_size);
+  const double block_matmuls = 2 * d * static_cast<double>(c.q_width()) +
+                               2 * d * static_cast<double>(c.kv_width()) + 3 * d * hid;
+  std::vector<double> flops{0.0};  // the embedding's gradient is a scatter, no matmul
+  for (std::int64_t w : c.layer_windows) {
+    const double attention_forward = 4 * static_cast<double>(c.n_heads * c.head_dim) *
+                                     static_cast<double>(w == 0 ? T : std::min(w, T));
+    double extra = 0;
+    if (recompute == Recompute::kFull) extra = 2 * block_matmuls + attention_forward;
+    if (recompute == Recompute::kSelective) extra = 2 * 3 * d * hid;
+    flops.push_back(2 * 2 * block_matmuls + 2 * attention_forward + extra);
+  }
+  flops.push_back(2 * 2 * d * static_cast<double>(c.embedding_size));  // lm_head
+  return flops;
+}
+
+// The gradient sums of ddp (all-reduce) and zero1 (reduce-scatter) on a GPU backend
+// (dist/device_gradient_reduction.h): the trainer's buckets, each summed on the communicator's
+// stream once the step's last backward has completed its units, one after another. What runs
+// past the end of that backward is exposed: at least the sums of the buckets of block 0 and the
+// embedding, which the backward completes last. Assumes the sums do not slow the backward down.
+struct BucketedSums {
+  double seconds = 0;  // every bucket's sum, back to back
+  double bytes = 0;    // sent per rank
+  double exposed = 0;  // after the backward's end
+  int buckets = 0;
+};
+
+BucketedSums bucketed_gradient_sums(const PlanInput& in, double micro_batch_tokens,
+                                    double bytes_per_element, double bandwidth) {
+  const std::vector<model::ParameterUnit> units =
+      model::parameter_units(model::ParameterLayout(in.model));
+  const std::vector<double> flops = unit_backward_flops(in.model, in.sequence_length, in.recompute);
+  const double flop_rate = peak_flops(in) * in.efficiency;
+  std::vector<double> done(units.size());  // seconds into the backward when each unit is complete
+  double t = 0;
+  for (std::size_t u = units.size(); u-- > 0;) {
+    t += flops[u] * micro_batch_tokens / flop_rate;
+    done[u] = t;
+  }
+  const double bucket_bytes = in.dist.bucket_mb * 1024 * 1024;
+  const auto buckets = dist::plan_gradient_buckets(
+      units, std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / 4)));
+  const int W = in.world_size;
+  BucketedSums out;
+  double free_at = 0;  // when the communicator's stream is done with the previous bucket
+  for (const dist::GradientBucket& b : buckets) {
+    const double bytes = bytes_per_element * static_cast<double>(b.size());
+    const double s = ring_seconds(bytes, W, bandwidth, in.device.collective_step_latency);
+    free_at = std::max(done[static_cast<std::size_t>(b.first_unit)], free_at) + s;
+    out.seconds += s;
+    out.bytes += W > 1 ? bytes * (W - 1) / W : 0.0;
+  }
+  out.exposed = std::max(0.0, free_at - t);
+  out.buckets = static_cast<int>(buckets.size());
+  return out;
 }
 
 }  // namespace
@@ -328,7 +394,17 @@ Plan make_plan(const PlanInput& in) {
   }
   p.memory.push_back({"compute weights", compute_copies, copies_detail, true});
   if (sharded) p.memory.push_back({"unit gradients", unit_grads, grads_detail, true});
-  p.memory.push_back({"communication buffers", comm_buffers, comm_detail + " (host)", false});
+  if (in.device.backend == "cuda") {
+    // NCCL's collectives on device pointers run in place (dist/nccl_communicator.h): the MPI
+    // communicator's host chunks are not used.
+    comm_buffers = 0;
+    comm_detail =
+        "none: the collectives run in place in device memory, NCCL's own buffers are in "
+        "the runtime reserve";
+  } else {
+    comm_detail += " (host)";
+  }
+  p.memory.push_back({"communication buffers", comm_buffers, comm_detail, false});
   if (in.device.backend == "cuda") {
     // Device memory from the CUDA backend's allocator: cuBLASLt's workspace throughout, and at the
     // peak the larger of the fused loss's logits chunk and the attention backward's workspace.
@@ -417,12 +493,24 @@ Plan make_plan(const PlanInput& in) {
   const double mbs = static_cast<double>(p.micro_batches);
   switch (in.dist.strategy) {
     case dist::Strategy::kDdp:
-      collective(2 * 4 * units.total, W, bandwidth(W, true), 1, false);  // all-reduce = RS + AG
+    case dist::Strategy::kZero1: {
+      // The gradients' all-reduce (ddp: reduce-scatter + all-gather) or reduce-scatter (zero1):
+      // on a GPU backend bucketed and overlapped with the last backward, on the CPU backend after
+      // it. ZeRO-1's all-gather of the updated parameters follows the optimiser step.
+      const bool zero1 = in.dist.strategy == dist::Strategy::kZero1;
+      const double per_element = zero1 ? 4 : 2 * 4;
+      if (in.device.backend == "cuda" && W > 1) {
+        const BucketedSums sums = bucketed_gradient_sums(in, N, per_element, bandwidth(W, true));
+        p.comm_s += sums.seconds;
+        p.comm_bytes += sums.bytes;
+        exposed += sums.exposed;
+        p.gradient_buckets = sums.buckets;
+      } else {
+        collective(per_element * units.total, W, bandwidth(W, true), 1, false);
+      }
+      if (zero1) collective(4 * units.total, W, bandwidth(W, true), 1, false);
       break;
-    case dist::Strategy::kZero1:
-      collective(4 * units.total, W, bandwidth(W, true), 1, false);  // reduce-scatter
-      collective(4 * units.total, W, bandwidth(W, true), 1, false);  // all-gather of parameters
-      break;
+    }
     case dist::Strategy::kFsdp:
     case dist::Strategy::kHsdp: {
       const double bw = bandwidth(S, true);
@@ -502,6 +590,11 @@ std::string format_plan(const Plan& p) {
       p.compute_s, p.executed_flops_per_token, p.model_flops_per_token, 100 * in.efficiency);
   out += fmt::format("  communication  {:>9.3f} s   {} sent per rank; {:.3f} s not hidden\n",
                      p.comm_s, bytes_text(p.comm_bytes), p.exposed_comm_s);
+  if (p.gradient_buckets > 0)
+    out += fmt::format(
+        "                               gradient sums in {} buckets, each started as the last "
+        "backward completes it\n",
+        p.gradient_buckets);
   out += fmt::format("  step           {:>9.3f} s   ({:.3f} s without overlap)\n", p.step_s,
                      p.step_no_overlap_s);
   out += fmt::format("  throughput     {:>9.0f} tokens/s per device, MFU {:.1f} %\n",
@@ -534,6 +627,7 @@ nlohmann::json plan_to_json(const Plan& p) {
                      {"writers", p.checkpoint_writers},
                      {"bytes_per_writer", p.checkpoint_bytes_per_writer}};
   j["exposed_comm_s"] = p.exposed_comm_s;
+  j["gradient_buckets"] = p.gradient_buckets;
   j["step_s"] = p.step_s;
   j["step_no_overlap_s"] = p.step_no_overlap_s;
   j["tokens_per_s_per_device"] = p.tokens_per_s_per_device;
