@@ -75,15 +75,16 @@ TEST(CudaPlan, PlannedBackendMemoryIsTheFirstStepsDevicePeak) {
                                  " backend=cuda precision=" + c.precision +
                                  " trainer.save_folder=" + dir +
                                  " trainer.max_steps=1 trainer.progress=false "
-                                 "evaluation.interval=0 trainer.peak_tflops=0.1");
+                                 "evaluation.interval=0 evaluation.max_instances=8 "
+                                 "trainer.peak_tflops=0.1");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const double planned = plan["memory_backend"].get<double>();
     const auto measured = static_cast<double>(measured_first_step_peak(r.output));
     // The start-up check counts what `tandem plan` does, and finds room for it.
     EXPECT_EQ(preflight_planned(r.output), std::llround(planned));
     EXPECT_EQ(r.output.find("WARNING"), std::string::npos) << r.output;
-    // The whole run's peak, the held-out evaluation after the last step included (it runs in
-    // pieces of the training micro-batch), is the first step's.
+    // The whole run's peak, the held-out evaluation after the last step included (a batch of 8
+    // instances, run in pieces of the training micro-batch), is the first step's.
     const auto run_peak = static_cast<double>(
         logged(r.output, R"(device memory: peak (\d+) B \([\d.]+ MiB\) in use)"));
     const std::string key = c.precision + (c.overrides.empty() ? "" : "_attention");
@@ -114,7 +115,7 @@ TEST(CudaPlan, ARunWithoutRoomSaysSoAtStartUpAndWhatWouldFit) {
         "TANDEM_CUDA_EMULATOR_HELD_BYTES=" + std::to_string(held) + " " + testing::tandem_binary() +
         " train " + fixture("train/parity.yaml") +
         " backend=cuda trainer.save_folder=" + testing::temp_dir("cuda_plan_preflight") +
-        " trainer.max_steps=1 trainer.progress=false " + overrides);
+        " trainer.max_steps=1 trainer.progress=false evaluation.max_instances=8 " + overrides);
   };
   auto as_configured = train("");
   EXPECT_EQ(preflight_planned(as_configured.output), std::llround(none));

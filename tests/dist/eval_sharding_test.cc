@@ -26,15 +26,24 @@ using namespace dist_testing;
 // downstream tasks then see the same model whatever the world size did to the training sums.
 // Batches are chosen so that the ranks' shares are uneven (the last round leaves ranks idle, the
 // last batch of a set is smaller): the padded held-out sets in batches of 2, 11 sets of 5 to 40
-// instances; the chunked ones in batches of 3.
-std::string write_config(const std::string& dir, const std::string& run) {
+// instances; the chunked ones in batches of 3. `padded_sets` (names under the fixtures' root)
+// and `documents` (per task) make the evaluation smaller for the emulated CUDA backend, which takes
+// about a second per downstream pass.
+std::string write_config(const std::string& dir, const std::string& run,
+                         const std::vector<std::string>& padded_sets = {}, int documents = 8) {
   const std::string sets =
       fixture("eval/padded_heldout/eval-data/perplexity/v3_small_dolma2-tokenizer");
   testing::write_text(dir + "/train.npy", std::string(12 * 64 * sizeof(std::uint32_t), '\0'));
   const std::string path = dir + "/" + run + ".yaml";
-  testing::write_text(
-      path,
-      fmt::format(R"(model: {{d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2,
+  std::string padded = "{root: " + sets + ", batch_instances: 2}";
+  if (!padded_sets.empty()) {
+    padded = "{batch_instances: 2, sets: [";
+    for (const std::string& name : padded_sets)
+      padded += fmt::format("{{label: {0}-validation, paths: [{1}/{0}/val/*.npy]}}, ", name, sets);
+    padded += "]}";
+  }
+  testing::write_text(path,
+                      fmt::format(R"(model: {{d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2,
   hidden_size: 64, vocab_size: 600, max_sequence_length: 256,
   sliding_window: {{pattern: [16, 16, -1], force_full_attention_on_first_layer: false}}}}
 data: {{paths: [{0}/train.npy], sequence_length: 64, global_batch_size: 768, micro_batch_size: 1,
@@ -45,15 +54,16 @@ trainer: {{save_folder: {0}/{1}, max_steps: 1, progress: false}}
 evaluation:
   batch_instances: 3
   sets: [{{name: pile, paths: [{2}/pile/val/*.npy]}}, {{name: ice, paths: [{2}/ice/val/*.npy]}}]
-  padded: {{root: {2}, batch_instances: 2}}
+  padded: {5}
   downstream:
     tasks: [arc_easy:rc, piqa:bpb]
-    limit: 8
+    limit: {6}
     tokenizer: {3}
     tasks_dir: {4}
     batch_tokens: 1024
 )",
-                  dir, run, sets, fixture("eval/tokenizer.json"), fixture("eval/oe_eval_tasks")));
+                                  dir, run, sets, fixture("eval/tokenizer.json"),
+                                  fixture("eval/oe_eval_tasks"), padded, documents));
   return path;
 }
 
@@ -189,7 +199,9 @@ TEST(EvalSharding, TandemEvalOnThreeRanksPrintsAndWritesWhatOneProcessDoes) {
 #ifdef TANDEM_HAVE_NCCL
 
 // The CUDA backend with NCCL under FSDP: its one-token padding passes and its gathers from device
-// memory keep the two ranks in step, and they evaluate as one rank on the same backend does.
+// memory keep the two ranks in step, and they evaluate as one rank on the same backend does. On
+// four padded sets in batches of 2 and the two chunked sets (13 batches) and 2 documents per
+// task (3 downstream passes): both lists leave rank 1 a padding pass.
 TEST(EvalSharding, CudaBackendUnderFsdpWithNcclEvaluatesAsOneRank) {
   std::string why;
   const int devices = dist::cuda_device_count(&why);
@@ -197,15 +209,27 @@ TEST(EvalSharding, CudaBackendUnderFsdpWithNcclEvaluatesAsOneRank) {
     GTEST_SKIP() << "2 ranks need 2 CUDA devices (NCCL refuses two ranks on one), this machine has "
                  << devices << (devices == 0 ? " (" + why + ")" : "");
   const std::string dir = temp_dir("eval_sharding_cuda");
-  auto r = run_shell(tandem_command(1, "train " + write_config(dir, "w1") + " backend=cuda"));
+  const std::vector<std::string> padded = {"c4_en", "ice", "pile", "wikitext_103"};
+  auto r =
+      run_shell(tandem_command(1, "train " + write_config(dir, "w1", padded, 2) + " backend=cuda"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::int64_t batches = logged_count(r.output, "held-out evaluation", "batches");
+  const std::int64_t passes = logged_count(r.output, "downstream evaluation", "passes");
   const nlohmann::json one = evaluation_metrics(dir + "/w1");
-  ASSERT_EQ(one.size(), 35u) << one.dump(1);
-  auto rr = run_shell(
-      "TANDEM_DIST_TIMEOUT_S=120 TANDEM_COMMUNICATOR=nccl " +
-      tandem_command(2, "train " + write_config(dir, "w2") + " backend=cuda dist.strategy=fsdp"));
+  ASSERT_EQ(one.size(), 2 * (2 + padded.size()) + 9) << one.dump(1);  // loss, ppl; 9 of the tasks
+  auto rr = run_shell("TANDEM_DIST_TIMEOUT_S=120 TANDEM_COMMUNICATOR=nccl " +
+                      tandem_command(2, "train " + write_config(dir, "w2", padded, 2) +
+                                            " backend=cuda dist.strategy=fsdp"));
   ASSERT_EQ(rr.exit_code, 0) << rr.output;
-  EXPECT_NE(rr.output.find(" shared by 2 ranks ("), std::string::npos) << rr.output;
+  // Uneven shares: rank 1 makes padding passes in both lists.
+  const auto [heldout_all, heldout_here] =
+      logged_share(rr.output, "held-out evaluation", "batches", 2);
+  EXPECT_EQ(heldout_all, batches) << rr.output;
+  EXPECT_GT(2 * heldout_here, batches) << rr.output;
+  const auto [passes_all, passes_here] =
+      logged_share(rr.output, "downstream evaluation", "passes", 2);
+  EXPECT_EQ(passes_all, passes) << rr.output;
+  EXPECT_GT(2 * passes_here, passes) << rr.output;
   const nlohmann::json two = evaluation_metrics(dir + "/w2");
   ASSERT_EQ(two.size(), one.size());
   for (const auto& [key, value] : one.items())
