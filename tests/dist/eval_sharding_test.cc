@@ -200,7 +200,7 @@ TEST(EvalSharding, TandemEvalOnThreeRanksPrintsAndWritesWhatOneProcessDoes) {
 
 // The CUDA backend with NCCL under FSDP: its one-token padding passes and its gathers from device
 // memory keep the two ranks in step, and they evaluate as one rank on the same backend does. On
-// four padded sets in batches of 2 and the two chunked sets (13 batches) and 2 documents per
+// four padded sets in batches of 2 and the two chunked sets (13 batches), and 2 documents per
 // task (3 downstream passes): both lists leave rank 1 a padding pass.
 TEST(EvalSharding, CudaBackendUnderFsdpWithNcclEvaluatesAsOneRank) {
   std::string why;
@@ -210,16 +210,17 @@ TEST(EvalSharding, CudaBackendUnderFsdpWithNcclEvaluatesAsOneRank) {
                  << devices << (devices == 0 ? " (" + why + ")" : "");
   const std::string dir = temp_dir("eval_sharding_cuda");
   const std::vector<std::string> padded = {"c4_en", "ice", "pile", "wikitext_103"};
-  auto r =
-      run_shell(tandem_command(1, "train " + write_config(dir, "w1", padded, 2) + " backend=cuda"));
+  // One training instance per rank: the step only has to leave the same weights everywhere.
+  const std::string cuda = " backend=cuda data.global_batch_size=128";
+  auto r = run_shell(tandem_command(1, "train " + write_config(dir, "w1", padded, 2) + cuda));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::int64_t batches = logged_count(r.output, "held-out evaluation", "batches");
   const std::int64_t passes = logged_count(r.output, "downstream evaluation", "passes");
   const nlohmann::json one = evaluation_metrics(dir + "/w1");
   ASSERT_EQ(one.size(), 2 * (2 + padded.size()) + 9) << one.dump(1);  // loss, ppl; 9 of the tasks
   auto rr = run_shell("TANDEM_DIST_TIMEOUT_S=120 TANDEM_COMMUNICATOR=nccl " +
-                      tandem_command(2, "train " + write_config(dir, "w2", padded, 2) +
-                                            " backend=cuda dist.strategy=fsdp"));
+                      tandem_command(2, "train " + write_config(dir, "w2", padded, 2) + cuda +
+                                            " dist.strategy=fsdp"));
   ASSERT_EQ(rr.exit_code, 0) << rr.output;
   // Uneven shares: rank 1 makes padding passes in both lists.
   const auto [heldout_all, heldout_here] =
