@@ -394,17 +394,13 @@ Plan make_plan(const PlanInput& in) {
   }
   p.memory.push_back({"compute weights", compute_copies, copies_detail, true});
   if (sharded) p.memory.push_back({"unit gradients", unit_grads, grads_detail, true});
-  if (in.device.backend == "cuda") {
-    // NCCL's collectives on device pointers run in place (dist/nccl_communicator.h): the MPI
-    // communicator's host chunks are not used.
-    comm_buffers = 0;
-    comm_detail =
-        "none: the collectives run in place in device memory, NCCL's own buffers are in "
-        "the runtime reserve";
-  } else {
-    comm_detail += " (host)";
-  }
-  p.memory.push_back({"communication buffers", comm_buffers, comm_detail, false});
+  if (in.device.backend == "cuda")  // NCCL on device pointers, in place (dist/nccl_communicator.h)
+    p.memory.push_back({"communication buffers", 0,
+                        "none: the collectives run in place in device memory, NCCL's own "
+                        "buffers are in the runtime reserve",
+                        false});
+  else
+    p.memory.push_back({"communication buffers", comm_buffers, comm_detail + " (host)", false});
   if (in.device.backend == "cuda") {
     // Device memory from the CUDA backend's allocator: cuBLASLt's workspace throughout, and at the
     // peak the larger of the fused loss's logits chunk and the attention backward's workspace.
