@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "../support/test_support.h"
 #include "cuda_test_util.h"
 #include "tandem/io/safetensors.h"
@@ -245,6 +247,41 @@ TEST(CudaDataParallel, HostCommunicatorIsRefusedByName) {
             std::string::npos)
       << r.output;
   EXPECT_FALSE(std::filesystem::exists(run + "/metrics.jsonl")) << "it trained anyway";
+}
+
+// The start-up memory check takes every rank's device: with room for the run on rank 0's and, on
+// rank 1's (the emulator's TANDEM_CUDA_EMULATOR_HELD_BYTES, set for rank 1 alone), for cuBLASLt's
+// 32 MiB workspace, which the backend takes at start, and half the rest of the plan, rank 0 warns
+// before the first step and names rank 1, whose first step then runs out of memory. Emulated only
+// (the device's room is set only there).
+TEST(CudaDataParallel, TheStartUpMemoryCheckTakesTheRankWithTheLeastRoom) {
+  REQUIRE_TWO_GPUS_AND_NCCL();
+  REQUIRE_CUDA(gpu);
+  if (gpu.describe().find("CUDA emulator") == std::string::npos)
+    GTEST_SKIP() << "the device's free memory is set only on the CUDA emulator";
+  const std::string run = testing::temp_dir("dp_cuda_preflight");
+  const std::string args = rank_train_args("cuda", run, 1);
+  auto p = testing::run_tandem("plan" + args.substr(args.find(' ', 1)) +
+                               " --device h200 --world-size 2 --json");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const double planned =
+      nlohmann::json::parse(p.output.substr(p.output.find('{'))).at("memory_backend").get<double>();
+  const double workspace = 32.0 * 1024 * 1024;
+  ASSERT_GT(planned, workspace + (1 << 20));
+  const auto held = gpu.memory_stats().device_total -
+                    static_cast<std::int64_t>(workspace + (planned - workspace) / 2);
+  auto r = run_shell(
+      fmt::format("TANDEM_COMMUNICATOR=nccl {} sh -c '[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && export "
+                  "TANDEM_CUDA_EMULATOR_HELD_BYTES={}; exec \"$0\" \"$@\"' {} {}",
+                  ranks(2).substr(0, ranks(2).rfind(' ')), held, testing::tandem_binary(), args));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::regex warning(
+      R"(room for (\d+) B \([^:]*: on rank 1's device, the least of the 2 ranks'[^\n]*\n)"
+      R"(WARNING: this run needs)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, warning)) << r.output;
+  EXPECT_LT(std::stod(m[1]), planned);
+  EXPECT_NE(r.output.find("cannot allocate"), std::string::npos) << r.output;
 }
 
 // A run's checkpoint at `at` copied into a fresh run folder (with the metrics so far), to resume.

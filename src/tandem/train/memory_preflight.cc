@@ -88,10 +88,27 @@ DeviceSpec device_spec_of(const kernels::Backend& backend) {
   return d;
 }
 
-std::vector<std::string> check_device_memory(const RunConfig& config, int world_size,
-                                             const kernels::Backend& backend) {
+std::vector<std::string> check_device_memory(const RunConfig& config,
+                                             const kernels::Backend& backend,
+                                             dist::Communicator& comm) {
   if (backend.memory_stats().device_total <= 0) return {};  // host memory: the CPU backend
-  const DeviceSpec device = device_spec_of(backend);
+  DeviceSpec device = device_spec_of(backend);
+  const int world_size = comm.world_size();
+  if (world_size > 1) {
+    // Each rank's room, summed into its own slot (exact: one term per slot).
+    std::vector<double> rooms(static_cast<std::size_t>(world_size), 0.0);
+    rooms[static_cast<std::size_t>(comm.rank())] = device.memory_bytes;
+    comm.all_reduce_sum(rooms.data(), rooms.size());
+    const auto least = std::min_element(rooms.begin(), rooms.end());
+    const auto tightest = static_cast<int>(least - rooms.begin());
+    if (tightest == comm.rank())
+      device.source += fmt::format("; the least of the {} ranks' devices", world_size);
+    else
+      device.source =
+          fmt::format("on rank {}'s device, the least of the {} ranks'; this rank's has {}",
+                      tightest, world_size, bytes_text(device.memory_bytes));
+    device.memory_bytes = *least;
+  }
   const PlanInput in = plan_input_of(config, world_size, device);
   Plan plan;
   try {

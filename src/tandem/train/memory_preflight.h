@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/dist/communicator.h"
 #include "tandem/kernels/backend.h"
 #include "tandem/train/plan.h"
 #include "tandem/train/train_config.h"
@@ -25,8 +26,11 @@ PlanInput plan_input_of(const RunConfig& config, int world_size, const DeviceSpe
 DeviceSpec device_spec_of(const kernels::Backend& backend);
 
 // The log lines of the check (none for a backend without device memory): the plan's figure and
-// the device's room, and when it does not fit, a warning with the overrides that would.
-std::vector<std::string> check_device_memory(const RunConfig& config, int world_size,
-                                             const kernels::Backend& backend);
+// the device's room, and when it does not fit, a warning with the overrides that would. Every rank
+// calls it (a collective over `comm`): the room is the least of the ranks' devices, named when it
+// is another rank's, since one busy GPU of a node is enough to fail the run.
+std::vector<std::string> check_device_memory(const RunConfig& config,
+                                             const kernels::Backend& backend,
+                                             dist::Communicator& comm);
 
 }  // namespace tandem::train

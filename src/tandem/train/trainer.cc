@@ -82,9 +82,8 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
                  "backend '{}' with {} ranks: its gradients live on the device, and the {} "
                  "communicator reduces host memory (run with TANDEM_COMMUNICATOR=nccl)",
                  config_.backend, comm_.world_size(), comm_.name());
-  // Before anything of the run is allocated on a device: will it fit (rank 0's device)?
-  for (const std::string& line : check_device_memory(config_, comm_.world_size(), *backend_))
-    log(line);
+  // Before anything of the run is allocated on a device: will it fit on every rank's device?
+  for (const std::string& line : check_device_memory(config_, *backend_, comm_)) log(line);
   const double rss_before = resident_megabytes();
   if (config_.dist.strategy == dist::Strategy::kFsdp ||
       config_.dist.strategy == dist::Strategy::kHsdp)
