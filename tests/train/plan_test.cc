@@ -218,7 +218,7 @@ TEST(Plan, GradientSumsOnAGpuOverlapTheLastBackward) {
   const train::Plan whole = train::make_plan(one_bucket);
   EXPECT_EQ(whole.gradient_buckets, 1);
   EXPECT_NEAR(whole.exposed_comm_s, whole.comm_s, 1e-12);  // (t + s) - t, rounded
-  EXPECT_NEAR(whole.comm_bytes, ddp.comm_bytes, 1e-6 * ddp.comm_bytes);
+  EXPECT_DOUBLE_EQ(whole.comm_bytes, ddp.comm_bytes);
 
   // The same traffic on the CPU backend, all of it after the backward.
   train::PlanInput cpu_in = ddp_in;
@@ -226,7 +226,7 @@ TEST(Plan, GradientSumsOnAGpuOverlapTheLastBackward) {
   const train::Plan on_cpu = train::make_plan(cpu_in);
   EXPECT_EQ(on_cpu.gradient_buckets, 0);
   EXPECT_EQ(on_cpu.exposed_comm_s, on_cpu.comm_s);
-  EXPECT_NEAR(on_cpu.comm_bytes, ddp.comm_bytes, 1e-6 * ddp.comm_bytes);
+  EXPECT_DOUBLE_EQ(on_cpu.comm_bytes, ddp.comm_bytes);
 
   // ZeRO-1: the last two reduce-scatters, then the all-gather of the updated parameters.
   const train::Plan zero1 = train::make_plan(olmo3_7b(8, Strategy::kZero1, Recompute::kNone));
