@@ -91,25 +91,39 @@ double peak_flops(const PlanInput& in) {
   return in.bf16 ? in.device.peak_flops_bf16 : in.device.peak_flops_fp32;
 }
 
+// Per token: a block's matmul parameters (q, k, v, o and the SwiGLU MLP's three; 2 FLOPs each
+// forward), its attention forward over min(window, T) keys (window 0: all T), and what `recompute`
+// runs again in its backward (full: the whole block's forward; selective: the MLP's).
+double block_matmul_params(const model::ModelConfig& c) {
+  const double d = static_cast<double>(c.d_model);
+  return 2 * d * static_cast<double>(c.q_width()) + 2 * d * static_cast<double>(c.kv_width()) +
+         3 * d * static_cast<double>(c.hidden_size);
+}
+double attention_forward_flops(const model::ModelConfig& c, std::int64_t window, std::int64_t T) {
+  return 4 * static_cast<double>(c.n_heads * c.head_dim) *
+         static_cast<double>(window == 0 ? T : std::min(window, T));
+}
+double recomputed_flops(const model::ModelConfig& c, std::int64_t window, std::int64_t T,
+                        Recompute recompute) {
+  if (recompute == Recompute::kFull)
+    return 2 * block_matmul_params(c) + attention_forward_flops(c, window, T);
+  if (recompute == Recompute::kSelective)
+    return 2 * 3 * static_cast<double>(c.d_model) * static_cast<double>(c.hidden_size);
+  return 0.0;
+}
+
 // Backward FLOPs per token of each parameter unit, in model::parameter_units' order (the
 // embedding, each block, the head): what the backward executes, recompute's repeated forward
 // included, before that unit's gradients are complete. Over all units they add up to the
 // executed FLOPs less the forward's.
 std::vector<double> unit_backward_flops(const model::ModelConfig& c, std::int64_t T,
                                         Recompute recompute) {
-  const double d = static_cast<double>(c.d_model), hid = static_cast<double>(c.hidden_size);
-  const double block_matmuls = 2 * d * static_cast<double>(c.q_width()) +
-                               2 * d * static_cast<double>(c.kv_width()) + 3 * d * hid;
   std::vector<double> flops{0.0};  // the embedding's gradient is a scatter, no matmul
-  for (std::int64_t w : c.layer_windows) {
-    const double attention_forward = 4 * static_cast<double>(c.n_heads * c.head_dim) *
-                                     static_cast<double>(w == 0 ? T : std::min(w, T));
-    double extra = 0;
-    if (recompute == Recompute::kFull) extra = 2 * block_matmuls + attention_forward;
-    if (recompute == Recompute::kSelective) extra = 2 * 3 * d * hid;
-    flops.push_back(2 * 2 * block_matmuls + 2 * attention_forward + extra);
-  }
-  flops.push_back(2 * 2 * d * static_cast<double>(c.embedding_size));  // lm_head
+  for (std::int64_t w : c.layer_windows)
+    flops.push_back(2 * 2 * block_matmul_params(c) + 2 * attention_forward_flops(c, w, T) +
+                    recomputed_flops(c, w, T, recompute));
+  flops.push_back(2 * 2 * static_cast<double>(c.d_model) *
+                  static_cast<double>(c.embedding_size));  // lm_head
   return flops;
 }
 
@@ -281,10 +295,7 @@ Plan make_plan(const PlanInput& in) {
   const double N = static_cast<double>(mb * T);  // tokens per micro-batch
   p.micro_batch_tokens = mb * T;
 
-  const double d = static_cast<double>(c.d_model), qw = static_cast<double>(c.q_width()),
-               kw = static_cast<double>(c.kv_width()), hid = static_cast<double>(c.hidden_size),
-               H = static_cast<double>(c.n_heads), L = static_cast<double>(c.n_layers),
-               V = static_cast<double>(c.embedding_size), D = static_cast<double>(c.head_dim);
+  const double H = static_cast<double>(c.n_heads), V = static_cast<double>(c.embedding_size);
   const double a = in.bf16 ? 2.0 : 4.0;  // bytes per activation / compute-weight element
   const std::string adt = in.bf16 ? "bf16" : "fp32";
   const Units units = parameter_units(c);
@@ -462,13 +473,8 @@ Plan make_plan(const PlanInput& in) {
 
   // ---- time ----
   p.model_flops_per_token = c.flops_per_token(T);
-  double attention_forward = 0;
-  for (std::int64_t w : c.layer_windows)
-    attention_forward += 4 * H * D * static_cast<double>(w == 0 ? T : std::min(w, T));
-  const double block_matmuls = L * (2 * d * qw + 2 * d * kw + 3 * d * hid);
   double extra = 0;
-  if (in.recompute == Recompute::kFull) extra = 2 * block_matmuls + attention_forward;
-  if (in.recompute == Recompute::kSelective) extra = 2 * L * 3 * d * hid;
+  for (std::int64_t w : c.layer_windows) extra += recomputed_flops(c, w, T, in.recompute);
   p.executed_flops_per_token = p.model_flops_per_token + extra;
   const double tokens = static_cast<double>(per_rank * T);
   const double peak = peak_flops(in);
