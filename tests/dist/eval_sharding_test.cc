@@ -201,7 +201,9 @@ TEST(EvalSharding, TandemEvalOnThreeRanksPrintsAndWritesWhatOneProcessDoes) {
 // The CUDA backend with NCCL under FSDP: its one-token padding passes and its gathers from device
 // memory keep the two ranks in step, and they evaluate as one rank on the same backend does. On
 // four padded sets in batches of 2 and the two chunked sets (13 batches), and 2 documents per
-// task (3 downstream passes): both lists leave rank 1 a padding pass.
+// task (3 downstream passes): both lists leave rank 1 a padding pass. In bf16, as the recipes
+// run: the units are gathered as bf16 compute weights (in fp32 the emulator's plain attention
+// kernels made this CI's longest test, for nothing the sharding depends on).
 TEST(EvalSharding, CudaBackendUnderFsdpWithNcclEvaluatesAsOneRank) {
   std::string why;
   const int devices = dist::cuda_device_count(&why);
@@ -211,7 +213,7 @@ TEST(EvalSharding, CudaBackendUnderFsdpWithNcclEvaluatesAsOneRank) {
   const std::string dir = temp_dir("eval_sharding_cuda");
   const std::vector<std::string> padded = {"c4_en", "ice", "pile", "wikitext_103"};
   // One training instance per rank: the step only has to leave the same weights everywhere.
-  const std::string cuda = " backend=cuda data.global_batch_size=128";
+  const std::string cuda = " backend=cuda precision=bf16 data.global_batch_size=128";
   auto r = run_shell(tandem_command(1, "train " + write_config(dir, "w1", padded, 2) + cuda));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::int64_t batches = logged_count(r.output, "held-out evaluation", "batches");
