@@ -325,13 +325,15 @@ TEST(CudaDataParallel, FsdpGathersAndReducesItsUnitsOnTheDeviceAndFollowsTheCpuR
 }
 
 // HSDP 2x2 (shard groups and replicas split from the NCCL communicator) against the CPU's HSDP
-// 2x2; and bf16 units (gathered as bf16 bytes, full recompute) against the replicated GPU run: with
+// 2x2, with two micro-batches per rank: the replicas sum each unit's range of the gradient shard
+// as the step's last backward adds it (a sum after the first micro-batch would count it twice);
+// and bf16 units (gathered as bf16 bytes, full recompute) against the replicated GPU run: with
 // one micro-batch per rank and two ranks FSDP adds the same two gradients, so the two follow each
 // other as closely as the CPU's FSDP follows its replicated run (tests/dist/fsdp_test.cc: 1e-5).
 TEST(CudaDataParallel, HsdpAndBf16UnitsOnTheDevice) {
   REQUIRE_TWO_GPUS_AND_NCCL();
   const int steps = 3;
-  const std::string hsdp = "dist.strategy=hsdp dist.shard_group_size=2";
+  const std::string hsdp = "dist.strategy=hsdp dist.shard_group_size=2 data.global_batch_size=512";
   const std::string cpu = testing::temp_dir("dp_cpu_w4_hsdp");
   auto r = train_ranks(4, "cpu", cpu, steps, hsdp);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -339,6 +341,11 @@ TEST(CudaDataParallel, HsdpAndBf16UnitsOnTheDevice) {
   r = train_ranks(4, "cuda", gpu, steps, hsdp);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("hsdp optimiser"), std::string::npos) << r.output;
+  // Every unit (the embedding, 4 blocks, the head) has elements on each rank.
+  EXPECT_NE(r.output.find("replica sums on the device (nccl): the gradient shard summed across 2 "
+                          "replicas in 6 unit range(s)"),
+            std::string::npos)
+      << r.output;
   const auto [loss, norm] = expect_steps_close(cpu, gpu, 0, 1e-4, "hsdp 2x2 GPU vs CPU");
   RecordProperty("worst_loss_rel_vs_cpu_w4_hsdp", fmt::format("{:.3g}", loss));
   RecordProperty("worst_grad_norm_rel_vs_cpu_w4_hsdp", fmt::format("{:.3g}", norm));

@@ -253,6 +253,57 @@ TEST(Plan, GradientSumsOnAGpuOverlapTheLastBackward) {
   }
 }
 
+// HSDP on a GPU: each unit's range of the gradient shard is summed across the replicas once the
+// last backward has added it (dist/fsdp.h). With links that keep up, what is left after the
+// backward is the sums of the units added at its end: blocks 0 and 1 (prefetch's two block
+// buffers are taken again two blocks later), the head (its buffer taken by the embedding's
+// backward, which has no matmul) and the embedding. The CPU backend sums the whole shard after.
+TEST(Plan, HsdpReplicaSumsOnAGpuOverlapTheLastBackward) {
+  using dist::Strategy;
+  using model::Recompute;
+  const int W = 64, S = 8, R = W / S;
+  train::PlanInput gpu_in = olmo3_7b(W, Strategy::kHsdp, Recompute::kNone);
+  gpu_in.dist.shard_group_size = S;
+  ASSERT_TRUE(gpu_in.dist.prefetch);
+  const train::DeviceSpec& dev = gpu_in.device;
+  const auto units = model::parameter_units(model::ParameterLayout(gpu_in.model));
+  auto range = [&](std::size_t u) { return std::ceil(static_cast<double>(units[u].size()) / S); };
+  auto all_reduce = [&](double elements) {
+    return 2 * 4 * elements * (R - 1) / R / dev.inter_node_bandwidth +
+           (R - 1) * dev.collective_step_latency;
+  };
+  double shard = 0;
+  for (std::size_t u = 0; u < units.size(); ++u) shard += range(u);
+
+  const train::Plan gpu = train::make_plan(gpu_in);
+  train::PlanInput cpu_in = gpu_in;
+  cpu_in.device.backend = "cpu";
+  const train::Plan cpu = train::make_plan(cpu_in);
+  EXPECT_EQ(gpu.gradient_buckets, static_cast<int>(units.size()));
+  EXPECT_EQ(cpu.gradient_buckets, 0);
+  EXPECT_NEAR(gpu.comm_bytes, cpu.comm_bytes, 1e-12 * cpu.comm_bytes);
+  const double tail = all_reduce(range(1)) + all_reduce(range(2)) +
+                      all_reduce(range(units.size() - 1)) + all_reduce(range(0));
+  const double cpu_others = cpu.exposed_comm_s - all_reduce(shard);
+  EXPECT_NEAR(gpu.exposed_comm_s - cpu_others, tail, 1e-12);
+  EXPECT_LT(gpu.step_s, cpu.step_s);
+  EXPECT_NE(train::format_plan(gpu).find("replica sums in " + std::to_string(units.size()) +
+                                         " unit ranges"),
+            std::string::npos);
+
+  // Without prefetch one block buffer: block 1 is added as block 0 takes it, so only block 0's
+  // sum of the blocks is left after the backward (block 1's runs during block 0's backward).
+  train::PlanInput no_prefetch = gpu_in;
+  no_prefetch.dist.prefetch = false;
+  train::PlanInput no_prefetch_cpu = no_prefetch;
+  no_prefetch_cpu.device.backend = "cpu";
+  const train::Plan one = train::make_plan(no_prefetch);
+  const double one_others = train::make_plan(no_prefetch_cpu).exposed_comm_s - all_reduce(shard);
+  EXPECT_NEAR(one.exposed_comm_s - one_others,
+              all_reduce(range(1)) + all_reduce(range(units.size() - 1)) + all_reduce(range(0)),
+              1e-12);
+}
+
 // The trainer's start-up check (train/memory_preflight.h) plans the run config it loaded; `tandem
 // plan` reads the same file without opening its data. Both inputs give the same plan, on
 // overrides that move every input the planner takes.

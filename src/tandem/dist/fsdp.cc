@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "tandem/core/error.h"
 #include "tandem/optim/grad_clip.h"
 
@@ -106,6 +108,27 @@ void FsdpParameters::add_into_shard(Slot& slot) {
   // The same float additions as the host path's loop.
   backend_.add(shard, slot.buffer.tensor().view(static_cast<std::int64_t>(off[g]), Shape{n}),
                shard);
+  // The step's last backward: this range is final, the replicas sum it behind the add. They hold
+  // the same shard, so they start the same sums in the same order.
+  if (replicas_this_pass_) {
+    replicas_->start_all_reduce_sum_device(shard.ptr<float>(), static_cast<std::size_t>(n),
+                                           backend_.device_stream());
+    ++replica_sums_;
+  }
+}
+
+void FsdpParameters::sum_replicas_in_next_backward() {
+  replicas_next_backward_ = on_device_ && replicas_ != nullptr;
+}
+
+int FsdpParameters::finish_replica_sums() {
+  const int started = replica_sums_;
+  replica_sums_ = 0;
+  if (started == 0) return 0;
+  const double before = replicas_->seconds_in_collectives();
+  replicas_->finish_device_collectives(backend_.device_stream());
+  waited_ += replicas_->seconds_in_collectives() - before;
+  return started;
 }
 
 FsdpParameters::Slot* FsdpParameters::find_free(std::vector<Slot>& slots, int unit) {
@@ -158,7 +181,11 @@ void FsdpParameters::start_gather(int unit, Slot& slot) {
   });
 }
 
-void FsdpParameters::begin_pass(bool backward_follows) { backward_follows_ = backward_follows; }
+void FsdpParameters::begin_pass(bool backward_follows) {
+  backward_follows_ = backward_follows;
+  replicas_this_pass_ = backward_follows && replicas_next_backward_;
+  if (backward_follows) replicas_next_backward_ = false;
+}
 
 Tensor FsdpParameters::acquire(int unit, bool backward) {
   Slot* slot = nullptr;
@@ -247,6 +274,7 @@ void FsdpParameters::end_pass() {
     for (Slot& s : grad_slots_)
       if (s.add_pending) add_into_shard(s);
   }
+  replicas_this_pass_ = false;
   // The masters may change before the next pass: nothing gathered is kept.
   for (std::vector<Slot>* slots : {&weight_slots_, &grad_slots_})
     for (Slot& s : *slots) s.unit = -1, s.in_use = false, s.ready = 0, s.mark = 0;
@@ -318,21 +346,35 @@ FsdpOptimizer::FsdpOptimizer(kernels::Backend& backend, FsdpParameters& params,
   adam_ = std::make_unique<optim::AdamW>(backend_, std::move(pieces), hyper);
 }
 
+void FsdpOptimizer::last_backward_follows() { params_.sum_replicas_in_next_backward(); }
+
 void FsdpOptimizer::reduce_gradients() {
   const Tensor g = params_.grad_shard();
   if (Communicator* replicas = params_.replicas()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto n = static_cast<std::size_t>(g.numel());
-    if (!params_.on_device()) {
-      replicas->all_reduce_sum(g.ptr<float>(), n);
-    } else {
-      replicas->start_all_reduce_sum_device(g.ptr<float>(), n, backend_.device_stream());
-      replicas->finish_device_collectives(backend_.device_stream());
+    replica_sums_last_step_ = params_.finish_replica_sums();
+    if (replica_sums_last_step_ == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto n = static_cast<std::size_t>(g.numel());
+      if (!params_.on_device()) {
+        replicas->all_reduce_sum(g.ptr<float>(), n);
+      } else {
+        replicas->start_all_reduce_sum_device(g.ptr<float>(), n, backend_.device_stream());
+        replicas->finish_device_collectives(backend_.device_stream());
+      }
+      params_.add_waited(seconds_since(t0));
     }
-    params_.add_waited(seconds_since(t0));
   }
   // The mean over every rank's micro-batches, as the replicated optimiser's.
   backend_.scale(g, 1.0f / static_cast<float>(world_.world_size()));
+}
+
+std::string FsdpOptimizer::describe_reduction() const {
+  Communicator* replicas = params_.replicas();
+  if (!replicas || !params_.on_device()) return {};
+  return fmt::format(
+      "replica sums on the device ({}): the gradient shard summed across {} replicas in {} "
+      "unit range(s), each started as the step's last backward added it",
+      replicas->name(), replicas->world_size(), replica_sums_last_step_);
 }
 
 double FsdpOptimizer::clip(double max_norm) {

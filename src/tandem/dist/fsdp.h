@@ -25,7 +25,11 @@
 //
 // HSDP: shard groups of dist.shard_group_size consecutive ranks; ranks with the same position in
 // their groups hold the same shard and all-reduce their gradient shards once per step (rank
-// order) before the optimiser step.
+// order) before the optimiser step. On a device backend that sum is cut by unit and overlaps the
+// step's last backward: once that backward's reduce-scatter of a unit has been added into the
+// shard, the unit's range of the shard is all-reduced across the replicas on their
+// communicator's stream while the backward goes on (the shard's last units, added at the pass's
+// end, are summed after it); the optimiser waits for them.
 //
 // On a device backend (CUDA, with the NCCL communicator) the same units, pools and order, with
 // the collectives on the device: a gather is queued on the communicator's stream behind the
@@ -84,6 +88,12 @@ class FsdpParameters final : public model::ShardedParameters {
   kernels::Tensor grad_shard() const { return grads_.tensor(); }
   Communicator& group() { return *group_; }
   Communicator* replicas() { return replicas_.get(); }  // null without HSDP replicas
+  // HSDP on a device backend: the next backward is the step's last, so each unit's range of the
+  // gradient shard is summed across the replicas as soon as that backward has added it.
+  void sum_replicas_in_next_backward();
+  // Those sums, started by the last backward, done; returns how many there were (0: none were
+  // started, the shard still has to be summed whole).
+  int finish_replica_sums();
   int replica_index() const { return replica_; }
   // Whether the next unit's gather starts before this unit's compute (on the communication
   // thread, or on a device the communicator's stream).
@@ -131,6 +141,9 @@ class FsdpParameters final : public model::ShardedParameters {
   std::vector<Slot> weight_slots_, grad_slots_;
   bool on_device_ = false;  // the backend's memory is not the host's
   bool prefetch_ = false, backward_follows_ = false;
+  // HSDP replica sums: asked for the next backward, running in this pass, started so far.
+  bool replicas_next_backward_ = false, replicas_this_pass_ = false;
+  int replica_sums_ = 0;
   std::vector<float> host_masters_;  // weights()'s copy on a device backend
   std::unique_ptr<CommThread> thread_;
   double waited_ = 0.0;
@@ -146,7 +159,9 @@ class FsdpOptimizer final : public optim::Optimizer {
                 Communicator& world);
 
   std::string name() const override { return params_.replicas() ? "hsdp" : "fsdp"; }
+  void last_backward_follows() override;
   void reduce_gradients() override;
+  std::string describe_reduction() const override;
   double clip(double max_norm) override;
   void step(double lr) override { adam_->step(lr); }
   std::int64_t step_count() const override { return adam_->step_count(); }
@@ -164,7 +179,8 @@ class FsdpOptimizer final : public optim::Optimizer {
   kernels::Backend& backend_;
   FsdpParameters& params_;
   Communicator& world_;
-  std::int64_t full_size_ = 0;  // parameter elements of the whole model
+  std::int64_t full_size_ = 0;      // parameter elements of the whole model
+  int replica_sums_last_step_ = 0;  // unit ranges the last step summed across replicas
   std::vector<kernels::Tensor> piece_grads_;
   std::unique_ptr<optim::AdamW> adam_;
   HostMoments host_;

@@ -169,6 +169,49 @@ BucketedSums bucketed_gradient_sums(const PlanInput& in, double micro_batch_toke
   return out;
 }
 
+// HSDP's replica sums on a GPU backend (dist/fsdp.h): each unit's range of the gradient shard
+// (ceil(unit / S) elements) all-reduced across the replicas, on their communicator's stream, once
+// the step's last backward has added the unit's reduce-scatter into the shard. That add waits for
+// the unit's pool buffer to be taken again: a block's by the block `block_buffers` later in the
+// backward, the head's by the embedding; the rest (the first blocks', the embedding's) at the
+// backward's end. The sums run one after another in the order of their adds; what runs past the
+// backward's end is exposed. The reduce-scatters are taken as done by the time of the add.
+BucketedSums replica_sums_in_backward(const PlanInput& in, const Units& units,
+                                      double micro_batch_tokens, int S, int replicas,
+                                      double bandwidth, int block_buffers) {
+  const std::vector<double> flops = unit_backward_flops(in.model, in.sequence_length, in.recompute);
+  const double flop_rate = peak_flops(in) * in.efficiency;
+  const std::size_t L = units.blocks.size();
+  std::vector<double> begins(L + 2);  // seconds into the backward when each unit's begins
+  double t = 0;
+  for (std::size_t u = L + 2; u-- > 0;) {
+    begins[u] = t;
+    t += flops[u] * micro_batch_tokens / flop_rate;
+  }
+  const double end = t;
+  std::vector<std::pair<double, double>> adds;  // (when, elements of this rank's range)
+  for (std::size_t u = 1; u <= L; ++u) {
+    const std::size_t taker = u > static_cast<std::size_t>(block_buffers) ? u - block_buffers : 0;
+    adds.emplace_back(taker > 0 ? begins[taker] : end, std::ceil(units.blocks[u - 1] / S));
+  }
+  adds.emplace_back(begins[0], std::ceil(units.head / S));
+  adds.emplace_back(end, std::ceil(units.embeddings / S));
+  std::stable_sort(adds.begin(), adds.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  BucketedSums out;
+  double free_at = 0;
+  for (const auto& [when, elements] : adds) {
+    const double bytes = 2 * 4 * elements;  // an all-reduce: reduce-scatter and all-gather
+    const double s = ring_seconds(bytes, replicas, bandwidth, in.device.collective_step_latency);
+    free_at = std::max(when, free_at) + s;
+    out.seconds += s;
+    out.bytes += bytes * (replicas - 1) / replicas;
+  }
+  out.exposed = std::max(0.0, free_at - end);
+  out.buckets = static_cast<int>(adds.size());
+  return out;
+}
+
 }  // namespace
 
 std::string bytes_text(double b) {
@@ -530,8 +573,19 @@ Plan make_plan(const PlanInput& in) {
       collective(a * regathered, S, bw, mbs, hide);
       collective(4 * (units.total - units.embeddings), S, bw, mbs, hide);
       collective(4 * units.embeddings, S, bw, mbs, false);
-      if (replicas > 1)  // all-reduce of each shard's gradients across the replicas
+      // The all-reduce of each shard's gradients across the replicas: on a GPU backend by unit,
+      // overlapping the last backward; on the CPU backend whole, after it.
+      if (replicas > 1 && in.device.backend == "cuda") {
+        const BucketedSums sums =
+            replica_sums_in_backward(in, units, N, S, replicas, bandwidth(replicas, false),
+                                     in.dist.prefetch && S > 1 ? 2 : 1);
+        p.comm_s += sums.seconds;
+        p.comm_bytes += sums.bytes;
+        exposed += sums.exposed;
+        p.gradient_buckets = sums.buckets;
+      } else if (replicas > 1) {
         collective(2 * 4 * param_elems, replicas, bandwidth(replicas, false), 1, false);
+      }
       break;
     }
   }
@@ -592,7 +646,12 @@ std::string format_plan(const Plan& p) {
       p.compute_s, p.executed_flops_per_token, p.model_flops_per_token, 100 * in.efficiency);
   out += fmt::format("  communication  {:>9.3f} s   {} sent per rank; {:.3f} s not hidden\n",
                      p.comm_s, bytes_text(p.comm_bytes), p.exposed_comm_s);
-  if (p.gradient_buckets > 0)
+  if (p.gradient_buckets > 0 && in.dist.strategy == dist::Strategy::kHsdp)
+    out += fmt::format(
+        "                               replica sums in {} unit ranges, each started as the last "
+        "backward adds it into the shard\n",
+        p.gradient_buckets);
+  else if (p.gradient_buckets > 0)
     out += fmt::format(
         "                               gradient sums in {} buckets, each started as the last "
         "backward completes it\n",

@@ -85,7 +85,8 @@ struct Plan {
   double comm_bytes = 0;      // sent per rank per step
   double comm_s = 0;          // all collectives back to back
   double exposed_comm_s = 0;  // not hidden behind compute (prefetch/overlap as configured)
-  int gradient_buckets = 0;   // ddp/zero1 on a GPU: the buckets summed during the last backward
+  int gradient_buckets = 0;   // on a GPU, the sums the last backward starts: ddp/zero1 buckets,
+                              // hsdp unit ranges summed across the replicas
   double step_s = 0;          // compute + exposed communication
   double step_no_overlap_s = 0;
   double tokens_per_s_per_device = 0;
