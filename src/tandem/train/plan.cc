@@ -139,18 +139,27 @@ struct BucketedSums {
   int buckets = 0;
 };
 
+// Seconds into the step's last backward at which each unit's backward ends (model::
+// parameter_units' order; the backward runs from the head down to the embedding, which ends it),
+// each unit's share of the backward's FLOPs at the assumed efficiency.
+std::vector<double> unit_backward_ends(const PlanInput& in, double micro_batch_tokens) {
+  const std::vector<double> flops = unit_backward_flops(in.model, in.sequence_length, in.recompute);
+  const double flop_rate = peak_flops(in) * in.efficiency;
+  std::vector<double> ends(flops.size());
+  double t = 0;
+  for (std::size_t u = flops.size(); u-- > 0;) {
+    t += flops[u] * micro_batch_tokens / flop_rate;
+    ends[u] = t;
+  }
+  return ends;
+}
+
 BucketedSums bucketed_gradient_sums(const PlanInput& in, double micro_batch_tokens,
                                     double bytes_per_element, double bandwidth) {
   const std::vector<model::ParameterUnit> units =
       model::parameter_units(model::ParameterLayout(in.model));
-  const std::vector<double> flops = unit_backward_flops(in.model, in.sequence_length, in.recompute);
-  const double flop_rate = peak_flops(in) * in.efficiency;
-  std::vector<double> done(units.size());  // seconds into the backward when each unit is complete
-  double t = 0;
-  for (std::size_t u = units.size(); u-- > 0;) {
-    t += flops[u] * micro_batch_tokens / flop_rate;
-    done[u] = t;
-  }
+  const std::vector<double> done = unit_backward_ends(in, micro_batch_tokens);
+  const double t = done.front();  // the backward's end
   const double bucket_bytes = in.dist.bucket_mb * 1024 * 1024;
   const auto buckets = dist::plan_gradient_buckets(
       units, std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / 4)));
@@ -179,22 +188,17 @@ BucketedSums bucketed_gradient_sums(const PlanInput& in, double micro_batch_toke
 BucketedSums replica_sums_in_backward(const PlanInput& in, const Units& units,
                                       double micro_batch_tokens, int S, int replicas,
                                       double bandwidth, int block_buffers) {
-  const std::vector<double> flops = unit_backward_flops(in.model, in.sequence_length, in.recompute);
-  const double flop_rate = peak_flops(in) * in.efficiency;
+  const std::vector<double> ends = unit_backward_ends(in, micro_batch_tokens);
   const std::size_t L = units.blocks.size();
-  std::vector<double> begins(L + 2);  // seconds into the backward when each unit's begins
-  double t = 0;
-  for (std::size_t u = L + 2; u-- > 0;) {
-    begins[u] = t;
-    t += flops[u] * micro_batch_tokens / flop_rate;
-  }
-  const double end = t;
+  // A unit's backward begins where the one before it in the backward (u + 1) ends.
+  auto begins = [&](std::size_t u) { return u + 1 < ends.size() ? ends[u + 1] : 0.0; };
+  const double end = ends.front();
   std::vector<std::pair<double, double>> adds;  // (when, elements of this rank's range)
   for (std::size_t u = 1; u <= L; ++u) {
     const std::size_t taker = u > static_cast<std::size_t>(block_buffers) ? u - block_buffers : 0;
-    adds.emplace_back(taker > 0 ? begins[taker] : end, std::ceil(units.blocks[u - 1] / S));
+    adds.emplace_back(taker > 0 ? begins(taker) : end, std::ceil(units.blocks[u - 1] / S));
   }
-  adds.emplace_back(begins[0], std::ceil(units.head / S));
+  adds.emplace_back(begins(0), std::ceil(units.head / S));
   adds.emplace_back(end, std::ceil(units.embeddings / S));
   std::stable_sort(adds.begin(), adds.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
