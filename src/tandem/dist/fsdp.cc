@@ -49,7 +49,7 @@ FsdpParameters::FsdpParameters(const model::ModelConfig& config, kernels::Backen
   // On a device the collectives are asynchronous already: prefetch needs no thread.
   prefetch_ = dist.prefetch && S > 1 && (on_device_ || group_->allows_communication_thread());
   if (prefetch_ && !on_device_) thread_ = std::make_unique<CommThread>();
-  const int block_slots = prefetch_ ? 2 : 1;
+  const int block_slots = fsdp_block_buffers(prefetch_);
   auto make_slots = [&](std::vector<Slot>& slots, DType dtype) {
     slots.clear();
     slots.push_back({backend_.allocate(dtype, Shape{shards_.largest_end_unit()}), true});

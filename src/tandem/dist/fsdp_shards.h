@@ -15,6 +15,11 @@
 
 namespace tandem::dist {
 
+// Pool buffers for gathered blocks, and as many for their gradients (dist/fsdp.h): two while
+// prefetching, the next block's gather filling one while the other is computed on; else one.
+// `tandem plan` counts the same.
+constexpr int fsdp_block_buffers(bool prefetching) { return prefetching ? 2 : 1; }
+
 class FsdpShards {
  public:
   // One parameter's part inside this rank's shard.

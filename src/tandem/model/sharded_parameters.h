@@ -4,8 +4,8 @@
 // for a buffer for the unit's gradients (handed back right after the unit's backward, to be
 // reduce-scattered into the shard), and points its typed views at them.
 //
-// Units, in the order the forward uses them (the planner's, train/plan.cc): 0 the embedding
-// table, 1 + l block l (its first to its last tensor in the layout, inner alignment gaps
+// Units, in the order the forward uses them (the planner's, train/plan_step_time.h): 0 the
+// embedding table, 1 + l block l (its first to its last tensor in the layout, inner alignment gaps
 // included), n_layers + 1 the head (lm_head.norm and lm_head.w_out). The alignment gaps between
 // units belong to none: they are zero for good.
 #pragma once

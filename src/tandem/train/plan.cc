@@ -9,14 +9,15 @@
 #include <fmt/format.h>
 
 #include "tandem/core/error.h"
-#include "tandem/dist/device_gradient_reduction.h"
 #include "tandem/dist/flat_split.h"
+#include "tandem/dist/fsdp_shards.h"
 #include "tandem/io/config.h"
 #include "tandem/kernels/backend.h"
 #include "tandem/kernels/cuda/scratch_sizes.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/model/parameters.h"
 #include "tandem/model/sharded_parameters.h"
+#include "tandem/train/plan_step_time.h"
 
 namespace fs = std::filesystem;
 
@@ -24,6 +25,7 @@ namespace tandem::train {
 namespace {
 
 using model::Recompute;
+using plan_detail::Units;
 
 constexpr double kGB = 1e9;
 // The CPU kernels' fused cross-entropy works on chunks of logits of at most 32 MiB
@@ -32,36 +34,6 @@ constexpr double kCrossEntropyChunkBytes = 32.0 * 1024 * 1024;
 // MPI communicator: collectives move at most 2^20 floats per call; the rank that sums a range
 // gathers every rank's chunk of it (dist/mpi_communicator.cc).
 constexpr double kMpiChunkFloats = 1 << 20;
-
-// Parameter elements of the FSDP units in the order the forward uses them: the embedding, each
-// block, the head (final norm + lm_head), as laid out in the flat buffer (alignment included).
-struct Units {
-  double embeddings = 0;
-  std::vector<double> blocks;
-  double head = 0;
-  double total = 0;  // the whole flat buffer
-};
-
-Units parameter_units(const model::ModelConfig& c) {
-  const model::ParameterLayout layout(c);
-  Units u;
-  u.blocks.assign(static_cast<std::size_t>(c.n_layers), 0.0);
-  auto end_of = [&](const std::string& name) {
-    const model::ParameterEntry& e = layout.entry(name);
-    return static_cast<double>(e.offset + e.numel);
-  };
-  auto begin_of = [&](const std::string& name) {
-    return static_cast<double>(layout.entry(name).offset);
-  };
-  u.embeddings = end_of("embeddings.weight") - begin_of("embeddings.weight");
-  for (std::int64_t l = 0; l < c.n_layers; ++l)
-    u.blocks[static_cast<std::size_t>(l)] =
-        end_of(model::block_param(l, "feed_forward_norm.weight")) -
-        begin_of(model::block_param(l, "attention.w_q.weight"));
-  u.head = end_of("lm_head.w_out.weight") - begin_of("lm_head.norm.weight");
-  u.total = static_cast<double>(layout.total());
-  return u;
-}
 
 // ZeRO-1 (dist/zero1.cc): rank r's Adam moments cover the parameter elements (alignment gaps
 // excluded) inside its even share of the flat buffer (dist/flat_split.h); the largest share. Also
@@ -81,148 +53,7 @@ double zero1_moment_elements(const model::ParameterLayout& layout, int W) {
   return static_cast<double>(most);
 }
 
-// Seconds of a ring all-gather or reduce-scatter of `bytes` (the whole tensor) over n ranks.
-double ring_seconds(double bytes, int n, double bandwidth, double latency) {
-  if (n <= 1) return 0.0;
-  return bytes * (n - 1) / n / bandwidth + (n - 1) * latency;
-}
-
-double peak_flops(const PlanInput& in) {
-  return in.bf16 ? in.device.peak_flops_bf16 : in.device.peak_flops_fp32;
-}
-
-// Per token: a block's matmul parameters (q, k, v, o and the SwiGLU MLP's three; 2 FLOPs each
-// forward), its attention forward over min(window, T) keys (window 0: all T), and what `recompute`
-// runs again in its backward (full: the whole block's forward; selective: the MLP's).
-double block_matmul_params(const model::ModelConfig& c) {
-  const double d = static_cast<double>(c.d_model);
-  return 2 * d * static_cast<double>(c.q_width()) + 2 * d * static_cast<double>(c.kv_width()) +
-         3 * d * static_cast<double>(c.hidden_size);
-}
-double attention_forward_flops(const model::ModelConfig& c, std::int64_t window, std::int64_t T) {
-  return 4 * static_cast<double>(c.n_heads * c.head_dim) *
-         static_cast<double>(window == 0 ? T : std::min(window, T));
-}
-double recomputed_flops(const model::ModelConfig& c, std::int64_t window, std::int64_t T,
-                        Recompute recompute) {
-  if (recompute == Recompute::kFull)
-    return 2 * block_matmul_params(c) + attention_forward_flops(c, window, T);
-  if (recompute == Recompute::kSelective)
-    return 2 * 3 * static_cast<double>(c.d_model) * static_cast<double>(c.hidden_size);
-  return 0.0;
-}
-
-// Backward FLOPs per token of each parameter unit, in model::parameter_units' order (the
-// embedding, each block, the head): what the backward executes, recompute's repeated forward
-// included, before that unit's gradients are complete. Over all units they add up to the
-// executed FLOPs less the forward's.
-std::vector<double> unit_backward_flops(const model::ModelConfig& c, std::int64_t T,
-                                        Recompute recompute) {
-  std::vector<double> flops{0.0};  // the embedding's gradient is a scatter, no matmul
-  for (std::int64_t w : c.layer_windows)
-    flops.push_back(2 * 2 * block_matmul_params(c) + 2 * attention_forward_flops(c, w, T) +
-                    recomputed_flops(c, w, T, recompute));
-  flops.push_back(2 * 2 * static_cast<double>(c.d_model) *
-                  static_cast<double>(c.embedding_size));  // lm_head
-  return flops;
-}
-
-// The gradient sums of ddp (all-reduce) and zero1 (reduce-scatter) on a GPU backend
-// (dist/device_gradient_reduction.h): the trainer's buckets, each summed on the communicator's
-// stream once the step's last backward has completed its units, one after another. What runs
-// past the end of that backward is exposed: at least the sums of the buckets of block 0 and the
-// embedding, which the backward completes last. Assumes the sums do not slow the backward down.
-struct BucketedSums {
-  double seconds = 0;  // every bucket's sum, back to back
-  double bytes = 0;    // sent per rank
-  double exposed = 0;  // after the backward's end
-  int buckets = 0;
-};
-
-// Seconds into the step's last backward at which each unit's backward ends (model::
-// parameter_units' order; the backward runs from the head down to the embedding, which ends it),
-// each unit's share of the backward's FLOPs at the assumed efficiency.
-std::vector<double> unit_backward_ends(const PlanInput& in, double micro_batch_tokens) {
-  const std::vector<double> flops = unit_backward_flops(in.model, in.sequence_length, in.recompute);
-  const double flop_rate = peak_flops(in) * in.efficiency;
-  std::vector<double> ends(flops.size());
-  double t = 0;
-  for (std::size_t u = flops.size(); u-- > 0;) {
-    t += flops[u] * micro_batch_tokens / flop_rate;
-    ends[u] = t;
-  }
-  return ends;
-}
-
-BucketedSums bucketed_gradient_sums(const PlanInput& in, double micro_batch_tokens,
-                                    double bytes_per_element, double bandwidth) {
-  const std::vector<model::ParameterUnit> units =
-      model::parameter_units(model::ParameterLayout(in.model));
-  const std::vector<double> done = unit_backward_ends(in, micro_batch_tokens);
-  const double t = done.front();  // the backward's end
-  const double bucket_bytes = in.dist.bucket_mb * 1024 * 1024;
-  const auto buckets = dist::plan_gradient_buckets(
-      units, std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / 4)));
-  const int W = in.world_size;
-  BucketedSums out;
-  double free_at = 0;  // when the communicator's stream is done with the previous bucket
-  for (const dist::GradientBucket& b : buckets) {
-    const double bytes = bytes_per_element * static_cast<double>(b.size());
-    const double s = ring_seconds(bytes, W, bandwidth, in.device.collective_step_latency);
-    free_at = std::max(done[static_cast<std::size_t>(b.first_unit)], free_at) + s;
-    out.seconds += s;
-    out.bytes += W > 1 ? bytes * (W - 1) / W : 0.0;
-  }
-  out.exposed = std::max(0.0, free_at - t);
-  out.buckets = static_cast<int>(buckets.size());
-  return out;
-}
-
-// HSDP's replica sums on a GPU backend (dist/fsdp.h): each unit's range of the gradient shard
-// (ceil(unit / S) elements) all-reduced across the replicas, on their communicator's stream, once
-// the step's last backward has added the unit's reduce-scatter into the shard. That add waits for
-// the unit's pool buffer to be taken again: a block's by the block `block_buffers` later in the
-// backward, the head's by the embedding; the rest (the first blocks', the embedding's) at the
-// backward's end. The sums run one after another in the order of their adds; what runs past the
-// backward's end is exposed. The reduce-scatters are taken as done by the time of the add.
-BucketedSums replica_sums_in_backward(const PlanInput& in, const Units& units,
-                                      double micro_batch_tokens, int S, int replicas,
-                                      double bandwidth, int block_buffers) {
-  const std::vector<double> ends = unit_backward_ends(in, micro_batch_tokens);
-  const std::size_t L = units.blocks.size();
-  // A unit's backward begins where the one before it in the backward (u + 1) ends.
-  auto begins = [&](std::size_t u) { return u + 1 < ends.size() ? ends[u + 1] : 0.0; };
-  const double end = ends.front();
-  std::vector<std::pair<double, double>> adds;  // (when, elements of this rank's range)
-  for (std::size_t u = 1; u <= L; ++u) {
-    const std::size_t taker = u > static_cast<std::size_t>(block_buffers) ? u - block_buffers : 0;
-    adds.emplace_back(taker > 0 ? begins(taker) : end, std::ceil(units.blocks[u - 1] / S));
-  }
-  adds.emplace_back(begins(0), std::ceil(units.head / S));
-  adds.emplace_back(end, std::ceil(units.embeddings / S));
-  std::stable_sort(adds.begin(), adds.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  BucketedSums out;
-  double free_at = 0;
-  for (const auto& [when, elements] : adds) {
-    const double bytes = 2 * 4 * elements;  // an all-reduce: reduce-scatter and all-gather
-    const double s = ring_seconds(bytes, replicas, bandwidth, in.device.collective_step_latency);
-    free_at = std::max(when, free_at) + s;
-    out.seconds += s;
-    out.bytes += bytes * (replicas - 1) / replicas;
-  }
-  out.exposed = std::max(0.0, free_at - end);
-  out.buckets = static_cast<int>(adds.size());
-  return out;
-}
-
 }  // namespace
-
-std::string bytes_text(double b) {
-  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
-  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
-  return fmt::format("{:.1f} kB", b / 1e3);
-}
 
 DeviceSpec device_spec(const std::string& name) {
   DeviceSpec d;
@@ -345,18 +176,12 @@ Plan make_plan(const PlanInput& in) {
   const double H = static_cast<double>(c.n_heads), V = static_cast<double>(c.embedding_size);
   const double a = in.bf16 ? 2.0 : 4.0;  // bytes per activation / compute-weight element
   const std::string adt = in.bf16 ? "bf16" : "fp32";
-  const Units units = parameter_units(c);
+  const Units units = plan_detail::parameter_units(c);
   double numel = 0;  // parameter elements without alignment gaps
   numel = static_cast<double>(c.total_params());
 
   // ---- persistent state ----
-  auto sharded_elements = [&](int shards) {
-    if (shards <= 1) return units.total;
-    double s = std::ceil(units.embeddings / shards) + std::ceil(units.head / shards);
-    for (double b : units.blocks) s += std::ceil(b / shards);
-    return s;
-  };
-  const double param_elems = sharded ? sharded_elements(S) : units.total;
+  const double param_elems = sharded ? units.sharded(S) : units.total;
   const std::string share =
       sharded ? fmt::format("1/{} of {:.3g}B, sharded by unit", S, numel / 1e9) : "replicated";
   p.memory.push_back({"parameters", 4 * param_elems, "fp32 master weights, " + share, true});
@@ -430,7 +255,7 @@ Plan make_plan(const PlanInput& in) {
     for (double b : units.blocks) order.push_back(b);
     order.push_back(units.head);
     const bool prefetching = in.dist.prefetch && S > 1;
-    const double block_buffers = nb ? (prefetching ? 2.0 : 1.0) : 0.0;
+    const double block_buffers = nb ? dist::fsdp_block_buffers(prefetching) : 0;
     const double largest_block =
         nb ? *std::max_element(units.blocks.begin(), units.blocks.end()) : 0.0;
     const double pool = std::max(units.embeddings, units.head) + block_buffers * largest_block;
@@ -518,188 +343,11 @@ Plan make_plan(const PlanInput& in) {
   }
   p.fits = p.total_bytes <= in.device.memory_bytes;
 
-  // ---- time ----
-  p.model_flops_per_token = c.flops_per_token(T);
-  double extra = 0;
-  for (std::int64_t w : c.layer_windows) extra += recomputed_flops(c, w, T, in.recompute);
-  p.executed_flops_per_token = p.model_flops_per_token + extra;
-  const double tokens = static_cast<double>(per_rank * T);
-  const double peak = peak_flops(in);
-  p.compute_s = tokens * p.executed_flops_per_token / (peak * in.efficiency);
-
-  const DeviceSpec& dev = in.device;
-  auto bandwidth = [&](int group_size, bool consecutive) {
-    const bool one_node = consecutive && group_size <= dev.devices_per_node;
-    return one_node ? dev.intra_node_bandwidth : dev.inter_node_bandwidth;
-  };
-  double overlappable = 0, exposed = 0;
-  auto collective = [&](double bytes, int n, double bw, double times, bool hidden) {
-    const double s = ring_seconds(bytes, n, bw, dev.collective_step_latency) * times;
-    p.comm_bytes += n > 1 ? bytes * (n - 1) / n * times : 0.0;
-    p.comm_s += s;
-    (hidden ? overlappable : exposed) += s;
-  };
-  const double mbs = static_cast<double>(p.micro_batches);
-  switch (in.dist.strategy) {
-    case dist::Strategy::kDdp:
-    case dist::Strategy::kZero1: {
-      // The gradients' all-reduce (ddp: reduce-scatter + all-gather) or reduce-scatter (zero1):
-      // on a GPU backend bucketed and overlapped with the last backward, on the CPU backend after
-      // it. ZeRO-1's all-gather of the updated parameters follows the optimiser step.
-      const bool zero1 = in.dist.strategy == dist::Strategy::kZero1;
-      const double per_element = zero1 ? 4 : 2 * 4;
-      if (in.device.backend == "cuda" && W > 1) {
-        const BucketedSums sums = bucketed_gradient_sums(in, N, per_element, bandwidth(W, true));
-        p.comm_s += sums.seconds;
-        p.comm_bytes += sums.bytes;
-        exposed += sums.exposed;
-        p.gradient_buckets = sums.buckets;
-      } else {
-        collective(per_element * units.total, W, bandwidth(W, true), 1, false);
-      }
-      if (zero1) collective(4 * units.total, W, bandwidth(W, true), 1, false);
-      break;
-    }
-    case dist::Strategy::kFsdp:
-    case dist::Strategy::kHsdp: {
-      const double bw = bandwidth(S, true);
-      const bool hide = in.dist.prefetch;
-      // Per micro-batch: forward gathers (the embedding's is never hidden), backward gathers of
-      // the blocks not still in the pool from the forward (the last one, two with prefetch; the
-      // head stays gathered from its forward to its backward), reduce-scatters (the
-      // embedding's, last, is never hidden).
-      const std::size_t nb = units.blocks.size();
-      const std::size_t kept = std::min<std::size_t>(nb, in.dist.prefetch && S > 1 ? 2 : 1);
-      double regathered = 0;
-      for (std::size_t l = 0; l + kept < nb; ++l) regathered += units.blocks[l];
-      collective(a * units.embeddings, S, bw, mbs, false);
-      collective(a * (units.total - units.embeddings), S, bw, mbs, hide);
-      collective(a * regathered, S, bw, mbs, hide);
-      collective(4 * (units.total - units.embeddings), S, bw, mbs, hide);
-      collective(4 * units.embeddings, S, bw, mbs, false);
-      // The all-reduce of each shard's gradients across the replicas: on a GPU backend by unit,
-      // overlapping the last backward; on the CPU backend whole, after it.
-      if (replicas > 1 && in.device.backend == "cuda") {
-        const BucketedSums sums =
-            replica_sums_in_backward(in, units, N, S, replicas, bandwidth(replicas, false),
-                                     in.dist.prefetch && S > 1 ? 2 : 1);
-        p.comm_s += sums.seconds;
-        p.comm_bytes += sums.bytes;
-        exposed += sums.exposed;
-        p.gradient_buckets = sums.buckets;
-      } else if (replicas > 1) {
-        collective(2 * 4 * param_elems, replicas, bandwidth(replicas, false), 1, false);
-      }
-      break;
-    }
-  }
-  p.exposed_comm_s = exposed + std::max(0.0, overlappable - p.compute_s);
-  p.step_s = p.compute_s + p.exposed_comm_s;
-  p.step_no_overlap_s = p.compute_s + p.comm_s;
-  p.tokens_per_s_per_device = tokens / p.step_s;
-  p.mfu = p.tokens_per_s_per_device * p.model_flops_per_token / peak;
-  if (in.dist.strategy == dist::Strategy::kHsdp && S > dev.devices_per_node)
-    p.notes.push_back("shard groups span nodes: gathers run at the inter-node bandwidth");
+  plan_detail::estimate_step_time(in, units, p);
   if (!p.fits)
     p.notes.push_back(fmt::format("does not fit: {} needed, {} on the device",
-                                  bytes_text(p.total_bytes), bytes_text(dev.memory_bytes)));
+                                  bytes_text(p.total_bytes), bytes_text(in.device.memory_bytes)));
   return p;
-}
-
-std::string format_plan(const Plan& p) {
-  const PlanInput& in = p.input;
-  const model::ModelConfig& c = in.model;
-  std::string out;
-  out += fmt::format("plan for {}: {:.3g}B parameters, {} layers, d_model {}, sequence {}\n",
-                     in.source, static_cast<double>(c.total_params()) / 1e9, c.n_layers, c.d_model,
-                     in.sequence_length);
-  out += fmt::format("device: {} x {} ({})\n", in.world_size, in.device.name, in.device.source);
-  out += fmt::format(
-      "run: strategy {}{}, precision {}, recompute {}, {} micro-batch(es) of {} tokens per rank "
-      "and step ({} tokens per step)\n",
-      dist::strategy_name(in.dist.strategy),
-      p.shard_group > 1 && p.shard_group < in.world_size
-          ? fmt::format(" ({} groups of {})", in.world_size / p.shard_group, p.shard_group)
-          : std::string(),
-      in.bf16 ? "bf16" : "fp32", model::recompute_name(in.recompute), p.micro_batches,
-      p.micro_batch_tokens, p.micro_batch_tokens * p.micro_batches * in.world_size);
-  out += "\nmemory per rank (at the step's peak)\n";
-  for (const MemoryItem& m : p.memory)
-    out += fmt::format("  {:<22} {:>10}   {}\n", m.name, bytes_text(m.bytes), m.detail);
-  out +=
-      fmt::format("  {:<22} {:>10}   the backend's buffers (the trainer logs the measured peak)\n",
-                  "held by the backend", bytes_text(p.backend_bytes));
-  out +=
-      fmt::format("  {:<22} {:>10}   {} of {} on the device\n", "total", bytes_text(p.total_bytes),
-                  p.fits ? "fits" : "DOES NOT FIT", bytes_text(in.device.memory_bytes));
-  out += "\ncheckpoint (each save)\n";
-  out += fmt::format("  {:<22} {:>10}   fp32 weights and Adam moments, 12 B per parameter\n",
-                     "size", bytes_text(p.checkpoint_bytes));
-  out += fmt::format(
-      "  {:<22} {:>10}   {}\n", "per writing rank", bytes_text(p.checkpoint_bytes_per_writer),
-      p.checkpoint_writers == 1 ? std::string("one process writes it all")
-      : p.checkpoint_writers < in.world_size
-          ? fmt::format("the largest share of the first shard group's {} ranks (the other groups "
-                        "hold copies and write none)",
-                        p.checkpoint_writers)
-          : fmt::format("the largest of {} ranks' shares", p.checkpoint_writers));
-  out += "\nstep time (per optimiser step)\n";
-  out += fmt::format(
-      "  compute        {:>9.3f} s   {:.3g} FLOP/token executed ({:.3g} model), {:.0f} % of peak "
-      "assumed\n",
-      p.compute_s, p.executed_flops_per_token, p.model_flops_per_token, 100 * in.efficiency);
-  out += fmt::format("  communication  {:>9.3f} s   {} sent per rank; {:.3f} s not hidden\n",
-                     p.comm_s, bytes_text(p.comm_bytes), p.exposed_comm_s);
-  if (p.gradient_buckets > 0 && in.dist.strategy == dist::Strategy::kHsdp)
-    out += fmt::format(
-        "                               replica sums in {} unit ranges, each started as the last "
-        "backward adds it into the shard\n",
-        p.gradient_buckets);
-  else if (p.gradient_buckets > 0)
-    out += fmt::format(
-        "                               gradient sums in {} buckets, each started as the last "
-        "backward completes it\n",
-        p.gradient_buckets);
-  out += fmt::format("  step           {:>9.3f} s   ({:.3f} s without overlap)\n", p.step_s,
-                     p.step_no_overlap_s);
-  out += fmt::format("  throughput     {:>9.0f} tokens/s per device, MFU {:.1f} %\n",
-                     p.tokens_per_s_per_device, 100 * p.mfu);
-  for (const std::string& n : p.notes) out += "note: " + n + "\n";
-  return out;
-}
-
-nlohmann::json plan_to_json(const Plan& p) {
-  nlohmann::json j;
-  j["config"] = p.input.source;
-  j["device"] = p.input.device.name;
-  j["world_size"] = p.input.world_size;
-  j["strategy"] = dist::strategy_name(p.input.dist.strategy);
-  j["shard_group_size"] = p.shard_group;
-  j["precision"] = p.input.bf16 ? "bf16" : "fp32";
-  j["recompute"] = model::recompute_name(p.input.recompute);
-  j["intra_document"] = p.input.intra_document;
-  j["micro_batches"] = p.micro_batches;
-  j["micro_batch_tokens"] = p.micro_batch_tokens;
-  for (const MemoryItem& m : p.memory) j["memory"][m.name] = m.bytes;
-  j["memory_total"] = p.total_bytes;
-  j["memory_backend"] = p.backend_bytes;
-  j["device_memory"] = p.input.device.memory_bytes;
-  j["fits"] = p.fits;
-  j["compute_s"] = p.compute_s;
-  j["comm_s"] = p.comm_s;
-  j["comm_bytes"] = p.comm_bytes;
-  j["checkpoint"] = {{"bytes", p.checkpoint_bytes},
-                     {"writers", p.checkpoint_writers},
-                     {"bytes_per_writer", p.checkpoint_bytes_per_writer}};
-  j["exposed_comm_s"] = p.exposed_comm_s;
-  j["gradient_buckets"] = p.gradient_buckets;
-  j["step_s"] = p.step_s;
-  j["step_no_overlap_s"] = p.step_no_overlap_s;
-  j["tokens_per_s_per_device"] = p.tokens_per_s_per_device;
-  j["mfu"] = p.mfu;
-  j["efficiency"] = p.input.efficiency;
-  j["notes"] = p.notes;
-  return j;
 }
 
 std::vector<Plan> plan_alternatives(const PlanInput& input) {
@@ -728,27 +376,6 @@ std::vector<Plan> plan_alternatives(const PlanInput& input) {
       } catch (const core::Error&) {
       }
     }
-  return out;
-}
-
-std::string format_alternatives(const std::vector<Plan>& plans) {
-  std::string out =
-      "\nalternatives at this world size (memory per rank; the fastest that fits is marked *)\n";
-  out += fmt::format("  {:<14} {:<10} {:>10} {:>5} {:>9} {:>14} {:>6}\n", "strategy", "recompute",
-                     "memory", "fits", "step s", "tokens/s/dev", "MFU");
-  const Plan* best = nullptr;
-  for (const Plan& p : plans)
-    if (p.fits && (!best || p.step_s < best->step_s)) best = &p;
-  for (const Plan& p : plans) {
-    const std::string strategy =
-        p.input.dist.strategy == dist::Strategy::kHsdp
-            ? fmt::format("hsdp {}x{}", p.input.world_size / p.shard_group, p.shard_group)
-            : dist::strategy_name(p.input.dist.strategy);
-    out += fmt::format("{} {:<14} {:<10} {:>10} {:>5} {:>9.3f} {:>14.0f} {:>5.1f}%\n",
-                       &p == best ? "*" : " ", strategy, model::recompute_name(p.input.recompute),
-                       bytes_text(p.total_bytes), p.fits ? "yes" : "no", p.step_s,
-                       p.tokens_per_s_per_device, 100 * p.mfu);
-  }
   return out;
 }
 
