@@ -22,17 +22,7 @@ stage_done build
 # Real data the parity tests read (dolma2 tokenizer, Debian-doc corpus); cached after the first run.
 bash scripts/fetch_data.sh
 stage_done "data fetch"
-# CTest starts the tests it knows to be long first, from the costs of earlier runs in the build
-# folder; a fresh clone has none, so it gets tests/ctest_costs.txt (seconds under the sanitizers,
-# the slowest stage; docs/reliability.md says how to refresh it). Order only: every test runs.
-costs="$PWD/tests/ctest_costs.txt"
-(
-  cd "${TANDEM_BUILD_DIR:-build}"
-  [[ -f Testing/Temporary/CTestCostData.txt ]] ||
-    { mkdir -p Testing/Temporary && cp "$costs" Testing/Temporary/CTestCostData.txt; }
-  # Passive OpenMP waits: two test processes share the cores without spinning against each other.
-  OMP_WAIT_POLICY=passive ctest --output-on-failure -j "$(nproc)" --timeout 900
-)
+bash scripts/ctest_longest_first.sh "${TANDEM_BUILD_DIR:-build}"
 stage_done "test suite"
 case "${TANDEM_CI_SANITIZE:-all}" in
   0) ;;

@@ -43,10 +43,5 @@ if ((${#folders[@]} > 0)); then
   done
   exit $status
 fi
-# The longest tests first (tests/ctest_costs.txt, as in scripts/test.sh), so that the last minutes
-# are not one long test on one core.
-costs=Testing/Temporary/CTestCostData.txt
-[[ -f "$costs" ]] || { mkdir -p Testing/Temporary && cp "$ROOT/tests/ctest_costs.txt" "$costs"; }
-OMP_WAIT_POLICY=passive ctest --output-on-failure -j "$(nproc)" --timeout 900 -E "$emulated_slow" ||
-  status=1
+bash "$ROOT/scripts/ctest_longest_first.sh" . -E "$emulated_slow" || status=1
 exit $status

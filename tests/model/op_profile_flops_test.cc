@@ -14,7 +14,7 @@
 namespace tandem {
 namespace {
 
-model::ModelConfig config() {
+model::ModelConfig profiled_config() {
   return model::parse_model_config(io::ConfigSection(
       YAML::Load("{d_model: 48, n_layers: 4, n_heads: 4, n_kv_heads: 2, hidden_size: 80, "
                  "vocab_size: 90, embedding_size: 96, max_sequence_length: 64, "
@@ -25,7 +25,7 @@ model::ModelConfig config() {
 
 kernels::OpProfile profile_step(model::Recompute recompute) {
   std::unique_ptr<kernels::Backend> cpu = kernels::make_backend("cpu");
-  model::Olmo3Model m(config(), *cpu);
+  model::Olmo3Model m(profiled_config(), *cpu);
   m.init_weights(3);
   m.set_recompute(recompute);
   const std::int64_t B = 2, T = 24;
@@ -39,7 +39,7 @@ kernels::OpProfile profile_step(model::Recompute recompute) {
 }
 
 TEST(OpProfileFlops, AForwardBackwardCountsWhatTheMfuCounts) {
-  const double expected = config().flops_per_token(24) * 2 * 24;
+  const double expected = profiled_config().flops_per_token(24) * 2 * 24;
   const kernels::OpProfile p = profile_step(model::Recompute::kNone);
   double flops = 0.0;
   std::map<std::string, std::int64_t> calls;
@@ -55,7 +55,7 @@ TEST(OpProfileFlops, AForwardBackwardCountsWhatTheMfuCounts) {
 }
 
 TEST(OpProfileFlops, FullRecomputeAddsEachBlocksForwardOnce) {
-  const model::ModelConfig c = config();
+  const model::ModelConfig c = profiled_config();
   const double tokens = 2 * 24;
   double block_forward = 0.0;  // per token: the blocks' projections and attention, forward
   for (std::int64_t w : c.layer_windows)
