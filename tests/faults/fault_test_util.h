@@ -52,17 +52,22 @@ inline std::size_t metric_lines(const std::string& run) {
   return n;
 }
 
-// `tandem train ARGS` in the background with `env` set, output to `log`.
-inline pid_t start_train(const std::string& args, const std::string& log,
-                         const std::string& env = "") {
+// `command` (a program and its arguments) in the background, output to `log`; the pid is the
+// program's own (the shell execs it), for signals.
+inline pid_t start_command(const std::string& command, const std::string& log) {
   pid_t pid = fork();
   if (pid == 0) {
-    const std::string cmd = "exec env " + env + " " + std::string(TANDEM_BINARY) + " train " +
-                            args + " > " + log + " 2>&1";
+    const std::string cmd = "exec " + command + " > " + log + " 2>&1";
     execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
     _exit(127);
   }
   return pid;
+}
+
+// `tandem train ARGS` in the background with `env` set, output to `log`.
+inline pid_t start_train(const std::string& args, const std::string& log,
+                         const std::string& env = "") {
+  return start_command("env " + env + " " + std::string(TANDEM_BINARY) + " train " + args, log);
 }
 
 // Waits until the run has logged `lines` steps. False if the process ended first or did not get

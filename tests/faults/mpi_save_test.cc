@@ -1,7 +1,10 @@
 // The fault matrix under mpirun: a rank that dies inside a checkpoint write (after writing its
 // optimizer shard, before rank 0 indexes and renames the checkpoint) ends the job; the previous
 // checkpoint stays intact and a resume on the same ranks is bit-identical to an uninterrupted
-// data-parallel run.
+// data-parallel run. SIGUSR1 to mpirun, or to one rank only, stops every rank at one step
+// boundary with a checkpoint of that step, and the job resumes bit-identically.
+#include <fmt/format.h>
+
 #include "fault_test_util.h"
 
 namespace tandem {
@@ -17,6 +20,88 @@ std::string mpi_train(const std::string& run, int steps, const std::string& env 
   return "env OMP_NUM_THREADS=1 " + env + " mpirun --oversubscribe --allow-run-as-root -np 2 " +
          TANDEM_BINARY + " train " + train_args(run, steps) +
          " dist.strategy=zero1 data.micro_batch_size=2";
+}
+
+// The pid of the process that mpirun `launcher` started as rank `rank` (-1 if none).
+pid_t rank_pid(pid_t launcher, int rank) {
+  const std::string wanted = fmt::format("OMPI_COMM_WORLD_RANK={}", rank);
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != launcher) continue;
+    std::ifstream environ_file(e.path() / "environ");
+    std::string var;
+    while (std::getline(environ_file, var, '\0'))
+      if (var == wanted) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+// Two ranks of zero1 for `steps` steps, mpirun stopped by `sig_to` (SIGUSR1 to mpirun itself or
+// to one rank) after three steps: every rank stops at the same step boundary, the checkpoint of
+// the step the log records last holds both ranks' shards, mpirun ends with 128 + SIGUSR1 (each
+// rank's status, whichever got the signal), and the resumed job matches the uninterrupted one
+// bit for bit.
+void expect_sigusr1_saves_and_resumes(const std::string& name, int signalled_rank) {
+  const int steps = 40;
+  const std::string no_interval = " trainer.save_interval=1000";
+  const std::string reference = temp_dir("fault_mpi_usr1_reference_" + name);
+  auto ref = run_shell(mpi_train(reference, steps) + no_interval);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+
+  const std::string run = temp_dir("fault_mpi_usr1_" + name);
+  fs::create_directories(run);
+  const std::string log = run + "/mpirun.log";
+  const pid_t launcher = start_command(mpi_train(run, steps) + no_interval, log);
+  ASSERT_TRUE(wait_for_steps(launcher, run, 3)) << read_file(log);
+  const pid_t target = signalled_rank < 0 ? launcher : rank_pid(launcher, signalled_rank);
+  ASSERT_GT(target, 0) << "no rank " << signalled_rank << " under mpirun " << launcher;
+  ASSERT_EQ(kill(target, SIGUSR1), 0);
+  EXPECT_EQ(wait_exit_code(launcher), 128 + SIGUSR1) << read_file(log);
+  const std::string output = read_file(log);
+  EXPECT_NE(output.find(fmt::format("signal {} received: saving", SIGUSR1)), std::string::npos)
+      << output;
+  const std::size_t logged = metric_lines(run);
+  ASSERT_LT(logged, static_cast<std::size_t>(steps)) << output;
+  auto cps = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(cps.size(), 1u) << output;
+  const std::string last = checkpoint_dir_name(static_cast<std::int64_t>(logged));
+  EXPECT_EQ(fs::path(cps[0]).filename(), last) << output;
+  EXPECT_NO_THROW(verify_checkpoint(cps[0]));
+  for (int shard = 0; shard < 2; ++shard)
+    EXPECT_TRUE(fs::exists(cps[0] + "/optim/" + optimizer_shard_file_name(shard, 2))) << shard;
+
+  auto done = run_shell(mpi_train(run, steps) + no_interval);
+  ASSERT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_NE(done.output.find("resumed from"), std::string::npos) << done.output;
+  auto a = testing::read_metrics(reference + "/metrics.jsonl");
+  auto b = testing::read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (const char* key : {"step", "tokens", "train/loss", "train/grad_norm", "lr"})
+      EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
+  expect_same_weights_and_moments(reference, run, steps);
+}
+
+// What Slurm sends ahead of a time limit (docs/recipes.md): mpirun passes it on to every rank.
+TEST(FaultMatrix, SigusrOneToMpirunStopsEveryRankWithACheckpointAndTheJobResumes) {
+  expect_sigusr1_saves_and_resumes("mpirun", -1);
+}
+
+// Rank 1 alone: rank 0 learns of it in the step boundary's agreement and stops there too, by the
+// same signal.
+TEST(FaultMatrix, SigusrOneToOneRankStopsEveryRankAtTheSameStep) {
+  expect_sigusr1_saves_and_resumes("rank1", 1);
 }
 
 TEST(FaultMatrix, DeadRankDuringASaveKeepsThePreviousCheckpoint) {

@@ -1,8 +1,11 @@
-// The fault matrix, process half: SIGINT, SIGTERM and SIGHUP (a closed terminal) each save a
+// The fault matrix, process half: SIGINT, SIGTERM, SIGHUP (a closed terminal) and SIGUSR1 (what
+// mpirun passes on to its ranks, tests/faults/mpi_save_test.cc) each save a
 // checkpoint at the next step boundary and stop; a token file shrunk or rewritten while the run
 // reads it stops the run with a message naming it (it used to end in SIGBUS); each resumes
 // bit-identically once the cause is gone.
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "fault_test_util.h"
 #include "tandem/train/stop_signals.h"
@@ -52,8 +55,8 @@ TEST(FaultMatrix, StopSignalsAreBlockedInEveryThreadOfATrainingRun) {
   fs::create_directories(run);
   pid_t pid = start_train(train_args(run, 400) + " trainer.save_interval=1000", log);
   ASSERT_TRUE(wait_for_steps(pid, run, 3)) << read_file(log);
-  constexpr unsigned long long kStopMask =
-      (1ull << (SIGHUP - 1)) | (1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1));
+  constexpr unsigned long long kStopMask = (1ull << (SIGHUP - 1)) | (1ull << (SIGINT - 1)) |
+                                           (1ull << (SIGTERM - 1)) | (1ull << (SIGUSR1 - 1));
   int computing = 0, signal_threads = 0;
   for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", pid))) {
     // The signal thread, inside sigwait, shows what it waits for as unblocked.
@@ -97,11 +100,9 @@ TEST(FaultMatrix, ASecondStopSignalEndsTheProcessAtOnce) {
       << output;
 }
 
-INSTANTIATE_TEST_SUITE_P(FaultMatrix, StopSignal, ::testing::Values(SIGINT, SIGTERM, SIGHUP),
-                         [](const auto& info) {
-                           return info.param == SIGINT    ? std::string("SIGINT")
-                                  : info.param == SIGTERM ? std::string("SIGTERM")
-                                                          : std::string("SIGHUP");
+INSTANTIATE_TEST_SUITE_P(FaultMatrix, StopSignal,
+                         ::testing::Values(SIGINT, SIGTERM, SIGHUP, SIGUSR1), [](const auto& info) {
+                           return std::string("SIG") + sigabbrev_np(info.param);
                          });
 
 // The training files copied to a folder of their own, so that a test can damage them.

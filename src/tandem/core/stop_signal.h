@@ -1,5 +1,5 @@
-// The stop signal (SIGINT, SIGTERM or SIGHUP) this process received, if any: recorded by the
-// signal thread of `tandem train` (train/stop_signals.h), read by the training loop (save and
+// The stop signal (SIGINT, SIGTERM, SIGHUP or SIGUSR1) this process received, if any: recorded by
+// the signal thread of `tandem train` (train/stop_signals.h), read by the training loop (save and
 // stop at the next step boundary) and by the collective watchdog (dist/; a rank stuck in a
 // collective then says whom it waited for). One record for both, async-signal-safe.
 #pragma once

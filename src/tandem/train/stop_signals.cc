@@ -14,8 +14,6 @@ namespace tandem::train {
 
 namespace {
 
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
-
 sigset_t stop_signal_set() {
   sigset_t set;
   sigemptyset(&set);

@@ -277,10 +277,13 @@ int Trainer::run() {
   while (counters_.step < max_steps) {
     int stop_signal = core::stop_signal_received();
     if (comm_.world_size() > 1) {
-      // Ranks see a signal at different moments: stop together at the same step boundary.
-      double seen = stop_signal;
-      comm_.all_reduce_sum(&seen, 1);
-      if (seen != 0 && stop_signal == 0) stop_signal = SIGTERM;
+      // Ranks see a signal at different moments (mpirun passes it on to one after another): stop
+      // together at the same step boundary, every rank by the lowest-numbered signal seen.
+      std::array<double, kStopSignals.size()> seen{};
+      for (std::size_t i = 0; i < seen.size(); ++i) seen[i] = stop_signal == kStopSignals[i];
+      comm_.all_reduce_sum(seen.data(), seen.size());
+      for (std::size_t i = seen.size(); i-- > 0;)
+        if (seen[i] > 0) stop_signal = kStopSignals[i];
     }
     if (stop_signal != 0) {
       log(fmt::format("signal {} received: saving a checkpoint and stopping", stop_signal));
