@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `tandem train` as a Slurm batch job (docs/recipes.md, On a Slurm cluster): one rank per task of
+# the allocation, started by OpenMPI's mpirun, which takes the nodes and the tasks per node from
+# the allocation. Five minutes before the time limit Slurm sends SIGUSR1 to this script
+# (--signal=B:USR1@300); the script passes it on to mpirun, which passes it on to every rank, and
+# the ranks stop together at the next step boundary with a checkpoint (exit status 138). The job
+# is then put back in the queue, and its next start resumes from that checkpoint: the same
+# command, on the same or any other number of ranks that divides the global batch.
+#
+#   sbatch --nodes=8 --ntasks-per-node=8 --gpus-per-node=8 --time=24:00:00 \
+#       scripts/slurm_train.sh configs/olmo3-7b-stage1.yaml backend=cuda precision=bf16 ...
+#
+#   TANDEM                 the tandem binary (default: tandem on PATH)
+#   TANDEM_COMMUNICATOR    nccl for GPUs; passed on to every rank, as are OMP_NUM_THREADS and
+#                          every TANDEM_* variable that is set
+#   TANDEM_SLURM_REQUEUE   0: end the job after the checkpoint instead of requeueing it
+#
+# scancel ends a job without a checkpoint (mpirun ends its ranks on SIGTERM); to stop one with a
+# checkpoint and not requeue it: TANDEM_SLURM_REQUEUE=0 at submission and
+# `scancel --batch --signal=USR1 JOBID`.
+#SBATCH --job-name=tandem
+#SBATCH --signal=B:USR1@300
+#SBATCH --requeue
+#SBATCH --open-mode=append
+set -uo pipefail
+
+tandem=${TANDEM:-tandem}
+exports=()
+for name in $(compgen -e); do
+  [[ $name == TANDEM_* || $name == OMP_NUM_THREADS ]] && exports+=(-x "$name")
+done
+
+mpirun "${exports[@]}" "$tandem" train "$@" &
+launcher=$!
+# Only the first SIGUSR1 is passed on: a second stop signal ends a rank at once, without a
+# checkpoint.
+signals=0
+trap 'signals=$((signals + 1)); ((signals > 1)) || kill -USR1 "$launcher" 2>/dev/null' USR1
+
+# A trapped signal ends `wait` early (status 128 + signal): wait again until mpirun has ended.
+while true; do
+  seen=$signals
+  wait "$launcher"
+  status=$?
+  ((signals != seen)) || break
+done
+
+if ((status == 138 && signals > 0)) && [[ ${TANDEM_SLURM_REQUEUE:-1} != 0 && -n ${SLURM_JOB_ID:-} ]]; then
+  echo "tandem: stopped with a checkpoint before the time limit; requeueing job $SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$status"
