@@ -22,6 +22,22 @@ std::string mpi_train(const std::string& run, int steps, const std::string& env 
          " dist.strategy=zero1 data.micro_batch_size=2";
 }
 
+// `command` resumes `run`, which then matches the uninterrupted `reference` of `steps` steps bit
+// for bit: every logged step, the final weights and Adam moments.
+void expect_resume_matches(const std::string& command, const std::string& reference,
+                           const std::string& run, int steps) {
+  auto done = run_shell(command);
+  ASSERT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_NE(done.output.find("resumed from"), std::string::npos) << done.output;
+  auto a = testing::read_metrics(reference + "/metrics.jsonl");
+  auto b = testing::read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (const char* key : {"step", "tokens", "train/loss", "train/grad_norm", "lr"})
+      EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
+  expect_same_weights_and_moments(reference, run, steps);
+}
+
 // The pid of the process that mpirun `launcher` started as rank `rank` (-1 if none).
 pid_t rank_pid(pid_t launcher, int rank) {
   const std::string wanted = fmt::format("OMPI_COMM_WORLD_RANK={}", rank);
@@ -81,16 +97,7 @@ void expect_sigusr1_saves_and_resumes(const std::string& name, int signalled_ran
   for (int shard = 0; shard < 2; ++shard)
     EXPECT_TRUE(fs::exists(cps[0] + "/optim/" + optimizer_shard_file_name(shard, 2))) << shard;
 
-  auto done = run_shell(mpi_train(run, steps) + no_interval);
-  ASSERT_EQ(done.exit_code, 0) << done.output;
-  EXPECT_NE(done.output.find("resumed from"), std::string::npos) << done.output;
-  auto a = testing::read_metrics(reference + "/metrics.jsonl");
-  auto b = testing::read_metrics(run + "/metrics.jsonl");
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i)
-    for (const char* key : {"step", "tokens", "train/loss", "train/grad_norm", "lr"})
-      EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
-  expect_same_weights_and_moments(reference, run, steps);
+  expect_resume_matches(mpi_train(run, steps) + no_interval, reference, run, steps);
 }
 
 // What Slurm sends ahead of a time limit (docs/recipes.md): mpirun passes it on to every rank.
@@ -120,16 +127,7 @@ TEST(FaultMatrix, DeadRankDuringASaveKeepsThePreviousCheckpoint) {
   EXPECT_EQ(fs::path(cps[0]).filename(), checkpoint_dir_name(2));
   EXPECT_NO_THROW(verify_checkpoint(cps[0]));
 
-  auto done = run_shell(mpi_train(run, steps));
-  ASSERT_EQ(done.exit_code, 0) << done.output;
-  EXPECT_NE(done.output.find("resumed from"), std::string::npos) << done.output;
-  auto a = testing::read_metrics(reference + "/metrics.jsonl");
-  auto b = testing::read_metrics(run + "/metrics.jsonl");
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i)
-    for (const char* key : {"step", "tokens", "train/loss", "train/grad_norm", "lr"})
-      EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
-  expect_same_weights_and_moments(reference, run, steps);
+  expect_resume_matches(mpi_train(run, steps), reference, run, steps);
   const std::string cp = "/checkpoints/" + checkpoint_dir_name(steps);
   for (const char* part : {"model", "optim"})
     for (int shard = 0; shard < 2; ++shard)
