@@ -14,6 +14,7 @@
 #   TANDEM_COMMUNICATOR    nccl for GPUs; passed on to every rank, as are OMP_NUM_THREADS and
 #                          every TANDEM_* variable that is set
 #   TANDEM_SLURM_REQUEUE   0: end the job after the checkpoint instead of requeueing it
+#   TANDEM_MPIRUN_ARGS     more options for mpirun (e.g. --bind-to none), split at spaces
 #
 # scancel ends a job without a checkpoint (mpirun ends its ranks on SIGTERM); to stop one with a
 # checkpoint and not requeue it: TANDEM_SLURM_REQUEUE=0 at submission and
@@ -30,7 +31,8 @@ for name in $(compgen -e); do
   [[ $name == TANDEM_* || $name == OMP_NUM_THREADS ]] && exports+=(-x "$name")
 done
 
-mpirun "${exports[@]}" "$tandem" train "$@" &
+read -r -a mpirun_args <<<"${TANDEM_MPIRUN_ARGS:-}"
+mpirun "${mpirun_args[@]}" "${exports[@]}" "$tandem" train "$@" &
 launcher=$!
 # Only the first SIGUSR1 is passed on: a second stop signal ends a rank at once, without a
 # checkpoint.

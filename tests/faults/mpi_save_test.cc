@@ -111,6 +111,45 @@ TEST(FaultMatrix, SigusrOneToOneRankStopsEveryRankAtTheSameStep) {
   expect_sigusr1_saves_and_resumes("rank1", 1);
 }
 
+// scripts/slurm_train.sh without Slurm, two ranks, and a stand-in `scontrol` on PATH that records
+// its arguments: SIGUSR1 to the script (what `sbatch --signal=B:USR1@...` sends) reaches both
+// ranks through mpirun, the run stops with a checkpoint of its last logged step, the script exits
+// with 138 and requeues its job; the requeued start resumes and matches the uninterrupted run.
+TEST(FaultMatrix, SlurmScriptPassesTheTimeLimitSignalOnAndRequeuesTheJob) {
+  const int steps = 40;
+  const std::string no_interval = " trainer.save_interval=1000";
+  const std::string reference = temp_dir("fault_slurm_reference");
+  auto ref = run_shell(mpi_train(reference, steps) + no_interval);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+
+  const std::string run = temp_dir("fault_slurm_run");
+  const std::string bin = run + "/bin";
+  fs::create_directories(bin);
+  write_file_atomic(bin + "/scontrol", "#!/bin/sh\necho \"$@\" >> " + run + "/scontrol.log\n");
+  fs::permissions(bin + "/scontrol", fs::perms::owner_all);
+  const std::string script =
+      "env OMP_NUM_THREADS=1 SLURM_JOB_ID=4242 PATH=" + bin + ":$PATH TANDEM=" + TANDEM_BINARY +
+      " TANDEM_MPIRUN_ARGS='--oversubscribe --allow-run-as-root -np 2' bash " + TANDEM_SOURCE_DIR +
+      "/scripts/slurm_train.sh " + train_args(run, steps) +
+      " dist.strategy=zero1 data.micro_batch_size=2" + no_interval;
+  const std::string log = run + "/job.log";
+  const pid_t job = start_command(script, log);
+  ASSERT_TRUE(wait_for_steps(job, run, 3)) << read_file(log);
+  ASSERT_EQ(kill(job, SIGUSR1), 0);
+  EXPECT_EQ(wait_exit_code(job), 128 + SIGUSR1) << read_file(log);
+  const std::string output = read_file(log);
+  EXPECT_NE(output.find(fmt::format("signal {} received: saving", SIGUSR1)), std::string::npos)
+      << output;
+  EXPECT_EQ(read_file(run + "/scontrol.log"), "requeue 4242\n") << output;
+  const std::size_t logged = metric_lines(run);
+  ASSERT_LT(logged, static_cast<std::size_t>(steps)) << output;
+  auto cps = list_checkpoints(run + "/checkpoints");
+  ASSERT_EQ(cps.size(), 1u) << output;
+  EXPECT_EQ(fs::path(cps[0]).filename(), checkpoint_dir_name(static_cast<std::int64_t>(logged)));
+
+  expect_resume_matches(script, reference, run, steps);
+}
+
 TEST(FaultMatrix, DeadRankDuringASaveKeepsThePreviousCheckpoint) {
   const int steps = 8;
   const std::string reference = temp_dir("fault_mpi_reference");
