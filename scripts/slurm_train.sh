@@ -47,7 +47,8 @@ while true; do
   ((signals != seen)) || break
 done
 
-if ((status == 138 && signals > 0)) && [[ ${TANDEM_SLURM_REQUEUE:-1} != 0 && -n ${SLURM_JOB_ID:-} ]]; then
+requeue=${TANDEM_SLURM_REQUEUE:-1}
+if ((status == 138 && signals > 0)) && [[ $requeue != 0 && -n ${SLURM_JOB_ID:-} ]]; then
   echo "tandem: stopped with a checkpoint before the time limit; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
 fi
