@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,12 +95,14 @@ inline int wait_exit_code(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// An uninterrupted run of `steps` steps, made once per build of tandem and shared by the tests
-// (a lock keeps two test processes from making it at the same time).
-inline std::string reference_run(int steps) {
+// An uninterrupted run, made once per build of tandem by `command(dir)` and shared by the tests
+// (a lock keeps two test processes from making it at the same time); `name` tells the commands
+// apart.
+inline std::string shared_reference_run(
+    const std::string& name, const std::function<std::string(const std::string&)>& command) {
   const std::string binary_id = xxh64_file_hex(TANDEM_BINARY).substr(0, 12);
-  const fs::path dir = fs::temp_directory_path() /
-                       ("tandem_fault_reference_" + std::to_string(steps) + "_" + binary_id);
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_fault_reference_" + name + "_" + binary_id);
   const std::string lock_path = dir.string() + ".lock";
   // Closed (and so unlocked) however this returns: a failure that threw while the lock was held
   // used to leave it held, and the next test in this process then waited for itself forever.
@@ -111,11 +114,18 @@ inline std::string reference_run(int steps) {
   ::flock(lock.fd, LOCK_EX);
   if (!fs::exists(dir / "done")) {
     fs::remove_all(dir);
-    auto r = run_tandem("train " + train_args(dir.string(), steps));
+    auto r = run_shell(command(dir.string()));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     write_file_atomic((dir / "done").string(), "");
   }
   return dir.string();
+}
+
+// An uninterrupted single-process run of `steps` steps (train_args), shared by the tests.
+inline std::string reference_run(int steps) {
+  return shared_reference_run(std::to_string(steps), [steps](const std::string& dir) {
+    return testing::tandem_binary() + " train " + train_args(dir, steps);
+  });
 }
 
 // The two runs' checkpoints of `step` hold the same files under model/ and optim/ (weights,

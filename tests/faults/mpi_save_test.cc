@@ -63,22 +63,28 @@ pid_t rank_pid(pid_t launcher, int rank) {
   return -1;
 }
 
-// Two ranks of zero1 for `steps` steps, mpirun stopped by `sig_to` (SIGUSR1 to mpirun itself or
-// to one rank) after three steps: every rank stops at the same step boundary, the checkpoint of
-// the step the log records last holds both ranks' shards, mpirun ends with 128 + SIGUSR1 (each
-// rank's status, whichever got the signal), and the resumed job matches the uninterrupted one
-// bit for bit.
-void expect_sigusr1_saves_and_resumes(const std::string& name, int signalled_rank) {
-  const int steps = 40;
-  const std::string no_interval = " trainer.save_interval=1000";
-  const std::string reference = temp_dir("fault_mpi_usr1_reference_" + name);
-  auto ref = run_shell(mpi_train(reference, steps) + no_interval);
-  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+constexpr int kSignalledSteps = 40;
+const char* const kNoSaveInterval = " trainer.save_interval=1000";
 
-  const std::string run = temp_dir("fault_mpi_usr1_" + name);
+// The uninterrupted two-rank zero1 run the SIGUSR1 tests resume to, made once per build.
+std::string signalled_runs_reference() {
+  return shared_reference_run("mpi_zero1_40", [](const std::string& dir) {
+    return mpi_train(dir, kSignalledSteps) + kNoSaveInterval;
+  });
+}
+
+// `launch`, two ranks of zero1 for kSignalledSteps steps in the folder `run`, started in the
+// background and sent SIGUSR1 after three steps: to the launched process (mpirun, or the Slurm
+// script) when `signalled_rank` < 0, else to that rank of the mpirun it launched. Every rank stops
+// at the same step boundary, the checkpoint of the step the log records last holds both ranks'
+// shards, the launcher ends with 128 + SIGUSR1 (each rank's status, whichever got the signal), and
+// `launch` again resumes the job and matches the uninterrupted one bit for bit.
+void expect_sigusr1_saves_and_resumes(const std::string& run, const std::string& launch,
+                                      int signalled_rank) {
+  const std::string reference = signalled_runs_reference();
   fs::create_directories(run);
-  const std::string log = run + "/mpirun.log";
-  const pid_t launcher = start_command(mpi_train(run, steps) + no_interval, log);
+  const std::string log = run + "/launch.log";
+  const pid_t launcher = start_command(launch, log);
   ASSERT_TRUE(wait_for_steps(launcher, run, 3)) << read_file(log);
   const pid_t target = signalled_rank < 0 ? launcher : rank_pid(launcher, signalled_rank);
   ASSERT_GT(target, 0) << "no rank " << signalled_rank << " under mpirun " << launcher;
@@ -88,7 +94,7 @@ void expect_sigusr1_saves_and_resumes(const std::string& name, int signalled_ran
   EXPECT_NE(output.find(fmt::format("signal {} received: saving", SIGUSR1)), std::string::npos)
       << output;
   const std::size_t logged = metric_lines(run);
-  ASSERT_LT(logged, static_cast<std::size_t>(steps)) << output;
+  ASSERT_LT(logged, static_cast<std::size_t>(kSignalledSteps)) << output;
   auto cps = list_checkpoints(run + "/checkpoints");
   ASSERT_EQ(cps.size(), 1u) << output;
   const std::string last = checkpoint_dir_name(static_cast<std::int64_t>(logged));
@@ -97,31 +103,26 @@ void expect_sigusr1_saves_and_resumes(const std::string& name, int signalled_ran
   for (int shard = 0; shard < 2; ++shard)
     EXPECT_TRUE(fs::exists(cps[0] + "/optim/" + optimizer_shard_file_name(shard, 2))) << shard;
 
-  expect_resume_matches(mpi_train(run, steps) + no_interval, reference, run, steps);
+  expect_resume_matches(launch, reference, run, kSignalledSteps);
 }
 
 // What Slurm sends ahead of a time limit (docs/recipes.md): mpirun passes it on to every rank.
 TEST(FaultMatrix, SigusrOneToMpirunStopsEveryRankWithACheckpointAndTheJobResumes) {
-  expect_sigusr1_saves_and_resumes("mpirun", -1);
+  const std::string run = temp_dir("fault_mpi_usr1_mpirun");
+  expect_sigusr1_saves_and_resumes(run, mpi_train(run, kSignalledSteps) + kNoSaveInterval, -1);
 }
 
 // Rank 1 alone: rank 0 learns of it in the step boundary's agreement and stops there too, by the
 // same signal.
 TEST(FaultMatrix, SigusrOneToOneRankStopsEveryRankAtTheSameStep) {
-  expect_sigusr1_saves_and_resumes("rank1", 1);
+  const std::string run = temp_dir("fault_mpi_usr1_rank1");
+  expect_sigusr1_saves_and_resumes(run, mpi_train(run, kSignalledSteps) + kNoSaveInterval, 1);
 }
 
 // scripts/slurm_train.sh without Slurm, two ranks, and a stand-in `scontrol` on PATH that records
 // its arguments: SIGUSR1 to the script (what `sbatch --signal=B:USR1@...` sends) reaches both
-// ranks through mpirun, the run stops with a checkpoint of its last logged step, the script exits
-// with 138 and requeues its job; the requeued start resumes and matches the uninterrupted run.
+// ranks through mpirun, and the script requeues its job once (the resumed start is not signalled).
 TEST(FaultMatrix, SlurmScriptPassesTheTimeLimitSignalOnAndRequeuesTheJob) {
-  const int steps = 40;
-  const std::string no_interval = " trainer.save_interval=1000";
-  const std::string reference = temp_dir("fault_slurm_reference");
-  auto ref = run_shell(mpi_train(reference, steps) + no_interval);
-  ASSERT_EQ(ref.exit_code, 0) << ref.output;
-
   const std::string run = temp_dir("fault_slurm_run");
   const std::string bin = run + "/bin";
   fs::create_directories(bin);
@@ -130,24 +131,10 @@ TEST(FaultMatrix, SlurmScriptPassesTheTimeLimitSignalOnAndRequeuesTheJob) {
   const std::string script =
       "env OMP_NUM_THREADS=1 SLURM_JOB_ID=4242 PATH=" + bin + ":$PATH TANDEM=" + TANDEM_BINARY +
       " TANDEM_MPIRUN_ARGS='--oversubscribe --allow-run-as-root -np 2' bash " + TANDEM_SOURCE_DIR +
-      "/scripts/slurm_train.sh " + train_args(run, steps) +
-      " dist.strategy=zero1 data.micro_batch_size=2" + no_interval;
-  const std::string log = run + "/job.log";
-  const pid_t job = start_command(script, log);
-  ASSERT_TRUE(wait_for_steps(job, run, 3)) << read_file(log);
-  ASSERT_EQ(kill(job, SIGUSR1), 0);
-  EXPECT_EQ(wait_exit_code(job), 128 + SIGUSR1) << read_file(log);
-  const std::string output = read_file(log);
-  EXPECT_NE(output.find(fmt::format("signal {} received: saving", SIGUSR1)), std::string::npos)
-      << output;
-  EXPECT_EQ(read_file(run + "/scontrol.log"), "requeue 4242\n") << output;
-  const std::size_t logged = metric_lines(run);
-  ASSERT_LT(logged, static_cast<std::size_t>(steps)) << output;
-  auto cps = list_checkpoints(run + "/checkpoints");
-  ASSERT_EQ(cps.size(), 1u) << output;
-  EXPECT_EQ(fs::path(cps[0]).filename(), checkpoint_dir_name(static_cast<std::int64_t>(logged)));
-
-  expect_resume_matches(script, reference, run, steps);
+      "/scripts/slurm_train.sh " + train_args(run, kSignalledSteps) +
+      " dist.strategy=zero1 data.micro_batch_size=2" + kNoSaveInterval;
+  expect_sigusr1_saves_and_resumes(run, script, -1);
+  EXPECT_EQ(read_file(run + "/scontrol.log"), "requeue 4242\n");
 }
 
 TEST(FaultMatrix, DeadRankDuringASaveKeepsThePreviousCheckpoint) {

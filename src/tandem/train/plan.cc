@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -16,10 +15,7 @@
 #include "tandem/kernels/cuda/scratch_sizes.h"
 #include "tandem/model/olmo3_model.h"
 #include "tandem/model/parameters.h"
-#include "tandem/model/sharded_parameters.h"
 #include "tandem/train/plan_step_time.h"
-
-namespace fs = std::filesystem;
 
 namespace tandem::train {
 namespace {
@@ -27,7 +23,6 @@ namespace {
 using model::Recompute;
 using plan_detail::Units;
 
-constexpr double kGB = 1e9;
 // The CPU kernels' fused cross-entropy works on chunks of logits of at most 32 MiB
 // (kernels/cpu/cross_entropy.cc); the CUDA backend's sizes are in kernels/cuda/scratch_sizes.h.
 constexpr double kCrossEntropyChunkBytes = 32.0 * 1024 * 1024;
@@ -177,8 +172,7 @@ Plan make_plan(const PlanInput& in) {
   const double a = in.bf16 ? 2.0 : 4.0;  // bytes per activation / compute-weight element
   const std::string adt = in.bf16 ? "bf16" : "fp32";
   const Units units = plan_detail::parameter_units(c);
-  double numel = 0;  // parameter elements without alignment gaps
-  numel = static_cast<double>(c.total_params());
+  const double numel = static_cast<double>(c.total_params());  // without alignment gaps
 
   // ---- persistent state ----
   const double param_elems = sharded ? units.sharded(S) : units.total;
@@ -186,10 +180,13 @@ Plan make_plan(const PlanInput& in) {
       sharded ? fmt::format("1/{} of {:.3g}B, sharded by unit", S, numel / 1e9) : "replicated";
   p.memory.push_back({"parameters", 4 * param_elems, "fp32 master weights, " + share, true});
   p.memory.push_back({"gradients", 4 * param_elems, "fp32, " + share, true});
+  // The largest ZeRO-1 range: zero1's moments, and a ddp or zero1 checkpoint's largest share.
+  const double zero1_range =
+      !sharded && W > 1 ? zero1_moment_elements(model::ParameterLayout(c), W) : numel;
   double moment_elems = numel;
   std::string moment_share = "replicated";
   if (in.dist.strategy == dist::Strategy::kZero1 && W > 1) {
-    moment_elems = zero1_moment_elements(model::ParameterLayout(c), W);
+    moment_elems = zero1_range;
     moment_share = fmt::format("the largest of {} ZeRO-1 ranges", W);
   } else if (sharded) {
     moment_elems = param_elems;
@@ -201,9 +198,7 @@ Plan make_plan(const PlanInput& in) {
   // zero1, its shard under fsdp/hsdp, whose replicas write none).
   p.checkpoint_bytes = 12 * numel;
   p.checkpoint_writers = sharded ? S : W;
-  p.checkpoint_bytes_per_writer =
-      12 * (sharded ? param_elems
-                    : (W > 1 ? zero1_moment_elements(model::ParameterLayout(c), W) : numel));
+  p.checkpoint_bytes_per_writer = 12 * (sharded ? param_elems : zero1_range);
 
   // ---- activations (kept for backward, by recompute policy) and the shared scratch ----
   // Counted by the model itself (model/olmo3_model.h), as it allocates them.
@@ -232,9 +227,7 @@ Plan make_plan(const PlanInput& in) {
     if (in.bf16) {
       // The model's copy starts after the embedding table (first in the layout), whose lookup
       // reads the fp32 masters.
-      const model::ParameterLayout layout(c);
-      const model::ParameterEntry& emb = layout.entry("embeddings.weight");
-      compute_copies = 2 * (units.total - static_cast<double>(emb.offset + emb.numel));
+      compute_copies = 2 * (units.total - static_cast<double>(units.ranges.front().end));
       copies_detail = "bf16 copy of every weight but the embedding table, cast once per step";
     } else {
       copies_detail = "none: the fp32 weights are the compute weights";
@@ -254,7 +247,7 @@ Plan make_plan(const PlanInput& in) {
     std::vector<double> order{units.embeddings};
     for (double b : units.blocks) order.push_back(b);
     order.push_back(units.head);
-    const bool prefetching = in.dist.prefetch && S > 1;
+    const bool prefetching = plan_detail::fsdp_prefetches(in, S);
     const double block_buffers = nb ? dist::fsdp_block_buffers(prefetching) : 0;
     const double largest_block =
         nb ? *std::max_element(units.blocks.begin(), units.blocks.end()) : 0.0;

@@ -6,7 +6,6 @@
 #include "tandem/dist/device_gradient_reduction.h"
 #include "tandem/dist/fsdp_shards.h"
 #include "tandem/model/parameters.h"
-#include "tandem/model/sharded_parameters.h"
 
 namespace tandem::train::plan_detail {
 namespace {
@@ -90,15 +89,14 @@ std::vector<double> unit_backward_ends(const PlanInput& in, double micro_batch_t
   return ends;
 }
 
-BucketedSums bucketed_gradient_sums(const PlanInput& in, double micro_batch_tokens,
-                                    double bytes_per_element, double bandwidth) {
-  const std::vector<model::ParameterUnit> units =
-      model::parameter_units(model::ParameterLayout(in.model));
+BucketedSums bucketed_gradient_sums(const PlanInput& in, const Units& units,
+                                    double micro_batch_tokens, double bytes_per_element,
+                                    double bandwidth) {
   const std::vector<double> done = unit_backward_ends(in, micro_batch_tokens);
   const double t = done.front();  // the backward's end
   const double bucket_bytes = in.dist.bucket_mb * 1024 * 1024;
   const auto buckets = dist::plan_gradient_buckets(
-      units, std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / 4)));
+      units.ranges, std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_bytes / 4)));
   const int W = in.world_size;
   BucketedSums out;
   double free_at = 0;  // when the communicator's stream is done with the previous bucket
@@ -164,22 +162,17 @@ double Units::sharded(int shards) const {
 Units parameter_units(const model::ModelConfig& c) {
   const model::ParameterLayout layout(c);
   Units u;
-  u.blocks.assign(static_cast<std::size_t>(c.n_layers), 0.0);
-  auto end_of = [&](const std::string& name) {
-    const model::ParameterEntry& e = layout.entry(name);
-    return static_cast<double>(e.offset + e.numel);
-  };
-  auto begin_of = [&](const std::string& name) {
-    return static_cast<double>(layout.entry(name).offset);
-  };
-  u.embeddings = end_of("embeddings.weight") - begin_of("embeddings.weight");
-  for (std::int64_t l = 0; l < c.n_layers; ++l)
-    u.blocks[static_cast<std::size_t>(l)] =
-        end_of(model::block_param(l, "feed_forward_norm.weight")) -
-        begin_of(model::block_param(l, "attention.w_q.weight"));
-  u.head = end_of("lm_head.w_out.weight") - begin_of("lm_head.norm.weight");
+  u.ranges = model::parameter_units(layout);
+  auto size = [](const model::ParameterUnit& r) { return static_cast<double>(r.size()); };
+  u.embeddings = size(u.ranges.front());
+  for (std::size_t i = 1; i + 1 < u.ranges.size(); ++i) u.blocks.push_back(size(u.ranges[i]));
+  u.head = size(u.ranges.back());
   u.total = static_cast<double>(layout.total());
   return u;
+}
+
+bool fsdp_prefetches(const PlanInput& in, int shard_group) {
+  return in.dist.prefetch && shard_group > 1;
 }
 
 void estimate_step_time(const PlanInput& in, const Units& units, Plan& p) {
@@ -190,7 +183,7 @@ void estimate_step_time(const PlanInput& in, const Units& units, Plan& p) {
   const int replicas = W / S;
   const double N = static_cast<double>(p.micro_batch_tokens);  // tokens per micro-batch
   const double a = in.bf16 ? 2.0 : 4.0;                        // bytes per compute-weight element
-  const bool prefetching = in.dist.prefetch && S > 1;
+  const int block_buffers = dist::fsdp_block_buffers(fsdp_prefetches(in, S));
   p.model_flops_per_token = c.flops_per_token(T);
   double extra = 0;
   for (std::int64_t w : c.layer_windows) extra += recomputed_flops(c, w, T, in.recompute);
@@ -221,7 +214,8 @@ void estimate_step_time(const PlanInput& in, const Units& units, Plan& p) {
       const bool zero1 = in.dist.strategy == dist::Strategy::kZero1;
       const double per_element = zero1 ? 4 : 2 * 4;
       if (in.device.backend == "cuda" && W > 1) {
-        const BucketedSums sums = bucketed_gradient_sums(in, N, per_element, bandwidth(W, true));
+        const BucketedSums sums =
+            bucketed_gradient_sums(in, units, N, per_element, bandwidth(W, true));
         p.comm_s += sums.seconds;
         p.comm_bytes += sums.bytes;
         exposed += sums.exposed;
@@ -241,7 +235,7 @@ void estimate_step_time(const PlanInput& in, const Units& units, Plan& p) {
       // head stays gathered from its forward to its backward), reduce-scatters (the
       // embedding's, last, is never hidden).
       const std::size_t nb = units.blocks.size();
-      const auto kept = std::min<std::size_t>(nb, dist::fsdp_block_buffers(prefetching));
+      const auto kept = std::min<std::size_t>(nb, block_buffers);
       double regathered = 0;
       for (std::size_t l = 0; l + kept < nb; ++l) regathered += units.blocks[l];
       collective(a * units.embeddings, S, bw, mbs, false);
@@ -252,9 +246,8 @@ void estimate_step_time(const PlanInput& in, const Units& units, Plan& p) {
       // The all-reduce of each shard's gradients across the replicas: on a GPU backend by unit,
       // overlapping the last backward; on the CPU backend whole, after it.
       if (replicas > 1 && in.device.backend == "cuda") {
-        const BucketedSums sums =
-            replica_sums_in_backward(in, units, N, S, replicas, bandwidth(replicas, false),
-                                     dist::fsdp_block_buffers(prefetching));
+        const BucketedSums sums = replica_sums_in_backward(
+            in, units, N, S, replicas, bandwidth(replicas, false), block_buffers);
         p.comm_s += sums.seconds;
         p.comm_bytes += sums.bytes;
         exposed += sums.exposed;

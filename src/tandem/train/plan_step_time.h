@@ -9,13 +9,16 @@
 
 #include "tandem/model/model_config.h"
 #include "tandem/model/recompute.h"
+#include "tandem/model/sharded_parameters.h"
 #include "tandem/train/plan.h"
 
 namespace tandem::train::plan_detail {
 
-// Parameter elements of the FSDP units in the order the forward uses them: the embedding, each
-// block, the head (final norm + lm_head), as laid out in the flat buffer (alignment included).
+// Parameter elements of the FSDP units in the order the forward uses them (model::parameter_units):
+// the embedding, each block, the head (final norm + lm_head), as laid out in the flat buffer
+// (alignment included).
 struct Units {
+  std::vector<model::ParameterUnit> ranges;  // model::parameter_units of the layout
   double embeddings = 0;
   std::vector<double> blocks;
   double head = 0;
@@ -26,6 +29,10 @@ struct Units {
   double sharded(int shards) const;
 };
 Units parameter_units(const model::ModelConfig& c);
+
+// Whether FSDP prefetches in this run, as FsdpParameters decides (dist/fsdp.cc) given a
+// communicator that allows it: when asked to and the shard group has more than one rank.
+bool fsdp_prefetches(const PlanInput& in, int shard_group);
 
 // FLOPs per token that `recompute` runs again in a block's backward with this attention window
 // (0: the whole sequence T). Full: the block's forward; selective: its MLP's.
