@@ -5,7 +5,9 @@
 # (--signal=B:USR1@300); the script passes it on to mpirun, which passes it on to every rank, and
 # the ranks stop together at the next step boundary with a checkpoint (exit status 138). The job
 # is then put back in the queue, and its next start resumes from that checkpoint: the same
-# command, on the same or any other number of ranks that divides the global batch.
+# command, on the same or any other number of ranks that divides the global batch. Where the
+# cluster sets SlurmctldParameters=preempt_send_user_signal, a preemption sends the same signal
+# at the start of the partition's GraceTime and takes the same path.
 #
 #   sbatch --nodes=8 --ntasks-per-node=8 --gpus-per-node=8 --time=24:00:00 \
 #       scripts/slurm_train.sh configs/olmo3-7b-stage1.yaml backend=cuda precision=bf16 ...
@@ -16,9 +18,9 @@
 #   TANDEM_SLURM_REQUEUE   0: end the job after the checkpoint instead of requeueing it
 #   TANDEM_MPIRUN_ARGS     more options for mpirun (e.g. --bind-to none), split at spaces
 #
-# scancel ends a job without a checkpoint (mpirun ends its ranks on SIGTERM); to stop one with a
-# checkpoint and not requeue it: TANDEM_SLURM_REQUEUE=0 at submission and
-# `scancel --batch --signal=USR1 JOBID`.
+# scancel, and a preemption without that setting, end a job without a checkpoint: Slurm's SIGTERM
+# reaches mpirun, which ends its ranks, then SIGKILL follows. To stop one with a checkpoint and
+# not requeue it: TANDEM_SLURM_REQUEUE=0 at submission and `scancel --batch --signal=USR1 JOBID`.
 #SBATCH --job-name=tandem
 #SBATCH --signal=B:USR1@300
 #SBATCH --requeue
@@ -49,7 +51,8 @@ done
 
 requeue=${TANDEM_SLURM_REQUEUE:-1}
 if ((status == 138 && signals > 0)) && [[ $requeue != 0 && -n ${SLURM_JOB_ID:-} ]]; then
-  echo "tandem: stopped with a checkpoint before the time limit; requeueing job $SLURM_JOB_ID"
+  echo "tandem: stopped with a checkpoint on SIGUSR1 (time limit or preemption);" \
+    "requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
 fi
 exit "$status"
