@@ -2,7 +2,8 @@
 // optimizer shard, before rank 0 indexes and renames the checkpoint) ends the job; the previous
 // checkpoint stays intact and a resume on the same ranks is bit-identical to an uninterrupted
 // data-parallel run. SIGUSR1 to mpirun, or to one rank only, stops every rank at one step
-// boundary with a checkpoint of that step, and the job resumes bit-identically.
+// boundary with a checkpoint of that step, and the job resumes bit-identically; so does
+// scripts/slurm_train.sh on the signals Slurm sends it (time limit) or its ranks (preemption).
 #include <fmt/format.h>
 
 #include "fault_test_util.h"
@@ -38,27 +39,36 @@ void expect_resume_matches(const std::string& command, const std::string& refere
   expect_same_weights_and_moments(reference, run, steps);
 }
 
-// The pid of the process that mpirun `launcher` started as rank `rank` (-1 if none).
+// The parent of process `pid` (0 if it is gone).
+pid_t parent_of(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  std::getline(stat, line);
+  // pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
+  const std::size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 1));
+  std::string state;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+// The pid of the process that an mpirun at or below `launcher` started as rank `rank` (-1 if
+// none): only the launcher's own descendants, not another test's ranks.
 pid_t rank_pid(pid_t launcher, int rank) {
   const std::string wanted = fmt::format("OMPI_COMM_WORLD_RANK={}", rank);
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    // pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
-    const std::size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 1));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != launcher) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    pid_t ancestor = parent_of(pid);
+    while (ancestor > 1 && ancestor != launcher) ancestor = parent_of(ancestor);
+    if (ancestor != launcher) continue;
     std::ifstream environ_file(e.path() / "environ");
     std::string var;
     while (std::getline(environ_file, var, '\0'))
-      if (var == wanted) return static_cast<pid_t>(std::stol(name));
+      if (var == wanted) return pid;
   }
   return -1;
 }
@@ -74,24 +84,27 @@ std::string signalled_runs_reference() {
 }
 
 // `launch`, two ranks of zero1 for kSignalledSteps steps in the folder `run`, started in the
-// background and sent SIGUSR1 after three steps: to the launched process (mpirun, or the Slurm
-// script) when `signalled_rank` < 0, else to that rank of the mpirun it launched. Every rank stops
-// at the same step boundary, the checkpoint of the step the log records last holds both ranks'
-// shards, the launcher ends with 128 + SIGUSR1 (each rank's status, whichever got the signal), and
-// `launch` again resumes the job and matches the uninterrupted one bit for bit.
-void expect_sigusr1_saves_and_resumes(const std::string& run, const std::string& launch,
-                                      int signalled_rank) {
+// background and sent `sig` after three steps: to the launched process (mpirun, or the Slurm
+// script) when `signalled_ranks` is empty, else to those ranks of the mpirun below it. Every rank
+// stops at the same step boundary, the checkpoint of the step the log records last holds both
+// ranks' shards, the launcher ends with 128 + `sig` (each rank's status, whichever got the
+// signal), and `launch` again resumes the job and matches the uninterrupted one bit for bit.
+void expect_stop_saves_and_resumes(const std::string& run, const std::string& launch, int sig,
+                                   const std::vector<int>& signalled_ranks) {
   const std::string reference = signalled_runs_reference();
   fs::create_directories(run);
   const std::string log = run + "/launch.log";
   const pid_t launcher = start_command(launch, log);
   ASSERT_TRUE(wait_for_steps(launcher, run, 3)) << read_file(log);
-  const pid_t target = signalled_rank < 0 ? launcher : rank_pid(launcher, signalled_rank);
-  ASSERT_GT(target, 0) << "no rank " << signalled_rank << " under mpirun " << launcher;
-  ASSERT_EQ(kill(target, SIGUSR1), 0);
-  EXPECT_EQ(wait_exit_code(launcher), 128 + SIGUSR1) << read_file(log);
+  std::vector<pid_t> targets;
+  for (int rank : signalled_ranks) targets.push_back(rank_pid(launcher, rank));
+  if (signalled_ranks.empty()) targets.push_back(launcher);
+  for (pid_t target : targets)
+    ASSERT_GT(target, 0) << "a signalled rank not found under " << launcher;
+  for (pid_t target : targets) ASSERT_EQ(kill(target, sig), 0);
+  EXPECT_EQ(wait_exit_code(launcher), 128 + sig) << read_file(log);
   const std::string output = read_file(log);
-  EXPECT_NE(output.find(fmt::format("signal {} received: saving", SIGUSR1)), std::string::npos)
+  EXPECT_NE(output.find(fmt::format("signal {} received: saving", sig)), std::string::npos)
       << output;
   const std::size_t logged = metric_lines(run);
   ASSERT_LT(logged, static_cast<std::size_t>(kSignalledSteps)) << output;
@@ -106,34 +119,56 @@ void expect_sigusr1_saves_and_resumes(const std::string& run, const std::string&
   expect_resume_matches(launch, reference, run, kSignalledSteps);
 }
 
+// scripts/slurm_train.sh without Slurm, two ranks, in `run`, with a stand-in `scontrol` on PATH
+// that records its arguments in run/scontrol.log; `env` adds variables.
+std::string slurm_script(const std::string& run, const std::string& env) {
+  const std::string bin = run + "/bin";
+  fs::create_directories(bin);
+  write_file_atomic(bin + "/scontrol", "#!/bin/sh\necho \"$@\" >> " + run + "/scontrol.log\n");
+  fs::permissions(bin + "/scontrol", fs::perms::owner_all);
+  return "env OMP_NUM_THREADS=1 SLURM_JOB_ID=4242 PATH=" + bin + ":$PATH TANDEM=" + TANDEM_BINARY +
+         " " + env + " bash " + TANDEM_SOURCE_DIR + "/scripts/slurm_train.sh " +
+         train_args(run, kSignalledSteps) + " dist.strategy=zero1 data.micro_batch_size=2" +
+         kNoSaveInterval;
+}
+
 // What Slurm sends ahead of a time limit (docs/recipes.md): mpirun passes it on to every rank.
 TEST(FaultMatrix, SigusrOneToMpirunStopsEveryRankWithACheckpointAndTheJobResumes) {
   const std::string run = temp_dir("fault_mpi_usr1_mpirun");
-  expect_sigusr1_saves_and_resumes(run, mpi_train(run, kSignalledSteps) + kNoSaveInterval, -1);
+  expect_stop_saves_and_resumes(run, mpi_train(run, kSignalledSteps) + kNoSaveInterval, SIGUSR1,
+                                {});
 }
 
 // Rank 1 alone: rank 0 learns of it in the step boundary's agreement and stops there too, by the
 // same signal.
 TEST(FaultMatrix, SigusrOneToOneRankStopsEveryRankAtTheSameStep) {
   const std::string run = temp_dir("fault_mpi_usr1_rank1");
-  expect_sigusr1_saves_and_resumes(run, mpi_train(run, kSignalledSteps) + kNoSaveInterval, 1);
+  expect_stop_saves_and_resumes(run, mpi_train(run, kSignalledSteps) + kNoSaveInterval, SIGUSR1,
+                                {1});
 }
 
-// scripts/slurm_train.sh without Slurm, two ranks, and a stand-in `scontrol` on PATH that records
-// its arguments: SIGUSR1 to the script (what `sbatch --signal=B:USR1@...` sends) reaches both
+// The Slurm script: SIGUSR1 to the script (what `sbatch --signal=B:USR1@...` sends) reaches both
 // ranks through mpirun, and the script requeues its job once (the resumed start is not signalled).
 TEST(FaultMatrix, SlurmScriptPassesTheTimeLimitSignalOnAndRequeuesTheJob) {
   const std::string run = temp_dir("fault_slurm_run");
-  const std::string bin = run + "/bin";
-  fs::create_directories(bin);
-  write_file_atomic(bin + "/scontrol", "#!/bin/sh\necho \"$@\" >> " + run + "/scontrol.log\n");
-  fs::permissions(bin + "/scontrol", fs::perms::owner_all);
   const std::string script =
-      "env OMP_NUM_THREADS=1 SLURM_JOB_ID=4242 PATH=" + bin + ":$PATH TANDEM=" + TANDEM_BINARY +
-      " TANDEM_MPIRUN_ARGS='--oversubscribe --allow-run-as-root -np 2' bash " + TANDEM_SOURCE_DIR +
-      "/scripts/slurm_train.sh " + train_args(run, kSignalledSteps) +
-      " dist.strategy=zero1 data.micro_batch_size=2" + kNoSaveInterval;
-  expect_sigusr1_saves_and_resumes(run, script, -1);
+      slurm_script(run, "TANDEM_MPIRUN_ARGS='--oversubscribe --allow-run-as-root -np 2'");
+  expect_stop_saves_and_resumes(run, script, SIGUSR1, {});
+  EXPECT_EQ(read_file(run + "/scontrol.log"), "requeue 4242\n");
+}
+
+// The Slurm script with TANDEM_LAUNCHER=srun, srun's stand-in an mpirun of two ranks: a
+// preemption's SIGTERM to the ranks alone (Slurm's grace-time signal to the step's tasks) stops
+// both with a checkpoint, and the script requeues the job.
+TEST(FaultMatrix, SlurmScriptUnderSrunRequeuesAJobWhoseRanksAloneGotSigterm) {
+  const std::string run = temp_dir("fault_slurm_srun_run");
+  fs::create_directories(run + "/bin");
+  // srun's options (--mpi=pmix --kill-on-bad-exit=1) dropped; mpirun forwards signals as srun does.
+  write_file_atomic(run + "/bin/srun",
+                    "#!/bin/sh\nshift 2\nexec mpirun --oversubscribe --allow-run-as-root -np 2 "
+                    "\"$@\"\n");
+  fs::permissions(run + "/bin/srun", fs::perms::owner_all);
+  expect_stop_saves_and_resumes(run, slurm_script(run, "TANDEM_LAUNCHER=srun"), SIGTERM, {0, 1});
   EXPECT_EQ(read_file(run + "/scontrol.log"), "requeue 4242\n");
 }
 
