@@ -36,14 +36,13 @@
 set -uo pipefail
 
 tandem=${TANDEM:-tandem}
-exports=()
-for name in $(compgen -e); do
-  [[ $name == TANDEM_* || $name == OMP_NUM_THREADS ]] && exports+=(-x "$name")
-done
-
 launcher_kind=${TANDEM_LAUNCHER:-mpirun}
 case $launcher_kind in
   mpirun)
+    exports=()
+    for name in $(compgen -e); do
+      [[ $name == TANDEM_* || $name == OMP_NUM_THREADS ]] && exports+=(-x "$name")
+    done
     read -r -a mpirun_args <<<"${TANDEM_MPIRUN_ARGS:-}"
     mpirun "${mpirun_args[@]}" "${exports[@]}" "$tandem" train "$@" &
     ;;
