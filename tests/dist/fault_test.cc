@@ -31,31 +31,6 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// The pid of the child of `parent` whose environment says it is MPI rank `rank`, or -1.
-pid_t find_rank_pid(pid_t parent, int rank) {
-  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string stat = slurp(entry.path().string() + "/stat");
-    auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream fields(stat.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    fields >> state >> ppid;
-    if (ppid != parent) continue;
-    std::string env = slurp(entry.path().string() + "/environ");
-    for (std::size_t begin = 0; begin < env.size();) {
-      std::size_t end = env.find('\0', begin);
-      if (end == std::string::npos) end = env.size();
-      if (env.compare(begin, end - begin, want) == 0) return std::stoi(name);
-      begin = end + 1;
-    }
-  }
-  return -1;
-}
-
 TEST(Faults, HungRankEndsTheJobWithinTheTimeout) {
   const std::string run = temp_dir("dist_hang");
   const std::string log = run + "/job.log";
@@ -63,7 +38,7 @@ TEST(Faults, HungRankEndsTheJobWithinTheTimeout) {
       "TANDEM_DIST_TIMEOUT_S=5 " + tandem_command(2, "train " + train_args(run, 400)), log);
   ASSERT_GT(job, 0);
   ASSERT_TRUE(wait_for_steps(job, run, 5)) << slurp(log);
-  pid_t victim = find_rank_pid(job, 1);
+  pid_t victim = testing::rank_pid_below(job, 1);
   ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGSTOP), 0);  // alive but making no progress
   int status = 0;
@@ -93,7 +68,7 @@ TEST(Faults, KilledRankEndsTheJobThenFewerRanksResume) {
   pid_t job = start_job(tandem_command(world, args), log);
   ASSERT_GT(job, 0);
   ASSERT_TRUE(wait_for_steps(job, run, 13)) << slurp(log);
-  pid_t rank_pid = find_rank_pid(job, victim);
+  pid_t rank_pid = testing::rank_pid_below(job, victim);
   ASSERT_GT(rank_pid, 0) << "rank " << victim << " not found among mpirun's children";
   ASSERT_EQ(kill(rank_pid, SIGKILL), 0);
   int status = 0;
@@ -128,7 +103,7 @@ TEST(Faults, SaveFailingOnOneRankKeepsThePreviousCheckpoint) {
                         log);
   ASSERT_GT(job, 0);
   ASSERT_TRUE(wait_for_steps(job, run, 5)) << slurp(log);
-  pid_t rank1 = find_rank_pid(job, 1);
+  pid_t rank1 = testing::rank_pid_below(job, 1);
   ASSERT_GT(rank1, 0);
   const rlimit limit{100 * 1024, 100 * 1024};
   ASSERT_EQ(prlimit(rank1, RLIMIT_FSIZE, &limit, nullptr), 0);

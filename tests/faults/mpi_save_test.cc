@@ -30,47 +30,7 @@ void expect_resume_matches(const std::string& command, const std::string& refere
   auto done = run_shell(command);
   ASSERT_EQ(done.exit_code, 0) << done.output;
   EXPECT_NE(done.output.find("resumed from"), std::string::npos) << done.output;
-  auto a = testing::read_metrics(reference + "/metrics.jsonl");
-  auto b = testing::read_metrics(run + "/metrics.jsonl");
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i)
-    for (const char* key : {"step", "tokens", "train/loss", "train/grad_norm", "lr"})
-      EXPECT_EQ(a[i][key], b[i][key]) << key << " at line " << i;
-  expect_same_weights_and_moments(reference, run, steps);
-}
-
-// The parent of process `pid` (0 if it is gone).
-pid_t parent_of(pid_t pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  std::getline(stat, line);
-  // pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
-  const std::size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 1));
-  std::string state;
-  pid_t ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
-}
-
-// The pid of the process that an mpirun at or below `launcher` started as rank `rank` (-1 if
-// none): only the launcher's own descendants, not another test's ranks.
-pid_t rank_pid(pid_t launcher, int rank) {
-  const std::string wanted = fmt::format("OMPI_COMM_WORLD_RANK={}", rank);
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const auto pid = static_cast<pid_t>(std::stol(name));
-    pid_t ancestor = parent_of(pid);
-    while (ancestor > 1 && ancestor != launcher) ancestor = parent_of(ancestor);
-    if (ancestor != launcher) continue;
-    std::ifstream environ_file(e.path() / "environ");
-    std::string var;
-    while (std::getline(environ_file, var, '\0'))
-      if (var == wanted) return pid;
-  }
-  return -1;
+  expect_bit_identical(reference, run, steps);
 }
 
 constexpr int kSignalledSteps = 40;
@@ -97,7 +57,7 @@ void expect_stop_saves_and_resumes(const std::string& run, const std::string& la
   const pid_t launcher = start_command(launch, log);
   ASSERT_TRUE(wait_for_steps(launcher, run, 3)) << read_file(log);
   std::vector<pid_t> targets;
-  for (int rank : signalled_ranks) targets.push_back(rank_pid(launcher, rank));
+  for (int rank : signalled_ranks) targets.push_back(testing::rank_pid_below(launcher, rank));
   if (signalled_ranks.empty()) targets.push_back(launcher);
   for (pid_t target : targets)
     ASSERT_GT(target, 0) << "a signalled rank not found under " << launcher;

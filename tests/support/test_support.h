@@ -93,6 +93,41 @@ inline CommandResult run_tandem(const std::string& args) {
   return run_shell(tandem_binary() + " " + args);
 }
 
+// The parent of process `pid` (0 if it is gone), from /proc/PID/stat.
+inline pid_t parent_pid(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  // pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
+  const std::size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 1));
+  std::string state;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+// The pid of the process below `launcher` (its child, or a child's child: the ranks of an mpirun
+// that a script started) whose environment says it is OpenMPI rank `rank`, or -1. Only the
+// launcher's own descendants count, never another test's ranks.
+inline pid_t rank_pid_below(pid_t launcher, int rank) {
+  const std::string wanted = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    pid_t ancestor = parent_pid(pid);
+    while (ancestor > 1 && ancestor != launcher) ancestor = parent_pid(ancestor);
+    if (ancestor != launcher) continue;
+    std::ifstream environ_file(e.path() / "environ");
+    std::string var;
+    while (std::getline(environ_file, var, '\0'))
+      if (var == wanted) return pid;
+  }
+  return -1;
+}
+
 inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   std::vector<nlohmann::json> out;
   std::ifstream in(path);
