@@ -63,6 +63,10 @@ WINDOW = 16
 SKIP_WINDOW = 32  # rolling_interval_length: the rule is active from step 16 on
 SKIP_SIGMA = 2
 FILE_TOKENS = [9000, 13000, 7000, 11500]  # about 1.2 epochs of 8 x 64-token batches
+# PACKED: NumpyPackedFSLDataset (documents fragmented at SEQ and packed whole, padding masked out
+# of the labels) instead of NumpyFSLDataset, with numpy's argsort made stable while it packs
+# (docs/data-pipeline.md: numpy's default order of equal lengths depends on the CPU).
+PACKED = False
 
 
 def versions():
@@ -119,9 +123,17 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
         sliding_window=SlidingWindowAttentionConfig(
             pattern=[WINDOW, WINDOW, WINDOW, -1], force_full_attention_on_first_layer=False,
             force_full_attention_on_last_layer=True))
-    dataset = NumpyFSLDatasetConfig(
-        paths=list(data_paths), tokenizer=tokenizer, sequence_length=SEQ,
-        instance_filter_config=InstanceFilterConfig(), work_dir=work_dir)
+    if PACKED:
+        from olmo_core.data import NumpyPackedFSLDatasetConfig
+        from olmo_core.data.types import LongDocStrategy
+        dataset = NumpyPackedFSLDatasetConfig(
+            paths=list(data_paths), tokenizer=tokenizer, sequence_length=SEQ,
+            long_doc_strategy=LongDocStrategy.fragment,
+            instance_filter_config=InstanceFilterConfig(), work_dir=work_dir)
+    else:
+        dataset = NumpyFSLDatasetConfig(
+            paths=list(data_paths), tokenizer=tokenizer, sequence_length=SEQ,
+            instance_filter_config=InstanceFilterConfig(), work_dir=work_dir)
     loader = NumpyDataLoaderConfig(global_batch_size=INSTANCES_PER_BATCH * SEQ, seed=DATA_SEED,
                                    num_workers=0, work_dir=work_dir)
     train_module = TransformerTrainModuleConfig(
@@ -169,6 +181,28 @@ class StepRecorder:
         return _Recorder()
 
 
+def pack_with_a_stable_sort(dataset):
+    """Packs every source group here, with numpy's argsort stable, into the dataset's work_dir;
+    prepare() then finds these caches. (prepare() itself packs in a process pool whose workers
+    are spawned once the training environment is set up: a patch made here would not reach it.)"""
+    from olmo_core.data.utils import chunked
+
+    original, calls = np.argsort, []
+
+    def stable(a, *args, **kwargs):
+        calls.append(len(a))
+        return original(a, kind="stable")
+
+    np.argsort = stable
+    try:
+        groups = list(chunked(dataset.paths, dataset.source_group_size))
+        for group in groups:
+            dataset._pack_documents_from_source_into_instances(*group)
+    finally:
+        np.argsort = original
+    assert len(calls) == len(groups), (len(calls), len(groups))
+
+
 def build_trainer(data_paths, work_dir, save_folder, steps, load_path=None, checkpoint_every=None,
                   hard_stop=None):
     from olmo_core.train import Duration
@@ -195,6 +229,8 @@ def build_trainer(data_paths, work_dir, save_folder, steps, load_path=None, chec
     model = model_cfg.build(init_device="cpu")
     train_module = tm_cfg.build(model, device=torch.device("cpu"))
     dataset = dataset_cfg.build()
+    if PACKED:
+        pack_with_a_stable_sort(dataset)
     loader = loader_cfg.build(dataset, dp_process_group=train_module.dp_process_group)
     trainer = trainer_cfg.build(train_module, loader)
     # The config holds a copy: the recorder that runs is the trainer's.
@@ -240,7 +276,8 @@ def tandem_run_config(model_section, data_files, steps):
             "paths": data_files, "sequence_length": SEQ,
             "global_batch_size": INSTANCES_PER_BATCH * SEQ, "micro_batch_size":
             MICRO_BATCH_INSTANCES, "seed": DATA_SEED, "vocab_size": VOCAB,
-            "eos_token_id": EOS, "pad_token_id": PAD, "instance_filter_config": {}},
+            "eos_token_id": EOS, "pad_token_id": PAD, "instance_filter_config": {},
+            **({"dataset": "packed", "long_doc_strategy": "fragment"} if PACKED else {})},
         "optim": {"name": "skip_step_adamw", "lr": LR, "betas": [0.9, 0.95], "eps": 1e-8,
                   "weight_decay": 0.1, "max_grad_norm": 1.0, "z_loss_multiplier": 1e-5,
                   "rolling_interval_length": SKIP_WINDOW, "sigma_factor": SKIP_SIGMA},
@@ -299,7 +336,9 @@ def curve(a):
                                          STEPS), f, sort_keys=False, default_flow_style=None)
     with open(os.path.join(OUT, "curve_reference.json"), "w") as f:
         json.dump({"reference": "OLMo-core Trainer + TransformerTrainModule + SkipStepAdamW + "
-                                "CosWithWarmup + NumpyFSLDataset/NumpyDataLoader (CPU, fp32, "
+                                "CosWithWarmup + " + ("NumpyPackedFSLDataset (stable sort)"
+                                                      if PACKED else "NumpyFSLDataset") +
+                                "/NumpyDataLoader (CPU, fp32, "
                                 "single-process gloo group)",
                    "versions": versions(), "steps": records,
                    "steps_with_rejected_instances": rejected_steps, "skipped_steps": skipped,

@@ -116,6 +116,31 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
                  "{} ({}) must be a multiple of sequence_length ({})",
                  s.where("max_target_sequence_length"), m, c.sequence_length);
   }
+  const std::string dataset = s.get_string("dataset", "fsl");
+  TANDEM_CHECK(dataset == "fsl" || dataset == "packed",
+               "{}: '{}' is not one of fsl (OLMo-core's NumpyFSLDataset), packed "
+               "(NumpyPackedFSLDataset)",
+               s.where("dataset"), dataset);
+  if (dataset == "packed") {
+    PackingConfig p;
+    p.long_doc_strategy =
+        long_doc_strategy_from_name(s.get_string("long_doc_strategy", "truncate"));
+    p.source_group_size = s.get_int("source_group_size", 1);
+    check_positive(p.source_group_size, s.where("source_group_size"));
+    // OLMo-core's OBFD keeps a segment tree over the possible room left, built only for powers
+    // of two; its packed dataset has no max_target_sequence_length.
+    const std::int64_t T = c.sequence_length;
+    TANDEM_CHECK((T & (T - 1)) == 0,
+                 "{} ({}) must be a power of two for dataset: packed (OLMo-core's packer "
+                 "requires it)",
+                 s.where("sequence_length"), T);
+    TANDEM_CHECK(!c.max_target_sequence_length, "{}: not an option of dataset: packed",
+                 s.where("max_target_sequence_length"));
+    c.packing = p;
+  } else {
+    for (const char* key : {"long_doc_strategy", "source_group_size"})
+      TANDEM_CHECK(!s.has(key), "{} applies to dataset: packed only", s.where(key));
+  }
   // Buffers of global_batch_size tokens are allocated per batch: bound it (and the sequence
   // length) far above any real recipe but below what would overflow or exhaust memory.
   TANDEM_CHECK(c.sequence_length <= (std::int64_t{1} << 24), "{} ({}) is above the limit of 2^24",

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/data/document_packing.h"
 #include "tandem/data/repetition_filter.h"
 #include "tandem/io/config.h"
 #include "tandem/io/token_file.h"
@@ -21,12 +22,20 @@ struct DataSource {
   std::vector<std::string> files;     // expanded, sorted per pattern (OLMo-core sorts globs)
 };
 
+// `dataset: packed`: OLMo-core's NumpyPackedFSLDataset (data/document_packing.h) instead of
+// NumpyFSLDataset's fixed windows.
+struct PackingConfig {
+  LongDocStrategy long_doc_strategy = LongDocStrategy::kTruncate;
+  std::int64_t source_group_size = 1;  // consecutive files (in mix order) packed together
+};
+
 struct DataConfig {
   std::vector<DataSource> sources;
   std::string mix;  // the OLMo-core mix manifest the sources came from, if any
   std::int64_t sequence_length = 0;
   std::optional<std::int64_t> max_target_sequence_length;
-  std::int64_t global_batch_size = 0;  // tokens, as in OLMo-core
+  std::optional<PackingConfig> packing;  // set: documents packed into padded instances
+  std::int64_t global_batch_size = 0;    // tokens, as in OLMo-core
   std::int64_t seed = 0;
   std::int64_t vocab_size = 0;
   io::TokenDtype dtype = io::TokenDtype::kU32;

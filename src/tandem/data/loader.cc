@@ -56,9 +56,12 @@ Batch Loader::build_batch(std::uint64_t epoch, std::uint64_t step, std::uint64_t
   const std::size_t n = b.instance_ids.size();
   b.input_ids.resize(n * seq);
   b.instance_mask.assign(n, 1);
+  if (dataset_->packed()) b.label_mask.resize(n * seq);
   for (std::size_t i = 0; i < n; ++i) {
     std::span<std::int64_t> ids(b.input_ids.data() + i * seq, seq);
-    dataset_->read_instance(b.instance_ids[i], ids);
+    std::span<std::uint8_t> mask;
+    if (!b.label_mask.empty()) mask = std::span<std::uint8_t>(b.label_mask.data() + i * seq, seq);
+    dataset_->read_instance(b.instance_ids[i], ids, mask);
     if (config_.instance_filter && is_rejected_by_repetition(ids, *config_.instance_filter))
       b.instance_mask[i] = 0;
   }

@@ -1,5 +1,6 @@
 // The data loader the trainer calls: OLMo-core's global batch order, this rank's share of each
-// global batch, tokens and the repetition filter's instance mask, prepared ahead of time
+// global batch, tokens, the packed data's label mask and the repetition filter's instance mask,
+// prepared ahead of time
 // by a background thread so that the trainer does not wait on I/O.
 //
 //   Loader loader(config);
@@ -38,6 +39,9 @@ struct Batch {
   // 1 = kept, 0 = rejected by the instance (repetition) filter: its tokens stay in the batch and
   // its labels are ignored (train/train_step.h makes the labels).
   std::vector<std::uint8_t> instance_mask;
+  // Per token, 1 = a document token, 0 = a packed instance's padding (its label is ignored). Empty
+  // for fixed-window data, where every token counts.
+  std::vector<std::uint8_t> label_mask;
 
   std::size_t num_instances() const { return instance_ids.size(); }
 };

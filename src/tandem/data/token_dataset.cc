@@ -18,6 +18,7 @@ std::string python_optional(const std::optional<std::int64_t>& v) {
 TokenDataset::TokenDataset(const DataConfig& config)
     : sequence_length_(config.sequence_length),
       vocab_size_(static_cast<std::uint64_t>(config.vocab_size)) {
+  pad_token_id_ = config.pad_token_id;
   TANDEM_CHECK(config.sequence_length > 0, "sequence_length must be positive");
   const std::uint64_t window = static_cast<std::uint64_t>(
       config.max_target_sequence_length.value_or(config.sequence_length));
@@ -35,15 +36,25 @@ TokenDataset::TokenDataset(const DataConfig& config)
     }
   }
   TANDEM_CHECK(!files_.empty(), "the data config names no token files");
+  if (config.packing) pack(config);
 
-  std::string text = "class=NumpyFSLDataset";
+  std::string text = config.packing ? "class=NumpyPackedFSLDataset" : "class=NumpyFSLDataset";
   text += fmt::format("vocab_size={},", config.vocab_size);
   text += fmt::format("pad_token_id={},", config.pad_token_id);
   text += fmt::format("eos_token_id={},", config.eos_token_id);
   text += fmt::format("dtype=<class 'numpy.{}'>,", io::token_dtype_name(config.dtype));
-  text += fmt::format("max_target_sequence_length={},",
-                      python_optional(config.max_target_sequence_length));
-  text += fmt::format("bos_token_id={},", python_optional(config.bos_token_id));
+  if (config.packing) {
+    text += fmt::format("long_doc_strategy={},",
+                        long_doc_strategy_name(config.packing->long_doc_strategy));
+    text += fmt::format("bos_token_id={},", python_optional(config.bos_token_id));
+    text += fmt::format("sequence_length={},", config.sequence_length);
+    if (config.packing->source_group_size > 1)
+      text += fmt::format("source_group_size={},", config.packing->source_group_size);
+  } else {
+    text += fmt::format("max_target_sequence_length={},",
+                        python_optional(config.max_target_sequence_length));
+    text += fmt::format("bos_token_id={},", python_optional(config.bos_token_id));
+  }
   for (std::size_t i = 0; i < files_.size(); ++i)
     text += fmt::format("path={},size={},",
                         std::filesystem::path(files_[i]->path()).filename().string(),
@@ -53,31 +64,89 @@ TokenDataset::TokenDataset(const DataConfig& config)
   if (config.validate_token_ids) validate_token_ids();
 }
 
+void TokenDataset::pack(const DataConfig& config) {
+  const PackingConfig& p = *config.packing;
+  const auto group_size = static_cast<std::size_t>(p.source_group_size);
+  offsets_.assign(1, 0);
+  for (std::size_t first = 0; first < files_.size(); first += group_size) {
+    std::vector<PackedDocument> documents;
+    const std::size_t end = std::min(files_.size(), first + group_size);
+    for (std::size_t f = first; f < end; ++f)
+      find_documents(*files_[f], static_cast<std::uint32_t>(f), config.eos_token_id,
+                     config.bos_token_id, config.sequence_length, p.long_doc_strategy, documents);
+    groups_.push_back(pack_documents(std::move(documents), config.sequence_length));
+    group_first_file_.push_back(first);
+    offsets_.push_back(offsets_.back() + groups_.back().num_instances());
+  }
+}
+
 InstanceLocation TokenDataset::locate(std::uint64_t instance) const {
   TANDEM_CHECK(instance < num_instances(), "instance {} out of range ({} instances)", instance,
                num_instances());
   auto it = std::upper_bound(offsets_.begin(), offsets_.end(), instance);
-  std::size_t file = static_cast<std::size_t>(it - offsets_.begin()) - 1;
-  return {file, instance - offsets_[file]};
+  std::size_t unit = static_cast<std::size_t>(it - offsets_.begin()) - 1;
+  return {packed() ? group_first_file_[unit] : unit, instance - offsets_[unit]};
 }
 
-void TokenDataset::read_instance(std::uint64_t instance, std::span<std::int64_t> out) const {
-  TANDEM_CHECK(out.size() == static_cast<std::size_t>(sequence_length_),
-               "read_instance: buffer of {} tokens for sequence_length {}", out.size(),
-               sequence_length_);
-  InstanceLocation loc = locate(instance);
-  const std::uint64_t start = loc.local_index * static_cast<std::uint64_t>(sequence_length_);
-  files_[loc.file]->read(start, static_cast<std::uint64_t>(sequence_length_), out.data());
-  // Every id that reaches a batch is checked (validate_token_ids scans all of them up front):
-  // an id past the vocabulary would index a padding row of the embedding silently.
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (static_cast<std::uint64_t>(out[i]) >= vocab_size_) {
+// Every id that reaches a batch is checked (validate_token_ids scans all of them up front): an
+// id past the vocabulary would index a padding row of the embedding silently.
+void TokenDataset::check_ids(std::span<const std::int64_t> ids, std::size_t file,
+                             std::uint64_t start) const {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (static_cast<std::uint64_t>(ids[i]) >= vocab_size_) {
       core::fail(
           "{}: token id {} at token offset {} is >= vocab_size {} (a corrupt or foreign token "
           "file?)",
-          files_[loc.file]->path(), out[i], start + i, vocab_size_);
+          files_[file]->path(), ids[i], start + i, vocab_size_);
     }
   }
+}
+
+void TokenDataset::read_instance(std::uint64_t instance, std::span<std::int64_t> out,
+                                 std::span<std::uint8_t> label_mask) const {
+  TANDEM_CHECK(out.size() == static_cast<std::size_t>(sequence_length_) &&
+                   (label_mask.empty() || label_mask.size() == out.size()),
+               "read_instance: buffers of {} tokens and {} mask entries for sequence_length {}",
+               out.size(), label_mask.size(), sequence_length_);
+  if (!packed()) {
+    InstanceLocation loc = locate(instance);
+    const std::uint64_t start = loc.local_index * static_cast<std::uint64_t>(sequence_length_);
+    files_[loc.file]->read(start, static_cast<std::uint64_t>(sequence_length_), out.data());
+    check_ids(out, loc.file, start);
+    if (!label_mask.empty()) std::fill(label_mask.begin(), label_mask.end(), 1);
+    return;
+  }
+  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), instance);
+  TANDEM_CHECK(instance < num_instances(), "instance {} out of range ({} instances)", instance,
+               num_instances());
+  const PackedInstances& g = groups_[static_cast<std::size_t>(it - offsets_.begin()) - 1];
+  const std::uint64_t local = instance - *(it - 1);
+  std::size_t filled = 0;
+  for (std::uint64_t m = g.offsets[local]; m < g.offsets[local + 1]; ++m) {
+    const PackedDocument& d = g.documents[g.members[m]];
+    std::span<std::int64_t> part = out.subspan(filled, d.length);
+    files_[d.file]->read(d.start, d.length, part.data());
+    check_ids(part, d.file, d.start);
+    filled += d.length;
+  }
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(filled), out.end(), pad_token_id_);
+  if (!label_mask.empty()) {
+    std::fill(label_mask.begin(), label_mask.begin() + static_cast<std::ptrdiff_t>(filled), 1);
+    std::fill(label_mask.begin() + static_cast<std::ptrdiff_t>(filled), label_mask.end(), 0);
+  }
+}
+
+std::vector<std::int64_t> TokenDataset::document_lengths(std::uint64_t instance) const {
+  TANDEM_CHECK(instance < num_instances(), "instance {} out of range ({} instances)", instance,
+               num_instances());
+  if (!packed()) return {};
+  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), instance);
+  const PackedInstances& g = groups_[static_cast<std::size_t>(it - offsets_.begin()) - 1];
+  const std::uint64_t local = instance - *(it - 1);
+  std::vector<std::int64_t> out;
+  for (std::uint64_t m = g.offsets[local]; m < g.offsets[local + 1]; ++m)
+    out.push_back(g.documents[g.members[m]].length);
+  return out;
 }
 
 void TokenDataset::validate_token_ids() const {

@@ -1,7 +1,11 @@
-// OLMo-core's NumpyFSLDataset over memory-mapped token files: each file is cut on its own into
-// sequence_length windows (remainder dropped, instances never span files; with
-// max_target_sequence_length the file is first cut into max-target windows, each split into
-// max_target / sequence_length instances). Global instance ids follow the mix order.
+// The training dataset over memory-mapped token files, OLMo-core's NumpyFSLDataset or (with
+// `dataset: packed`) NumpyPackedFSLDataset.
+// - FSL: each file is cut on its own into sequence_length windows (remainder dropped, instances
+//   never span files; with max_target_sequence_length the file is first cut into max-target
+//   windows, each split into max_target / sequence_length instances).
+// - Packed: whole documents packed into instances per group of source_group_size consecutive
+//   files (data/document_packing.h), padded with pad_token_id; the label mask is 0 on padding.
+// Global instance ids follow the mix order (files, or groups of files, one after another).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include "tandem/data/data_config.h"
+#include "tandem/data/document_packing.h"
 #include "tandem/io/token_file.h"
 
 namespace tandem::data {
@@ -31,15 +36,22 @@ class TokenDataset {
   std::size_t num_files() const { return files_.size(); }
   const io::TokenFile& file(std::size_t i) const { return *files_[i]; }
   std::uint64_t file_size_bytes(std::size_t i) const { return files_[i]->size_bytes(); }
-  std::uint64_t file_instances(std::size_t i) const { return offsets_[i + 1] - offsets_[i]; }
   const std::string& source_label(std::size_t file) const { return labels_[file]; }
 
+  bool packed() const { return !groups_.empty(); }
+  // The instance's file and its index there (packed: the group's first file, and the index
+  // within the group).
   InstanceLocation locate(std::uint64_t instance) const;
-  // Copies the instance's tokens (sequence_length of them) into out.
-  void read_instance(std::uint64_t instance, std::span<std::int64_t> out) const;
+  // Copies the instance's tokens (sequence_length of them) into out and, when given, its label
+  // mask (sequence_length entries: 1 on document tokens, 0 on a packed instance's padding).
+  void read_instance(std::uint64_t instance, std::span<std::int64_t> out,
+                     std::span<std::uint8_t> label_mask = {}) const;
+  // Packed: the lengths of the instance's documents, in order (empty for FSL).
+  std::vector<std::int64_t> document_lengths(std::uint64_t instance) const;
 
   // OLMo-core's dataset fingerprint (version "v2.0"): sha256 over the class name, the settings
-  // (vocab_size, pad/eos ids, dtype, max_target_sequence_length, bos id) and each file's
+  // (vocab_size, pad/eos ids, dtype, then max_target_sequence_length and bos id, or for packed
+  // long_doc_strategy, bos id, sequence_length and a source_group_size above 1) and each file's
   // basename and size in bytes.
   std::string fingerprint() const { return fingerprint_; }
   static constexpr const char* kFingerprintVersion = "v2.0";
@@ -51,7 +63,14 @@ class TokenDataset {
  private:
   std::vector<std::unique_ptr<io::TokenFile>> files_;
   std::vector<std::string> labels_;
-  std::vector<std::uint64_t> offsets_;  // offsets_[i] = first global instance of file i
+  void pack(const DataConfig& config);
+  void check_ids(std::span<const std::int64_t> ids, std::size_t file, std::uint64_t start) const;
+
+  // offsets_[i] = first global instance of file i (FSL) or of packing group i (packed).
+  std::vector<std::uint64_t> offsets_;
+  std::vector<PackedInstances> groups_;        // packed only, one per group
+  std::vector<std::size_t> group_first_file_;  // packed only
+  std::int64_t pad_token_id_ = 0;
   std::int64_t sequence_length_ = 0;
   std::uint64_t vocab_size_ = 0;
   std::string fingerprint_;

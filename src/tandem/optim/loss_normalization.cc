@@ -5,14 +5,17 @@
 namespace tandem::optim {
 
 std::vector<std::int64_t> make_labels(const std::int64_t* input_ids, std::int64_t rows,
-                                      std::int64_t seq_len, const std::uint8_t* instance_keep) {
+                                      std::int64_t seq_len, const std::uint8_t* instance_keep,
+                                      const std::uint8_t* label_mask) {
   TANDEM_CHECK(rows >= 0 && seq_len > 0, "make_labels: bad shape [{}, {}]", rows, seq_len);
   std::vector<std::int64_t> labels(static_cast<std::size_t>(rows * seq_len), core::kIgnoreIndex);
   for (std::int64_t r = 0; r < rows; ++r) {
     if (instance_keep && !instance_keep[r]) continue;
     const std::int64_t* ids = input_ids + r * seq_len;
     std::int64_t* out = labels.data() + r * seq_len;
-    for (std::int64_t t = 0; t + 1 < seq_len; ++t) out[t] = ids[t + 1];
+    const std::uint8_t* mask = label_mask ? label_mask + r * seq_len : nullptr;
+    for (std::int64_t t = 0; t + 1 < seq_len; ++t)
+      if (!mask || mask[t + 1]) out[t] = ids[t + 1];
   }
   return labels;
 }

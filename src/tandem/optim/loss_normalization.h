@@ -2,6 +2,7 @@
 // each micro-batch's loss is its SUM of per-token CE (and z-loss) divided by the number of
 // non-ignored labels in the whole local batch, so the micro-batches add up to the batch mean.
 //   labels     = input ids shifted left by one; the last position of each instance is -100;
+//                so is the label of a token whose label mask is 0 (padding of packed data);
 //                every label of an instance rejected by the instance filter is -100.
 //   divisor    = #labels != -100 + seq_len * #rejected instances (their tokens count as
 //                zero-loss tokens, OLMo-core's deliberate simplification).
@@ -24,9 +25,11 @@ namespace tandem::optim {
 constexpr double kOlmoZLossMultiplier = 1e-5;
 
 // labels[rows * seq_len] from input_ids[rows * seq_len]. `instance_keep` (rows values, 0 = rejected
-// by the instance filter) may be null.
+// by the instance filter) and `label_mask` (rows * seq_len values, 0 = not a label, as OLMo-core's
+// label_mask) may be null.
 std::vector<std::int64_t> make_labels(const std::int64_t* input_ids, std::int64_t rows,
-                                      std::int64_t seq_len, const std::uint8_t* instance_keep);
+                                      std::int64_t seq_len, const std::uint8_t* instance_keep,
+                                      const std::uint8_t* label_mask = nullptr);
 
 // The loss divisor of a whole local batch (all its micro-batches).
 std::int64_t loss_divisor(const std::int64_t* labels, std::int64_t rows, std::int64_t seq_len,

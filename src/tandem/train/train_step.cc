@@ -26,9 +26,13 @@ StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
   TANDEM_CHECK(static_cast<std::int64_t>(batch.input_ids.size()) == rows * T,
                "training step {}: the batch holds {} tokens for {} instances of {}", step,
                batch.input_ids.size(), rows, T);
+  TANDEM_CHECK(batch.label_mask.empty() || batch.label_mask.size() == batch.input_ids.size(),
+               "training step {}: a label mask of {} entries for {} tokens", step,
+               batch.label_mask.size(), batch.input_ids.size());
   const std::uint8_t* keep = batch.instance_mask.empty() ? nullptr : batch.instance_mask.data();
   const std::vector<std::int64_t> labels =
-      optim::make_labels(batch.input_ids.data(), rows, T, keep);
+      optim::make_labels(batch.input_ids.data(), rows, T, keep,
+                         batch.label_mask.empty() ? nullptr : batch.label_mask.data());
   const double z_multiplier = optim_.z_loss_multiplier.value_or(0.0);
   optim::BatchLoss loss(optim::loss_divisor(labels.data(), rows, T, keep), z_multiplier);
 

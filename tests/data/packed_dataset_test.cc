@@ -1,0 +1,283 @@
+// dataset: packed against OLMo-core's NumpyPackedFSLDataset (tests/fixtures/data/packed/, from
+// tools/make_packed_fixtures.py): with OLMo-core's sort made stable, every instance's tokens,
+// label mask and doc_lens, the fingerprint and the loader's global order are OLMo-core's; with
+// numpy's default sort, every instance holds the same document lengths. Then the packer against
+// a brute-force best fit, document boundaries across read chunks, labels, and bad configs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "data_test_util.h"
+#include "tandem/core/error.h"
+#include "tandem/data/document_packing.h"
+#include "tandem/data/loader.h"
+#include "tandem/model/documents.h"
+#include "tandem/optim/loss_normalization.h"
+
+namespace tandem::data {
+namespace {
+
+std::string packed_fixture(const std::string& name) { return testing::fixture("packed/" + name); }
+
+std::string packed_config_yaml(const nlohmann::json& c) {
+  std::string paths;
+  for (const auto& f : c["files"]) paths += "\"" + packed_fixture(f.get<std::string>()) + "\", ";
+  std::string yaml = "data:\n  dataset: packed\n  paths: [" + paths + "]\n";
+  yaml += "  sequence_length: " + std::to_string(c["sequence_length"].get<int>()) + "\n";
+  yaml += "  global_batch_size: " + std::to_string(c["global_batch_size"].get<int>()) + "\n";
+  yaml += "  seed: " + std::to_string(c["seed"].get<int>()) + "\n";
+  yaml += "  vocab_size: " + std::to_string(c["vocab_size"].get<int>()) + "\n";
+  yaml += "  dtype: " + c["dtype"].get<std::string>() + "\n";
+  yaml += "  eos_token_id: " + std::to_string(c["eos_token_id"].get<int>()) + "\n";
+  yaml += "  pad_token_id: " + std::to_string(c["pad_token_id"].get<int>()) + "\n";
+  if (!c["bos_token_id"].is_null())
+    yaml += "  bos_token_id: " + std::to_string(c["bos_token_id"].get<int>()) + "\n";
+  yaml += "  long_doc_strategy: " + c["long_doc_strategy"].get<std::string>() + "\n";
+  yaml += "  source_group_size: " + std::to_string(c["source_group_size"].get<int>()) + "\n";
+  return yaml;
+}
+
+nlohmann::json packed_cases() {
+  return nlohmann::json::parse(core::read_file(packed_fixture("packed.json")))["cases"];
+}
+
+TEST(PackedDatasetParity, InstancesFingerprintAndOrderAreOlmoCoresUnderAStableSort) {
+  const nlohmann::json cases = packed_cases();
+  ASSERT_GE(cases.size(), 4u);
+  for (const auto& c : cases) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    const DataConfig config = testing::parse_yaml(packed_config_yaml(c));
+    auto dataset = std::make_shared<const TokenDataset>(config);
+    const auto& want = c["stable"];
+    ASSERT_TRUE(dataset->packed());
+    ASSERT_EQ(dataset->num_instances(), want["num_instances"].get<std::uint64_t>());
+    EXPECT_EQ(dataset->fingerprint(), want["fingerprint"].get<std::string>());
+    const std::int64_t T = config.sequence_length;
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T));
+    std::vector<std::uint8_t> mask(static_cast<std::size_t>(T));
+    for (std::uint64_t i = 0; i < dataset->num_instances(); ++i) {
+      const auto& w = want["instances"][i];
+      dataset->read_instance(i, ids, mask);
+      ASSERT_EQ(ids, w["input_ids"].get<std::vector<std::int64_t>>()) << "instance " << i;
+      std::string mask_text;
+      for (std::uint8_t m : mask) mask_text += m ? '1' : '0';
+      EXPECT_EQ(mask_text, w["label_mask"].get<std::string>()) << "instance " << i;
+      EXPECT_EQ(dataset->document_lengths(i),
+                w["document_lengths"].get<std::vector<std::int64_t>>())
+          << "instance " << i;
+      // generate_doc_lengths: the model's document boundaries on the packed row are OLMo-core's
+      // doc_lens for it.
+      const auto starts =
+          model::document_starts(ids.data(), 1, T, config.eos_token_id, config.bos_token_id);
+      EXPECT_EQ(model::document_lengths(starts, 0, T),
+                w["doc_lens"].get<std::vector<std::int64_t>>())
+          << "instance " << i;
+    }
+    Loader loader(config, dataset, {.prefetch = false});
+    auto order = loader.plan(1)->global_order();
+    EXPECT_EQ(std::vector<std::uint64_t>(order.begin(), order.end()),
+              want["global_indices_epoch1"].get<std::vector<std::uint64_t>>());
+  }
+}
+
+TEST(PackedDatasetParity, InstancesHoldOlmoCoresDocumentLengthsUnderNumpysDefaultSort) {
+  std::size_t differing = 0;
+  for (const auto& c : packed_cases()) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const TokenDataset dataset(testing::parse_yaml(packed_config_yaml(c)));
+    const auto& want = c["default"];
+    ASSERT_EQ(dataset.num_instances(), want["num_instances"].get<std::uint64_t>());
+    for (std::uint64_t i = 0; i < dataset.num_instances(); ++i)
+      EXPECT_EQ(dataset.document_lengths(i),
+                want["document_lengths"][i].get<std::vector<std::int64_t>>())
+          << "instance " << i;
+    differing += want["input_ids_differ_from_stable"].get<bool>();
+  }
+  // Why the stable sort is the reference: OLMo-core's own default order exchanged equal-length
+  // documents in the fixtures' cases.
+  EXPECT_GT(differing, 0u);
+}
+
+TEST(PackedDatasetParity, LoaderBatchesCarryTheLabelMaskAndLabelsSkipPadding) {
+  const nlohmann::json c = packed_cases()[0];
+  const DataConfig config = testing::parse_yaml(packed_config_yaml(c));
+  Loader loader(config, LoaderOptions{.prefetch = false});
+  const Batch b = loader.next_batch(0, 1);
+  const auto T = static_cast<std::size_t>(config.sequence_length);
+  ASSERT_EQ(b.label_mask.size(), b.input_ids.size());
+  const auto labels =
+      optim::make_labels(b.input_ids.data(), std::int64_t(b.num_instances()),
+                         config.sequence_length, b.instance_mask.data(), b.label_mask.data());
+  std::size_t padded = 0;
+  for (std::size_t r = 0; r < b.num_instances(); ++r) {
+    for (std::size_t t = 0; t + 1 < T; ++t) {
+      const std::size_t k = r * T + t;
+      // OLMo-core's get_labels: mask, then shift; a label is the next token unless it is padding.
+      const std::int64_t want = b.label_mask[k + 1] ? b.input_ids[k + 1] : core::kIgnoreIndex;
+      ASSERT_EQ(labels[k], want) << "row " << r << " position " << t;
+      padded += b.label_mask[k + 1] == 0;
+    }
+    EXPECT_EQ(labels[r * T + T - 1], core::kIgnoreIndex);
+  }
+  EXPECT_GT(padded, 0u);  // the batch has padding to skip
+  EXPECT_EQ(optim::loss_divisor(labels.data(), std::int64_t(b.num_instances()),
+                                config.sequence_length, b.instance_mask.data()),
+            std::count_if(labels.begin(), labels.end(),
+                          [](std::int64_t l) { return l != core::kIgnoreIndex; }));
+}
+
+// Best fit decreasing, written plainly: each open instance remembers its room and when it came
+// to have that room; a document goes to the least room that fits, the earliest among equals.
+std::vector<std::vector<std::uint32_t>> brute_force_packing(const std::vector<std::uint32_t>& len,
+                                                            std::uint64_t capacity) {
+  std::vector<std::uint32_t> order(len.size());
+  for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return len[a] > len[b]; });
+  struct Open {
+    std::uint64_t room;
+    std::uint64_t since;
+  };
+  std::vector<Open> open;
+  std::vector<std::vector<std::uint32_t>> bins;
+  std::uint64_t clock = 0;
+  for (std::uint32_t d = 0; d < order.size(); ++d) {
+    const std::uint64_t l = len[order[d]];
+    std::size_t best = open.size();
+    for (std::size_t b = 0; b < open.size(); ++b) {
+      if (open[b].room < l) continue;
+      if (best == open.size() || open[b].room < open[best].room ||
+          (open[b].room == open[best].room && open[b].since < open[best].since))
+        best = b;
+    }
+    if (best == open.size()) {
+      open.push_back({capacity, 0});
+      bins.emplace_back();
+    }
+    bins[best].push_back(d);
+    open[best] = {open[best].room - l, ++clock};
+  }
+  return bins;
+}
+
+TEST(DocumentPacking, BestFitDecreasingAgreesWithAPlainImplementation) {
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::uint64_t capacity = std::uint64_t{1} << (2 + trial % 7);
+    const std::size_t n = 1 + rng() % 300;
+    std::vector<std::uint32_t> len(n);
+    std::vector<PackedDocument> docs(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      // Few distinct lengths: many ties, the case where the order of equals matters.
+      len[i] = static_cast<std::uint32_t>(1 + rng() % std::min<std::uint64_t>(capacity, 9 + trial));
+      docs[i] = {0, i * 1000, len[i]};
+    }
+    const PackedInstances p = pack_documents(docs, static_cast<std::int64_t>(capacity));
+    const auto want = brute_force_packing(len, capacity);
+    ASSERT_EQ(p.num_instances(), want.size()) << "trial " << trial;
+    std::vector<std::uint32_t> seen;
+    for (std::size_t b = 0; b < want.size(); ++b) {
+      std::vector<std::uint32_t> got(p.members.begin() + std::ptrdiff_t(p.offsets[b]),
+                                     p.members.begin() + std::ptrdiff_t(p.offsets[b + 1]));
+      ASSERT_EQ(got, want[b]) << "trial " << trial << " instance " << b;
+      std::uint64_t used = 0;
+      for (std::uint32_t m : got) used += p.documents[m].length;
+      EXPECT_LE(used, capacity);
+      seen.insert(seen.end(), got.begin(), got.end());
+    }
+    std::sort(seen.begin(), seen.end());
+    for (std::uint32_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], i);  // each once
+    ASSERT_EQ(seen.size(), n);
+  }
+}
+
+TEST(DocumentPacking, FindsBoundariesAcrossReadChunksAndCapsLongDocuments) {
+  const std::string dir = testing::temp_dir("packing_bounds");
+  // 200,003 tokens: documents of 1..97 tokens (EOS 7 last, BOS 5 first), so boundaries fall on
+  // both sides of the 65,536-token read chunks; EOS inside documents is not a boundary with BOS.
+  std::mt19937 rng(3);
+  std::vector<std::uint16_t> tokens;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> want_bos, want_eos;
+  while (tokens.size() < 200000) {
+    const std::size_t len = 2 + rng() % 96;
+    const std::uint64_t start = tokens.size();
+    tokens.push_back(5);
+    for (std::size_t i = 1; i + 1 < len; ++i)
+      tokens.push_back(rng() % 4 == 0 ? 7 : 10 + rng() % 50);
+    tokens.push_back(7);
+    want_bos.push_back({start, tokens.size()});
+  }
+  tokens.insert(tokens.end(), {5, 11, 12});  // a tail with no boundary: dropped
+  for (std::uint64_t i = 0, s = 0; i < tokens.size(); ++i)
+    if (tokens[i] == 7) want_eos.push_back({s, i + 1}), s = i + 1;
+  testing::write_tokens(dir + "/t.npy", tokens);
+  const io::TokenFile file(dir + "/t.npy", io::TokenDtype::kU16);
+  for (bool with_bos : {true, false}) {
+    for (auto strategy : {LongDocStrategy::kTruncate, LongDocStrategy::kFragment}) {
+      const std::uint64_t cap = 32;
+      std::vector<PackedDocument> got;
+      find_documents(file, 3, 7, with_bos ? std::optional<std::int64_t>(5) : std::nullopt, cap,
+                     strategy, got);
+      std::vector<PackedDocument> want;
+      for (auto [s, e] : with_bos ? want_bos : want_eos) {
+        if (strategy == LongDocStrategy::kTruncate)
+          want.push_back({3, s, std::uint32_t(std::min(cap, e - s))});
+        else
+          for (std::uint64_t f = s; f < e; f += cap)
+            want.push_back({3, f, std::uint32_t(std::min(cap, e - f))});
+      }
+      ASSERT_EQ(got.size(), want.size()) << with_bos << " " << long_doc_strategy_name(strategy);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i].file, want[i].file);
+        ASSERT_EQ(got[i].start, want[i].start) << "document " << i;
+        ASSERT_EQ(got[i].length, want[i].length) << "document " << i;
+      }
+    }
+  }
+}
+
+TEST(DocumentPacking, BadConfigsAreRefusedNamingTheKey) {
+  const std::string dir = testing::temp_dir("packing_config");
+  testing::write_tokens(dir + "/t.npy", std::vector<std::uint16_t>{1, 2, 9, 3, 9});
+  const std::string base = "data:\n  paths: [\"" + dir +
+                           "/t.npy\"]\n  global_batch_size: 128\n  seed: 1\n  vocab_size: 10\n"
+                           "  eos_token_id: 9\n  pad_token_id: 0\n";
+  auto error_of = [&](const std::string& extra) -> std::string {
+    try {
+      testing::parse_yaml(base + extra);
+    } catch (const core::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of("  dataset: packed\n  sequence_length: 48\n").find("power of two"),
+            std::string::npos);
+  EXPECT_NE(error_of("  dataset: packed\n  sequence_length: 64\n  long_doc_strategy: cut\n")
+                .find("not one of truncate, fragment"),
+            std::string::npos);
+  EXPECT_NE(error_of("  sequence_length: 64\n  source_group_size: 2\n").find("packed only"),
+            std::string::npos);
+  EXPECT_NE(error_of("  dataset: packed\n  sequence_length: 64\n  source_group_size: 0\n")
+                .find("must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of("  dataset: packed\n  sequence_length: 64\n  max_target_sequence_length: "
+                     "128\n")
+                .find("not an option of dataset: packed"),
+            std::string::npos);
+  EXPECT_NE(error_of("  dataset: vsl\n  sequence_length: 64\n").find("not one of fsl"),
+            std::string::npos);
+  EXPECT_EQ(error_of("  dataset: packed\n  sequence_length: 64\n"), "");
+}
+
+TEST(DocumentPacking, FixedWindowBatchesHaveNoLabelMask) {
+  auto fx = testing::read_json_fixture("loader_a.json");
+  Loader loader(testing::parse_yaml(testing::fixture_config_yaml(fx, "a", 34521)),
+                LoaderOptions{.prefetch = false});
+  EXPECT_TRUE(loader.next_batch(0, 1).label_mask.empty());
+  EXPECT_FALSE(loader.dataset().packed());
+}
+
+}  // namespace
+}  // namespace tandem::data
