@@ -7,7 +7,7 @@ tandem config of that recipe (tests/train/olmo_core_parity_test.cc checks it). T
 recipes and runs the same comparison on each: learning rate, warmup, final lr fraction, instances
 per batch and per micro-batch, data and init seeds, the sliding window, the skip-step rule's
 window and sigma, and the dataset (NumpyFSLDataset or, half the time, NumpyPackedFSLDataset with
-fragmented documents and a stable sort). For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
+fragmented documents and a stable sort) and, half the time, label-mask files. For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
 its lr within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
 its skip decision OLMo-core's.
 
@@ -49,7 +49,8 @@ def draw(rng):
                 MICRO_BATCH_INSTANCES=rng.choice([m for m in (1, 2, 3, 4) if batch % m == 0]),
                 DATA_SEED=rng.randint(0, 2**31), INIT_SEED=rng.randint(0, 2**31),
                 WINDOW=rng.choice([4, 8, 16, 32]), SKIP_WINDOW=rng.choice([8, 16, 32]),
-                SKIP_SIGMA=rng.choice([1.5, 2.0, 3.0]), PACKED=rng.random() < 0.5)
+                SKIP_SIGMA=rng.choice([1.5, 2.0, 3.0]), PACKED=rng.random() < 0.5,
+                LABEL_MASKS=rng.random() < 0.5)
 
 
 LOSS_BOUND, GRAD_NORM_BOUND = 1e-4, 1e-3

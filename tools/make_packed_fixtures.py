@@ -18,16 +18,33 @@
   "default": numpy's own argsort (whose order among equal lengths is unspecified and may depend on
   the CPU's SIMD dispatch), recording len, the per-instance document lengths and whether any
   input_ids differ from the stable build.
+- tokens_p32/labels_mask_part-<i>-00000.npy: one label mask per p32 token file (np.bool_, one byte
+  per token, same token count), SFT-like: alternating runs of False (prompt) and True (response) of
+  random lengths 1..60, plus a few isolated single-token flips (own rng seed).
+- packed.json "cases" continue with two cases built through NumpyPackedFSLDatasetConfig(...).build()
+  (paths and label_mask_paths given as globs with expand_glob=True, source_permutation_seed set, so
+  OLMo-core resolves and permutes the files itself): the same "stable"/"default" records as above,
+  plus "files" / "label_mask_files" in the order OLMo-core resolved them (after the permutation),
+  "file_patterns" / "label_mask_patterns" (the globs) and "source_permutation_seed".
+- packed.json "fsl_cases": fixed windows (NumpyFSLDatasetConfig, label masks, permuted sources):
+  resolved files, len, fingerprint, NumpyFSLDataLoader's global indices for epoch 1 and every
+  instance's input_ids and label_mask.
+- packed.json "source_permutations": random.Random(seed).shuffle(list(range(n))) (the operation
+  behind source_permutation_seed) for several seeds and n; "getrandbits32": the first outputs of
+  random.Random(seed).getrandbits(32) for a few seeds.
+All paths and globs in packed.json are relative to tests/fixtures/data/packed.
 
 Run from the repository root:  python3 tools/make_packed_fixtures.py
 Needs numpy and ai2-olmo-core (which brings torch). The tests only read the committed output.
 """
 
 import contextlib
+import glob
 import hashlib
 import json
 import multiprocessing
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -71,6 +88,26 @@ CASES = [
     dict(name="p32_fragment_256", set="p32", seq=256, strategy="fragment", group=1),
 ]
 
+# Built through the config classes: globs expanded and sources permuted by OLMo-core.
+TOKEN_GLOB = "part-*-00000.npy"
+MASK_PREFIX = "labels_mask_"
+MASK_GLOB = MASK_PREFIX + TOKEN_GLOB
+MASK_SEED = 32064
+MASK_SETS = ["p32"]
+
+CONFIG_CASES = [
+    dict(name="p32_masks_perm123_group2", set="p32", seq=128, strategy="truncate", group=2,
+         masks=True, perm=123),
+    dict(name="p16_perm7_fragment", set="p16", seq=64, strategy="fragment", group=1,
+         masks=False, perm=7),
+]
+
+FSL_CASES = [dict(name="p32_fsl_masks_perm123", set="p32", seq=64, masks=True, perm=123)]
+
+PERMUTATION_SEEDS = [0, 1, 7, 123, 4294967295, 4294967296, 12345678901234, 9223372036854775807]
+PERMUTATION_SIZES = [1, 2, 3, 5, 8, 17, 100, 1000]
+GETRANDBITS_SEEDS = [0, 123, 12345678901234]
+
 
 def p16_document(rng, spec):
     """1..40 tokens (ties galore) or, one time in ten, 65..300; always ends with EOS."""
@@ -109,6 +146,37 @@ def write_token_set(name):
     return paths
 
 
+def sft_mask(rng, n):
+    """Alternating runs of False (prompt) and True (response), 1..60 long, random first value,
+    then a few isolated single-token flips."""
+    mask = np.empty(n, dtype=np.bool_)
+    value, pos = bool(rng.random() < 0.5), 0
+    while pos < n:
+        run = int(rng.integers(1, 61))
+        mask[pos:pos + run] = value
+        pos += run
+        value = not value
+    flips = rng.choice(n, size=int(rng.integers(3, 7)), replace=False)
+    mask[flips] = ~mask[flips]
+    return mask
+
+
+def write_label_masks(name, token_paths):
+    """One np.bool_ mask per token file (same token count), named labels_mask_<token file>."""
+    spec = TOKEN_SETS[name]
+    rng = np.random.default_rng(MASK_SEED)
+    item = np.dtype(spec["dtype"]).itemsize
+    paths = []
+    for tok_path in token_paths:
+        n = os.path.getsize(tok_path) // item
+        mask = sft_mask(rng, n)
+        path = os.path.join(os.path.dirname(tok_path), MASK_PREFIX + os.path.basename(tok_path))
+        mask.tofile(path)
+        assert os.path.getsize(path) == n
+        paths.append(path)
+    return paths
+
+
 # ----------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def stable_argsort():
@@ -133,18 +201,80 @@ def stable_argsort():
         np.argsort = original
 
 
-def build_dataset(paths, case, patch):
+def direct_dataset(paths, case):
+    """A factory for NumpyPackedFSLDataset constructed directly over the given paths."""
     from olmo_core.data.numpy_dataset import NumpyPackedFSLDataset
     from olmo_core.data.types import LongDocStrategy
 
     spec = TOKEN_SETS[case["set"]]
-    ds = NumpyPackedFSLDataset(
-        *paths, sequence_length=case["seq"], pad_token_id=spec["pad"], eos_token_id=spec["eos"],
-        vocab_size=spec["vocab"], dtype=spec["dtype"], generate_doc_lengths=True,
-        bos_token_id=spec["bos"], long_doc_strategy=LongDocStrategy(case["strategy"]),
-        source_group_size=case["group"])
+
+    def make(work):
+        ds = NumpyPackedFSLDataset(
+            *paths, sequence_length=case["seq"], pad_token_id=spec["pad"],
+            eos_token_id=spec["eos"], vocab_size=spec["vocab"], dtype=spec["dtype"],
+            generate_doc_lengths=True, bos_token_id=spec["bos"],
+            long_doc_strategy=LongDocStrategy(case["strategy"]), source_group_size=case["group"])
+        ds.work_dir = work
+        return ds
+    return make
+
+
+def tokenizer_config(spec):
+    from olmo_core.data.tokenizer import TokenizerConfig
+
+    return TokenizerConfig(vocab_size=spec["vocab"], eos_token_id=spec["eos"],
+                           pad_token_id=spec["pad"], bos_token_id=spec["bos"])
+
+
+def case_patterns(case):
+    """Absolute globs for the case's token files and (or None) label mask files."""
+    folder = os.path.join(OUT, f"tokens_{case['set']}")
+    return (os.path.join(folder, TOKEN_GLOB),
+            os.path.join(folder, MASK_GLOB) if case["masks"] else None)
+
+
+def config_dataset(case):
+    """A factory for NumpyPackedFSLDatasetConfig(...).build(): OLMo-core expands the globs and
+    applies source_permutation_seed to the files and label masks."""
+    from olmo_core.data.numpy_dataset import NumpyPackedFSLDatasetConfig
+    from olmo_core.data.types import LongDocStrategy
+
+    spec = TOKEN_SETS[case["set"]]
+    tokens, masks = case_patterns(case)
+
+    def make(work):
+        return NumpyPackedFSLDatasetConfig(
+            tokenizer=tokenizer_config(spec), paths=[tokens], expand_glob=True,
+            label_mask_paths=None if masks is None else [masks],
+            source_permutation_seed=case["perm"], sequence_length=case["seq"],
+            long_doc_strategy=LongDocStrategy(case["strategy"]), source_group_size=case["group"],
+            generate_doc_lengths=True, work_dir=work).build()
+    return make
+
+
+def check_resolution(ds, case):
+    """The files OLMo-core resolved are the sorted glob matches permuted by
+    random.Random(seed).shuffle, label masks permuted together with their token files."""
+    tokens, masks = case_patterns(case)
+    token_matches = sorted(glob.glob(tokens))
+    order = list(range(len(token_matches)))
+    random.Random(case["perm"]).shuffle(order)
+    assert [str(p) for p in ds.paths] == [token_matches[i] for i in order], ds.paths
+    mask_paths = ds._label_mask_paths
+    if masks is None:
+        assert mask_paths is None
+        return None
+    mask_matches = sorted(glob.glob(masks))
+    assert [str(p) for p in mask_paths] == [mask_matches[i] for i in order], mask_paths
+    for tok, mask in zip(ds.paths, mask_paths):
+        assert os.path.basename(str(mask)) == MASK_PREFIX + os.path.basename(str(tok))
+    return [os.path.relpath(str(p), OUT) for p in mask_paths]
+
+
+def build_dataset(make, patch):
     work = tempfile.mkdtemp(prefix="packed-fixture-")
-    ds.work_dir = work
+    ds = make(work)
+    assert str(ds.work_dir) == work
     if patch:
         with stable_argsort() as (calls, elements):
             ds.prepare()
@@ -201,10 +331,12 @@ def global_indices(ds, work, case):
     return np.asarray(dl.get_global_indices()).tolist()
 
 
-def make_case(case, paths):
+def make_case(case, make, files):
     spec = TOKEN_SETS[case["set"]]
     print(f"case {case['name']}")
-    ds, work = build_dataset(paths, case, patch=True)
+    ds, work = build_dataset(make, patch=True)
+    assert np.dtype(ds.dtype) == np.dtype(spec["dtype"])
+    assert [os.path.relpath(str(p), OUT) for p in ds.paths] == files
     text = fingerprint_text(ds)
     print(f"  fingerprint_fields={ds.fingerprint_fields}\n  hashed text: {text!r}")
     stable_docs = packed_document_lengths(ds)
@@ -220,7 +352,7 @@ def make_case(case, paths):
               "global_indices_epoch1": global_indices(ds, work, case), "instances": instances}
     shutil.rmtree(work)
 
-    dds, dwork = build_dataset(paths, case, patch=False)
+    dds, dwork = build_dataset(make, patch=False)
     default_docs = packed_document_lengths(dds)
     differ = len(dds) != len(ds) or any(
         dds[i]["input_ids"].tolist() != instances[i]["input_ids"] for i in range(len(dds)))
@@ -230,7 +362,7 @@ def make_case(case, paths):
     print(f"  num_instances={len(ds)} default_differs={differ} "
           f"same_doc_lengths={default_docs == stable_docs}")
 
-    return {"name": case["name"], "files": [os.path.relpath(p, OUT) for p in paths],
+    return {"name": case["name"], "files": files,
             "dtype": np.dtype(spec["dtype"]).name, "sequence_length": case["seq"],
             "vocab_size": spec["vocab"], "eos_token_id": spec["eos"],
             "pad_token_id": spec["pad"], "bos_token_id": spec["bos"],
@@ -239,14 +371,91 @@ def make_case(case, paths):
             "stable": stable, "default": default}
 
 
+def make_config_case(case):
+    """A packed case built through NumpyPackedFSLDatasetConfig (globs, permuted sources)."""
+    probe = config_dataset(case)(tempfile.mkdtemp(prefix="packed-fixture-probe-"))
+    shutil.rmtree(str(probe.work_dir))
+    files = [os.path.relpath(str(p), OUT) for p in probe.paths]
+    mask_files = check_resolution(probe, case)
+    print(f"resolved (seed {case['perm']}): {files} masks {mask_files}")
+    out = make_case(case, config_dataset(case), files)
+    tokens, masks = case_patterns(case)
+    out.update({"label_mask_files": mask_files, "source_permutation_seed": case["perm"],
+                "file_patterns": [os.path.relpath(tokens, OUT)],
+                "label_mask_patterns": None if masks is None else [os.path.relpath(masks, OUT)]})
+    return out
+
+
+def make_fsl_case(case):
+    """Fixed windows over the permuted files, label masks read window by window."""
+    from olmo_core.data.numpy_dataset import NumpyFSLDataset, NumpyFSLDatasetConfig
+
+    spec = TOKEN_SETS[case["set"]]
+    tokens, masks = case_patterns(case)
+    print(f"fsl case {case['name']}")
+    work = tempfile.mkdtemp(prefix="packed-fixture-")
+    ds = NumpyFSLDatasetConfig(
+        tokenizer=tokenizer_config(spec), paths=[tokens], expand_glob=True,
+        label_mask_paths=None if masks is None else [masks],
+        source_permutation_seed=case["perm"], sequence_length=case["seq"], work_dir=work).build()
+    assert type(ds) is NumpyFSLDataset and str(ds.work_dir) == work
+    assert np.dtype(ds.dtype) == np.dtype(spec["dtype"])
+    ds.prepare()
+    mask_files = check_resolution(ds, case)
+    text = fingerprint_text(ds)
+    print(f"  fingerprint_fields={ds.fingerprint_fields}\n  hashed text: {text!r}")
+    instances = []
+    for i in range(len(ds)):
+        item = ds[i]
+        assert len(item["input_ids"]) == len(item["label_mask"]) == case["seq"]
+        instances.append({"input_ids": item["input_ids"].tolist(),
+                          "label_mask": "".join("1" if m else "0" for m in item["label_mask"])})
+    out = {"name": case["name"], "files": [os.path.relpath(str(p), OUT) for p in ds.paths],
+           "label_mask_files": mask_files, "file_patterns": [os.path.relpath(tokens, OUT)],
+           "label_mask_patterns": None if masks is None else [os.path.relpath(masks, OUT)],
+           "source_permutation_seed": case["perm"], "dtype": np.dtype(spec["dtype"]).name,
+           "sequence_length": case["seq"], "vocab_size": spec["vocab"],
+           "eos_token_id": spec["eos"], "pad_token_id": spec["pad"],
+           "bos_token_id": spec["bos"], "seed": LOADER_SEED,
+           "global_batch_size": INSTANCES_PER_BATCH * case["seq"],
+           "num_instances": len(ds), "fingerprint": ds.fingerprint,
+           "global_indices_epoch1": global_indices(ds, work, case), "instances": instances}
+    shutil.rmtree(work)
+    print(f"  files={out['files']} num_instances={len(ds)}")
+    return out
+
+
+def source_permutations():
+    perms = []
+    for seed in PERMUTATION_SEEDS:
+        for n in PERMUTATION_SIZES:
+            order = list(range(n))
+            random.Random(seed).shuffle(order)
+            perms.append({"seed": seed, "n": n, "order": order})
+    bits = []
+    for seed in GETRANDBITS_SEEDS:
+        rng = random.Random(seed)
+        bits.append({"seed": seed, "getrandbits32": [rng.getrandbits(32) for _ in range(8)]})
+    return perms, bits
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     token_paths = {name: write_token_set(name) for name in TOKEN_SETS}
-    cases = [make_case(case, token_paths[case["set"]]) for case in CASES]
+    mask_paths = {name: write_label_masks(name, token_paths[name]) for name in MASK_SETS}
+    cases = [make_case(case, direct_dataset(token_paths[case["set"]], case),
+                       [os.path.relpath(p, OUT) for p in token_paths[case["set"]]])
+             for case in CASES]
+    cases += [make_config_case(case) for case in CONFIG_CASES]
+    fsl_cases = [make_fsl_case(case) for case in FSL_CASES]
+    permutations, getrandbits32 = source_permutations()
     write_json("packed.json", {
         "versions": versions(),
         "note": ("OLMo-core NumpyPackedFSLDataset (OBFD packing) over the token files here; "
                  "'stable' was built with numpy.argsort forced to kind='stable' (ties keep "
                  "document order), 'default' with numpy's own argsort, whose tie order is "
                  "unspecified."),
-        "cases": cases})
+        "cases": cases,
+        "fsl_cases": fsl_cases,
+        "source_permutations": permutations,
+        "getrandbits32": getrandbits32})

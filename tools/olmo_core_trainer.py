@@ -67,6 +67,9 @@ FILE_TOKENS = [9000, 13000, 7000, 11500]  # about 1.2 epochs of 8 x 64-token bat
 # of the labels) instead of NumpyFSLDataset, with numpy's argsort made stable while it packs
 # (docs/data-pipeline.md: numpy's default order of equal lengths depends on the CPU).
 PACKED = False
+# LABEL_MASKS: a numpy bool file per token file (label_mask_paths) masking runs of labels, as
+# OLMo-core's SFT data has them for prompts.
+LABEL_MASKS = False
 
 
 def versions():
@@ -102,7 +105,17 @@ def write_token_files(folder):
         path = os.path.join(folder, f"part-{i:02d}.npy")
         toks.astype(np.uint16).tofile(path)  # headerless, OLMo-core's format
         paths.append(path)
+    if LABEL_MASKS:
+        mask_rng = np.random.default_rng(20251201)
+        for i, n in enumerate(FILE_TOKENS):
+            runs = mask_rng.integers(1, 120, size=n)  # alternating masked / kept runs
+            mask = np.repeat(np.arange(len(runs)) % 2 == 1, runs)[:n]
+            mask.astype(np.bool_).tofile(mask_path(folder, i))
     return paths
+
+
+def mask_path(folder, i):
+    return os.path.join(folder, f"labels_mask_part-{i:02d}.npy")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -123,17 +136,20 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
         sliding_window=SlidingWindowAttentionConfig(
             pattern=[WINDOW, WINDOW, WINDOW, -1], force_full_attention_on_first_layer=False,
             force_full_attention_on_last_layer=True))
+    masks = ([mask_path(os.path.dirname(p), i) for i, p in enumerate(data_paths)]
+             if LABEL_MASKS else None)
     if PACKED:
         from olmo_core.data import NumpyPackedFSLDatasetConfig
         from olmo_core.data.types import LongDocStrategy
         dataset = NumpyPackedFSLDatasetConfig(
             paths=list(data_paths), tokenizer=tokenizer, sequence_length=SEQ,
-            long_doc_strategy=LongDocStrategy.fragment,
+            long_doc_strategy=LongDocStrategy.fragment, label_mask_paths=masks,
             instance_filter_config=InstanceFilterConfig(), work_dir=work_dir)
     else:
         dataset = NumpyFSLDatasetConfig(
             paths=list(data_paths), tokenizer=tokenizer, sequence_length=SEQ,
-            instance_filter_config=InstanceFilterConfig(), work_dir=work_dir)
+            label_mask_paths=masks, instance_filter_config=InstanceFilterConfig(),
+            work_dir=work_dir)
     loader = NumpyDataLoaderConfig(global_batch_size=INSTANCES_PER_BATCH * SEQ, seed=DATA_SEED,
                                    num_workers=0, work_dir=work_dir)
     train_module = TransformerTrainModuleConfig(
@@ -277,7 +293,9 @@ def tandem_run_config(model_section, data_files, steps):
             "global_batch_size": INSTANCES_PER_BATCH * SEQ, "micro_batch_size":
             MICRO_BATCH_INSTANCES, "seed": DATA_SEED, "vocab_size": VOCAB,
             "eos_token_id": EOS, "pad_token_id": PAD, "instance_filter_config": {},
-            **({"dataset": "packed", "long_doc_strategy": "fragment"} if PACKED else {})},
+            **({"dataset": "packed", "long_doc_strategy": "fragment"} if PACKED else {}),
+            **({"label_mask_paths": [os.path.basename(mask_path("", i))
+                                     for i in range(len(data_files))]} if LABEL_MASKS else {})},
         "optim": {"name": "skip_step_adamw", "lr": LR, "betas": [0.9, 0.95], "eps": 1e-8,
                   "weight_decay": 0.1, "max_grad_norm": 1.0, "z_loss_multiplier": 1e-5,
                   "rolling_interval_length": SKIP_WINDOW, "sigma_factor": SKIP_SIGMA},

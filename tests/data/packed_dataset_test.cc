@@ -12,6 +12,7 @@
 #include "tandem/core/error.h"
 #include "tandem/data/document_packing.h"
 #include "tandem/data/loader.h"
+#include "tandem/data/python_random.h"
 #include "tandem/model/documents.h"
 #include "tandem/optim/loss_normalization.h"
 
@@ -20,10 +21,25 @@ namespace {
 
 std::string packed_fixture(const std::string& name) { return testing::fixture("packed/" + name); }
 
-std::string packed_config_yaml(const nlohmann::json& c) {
-  std::string paths;
-  for (const auto& f : c["files"]) paths += "\"" + packed_fixture(f.get<std::string>()) + "\", ";
-  std::string yaml = "data:\n  dataset: packed\n  paths: [" + paths + "]\n";
+std::string quoted_list(const nlohmann::json& names) {
+  std::string out = "[";
+  for (const auto& f : names) out += "\"" + packed_fixture(f.get<std::string>()) + "\", ";
+  return out + "]";
+}
+
+// The fixture's files as OLMo-core resolved them or, for cases built through OLMo-core's config,
+// its globs, label-mask globs and source_permutation_seed, which tandem resolves itself.
+std::string data_config_yaml(const nlohmann::json& c, bool packed) {
+  std::string yaml = packed ? "data:\n  dataset: packed\n" : "data:\n";
+  if (c.contains("file_patterns")) {
+    yaml += "  paths: " + quoted_list(c["file_patterns"]) + "\n";
+    if (!c["label_mask_patterns"].is_null())
+      yaml += "  label_mask_paths: " + quoted_list(c["label_mask_patterns"]) + "\n";
+    yaml += "  source_permutation_seed: " +
+            std::to_string(c["source_permutation_seed"].get<std::int64_t>()) + "\n";
+  } else {
+    yaml += "  paths: " + quoted_list(c["files"]) + "\n";
+  }
   yaml += "  sequence_length: " + std::to_string(c["sequence_length"].get<int>()) + "\n";
   yaml += "  global_batch_size: " + std::to_string(c["global_batch_size"].get<int>()) + "\n";
   yaml += "  seed: " + std::to_string(c["seed"].get<int>()) + "\n";
@@ -33,14 +49,36 @@ std::string packed_config_yaml(const nlohmann::json& c) {
   yaml += "  pad_token_id: " + std::to_string(c["pad_token_id"].get<int>()) + "\n";
   if (!c["bos_token_id"].is_null())
     yaml += "  bos_token_id: " + std::to_string(c["bos_token_id"].get<int>()) + "\n";
-  yaml += "  long_doc_strategy: " + c["long_doc_strategy"].get<std::string>() + "\n";
-  yaml += "  source_group_size: " + std::to_string(c["source_group_size"].get<int>()) + "\n";
+  if (packed) {
+    yaml += "  long_doc_strategy: " + c["long_doc_strategy"].get<std::string>() + "\n";
+    yaml += "  source_group_size: " + std::to_string(c["source_group_size"].get<int>()) + "\n";
+  }
   return yaml;
 }
 
-nlohmann::json packed_cases() {
-  return nlohmann::json::parse(core::read_file(packed_fixture("packed.json")))["cases"];
+std::string packed_config_yaml(const nlohmann::json& c) { return data_config_yaml(c, true); }
+
+// The files tandem resolved are the ones OLMo-core resolved, in its order, masks alongside.
+void expect_resolved_files(const DataConfig& config, const nlohmann::json& c) {
+  std::vector<std::string> want, want_masks;
+  for (const auto& f : c["files"]) want.push_back(packed_fixture(f.get<std::string>()));
+  EXPECT_EQ(config.all_files(), want);
+  if (c.contains("label_mask_files") && !c["label_mask_files"].is_null())
+    for (const auto& f : c["label_mask_files"]) want_masks.push_back(packed_fixture(f));
+  EXPECT_EQ(config.label_mask_files, want_masks);
 }
+
+std::string mask_text(std::span<const std::uint8_t> mask) {
+  std::string out;
+  for (std::uint8_t m : mask) out += m ? '1' : '0';
+  return out;
+}
+
+nlohmann::json packed_fixture_json() {
+  return nlohmann::json::parse(core::read_file(packed_fixture("packed.json")));
+}
+
+nlohmann::json packed_cases() { return packed_fixture_json()["cases"]; }
 
 TEST(PackedDatasetParity, InstancesFingerprintAndOrderAreOlmoCoresUnderAStableSort) {
   const nlohmann::json cases = packed_cases();
@@ -49,6 +87,7 @@ TEST(PackedDatasetParity, InstancesFingerprintAndOrderAreOlmoCoresUnderAStableSo
     const std::string name = c["name"];
     SCOPED_TRACE(name);
     const DataConfig config = testing::parse_yaml(packed_config_yaml(c));
+    expect_resolved_files(config, c);
     auto dataset = std::make_shared<const TokenDataset>(config);
     const auto& want = c["stable"];
     ASSERT_TRUE(dataset->packed());
@@ -61,9 +100,7 @@ TEST(PackedDatasetParity, InstancesFingerprintAndOrderAreOlmoCoresUnderAStableSo
       const auto& w = want["instances"][i];
       dataset->read_instance(i, ids, mask);
       ASSERT_EQ(ids, w["input_ids"].get<std::vector<std::int64_t>>()) << "instance " << i;
-      std::string mask_text;
-      for (std::uint8_t m : mask) mask_text += m ? '1' : '0';
-      EXPECT_EQ(mask_text, w["label_mask"].get<std::string>()) << "instance " << i;
+      EXPECT_EQ(mask_text(mask), w["label_mask"].get<std::string>()) << "instance " << i;
       EXPECT_EQ(dataset->document_lengths(i),
                 w["document_lengths"].get<std::vector<std::int64_t>>())
           << "instance " << i;
@@ -98,6 +135,58 @@ TEST(PackedDatasetParity, InstancesHoldOlmoCoresDocumentLengthsUnderNumpysDefaul
   // Why the stable sort is the reference: OLMo-core's own default order exchanged equal-length
   // documents in the fixtures' cases.
   EXPECT_GT(differing, 0u);
+}
+
+// label_mask_paths on fixed windows, with the files permuted by source_permutation_seed.
+TEST(PackedDatasetParity, FixedWindowsCarryTheirLabelMaskFilesAsOlmoCore) {
+  const nlohmann::json cases = packed_fixture_json()["fsl_cases"];
+  ASSERT_GE(cases.size(), 1u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const DataConfig config = testing::parse_yaml(data_config_yaml(c, false));
+    expect_resolved_files(config, c);
+    auto dataset = std::make_shared<const TokenDataset>(config);
+    ASSERT_FALSE(dataset->packed());
+    ASSERT_TRUE(dataset->has_label_masks());
+    ASSERT_EQ(dataset->num_instances(), c["num_instances"].get<std::uint64_t>());
+    EXPECT_EQ(dataset->fingerprint(), c["fingerprint"].get<std::string>());
+    const auto T = static_cast<std::size_t>(config.sequence_length);
+    std::vector<std::int64_t> ids(T);
+    std::vector<std::uint8_t> mask(T);
+    for (std::uint64_t i = 0; i < dataset->num_instances(); ++i) {
+      dataset->read_instance(i, ids, mask);
+      ASSERT_EQ(ids, c["instances"][i]["input_ids"].get<std::vector<std::int64_t>>()) << i;
+      ASSERT_EQ(mask_text(mask), c["instances"][i]["label_mask"].get<std::string>()) << i;
+    }
+    Loader loader(config, dataset, {.prefetch = false});
+    auto order = loader.plan(1)->global_order();
+    EXPECT_EQ(std::vector<std::uint64_t>(order.begin(), order.end()),
+              c["global_indices_epoch1"].get<std::vector<std::uint64_t>>());
+    const Batch b = loader.next_batch(0, 1);
+    ASSERT_EQ(b.label_mask.size(), b.input_ids.size());
+    for (std::size_t k = 0; k < b.num_instances(); ++k)
+      EXPECT_EQ(mask_text(std::span(b.label_mask).subspan(k * T, T)),
+                c["instances"][b.instance_ids[k]]["label_mask"].get<std::string>());
+  }
+}
+
+// CPython's random.Random(seed): getrandbits(32) and shuffle(list(range(n))), the permutation
+// OLMo-core's source_permutation_seed applies.
+TEST(PythonRandomParity, GetrandbitsAndShuffleAreCPythons) {
+  const nlohmann::json fx = packed_fixture_json();
+  ASSERT_GE(fx["getrandbits32"].size(), 3u);
+  for (const auto& g : fx["getrandbits32"]) {
+    PythonRandom r(g["seed"].get<std::uint64_t>());
+    for (const auto& want : g["getrandbits32"])
+      EXPECT_EQ(r.getrandbits(32), want.get<std::uint32_t>()) << "seed " << g["seed"];
+  }
+  ASSERT_GE(fx["source_permutations"].size(), 40u);
+  for (const auto& p : fx["source_permutations"]) {
+    const auto seed = p["seed"].get<std::uint64_t>();
+    EXPECT_EQ(PythonRandom(seed).shuffled_range(p["n"].get<std::size_t>()),
+              p["order"].get<std::vector<std::size_t>>())
+        << "seed " << seed << " n " << p["n"];
+  }
 }
 
 TEST(PackedDatasetParity, LoaderBatchesCarryTheLabelMaskAndLabelsSkipPadding) {
@@ -241,9 +330,10 @@ TEST(DocumentPacking, FindsBoundariesAcrossReadChunksAndCapsLongDocuments) {
 TEST(DocumentPacking, BadConfigsAreRefusedNamingTheKey) {
   const std::string dir = testing::temp_dir("packing_config");
   testing::write_tokens(dir + "/t.npy", std::vector<std::uint16_t>{1, 2, 9, 3, 9});
-  const std::string base = "data:\n  paths: [\"" + dir +
-                           "/t.npy\"]\n  global_batch_size: 128\n  seed: 1\n  vocab_size: 10\n"
-                           "  eos_token_id: 9\n  pad_token_id: 0\n";
+  const std::string base =
+      "data:\n  paths: [\"" + dir +
+      "/t.npy\"]\n  global_batch_size: 128\n  seed: 1\n  vocab_size: 10\n  dtype: uint16\n"
+      "  eos_token_id: 9\n  pad_token_id: 0\n";
   auto error_of = [&](const std::string& extra) -> std::string {
     try {
       testing::parse_yaml(base + extra);
@@ -269,6 +359,21 @@ TEST(DocumentPacking, BadConfigsAreRefusedNamingTheKey) {
   EXPECT_NE(error_of("  dataset: vsl\n  sequence_length: 64\n").find("not one of fsl"),
             std::string::npos);
   EXPECT_EQ(error_of("  dataset: packed\n  sequence_length: 64\n"), "");
+  EXPECT_NE(error_of("  sequence_length: 64\n  label_mask_paths: [\"" + dir + "/t.npy\", \"" + dir +
+                     "/t.npy\"]\n")
+                .find("2 label mask files for 1 token files"),
+            std::string::npos);
+  // A mask file must hold one byte per token of its token file.
+  testing::write_tokens(dir + "/short_mask.npy", std::vector<std::uint8_t>{1, 1, 0});
+  const DataConfig short_mask = testing::parse_yaml(
+      base + "  sequence_length: 4\n  label_mask_paths: [\"" + dir + "/short_mask.npy\"]\n");
+  try {
+    TokenDataset dataset(short_mask);
+    ADD_FAILURE() << "a short label mask file was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 3 entries for the 5 tokens"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DocumentPacking, FixedWindowBatchesHaveNoLabelMask) {

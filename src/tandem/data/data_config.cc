@@ -6,6 +6,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/glob.h"
 #include "tandem/data/data_mix.h"
+#include "tandem/data/python_random.h"
 
 namespace tandem::data {
 namespace {
@@ -51,6 +52,29 @@ std::vector<DataSource> mix_sources(io::ConfigSection& s, const std::string& man
     out.back().files.push_back(e.path);
   }
   return out;
+}
+
+// OLMo-core's _resolve_paths_metadata: paths, their labels and label masks shuffled together.
+void permute_sources(DataConfig& c, std::int64_t seed) {
+  std::vector<std::string> files, labels;
+  for (const auto& src : c.sources) {
+    files.insert(files.end(), src.files.begin(), src.files.end());
+    labels.insert(labels.end(), src.files.size(), src.label);
+  }
+  TANDEM_CHECK(files.size() < (std::size_t{1} << 32), "too many token files to permute");
+  const std::uint64_t abs_seed =
+      seed < 0 ? 0 - static_cast<std::uint64_t>(seed) : static_cast<std::uint64_t>(seed);
+  const std::vector<std::size_t> order = PythonRandom(abs_seed).shuffled_range(files.size());
+  std::vector<std::string> masks;
+  c.sources.clear();
+  for (std::size_t i : order) {
+    if (c.sources.empty() || c.sources.back().label != labels[i])
+      c.sources.push_back({labels[i], {}, {}});
+    c.sources.back().patterns.push_back(files[i]);
+    c.sources.back().files.push_back(files[i]);
+    if (!c.label_mask_files.empty()) masks.push_back(c.label_mask_files[i]);
+  }
+  c.label_mask_files = std::move(masks);
 }
 
 void check_positive(std::int64_t v, const std::string& where) {
@@ -106,6 +130,20 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
       src.files.insert(src.files.end(), files.begin(), files.end());
     }
   }
+
+  if (s.has("label_mask_paths")) {
+    for (std::string p : s.get_string_list("label_mask_paths")) {
+      p = io::resolve_config_path(base_dir, p);
+      auto masks = expand(p, s.where("label_mask_paths"));
+      c.label_mask_files.insert(c.label_mask_files.end(), masks.begin(), masks.end());
+    }
+    const std::size_t files = c.all_files().size();
+    TANDEM_CHECK(c.label_mask_files.size() == files,
+                 "{}: {} label mask files for {} token files (OLMo-core needs one per file)",
+                 s.where("label_mask_paths"), c.label_mask_files.size(), files);
+  }
+  c.source_permutation_seed = s.get_optional_int("source_permutation_seed");
+  if (c.source_permutation_seed) permute_sources(c, *c.source_permutation_seed);
 
   c.sequence_length = s.get_int("sequence_length");
   check_positive(c.sequence_length, s.where("sequence_length"));

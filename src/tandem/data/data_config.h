@@ -32,6 +32,12 @@ struct PackingConfig {
 struct DataConfig {
   std::vector<DataSource> sources;
   std::string mix;  // the OLMo-core mix manifest the sources came from, if any
+  // OLMo-core's label_mask_paths: one numpy bool file per token file (same token count), aligned
+  // with all_files(); a 0 byte masks that token's label. Empty: every label counts.
+  std::vector<std::string> label_mask_files;
+  // OLMo-core's source_permutation_seed: the files (with their labels and masks) in the order
+  // Python's random.Random(seed).shuffle leaves them; `sources` is then regrouped by label runs.
+  std::optional<std::int64_t> source_permutation_seed;
   std::int64_t sequence_length = 0;
   std::optional<std::int64_t> max_target_sequence_length;
   std::optional<PackingConfig> packing;  // set: documents packed into padded instances

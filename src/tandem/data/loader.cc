@@ -56,7 +56,7 @@ Batch Loader::build_batch(std::uint64_t epoch, std::uint64_t step, std::uint64_t
   const std::size_t n = b.instance_ids.size();
   b.input_ids.resize(n * seq);
   b.instance_mask.assign(n, 1);
-  if (dataset_->packed()) b.label_mask.resize(n * seq);
+  if (dataset_->has_label_masks()) b.label_mask.resize(n * seq);
   for (std::size_t i = 0; i < n; ++i) {
     std::span<std::int64_t> ids(b.input_ids.data() + i * seq, seq);
     std::span<std::uint8_t> mask;

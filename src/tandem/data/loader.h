@@ -39,8 +39,8 @@ struct Batch {
   // 1 = kept, 0 = rejected by the instance (repetition) filter: its tokens stay in the batch and
   // its labels are ignored (train/train_step.h makes the labels).
   std::vector<std::uint8_t> instance_mask;
-  // Per token, 1 = a document token, 0 = a packed instance's padding (its label is ignored). Empty
-  // for fixed-window data, where every token counts.
+  // Per token, 0 = its label is ignored (a packed instance's padding, or masked by the data's
+  // label_mask_paths). Empty when the data has neither: every label counts.
   std::vector<std::uint8_t> label_mask;
 
   std::size_t num_instances() const { return instance_ids.size(); }

@@ -36,6 +36,13 @@ TokenDataset::TokenDataset(const DataConfig& config)
     }
   }
   TANDEM_CHECK(!files_.empty(), "the data config names no token files");
+  for (std::size_t i = 0; i < config.label_mask_files.size(); ++i) {
+    const std::string& path = config.label_mask_files[i];
+    masks_.push_back(std::make_unique<io::TokenFile>(path, io::TokenDtype::kU8));
+    TANDEM_CHECK(masks_.back()->num_tokens() == files_[i]->num_tokens(),
+                 "label mask file {} holds {} entries for the {} tokens of {}", path,
+                 masks_.back()->num_tokens(), files_[i]->num_tokens(), files_[i]->path());
+  }
   if (config.packing) pack(config);
 
   std::string text = config.packing ? "class=NumpyPackedFSLDataset" : "class=NumpyFSLDataset";
@@ -113,7 +120,7 @@ void TokenDataset::read_instance(std::uint64_t instance, std::span<std::int64_t>
     const std::uint64_t start = loc.local_index * static_cast<std::uint64_t>(sequence_length_);
     files_[loc.file]->read(start, static_cast<std::uint64_t>(sequence_length_), out.data());
     check_ids(out, loc.file, start);
-    if (!label_mask.empty()) std::fill(label_mask.begin(), label_mask.end(), 1);
+    if (!label_mask.empty()) read_mask(loc.file, start, label_mask);
     return;
   }
   auto it = std::upper_bound(offsets_.begin(), offsets_.end(), instance);
@@ -127,13 +134,23 @@ void TokenDataset::read_instance(std::uint64_t instance, std::span<std::int64_t>
     std::span<std::int64_t> part = out.subspan(filled, d.length);
     files_[d.file]->read(d.start, d.length, part.data());
     check_ids(part, d.file, d.start);
+    if (!label_mask.empty()) read_mask(d.file, d.start, label_mask.subspan(filled, d.length));
     filled += d.length;
   }
   std::fill(out.begin() + static_cast<std::ptrdiff_t>(filled), out.end(), pad_token_id_);
-  if (!label_mask.empty()) {
-    std::fill(label_mask.begin(), label_mask.begin() + static_cast<std::ptrdiff_t>(filled), 1);
+  if (!label_mask.empty())
     std::fill(label_mask.begin() + static_cast<std::ptrdiff_t>(filled), label_mask.end(), 0);
+}
+
+// The tokens' own masks (label_mask_paths), else all 1.
+void TokenDataset::read_mask(std::size_t file, std::uint64_t start,
+                             std::span<std::uint8_t> out) const {
+  if (masks_.empty()) {
+    std::fill(out.begin(), out.end(), 1);
+    return;
   }
+  masks_[file]->read_bytes(start, out.size(), out.data());
+  for (std::uint8_t& m : out) m = m != 0;
 }
 
 std::vector<std::int64_t> TokenDataset::document_lengths(std::uint64_t instance) const {

@@ -5,6 +5,8 @@
 //   windows, each split into max_target / sequence_length instances).
 // - Packed: whole documents packed into instances per group of source_group_size consecutive
 //   files (data/document_packing.h), padded with pad_token_id; the label mask is 0 on padding.
+// - label_mask_paths: a numpy bool file per token file whose bytes mask the labels of the tokens at
+//   the same offsets (both kinds).
 // Global instance ids follow the mix order (files, or groups of files, one after another).
 #pragma once
 
@@ -39,6 +41,8 @@ class TokenDataset {
   const std::string& source_label(std::size_t file) const { return labels_[file]; }
 
   bool packed() const { return !groups_.empty(); }
+  // Whether instances carry a label mask: packed (padding) or label_mask_paths given.
+  bool has_label_masks() const { return packed() || !masks_.empty(); }
   // The instance's file and its index there (packed: the group's first file, and the index
   // within the group).
   InstanceLocation locate(std::uint64_t instance) const;
@@ -62,9 +66,11 @@ class TokenDataset {
 
  private:
   std::vector<std::unique_ptr<io::TokenFile>> files_;
+  std::vector<std::unique_ptr<io::TokenFile>> masks_;  // label_mask_paths, one per file
   std::vector<std::string> labels_;
   void pack(const DataConfig& config);
   void check_ids(std::span<const std::int64_t> ids, std::size_t file, std::uint64_t start) const;
+  void read_mask(std::size_t file, std::uint64_t start, std::span<std::uint8_t> out) const;
 
   // offsets_[i] = first global instance of file i (FSL) or of packing group i (packed).
   std::vector<std::uint64_t> offsets_;
