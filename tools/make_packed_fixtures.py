@@ -371,6 +371,43 @@ def make_case(case, make, files):
             "stable": stable, "default": default}
 
 
+def olmo_core_cache_case():
+    """OLMo-core's own packing cache, as its prepare() leaves it with numpy's default sort, for
+    tandem to read: case p16_fragment_group2 built over paths relative to this folder (the cache
+    names hash the path strings, which must not be this machine's), its three cache files per group
+    copied to olmo_core_cache/, their names, and every instance that dataset hands out."""
+    case = next(c for c in CASES if c["name"] == "p16_fragment_group2")
+    relative = [os.path.relpath(p, OUT) for p in sorted(
+        os.path.join(OUT, "tokens_p16", f) for f in os.listdir(os.path.join(OUT, "tokens_p16")))]
+    cwd = os.getcwd()
+    os.chdir(OUT)
+    try:
+        ds, work = build_dataset(direct_dataset(relative, case), patch=False)
+        folder = os.path.join(OUT, "olmo_core_cache")
+        os.makedirs(folder, exist_ok=True)
+        groups = []
+        for g, paths in enumerate(ds._source_path_groups):
+            names, copies = [], []
+            for kind, path in (("document-indices", ds._get_document_indices_path(*paths)),
+                               ("instance-offsets", ds._get_instance_offsets_path(*paths)),
+                               ("documents-by-instance", ds._get_docs_by_instance_path(*paths))):
+                copy = os.path.join(folder, f"group{g}-{kind}.npy")
+                shutil.copyfile(path, copy)
+                names.append(os.path.basename(str(path)))
+                copies.append(os.path.relpath(copy, OUT))
+            groups.append({"paths": [str(p) for p in paths],
+                           "size_bytes": [os.path.getsize(p) for p in paths],
+                           "cache_names": names, "cache_files": copies})
+        instances = [ds[i]["input_ids"].tolist() for i in range(len(ds))]
+        shutil.rmtree(work)
+    finally:
+        os.chdir(cwd)
+    print(f"olmo_core_cache: {len(groups)} groups, {len(instances)} instances")
+    return {"case": case["name"], "sequence_length": case["seq"],
+            "long_doc_strategy": case["strategy"], "groups": groups,
+            "input_ids": instances}
+
+
 def make_config_case(case):
     """A packed case built through NumpyPackedFSLDatasetConfig (globs, permuted sources)."""
     probe = config_dataset(case)(tempfile.mkdtemp(prefix="packed-fixture-probe-"))
@@ -458,4 +495,5 @@ if __name__ == "__main__":
         "cases": cases,
         "fsl_cases": fsl_cases,
         "source_permutations": permutations,
-        "getrandbits32": getrandbits32})
+        "getrandbits32": getrandbits32,
+        "olmo_core_cache": olmo_core_cache_case()})

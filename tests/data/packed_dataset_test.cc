@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "data_test_util.h"
 #include "tandem/core/error.h"
 #include "tandem/data/document_packing.h"
 #include "tandem/data/loader.h"
+#include "tandem/data/packing_cache.h"
 #include "tandem/data/python_random.h"
 #include "tandem/model/documents.h"
 #include "tandem/optim/loss_normalization.h"
@@ -382,6 +385,104 @@ TEST(DocumentPacking, FixedWindowBatchesHaveNoLabelMask) {
                 LoaderOptions{.prefetch = false});
   EXPECT_TRUE(loader.next_batch(0, 1).label_mask.empty());
   EXPECT_FALSE(loader.dataset().packed());
+}
+
+}  // namespace
+}  // namespace tandem::data
+
+namespace tandem::data {
+namespace {
+
+std::string with_work_dir(std::string yaml, const std::string& dir) {
+  return yaml + "  work_dir: \"" + dir + "\"\n";
+}
+
+nlohmann::json case_named(const std::string& name) {
+  for (const auto& c : packed_cases())
+    if (c["name"] == name) return c;
+  throw std::runtime_error("no fixture case " + name);
+}
+
+std::vector<std::vector<std::int64_t>> all_instances(const TokenDataset& ds) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (std::uint64_t i = 0; i < ds.num_instances(); ++i) {
+    out.emplace_back(static_cast<std::size_t>(ds.sequence_length()));
+    ds.read_instance(i, out.back());
+  }
+  return out;
+}
+
+TEST(PackingCache, NamesAreOlmoCoresForTheSamePaths) {
+  const nlohmann::json cache = packed_fixture_json()["olmo_core_cache"];
+  ASSERT_EQ(cache["groups"].size(), 2u);
+  for (const auto& group : cache["groups"]) {
+    PackingGroup g;
+    g.paths = group["paths"].get<std::vector<std::string>>();
+    g.size_bytes = group["size_bytes"].get<std::vector<std::uint64_t>>();
+    g.sequence_length = cache["sequence_length"];
+    g.strategy = long_doc_strategy_from_name(cache["long_doc_strategy"]);
+    std::vector<std::string> names;
+    for (const auto& p : packing_cache_paths("work", g))
+      names.push_back(std::filesystem::path(p).filename().string());
+    EXPECT_EQ(names, group["cache_names"].get<std::vector<std::string>>());
+  }
+}
+
+// OLMo-core's own cache, made with numpy's default sort: tandem hands out OLMo-core's instances,
+// tie order included, which its own stable packing would not.
+TEST(PackingCache, ReadsOlmoCoresCacheAndHandsOutItsInstances) {
+  const nlohmann::json cache = packed_fixture_json()["olmo_core_cache"];
+  const nlohmann::json c = case_named(cache["case"]);
+  const std::string work = testing::temp_dir("packing_cache_olmo");
+  const DataConfig config = testing::parse_yaml(with_work_dir(packed_config_yaml(c), work));
+  const std::vector<std::string> files = config.all_files();
+  for (std::size_t g = 0; g < cache["groups"].size(); ++g) {
+    PackingGroup group;
+    for (std::size_t f = 2 * g; f < std::min(files.size(), 2 * g + 2); ++f) {
+      group.paths.push_back(files[f]);
+      group.size_bytes.push_back(std::filesystem::file_size(files[f]));
+    }
+    group.sequence_length = config.sequence_length;
+    group.strategy = config.packing->long_doc_strategy;
+    const auto targets = packing_cache_paths(work, group);
+    std::filesystem::create_directories(std::filesystem::path(targets[0]).parent_path());
+    for (std::size_t k = 0; k < 3; ++k)
+      std::filesystem::copy_file(packed_fixture(cache["groups"][g]["cache_files"][k]), targets[k]);
+  }
+  const auto got = all_instances(TokenDataset(config));
+  EXPECT_EQ(got, cache["input_ids"].get<std::vector<std::vector<std::int64_t>>>());
+  std::vector<std::vector<std::int64_t>> stable;
+  for (const auto& inst : c["stable"]["instances"])
+    stable.push_back(inst["input_ids"].get<std::vector<std::int64_t>>());
+  EXPECT_NE(got, stable);  // the cache, not a fresh packing, gave them
+}
+
+TEST(PackingCache, WritesItsPackingAndReadsItBackAndRefusesACorruptOne) {
+  const nlohmann::json c = case_named("p32_bos_truncate_group3");
+  const std::string work = testing::temp_dir("packing_cache_round_trip");
+  const DataConfig config = testing::parse_yaml(with_work_dir(packed_config_yaml(c), work));
+  const auto packed = all_instances(TokenDataset(config));
+  std::vector<std::string> written;
+  for (const auto& e : std::filesystem::directory_iterator(work + "/dataset-common"))
+    written.push_back(e.path().string());
+  ASSERT_EQ(written.size(), 6u);  // two groups (3 + 1 files), three arrays each
+  EXPECT_EQ(all_instances(TokenDataset(config)), packed);
+
+  // Two instances claiming the same document: refused, naming the file.
+  std::string members;
+  for (const auto& p : written)
+    if (p.find("documents-by-instance") != std::string::npos) members = p;
+  std::string bytes = core::read_file(members);
+  ASSERT_GE(bytes.size(), 16u);
+  std::memcpy(bytes.data() + 8, bytes.data(), 8);
+  core::write_file_atomic(members, bytes);
+  try {
+    TokenDataset again(config);
+    ADD_FAILURE() << "a corrupt packing cache was accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(members), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("in two instances"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

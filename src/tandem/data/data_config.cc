@@ -175,8 +175,9 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
     TANDEM_CHECK(!c.max_target_sequence_length, "{}: not an option of dataset: packed",
                  s.where("max_target_sequence_length"));
     c.packing = p;
+    if (s.has("work_dir")) c.work_dir = io::resolve_config_path(base_dir, s.get_string("work_dir"));
   } else {
-    for (const char* key : {"long_doc_strategy", "source_group_size"})
+    for (const char* key : {"long_doc_strategy", "source_group_size", "work_dir"})
       TANDEM_CHECK(!s.has(key), "{} applies to dataset: packed only", s.where(key));
   }
   // Buffers of global_batch_size tokens are allocated per batch: bound it (and the sequence

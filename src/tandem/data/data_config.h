@@ -41,7 +41,10 @@ struct DataConfig {
   std::int64_t sequence_length = 0;
   std::optional<std::int64_t> max_target_sequence_length;
   std::optional<PackingConfig> packing;  // set: documents packed into padded instances
-  std::int64_t global_batch_size = 0;    // tokens, as in OLMo-core
+  // OLMo-core's work_dir: where dataset: packed keeps (and finds) its packing cache, in OLMo-core's
+  // format (data/packing_cache.h). Empty: pack in memory at every start.
+  std::string work_dir;
+  std::int64_t global_batch_size = 0;  // tokens, as in OLMo-core
   std::int64_t seed = 0;
   std::int64_t vocab_size = 0;
   io::TokenDtype dtype = io::TokenDtype::kU32;

@@ -5,6 +5,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
+#include "tandem/data/packing_cache.h"
 
 namespace tandem::data {
 namespace {
@@ -76,12 +77,28 @@ void TokenDataset::pack(const DataConfig& config) {
   const auto group_size = static_cast<std::size_t>(p.source_group_size);
   offsets_.assign(1, 0);
   for (std::size_t first = 0; first < files_.size(); first += group_size) {
-    std::vector<PackedDocument> documents;
     const std::size_t end = std::min(files_.size(), first + group_size);
-    for (std::size_t f = first; f < end; ++f)
-      find_documents(*files_[f], static_cast<std::uint32_t>(f), config.eos_token_id,
-                     config.bos_token_id, config.sequence_length, p.long_doc_strategy, documents);
-    groups_.push_back(pack_documents(std::move(documents), config.sequence_length));
+    PackingGroup g;
+    g.first_file = static_cast<std::uint32_t>(first);
+    g.sequence_length = config.sequence_length;
+    g.strategy = p.long_doc_strategy;
+    for (std::size_t f = first; f < end; ++f) {
+      g.paths.push_back(files_[f]->path());
+      g.size_bytes.push_back(files_[f]->size_bytes());
+      g.num_tokens.push_back(files_[f]->num_tokens());
+    }
+    std::optional<PackedInstances> cached;
+    if (!config.work_dir.empty()) cached = read_packing_cache(config.work_dir, g);
+    if (cached) {
+      groups_.push_back(std::move(*cached));
+    } else {
+      std::vector<PackedDocument> documents;
+      for (std::size_t f = first; f < end; ++f)
+        find_documents(*files_[f], static_cast<std::uint32_t>(f), config.eos_token_id,
+                       config.bos_token_id, config.sequence_length, p.long_doc_strategy, documents);
+      groups_.push_back(pack_documents(std::move(documents), config.sequence_length));
+      if (!config.work_dir.empty()) write_packing_cache(config.work_dir, g, groups_.back());
+    }
     group_first_file_.push_back(first);
     offsets_.push_back(offsets_.back() + groups_.back().num_instances());
   }
