@@ -11,6 +11,9 @@ single-process gloo process group.
   curve       tests/fixtures/olmo_core/: the token files, the step-0 weights (OLMo-core's init, as a
               tandem model directory), the tandem config of the same recipe, and OLMo-core's
               per-step loss, z-loss, grad norm, lr and skip flag for 100 steps plus its final weights.
+              With --packed --label-masks --steps 60 --out tests/fixtures/olmo_core_packed: the
+              same recipe over NumpyPackedFSLDataset (fragmented documents, packed with a stable
+              sort) with label-mask files, 60 steps.
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -504,6 +507,7 @@ def checkpoint(a):
 
 
 def main():
+    global PACKED, LABEL_MASKS, STEPS
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["curve", "checkpoint"])
     ap.add_argument("--work", default=None, help="checkpoint: where OLMo-core's runs go")
@@ -513,9 +517,15 @@ def main():
                     help="curve: torch threads (1 for the fixture; 2 measures the rounding spread)")
     ap.add_argument("--tandem", default=None,
                     help="checkpoint: the tandem binary, for the tandem side of the round trip")
+    ap.add_argument("--packed", action="store_true",
+                    help="curve: NumpyPackedFSLDataset (fragmented documents, stable sort)")
+    ap.add_argument("--label-masks", action="store_true",
+                    help="curve: label-mask files (label_mask_paths) next to the token files")
+    ap.add_argument("--steps", type=int, default=STEPS, help="curve: training steps")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if a.what == "curve":
+        PACKED, LABEL_MASKS, STEPS = a.packed, a.label_masks, a.steps
         curve(a)
     else:
         checkpoint(a)

@@ -63,6 +63,24 @@ double expect_same_steps(const std::vector<nlohmann::json>& ours, const nlohmann
   return worst;
 }
 
+// Final weights, every tensor (padded embedding rows included) within 1e-4 relative L2.
+void expect_final_weights_match(const std::string& model_dir, const std::string& reference) {
+  const model::ModelWeights final_weights = model::read_model_weights(model_dir);
+  io::SafetensorsFile final_ref(reference);
+  const model::ParameterLayout layout(final_weights.config);
+  for (const model::ParameterEntry& e : layout.entries()) {
+    std::vector<float> b = final_ref.read_f32(e.name);
+    ASSERT_EQ(b.size(), static_cast<std::size_t>(e.numel)) << e.name;
+    const float* a = final_weights.flat.data() + e.offset;
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+      norm += static_cast<double>(b[i]) * b[i];
+    }
+    EXPECT_LE(std::sqrt(diff / norm), 1e-4) << e.name;
+  }
+}
+
 TEST(OlmoCoreCurve, HundredStepsMatchOlmoCoresTrainer) {
   const std::string fx = testing::fixture("olmo_core");
   const nlohmann::json ref = read_json(fx + "/curve_reference.json");
@@ -84,22 +102,29 @@ TEST(OlmoCoreCurve, HundredStepsMatchOlmoCoresTrainer) {
   // only kept labels, as tandem did before, is off by up to 25% on steps with a rejection).
   EXPECT_LE(worst, 1e-6);
 
-  // Final weights, every tensor (padded embedding rows included) within 1e-4 relative L2.
-  const model::ModelWeights final_weights =
-      model::read_model_weights(run + "/checkpoints/step-000100/model");
-  io::SafetensorsFile final_ref(fx + "/curve_final.safetensors");
-  const model::ParameterLayout layout(final_weights.config);
-  for (const model::ParameterEntry& e : layout.entries()) {
-    std::vector<float> b = final_ref.read_f32(e.name);
-    ASSERT_EQ(b.size(), static_cast<std::size_t>(e.numel)) << e.name;
-    const float* a = final_weights.flat.data() + e.offset;
-    double diff = 0, norm = 0;
-    for (std::size_t i = 0; i < b.size(); ++i) {
-      diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-      norm += static_cast<double>(b[i]) * b[i];
-    }
-    EXPECT_LE(std::sqrt(diff / norm), 1e-4) << e.name;
-  }
+  expect_final_weights_match(run + "/checkpoints/step-000100/model",
+                             fx + "/curve_final.safetensors");
+}
+
+// OLMo-core's NumpyPackedFSLDataset (documents fragmented at 64 tokens and packed whole, with a
+// stable sort; padding masked out of the labels) and label-mask files masking runs of labels, the
+// same recipe otherwise, 60 steps (tests/fixtures/olmo_core_packed).
+TEST(OlmoCoreCurve, PackedDocumentsWithLabelMasksMatchOlmoCoresTrainer) {
+  const std::string fx = testing::fixture("olmo_core_packed");
+  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
+  ASSERT_EQ(ref["steps"].size(), 60u);
+  ASSERT_FALSE(ref["steps_with_rejected_instances"].empty());
+  ASSERT_GT(ref["closest_skip_margin_rel"].get<double>(), 1e-3);
+  const std::string run = testing::temp_dir("olmo_core_curve_packed");
+  auto r = testing::run_tandem("train " + fx + "/curve.yaml trainer.init_from=" + fx +
+                               "/init trainer.save_folder=" + run);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double worst =
+      expect_same_steps(testing::read_metrics(run + "/metrics.jsonl"), ref["steps"]);
+  RecordProperty("worst_loss_rel_diff", std::to_string(worst));
+  EXPECT_LE(worst, 1e-6);
+  expect_final_weights_match(run + "/checkpoints/step-000060/model",
+                             fx + "/curve_final.safetensors");
 }
 
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.

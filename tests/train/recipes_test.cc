@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/data/data_config.h"
 #include "tandem/data/loader.h"
@@ -142,6 +143,29 @@ TEST(Recipes, Olmo3SevenBLongContext) {
   EXPECT_NEAR(s->lr(lr, 200, t_max), lr, 1e-12);
   EXPECT_NEAR(s->lr(lr, t_max, t_max), 0.0, 1e-12);
   EXPECT_TRUE(root["trainer"]["load_optimizer_state"].as<bool>());
+}
+
+// Its data as AI2 read it (NumpyPackedFSLDatasetConfig, source_group_size 8, permutation seed
+// 123), pointed at the packed fixtures' uint32 files: they are packed, whole documents per
+// instance.
+TEST(Recipes, Olmo3SevenBLongContextPacksDocumentsAsAi2Did) {
+  const std::string fx = std::string(TANDEM_FIXTURES_DIR) + "/data/packed/tokens_p32/";
+  const std::string work = tandem::testing::temp_dir("recipes_long_context_work");
+  data::DataConfig config = data::load_data_config(
+      recipe("olmo3-7b-long-context.yaml"),
+      {"data.paths=[\"" + fx + "part-*-00000.npy\"]", "data.work_dir=" + work});
+  ASSERT_TRUE(config.packing.has_value());
+  EXPECT_EQ(config.packing->source_group_size, 8);
+  EXPECT_EQ(config.packing->long_doc_strategy, data::LongDocStrategy::kTruncate);
+  EXPECT_EQ(config.source_permutation_seed, 123);
+  EXPECT_TRUE(config.generate_doc_lengths);
+  const data::TokenDataset dataset(config);
+  ASSERT_TRUE(dataset.packed());
+  ASSERT_EQ(dataset.num_instances(), 1u);  // 4 small files, one group: one 65,536-token instance
+  std::int64_t tokens = 0;
+  for (std::int64_t len : dataset.document_lengths(0)) tokens += len;
+  EXPECT_GT(tokens, 10000);
+  EXPECT_LE(tokens, 65536);
 }
 
 }  // namespace

@@ -90,6 +90,16 @@ void run_batches(const BatchesArgs& a) {
         line["input_ids"] = std::move(rows);
         // 1 = kept, 0 = rejected by the repetition filter (all its labels are ignored).
         if (config.instance_filter) line["instance_mask"] = b.instance_mask;
+        // Per token, 0 = its label is ignored (packed padding, label_mask_paths); only for data
+        // that has such masks.
+        if (!b.label_mask.empty()) {
+          nlohmann::json masks = nlohmann::json::array();
+          for (std::size_t k = 0; k < b.num_instances(); ++k)
+            masks.push_back(
+                std::vector<int>(b.label_mask.begin() + static_cast<std::ptrdiff_t>(k * T),
+                                 b.label_mask.begin() + static_cast<std::ptrdiff_t>((k + 1) * T)));
+          line["label_mask"] = std::move(masks);
+        }
       }
       fmt::print("{}\n", line.dump());
     }
@@ -113,8 +123,8 @@ void add_data_batches_command(CLI::App& data, int& exit_code) {
   cmd->add_option("--steps", args->steps, "number of steps (default: to the end of the epoch)");
   cmd->add_flag("--hash", args->hash, "add tokens_xxh64, the XXH64 of the int64 input ids");
   cmd->add_flag("--tokens", args->tokens,
-                "add input_ids (one row of token ids per instance) and, with the repetition "
-                "filter on, instance_mask");
+                "add input_ids (one row of token ids per instance), with the repetition "
+                "filter on instance_mask, and for packed or masked data label_mask");
   cmd->add_option("--resume-state", args->resume_state, "loader state JSON to resume from");
   cmd->add_option("--save-state", args->save_state, "write rank 0's loader state here at the end");
   cmd->callback([args, &exit_code] {
