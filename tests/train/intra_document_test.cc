@@ -124,3 +124,24 @@ TEST(IntraDocument, HeldoutLossIsEveryDocumentOnItsOwn) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A packed, label-masked training config (OLMo-core's curve fixture over packed documents): its
+// held-out sets are fixed windows of their own files, without the training data's packing,
+// masks or permutation.
+TEST(PackedTraining, HeldoutSetsStayFixedWindowsOfTheirOwnFiles) {
+  train::RunConfig config =
+      train::load_run_config(testing::fixture("olmo_core_packed/curve.yaml"), {});
+  ASSERT_TRUE(config.data.packing.has_value());
+  ASSERT_EQ(config.data.label_mask_files.size(), 4u);
+  const std::string file = testing::fixture("olmo_core/part-00.npy");
+  eval::HeldoutSet set = eval::open_heldout_set("heldout", {file}, config.data, 1000);
+  EXPECT_FALSE(set.dataset->packed());
+  EXPECT_FALSE(set.dataset->has_label_masks());
+  EXPECT_EQ(set.instances, static_cast<std::int64_t>(9000 / 64));  // 9,000 uint16 tokens
+}
+
+}  // namespace
+}  // namespace tandem

@@ -37,6 +37,9 @@ TokenDataset::TokenDataset(const DataConfig& config)
     }
   }
   TANDEM_CHECK(!files_.empty(), "the data config names no token files");
+  TANDEM_CHECK(config.label_mask_files.empty() || config.label_mask_files.size() == files_.size(),
+               "{} label mask files for {} token files", config.label_mask_files.size(),
+               files_.size());
   for (std::size_t i = 0; i < config.label_mask_files.size(); ++i) {
     const std::string& path = config.label_mask_files[i];
     masks_.push_back(std::make_unique<io::TokenFile>(path, io::TokenDtype::kU8));
