@@ -9,8 +9,8 @@ per global batch, a seed, and every world size in (1, 2, 3, 4, 8) that divides t
 independently of those (their own random stream, so that --plain gives exactly the cases above):
 - in about 40% of cases `dataset: packed` (OLMo-core's NumpyPackedFSLDataset, OBFD packing)
   instead of fixed windows: a power-of-two sequence length (8 to 256; 32 to 256 with the filter),
-  long_doc_strategy truncate or fragment, source_group_size 1 to 3, no max_target; the files
-  (up to 4000 or 20x the sequence length tokens) are documents of 1 to 2x the sequence length
+  long_doc_strategy truncate or fragment, source_group_size 1 to 3, no max_target; each file
+  (1 to max(4000, 20x the sequence length) tokens) holds documents of 1 to 2x the sequence length
   tokens ending with EOS, most of them of a few favourite lengths (ties for the sort), some with an
   EOS inside, the last one sometimes cut (no EOS: OLMo-core drops it); in 30% of them a BOS id,
   every document starting with BOS (the boundary is then EOS followed by BOS; some BOS and EOS
@@ -29,14 +29,18 @@ prepare() finds those caches (numpy's default argsort orders equal lengths per C
 cases use OLMo-core's NumpyFSLDataset as tools/make_data_fixtures.py builds it.
 For both epochs and every rank, OLMo-core's dataset + NumpyDataLoaderBase and tandem must give the
 same instance ids per step, the same tokens (XXH64 of the int64 ids, as `--hash`), with the filter
-on the same instance_mask, and, for packed or masked data, the same per-token label_mask (`--tokens`;
-absent on both sides otherwise); tandem's dataset fingerprint (its saved loader state) must be
-OLMo-core's; and, from OLMo-core's state_dict after a random number of steps of epoch 1 on one of
-those world sizes, the rest of the epoch on another (`--resume-state`). A case OLMo-core refuses,
-or one whose data holds less than one global batch (OLMo-core's loader then yields no step),
-tandem must refuse.
+on the same instance_mask, and, for packed or masked data, the same per-token label_mask
+(`--tokens`; absent on both sides otherwise); tandem's dataset fingerprint (its saved loader
+state) must be OLMo-core's; and, from OLMo-core's state_dict after a random number of steps of
+epoch 1 on one of those world sizes, the rest of the epoch on another (`--resume-state`). A case
+OLMo-core refuses, or one whose data holds less than one global batch (OLMo-core's loader then
+yields no step), tandem must refuse.
 
-Run on 120 cases (seeds 11 and 12, 60 each): all agree (RESULTS_TBD).
+Run on 120 cases (seeds 11 and 12, 60 each: 46 packed, 11 of them with BOS, 37 with label
+masks, 34 with a source_permutation_seed, 29 with globs, 43 with the filter, 114 resumed, 4
+without a full batch and 2 that OLMo-core refuses, all refused by tandem): all agree, in about
+1.2 s a case. Without the stable sort (numpy's default argsort on this CPU), 7 of seed 11's first 30
+cases differ: all packed.
 
 Usage: python3 tools/check_data_order_random.py TANDEM_BINARY [--seed S] [--cases N] [--plain]
 Needs numpy, xxhash and ai2-olmo-core. Exits 0 only when every case agrees.
