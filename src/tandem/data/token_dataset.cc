@@ -18,8 +18,8 @@ std::string python_optional(const std::optional<std::int64_t>& v) {
 
 TokenDataset::TokenDataset(const DataConfig& config)
     : sequence_length_(config.sequence_length),
-      vocab_size_(static_cast<std::uint64_t>(config.vocab_size)) {
-  pad_token_id_ = config.pad_token_id;
+      vocab_size_(static_cast<std::uint64_t>(config.vocab_size)),
+      pad_token_id_(config.pad_token_id) {
   TANDEM_CHECK(config.sequence_length > 0, "sequence_length must be positive");
   const std::uint64_t window = static_cast<std::uint64_t>(
       config.max_target_sequence_length.value_or(config.sequence_length));
@@ -115,6 +115,15 @@ InstanceLocation TokenDataset::locate(std::uint64_t instance) const {
   return {packed() ? group_first_file_[unit] : unit, instance - offsets_[unit]};
 }
 
+std::pair<const PackedInstances*, std::uint64_t> TokenDataset::packed_instance(
+    std::uint64_t instance) const {
+  TANDEM_CHECK(instance < num_instances(), "instance {} out of range ({} instances)", instance,
+               num_instances());
+  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), instance);
+  const auto group = static_cast<std::size_t>(it - offsets_.begin()) - 1;
+  return {&groups_[group], instance - offsets_[group]};
+}
+
 // Every id that reaches a batch is checked (validate_token_ids scans all of them up front): an
 // id past the vocabulary would index a padding row of the embedding silently.
 void TokenDataset::check_ids(std::span<const std::int64_t> ids, std::size_t file,
@@ -143,11 +152,8 @@ void TokenDataset::read_instance(std::uint64_t instance, std::span<std::int64_t>
     if (!label_mask.empty()) read_mask(loc.file, start, label_mask);
     return;
   }
-  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), instance);
-  TANDEM_CHECK(instance < num_instances(), "instance {} out of range ({} instances)", instance,
-               num_instances());
-  const PackedInstances& g = groups_[static_cast<std::size_t>(it - offsets_.begin()) - 1];
-  const std::uint64_t local = instance - *(it - 1);
+  const auto [group, local] = packed_instance(instance);
+  const PackedInstances& g = *group;
   std::size_t filled = 0;
   for (std::uint64_t m = g.offsets[local]; m < g.offsets[local + 1]; ++m) {
     const PackedDocument& d = g.documents[g.members[m]];
@@ -177,9 +183,8 @@ std::vector<std::int64_t> TokenDataset::document_lengths(std::uint64_t instance)
   TANDEM_CHECK(instance < num_instances(), "instance {} out of range ({} instances)", instance,
                num_instances());
   if (!packed()) return {};
-  auto it = std::upper_bound(offsets_.begin(), offsets_.end(), instance);
-  const PackedInstances& g = groups_[static_cast<std::size_t>(it - offsets_.begin()) - 1];
-  const std::uint64_t local = instance - *(it - 1);
+  const auto [group, local] = packed_instance(instance);
+  const PackedInstances& g = *group;
   std::vector<std::int64_t> out;
   for (std::uint64_t m = g.offsets[local]; m < g.offsets[local + 1]; ++m)
     out.push_back(g.documents[g.members[m]].length);

@@ -65,20 +65,23 @@ class TokenDataset {
   void validate_token_ids() const;
 
  private:
+  void pack(const DataConfig& config);
+  // Packed: the instance's group and its index there.
+  std::pair<const PackedInstances*, std::uint64_t> packed_instance(std::uint64_t instance) const;
+  void check_ids(std::span<const std::int64_t> ids, std::size_t file, std::uint64_t start) const;
+  void read_mask(std::size_t file, std::uint64_t start, std::span<std::uint8_t> out) const;
+
   std::vector<std::unique_ptr<io::TokenFile>> files_;
   std::vector<std::unique_ptr<io::TokenFile>> masks_;  // label_mask_paths, one per file
   std::vector<std::string> labels_;
-  void pack(const DataConfig& config);
-  void check_ids(std::span<const std::int64_t> ids, std::size_t file, std::uint64_t start) const;
-  void read_mask(std::size_t file, std::uint64_t start, std::span<std::uint8_t> out) const;
 
   // offsets_[i] = first global instance of file i (FSL) or of packing group i (packed).
   std::vector<std::uint64_t> offsets_;
   std::vector<PackedInstances> groups_;        // packed only, one per group
   std::vector<std::size_t> group_first_file_;  // packed only
-  std::int64_t pad_token_id_ = 0;
   std::int64_t sequence_length_ = 0;
   std::uint64_t vocab_size_ = 0;
+  std::int64_t pad_token_id_ = 0;
   std::string fingerprint_;
 };
 
