@@ -487,3 +487,40 @@ TEST(PackingCache, WritesItsPackingAndReadsItBackAndRefusesACorruptOne) {
 
 }  // namespace
 }  // namespace tandem::data
+
+namespace tandem::data {
+namespace {
+
+// `tandem data audit` on packed data: the order checks as for fixed windows, plus the packing's
+// own (every document in one instance) and its token budget, which the fixture determines.
+TEST(PackedAudit, ReportsEveryDocumentOnceAndTheTokenBudget) {
+  const nlohmann::json c = case_named("p32_bos_truncate_group3");
+  const std::string dir = testing::temp_dir("packed_audit");
+  testing::write_text(dir + "/data.yaml", packed_config_yaml(c));
+  const auto r =
+      tandem::testing::run_tandem("data audit " + dir + "/data.yaml --world-sizes 1,2,4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto report = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(report["ok"].get<bool>());
+  const auto& p = report["packing"];
+  std::uint64_t documents = 0, tokens = 0, file_tokens = 0;
+  for (const auto& inst : c["stable"]["instances"])
+    for (const auto& len : inst["document_lengths"])
+      ++documents, tokens += len.get<std::uint64_t>();
+  for (const auto& f : c["files"]) file_tokens += std::filesystem::file_size(packed_fixture(f)) / 4;
+  const std::uint64_t n = c["stable"]["num_instances"], T = c["sequence_length"];
+  EXPECT_EQ(p["instances"].get<std::uint64_t>(), n);
+  EXPECT_EQ(p["documents"].get<std::uint64_t>(), documents);
+  EXPECT_EQ(p["document_tokens"].get<std::uint64_t>(), tokens);
+  EXPECT_EQ(p["padding_tokens"].get<std::uint64_t>(), n * T - tokens);
+  EXPECT_EQ(p["file_tokens"].get<std::uint64_t>(), file_tokens);
+  EXPECT_LT(tokens, file_tokens);  // truncation dropped tails of long documents
+
+  const auto text = tandem::testing::run_tandem("data audit " + dir + "/data.yaml");
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("every document is in exactly one instance"), std::string::npos)
+      << text.output;
+}
+
+}  // namespace
+}  // namespace tandem::data

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 
 #include "tandem/core/error.h"
@@ -199,6 +200,46 @@ ResumePoint parse_resume_point(const std::string& text) {
   return p;
 }
 
+// Packed data: every document of every group in exactly one instance, no token in two documents,
+// no instance over sequence_length; and the token budget (kept, padding, in no instance).
+void audit_packing(const TokenDataset& ds, AuditReport& report, Recorder& rec) {
+  AuditReport::Packing p;
+  for (std::size_t f = 0; f < ds.num_files(); ++f) p.file_tokens += ds.file(f).num_tokens();
+  const auto T = static_cast<std::uint64_t>(ds.sequence_length());
+  for (std::size_t g = 0; g < ds.packed_groups().size(); ++g) {
+    const PackedInstances& group = ds.packed_groups()[g];
+    std::vector<std::uint32_t> seen(group.documents.size(), 0);
+    for (std::uint64_t i = 0; i < group.num_instances(); ++i) {
+      std::uint64_t tokens = 0;
+      for (std::uint64_t m = group.offsets[i]; m < group.offsets[i + 1]; ++m) {
+        ++seen.at(group.members[m]);
+        tokens += group.documents[group.members[m]].length;
+      }
+      if (tokens > T)
+        rec.violation(
+            fmt::format("packing group {} instance {}: {} tokens for {}", g, i, tokens, T));
+      p.padding_tokens += T - std::min(tokens, T);
+    }
+    for (std::size_t d = 0; d < seen.size(); ++d)
+      if (seen[d] != 1)
+        rec.violation(
+            fmt::format("packing group {}: document {} is in {} instances", g, d, seen[d]));
+    std::vector<PackedDocument> by_place = group.documents;
+    std::sort(by_place.begin(), by_place.end(), [](const auto& a, const auto& b) {
+      return std::tie(a.file, a.start) < std::tie(b.file, b.start);
+    });
+    for (std::size_t d = 1; d < by_place.size(); ++d)
+      if (by_place[d].file == by_place[d - 1].file &&
+          by_place[d - 1].start + by_place[d - 1].length > by_place[d].start)
+        rec.violation(fmt::format("packing group {}: two documents share tokens of {} at {}", g,
+                                  ds.file(by_place[d].file).path(), by_place[d].start));
+    for (const PackedDocument& d : group.documents) p.document_tokens += d.length;
+    p.documents += group.documents.size();
+    p.instances += group.num_instances();
+  }
+  report.packing = p;
+}
+
 AuditReport run_audit(const DataConfig& config, const AuditOptions& options) {
   AuditReport report;
   Recorder rec(report, options.max_reported);
@@ -288,6 +329,7 @@ AuditReport run_audit(const DataConfig& config, const AuditOptions& options) {
     report.resumes_checked.push_back(name);
   }
 
+  if (dataset->packed()) audit_packing(*dataset, report, rec);
   if (options.check_duplicates) find_duplicates(*dataset, report);
   return report;
 }
@@ -308,6 +350,12 @@ nlohmann::json AuditReport::to_json() const {
   j["duplicates"] = {{"groups", duplicate_groups},
                      {"instances", duplicate_instances},
                      {"examples", duplicate_examples}};
+  if (packing)
+    j["packing"] = {{"documents", packing->documents},
+                    {"instances", packing->instances},
+                    {"document_tokens", packing->document_tokens},
+                    {"padding_tokens", packing->padding_tokens},
+                    {"file_tokens", packing->file_tokens}};
   return j;
 }
 
@@ -320,6 +368,16 @@ std::string AuditReport::to_text() const {
   for (auto w : world_sizes_checked) out += fmt::format("  checked world size {}\n", w);
   for (const auto& r : resumes_checked) out += fmt::format("  checked {}\n", r);
   for (const auto& n : notes) out += fmt::format("  note: {}\n", n);
+  if (packing) {
+    const double slots = static_cast<double>(packing->document_tokens + packing->padding_tokens);
+    out += fmt::format(
+        "  packing: {} documents in {} instances; padding {:.2f}% "
+        "of instance tokens; {} of the files' {} tokens in no instance (truncated or after a "
+        "file's last document)\n",
+        packing->documents, packing->instances,
+        slots > 0 ? 100.0 * static_cast<double>(packing->padding_tokens) / slots : 0.0,
+        packing->file_tokens - packing->document_tokens, packing->file_tokens);
+  }
   if (duplicate_groups > 0) {
     out += fmt::format(
         "  warning: {} instances duplicate the token content of another ({} "
@@ -329,9 +387,10 @@ std::string AuditReport::to_text() const {
     out += "\n";
   }
   if (ok) {
-    out +=
+    out += fmt::format(
         "OK: every world size sees the same global batches, ranks' shares are disjoint and "
-        "cover each batch, every instance appears exactly once per epoch\n";
+        "cover each batch, every instance appears exactly once per epoch{}\n",
+        packing ? "; every document is in exactly one instance and no token in two" : "");
   } else {
     out += fmt::format("FAILED: {} violation(s); first ones:\n", violation_count);
     for (const auto& v : violations) out += "  " + v + "\n";

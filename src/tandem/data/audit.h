@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,15 @@ struct AuditReport {
   std::uint64_t duplicate_groups = 0;     // distinct contents that occur more than once
   std::uint64_t duplicate_instances = 0;  // instances beyond the first copy of each content
   std::vector<std::vector<std::uint64_t>> duplicate_examples;
+  // dataset: packed: what the packing kept and spent, checked document by document.
+  struct Packing {
+    std::uint64_t documents = 0;
+    std::uint64_t instances = 0;
+    std::uint64_t document_tokens = 0;  // tokens of the packed documents
+    std::uint64_t padding_tokens = 0;
+    std::uint64_t file_tokens = 0;  // every token of the files; the rest are in no instance
+  };
+  std::optional<Packing> packing;
 
   nlohmann::json to_json() const;
   std::string to_text() const;

@@ -52,6 +52,8 @@ class TokenDataset {
                      std::span<std::uint8_t> label_mask = {}) const;
   // Packed: the lengths of the instance's documents, in order (empty for FSL).
   std::vector<std::int64_t> document_lengths(std::uint64_t instance) const;
+  // Packed: each group's packing (documents, instances), for the audit.
+  const std::vector<PackedInstances>& packed_groups() const { return groups_; }
 
   // OLMo-core's dataset fingerprint (version "v2.0"): sha256 over the class name, the settings
   // (vocab_size, pad/eos ids, dtype, then max_target_sequence_length and bos id, or for packed
