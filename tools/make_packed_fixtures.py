@@ -32,6 +32,26 @@
 - packed.json "source_permutations": random.Random(seed).shuffle(list(range(n))) (the operation
   behind source_permutation_seed) for several seeds and n; "getrandbits32": the first outputs of
   random.Random(seed).getrandbits(32) for a few seeds.
+- tokens_m16/part-<i>-00000.npy + part-<i>-00000.csv.gz: three uint16 token files (vocab 1000, EOS
+  999, pad 998, no BOS) whose documents (1..40 tokens with many ties, about 10% 65..200) are given
+  by OLMo-core metadata files next to them (gzip text, one "start,end" line per document in order,
+  some lines with extra fields "start,end,<id>[,<source>]" that OLMo-core ignores). About 25% of
+  documents do not end with EOS and some hold EOS tokens inside, so scanning for EOS finds other
+  boundaries than the metadata; part-0's last 7 tokens (with an EOS among them) are in no document.
+  tokens_m32/: the same for two uint32 files with BOS (vocab 100352, EOS 100257, pad 100277, BOS
+  100256): every document starts with BOS, about 25% lack the final EOS, some hold EOS or EOS+BOS
+  inside. The gzip files are written with mtime 0 and no file name (reruns give identical bytes).
+- packed.json "metadata_cases": NumpyPackedFSLDataset(..., use_array_if_local=False) over those sets
+  (document boundaries from the metadata files), generate_doc_lengths=True, built in a fresh work
+  dir with the stable argsort patch: the same records as a "cases" entry's "stable" part (here at
+  the case's top level), plus "metadata_files", "use_array_if_local": false, "fingerprint_text"
+  (the exact text OLMo-core hashes, with use_array_if_local and _metadata_fingerprint), and
+  "eos_scan_differs" / "eos_scan_num_instances" from the same dataset built with
+  use_array_if_local=None (boundaries found by scanning for EOS). Case m16_truncate_group2 also
+  has "cache_names": per source group, a build over paths relative to this folder gives the path
+  strings, their sizes in bytes, the exact extra ids OLMo-core hashes into the packing cache names
+  (long_doc_strategy, indices dtype, use_array_if_local=False, metadata=<path>,sha256=<digest of
+  the .csv.gz> per file) and the three cache file names.
 All paths and globs in packed.json are relative to tests/fixtures/data/packed.
 
 Run from the repository root:  python3 tools/make_packed_fixtures.py
@@ -40,6 +60,7 @@ Needs numpy and ai2-olmo-core (which brings torch). The tests only read the comm
 
 import contextlib
 import glob
+import gzip
 import hashlib
 import json
 import multiprocessing
@@ -107,6 +128,21 @@ FSL_CASES = [dict(name="p32_fsl_masks_perm123", set="p32", seq=64, masks=True, p
 PERMUTATION_SEEDS = [0, 1, 7, 123, 4294967295, 4294967296, 12345678901234, 9223372036854775807]
 PERMUTATION_SIZES = [1, 2, 3, 5, 8, 17, 100, 1000]
 GETRANDBITS_SEEDS = [0, 123, 12345678901234]
+
+# Document boundaries from OLMo-core metadata files (<token file with .npy -> .csv.gz>), not EOS.
+METADATA_TOKEN_SETS = {
+    "m16": dict(dtype=np.uint16, vocab=1000, eos=999, pad=998, bos=None, seed=16116,
+                files=3, target=1700, tail_file=0),
+    "m32": dict(dtype=np.uint32, vocab=100352, eos=100257, pad=100277, bos=100256, seed=32132,
+                files=2, target=2600, tail_file=None),
+}
+
+METADATA_CASES = [
+    dict(name="m16_truncate_group2", set="m16", seq=64, strategy="truncate", group=2),
+    dict(name="m16_fragment", set="m16", seq=32, strategy="fragment", group=1),
+    dict(name="m32_bos_truncate", set="m32", seq=128, strategy="truncate", group=1),
+]
+METADATA_CACHE_CASE = "m16_truncate_group2"  # also built over relative paths for "cache_names"
 
 
 def p16_document(rng, spec):
@@ -476,6 +512,241 @@ def source_permutations():
     return perms, bits
 
 
+# ----------------------------------------------------------------------------------------------
+def m16_document(rng, spec):
+    """1..40 tokens or, one time in ten, 65..200; three in four end with EOS, the others with an
+    ordinary token; one in five of those with 4+ tokens holds 1 or 2 EOS tokens inside."""
+    n = int(rng.integers(65, 201)) if rng.random() < 0.1 else int(rng.integers(1, 41))
+    doc = rng.integers(0, 990, n)
+    if rng.random() < 0.75:
+        doc[-1] = spec["eos"]
+    if n >= 4 and rng.random() < 0.2:
+        doc[rng.choice(np.arange(1, n - 1), size=int(rng.integers(1, 3)), replace=False)] = \
+            spec["eos"]
+    return doc
+
+
+def m32_document(rng, spec):
+    """BOS then 2..88 tokens or, one time in ten, 129..599; three in four end with EOS; some hold
+    EOS tokens inside, some an EOS+BOS pair inside (a boundary for the EOS+BOS scan only)."""
+    n = int(rng.integers(130, 601)) if rng.random() < 0.1 else int(rng.integers(3, 90))
+    body = rng.integers(0, 100000, n - 1)
+    if rng.random() < 0.75:
+        body[-1] = spec["eos"]
+    r = rng.random()
+    if len(body) >= 4 and r < 0.2:
+        body[rng.choice(np.arange(0, len(body) - 1), size=int(rng.integers(1, 3)),
+                        replace=False)] = spec["eos"]
+    elif len(body) >= 6 and r < 0.3:
+        k = int(rng.integers(1, len(body) - 3))
+        body[k], body[k + 1] = spec["eos"], spec["bos"]
+    return np.concatenate([[spec["bos"]], body])
+
+
+def metadata_path(token_path):
+    """OLMo-core's metadata file for a token file (iter_document_indices)."""
+    return os.path.join(os.path.dirname(token_path),
+                        os.path.basename(token_path).replace(".npy", ".csv.gz"))
+
+
+def write_metadata_file(path, lines):
+    """gzip text, mtime 0 and no file name in the header: identical bytes on every run."""
+    with open(path, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            gz.write("".join(line + "\n" for line in lines).encode())
+
+
+def write_metadata_token_set(name):
+    """Token files and their metadata files; returns the token paths and, per file, the
+    (start, end) of every document as listed in the metadata."""
+    from olmo_core.data.utils import iter_document_indices
+
+    spec = METADATA_TOKEN_SETS[name]
+    rng = np.random.default_rng(spec["seed"])
+    folder = os.path.join(OUT, f"tokens_{name}")
+    os.makedirs(folder, exist_ok=True)
+    make_doc = m16_document if spec["bos"] is None else m32_document
+    paths, bounds = [], []
+    for i in range(spec["files"]):
+        docs, size = [], 0
+        while size < spec["target"]:
+            docs.append(make_doc(rng, spec))
+            size += len(docs[-1])
+        listed, lines, start = [], [], 0
+        for k, doc in enumerate(docs):
+            end = start + len(doc)
+            listed.append((start, end))
+            line = f"{start},{end}"
+            r = rng.random()
+            if r < 0.2:
+                line += f",{name}-{i}-{k}"
+            elif r < 0.3:
+                line += f",{name}-{i}-{k},src{int(rng.integers(0, 5))}"
+            lines.append(line)
+            start = end
+        if i == spec["tail_file"]:
+            tail = rng.integers(0, 990, 7)
+            tail[3] = spec["eos"]
+            docs.append(tail)  # tokens in no document: not in the metadata
+        toks = np.concatenate(docs).astype(spec["dtype"])
+        assert toks.max() < spec["vocab"]
+        path = os.path.join(folder, f"part-{i}-00000.npy")
+        toks.tofile(path)
+        write_metadata_file(metadata_path(path), lines)
+        assert list(iter_document_indices(path, use_array_if_local=False, eos_token_id=spec["eos"],
+                                          bos_token_id=spec["bos"], dtype=spec["dtype"])) == listed
+        unterminated = sum(int(toks[e - 1] != spec["eos"]) for _, e in listed)
+        print(f"{path}: {len(toks)} tokens, {len(listed)} documents ({unterminated} without a "
+              f"final EOS), {len(toks) - listed[-1][1]} tokens after the last document")
+        paths.append(path)
+        bounds.append(listed)
+    return paths, bounds
+
+
+def metadata_dataset(paths, case, use_array_if_local):
+    """A factory for NumpyPackedFSLDataset over a metadata token set."""
+    from olmo_core.data.numpy_dataset import NumpyPackedFSLDataset
+    from olmo_core.data.types import LongDocStrategy
+
+    spec = METADATA_TOKEN_SETS[case["set"]]
+
+    def make(work):
+        ds = NumpyPackedFSLDataset(
+            *paths, sequence_length=case["seq"], pad_token_id=spec["pad"],
+            eos_token_id=spec["eos"], vocab_size=spec["vocab"], dtype=spec["dtype"],
+            generate_doc_lengths=True, bos_token_id=spec["bos"],
+            long_doc_strategy=LongDocStrategy(case["strategy"]), source_group_size=case["group"],
+            use_array_if_local=use_array_if_local)
+        ds.work_dir = work
+        return ds
+    return make
+
+
+def expected_document_indices(ds, case, bounds):
+    """The metadata documents of each source group, offset by the sizes of the group's earlier
+    files, truncated or fragmented to the sequence length."""
+    spec = METADATA_TOKEN_SETS[case["set"]]
+    item = np.dtype(spec["dtype"]).itemsize
+    per_file = dict(zip([str(p) for p in ds.paths], bounds))
+    out = []
+    for group in ds._source_path_groups:
+        docs, offset = [], 0
+        for path in group:
+            for start, end in per_file[str(path)]:
+                start, end = start + offset, end + offset
+                if end - start <= case["seq"]:
+                    docs.append((start, end))
+                elif case["strategy"] == "truncate":
+                    docs.append((start, start + case["seq"]))
+                else:
+                    docs += [(s, min(end, s + case["seq"])) for s in range(start, end, case["seq"])]
+            offset += os.path.getsize(str(path)) // item
+        out.append(docs)
+    return out
+
+
+def instance_records(ds, case):
+    docs = packed_document_lengths(ds)
+    instances = []
+    for i in range(len(ds)):
+        item = ds[i]
+        doc_lens = item["doc_lens"].tolist()
+        assert sum(doc_lens) == case["seq"] == len(item["input_ids"])
+        instances.append({"input_ids": item["input_ids"].tolist(),
+                          "label_mask": "".join("1" if m else "0" for m in item["label_mask"]),
+                          "doc_lens": doc_lens, "document_lengths": docs[i]})
+    return instances
+
+
+def cache_name_records(ds):
+    """Per source group: the path strings, sizes, the exact extra ids hashed into the packing
+    cache names and the three names (recomputed here from those parts)."""
+    groups = []
+    for paths in ds._source_path_groups:
+        extra_ids = [e.encode().decode() for e in ds._packing_cache_extra_ids(paths)]
+        sizes = [os.path.getsize(str(p)) for p in paths]
+        names = []
+        for kind, path in (("document-indices", ds._get_document_indices_path(*paths)),
+                           ("instance-offsets", ds._get_instance_offsets_path(*paths)),
+                           ("documents-by-instance", ds._get_docs_by_instance_path(*paths))):
+            digest = hashlib.sha256()
+            for p, size in zip(paths, sizes):
+                digest.update(str(p).encode())
+                digest.update(str(size).encode())
+            for e in extra_ids:
+                digest.update(e.encode())
+            name = f"{kind}-{ds.sequence_length}-{digest.hexdigest()}.npy"
+            assert os.path.basename(str(path)) == name and os.path.isfile(str(path)), path
+            names.append(name)
+        groups.append({"paths": [str(p) for p in paths], "size_bytes": sizes,
+                       "extra_ids": extra_ids, "cache_names": names})
+    return groups
+
+
+def make_metadata_case(case, paths, bounds):
+    spec = METADATA_TOKEN_SETS[case["set"]]
+    files = [os.path.relpath(p, OUT) for p in paths]
+    print(f"metadata case {case['name']}")
+    ds, work = build_dataset(metadata_dataset(paths, case, False), patch=True)
+    assert np.dtype(ds.dtype) == np.dtype(spec["dtype"])
+    assert [str(p) for p in ds.paths] == paths
+    assert ds._packed_from_metadata_boundaries(ds.paths)
+    assert ds.fingerprint_fields[-2:] == ("use_array_if_local", "_metadata_fingerprint")
+    text = fingerprint_text(ds)
+    print(f"  fingerprint_fields={ds.fingerprint_fields}\n  hashed text: {text!r}")
+    expected = expected_document_indices(ds, case, bounds)
+    for group, docs in zip(ds._source_path_groups, expected):
+        got = read_u64(ds._get_document_indices_path(*group)).astype(np.int64).reshape(-1, 2)
+        assert sorted(map(tuple, got.tolist())) == sorted(docs), group
+    instances = instance_records(ds, case)
+    out = {"name": case["name"], "files": files,
+           "metadata_files": [os.path.relpath(metadata_path(p), OUT) for p in paths],
+           "dtype": np.dtype(spec["dtype"]).name, "sequence_length": case["seq"],
+           "vocab_size": spec["vocab"], "eos_token_id": spec["eos"],
+           "pad_token_id": spec["pad"], "bos_token_id": spec["bos"],
+           "long_doc_strategy": case["strategy"], "source_group_size": case["group"],
+           "use_array_if_local": False, "seed": LOADER_SEED,
+           "global_batch_size": INSTANCES_PER_BATCH * case["seq"],
+           "num_instances": len(ds), "fingerprint": ds.fingerprint, "fingerprint_text": text,
+           "global_indices_epoch1": global_indices(ds, work, case), "instances": instances}
+    shutil.rmtree(work)
+
+    sds, swork = build_dataset(metadata_dataset(paths, case, None), patch=True)
+    assert not sds._packed_from_metadata_boundaries(sds.paths)
+    differ = len(sds) != len(ds) or any(
+        sds[i]["input_ids"].tolist() != instances[i]["input_ids"] for i in range(len(sds)))
+    out.update({"eos_scan_differs": differ, "eos_scan_num_instances": len(sds)})
+    shutil.rmtree(swork)
+    print(f"  num_instances={len(ds)} eos_scan_num_instances={len(sds)} eos_scan_differs={differ}")
+    assert differ
+
+    if case["name"] == METADATA_CACHE_CASE:
+        # The cache names hash the path strings: built over paths relative to this folder.
+        relative = [os.path.relpath(p, OUT) for p in paths]
+        cwd = os.getcwd()
+        os.chdir(OUT)
+        try:
+            rds, rwork = build_dataset(metadata_dataset(relative, case, False), patch=True)
+            assert rds.fingerprint == out["fingerprint"] and fingerprint_text(rds) == text
+            assert [r["input_ids"] for r in instance_records(rds, case)] == \
+                [r["input_ids"] for r in instances]
+            out["cache_names"] = cache_name_records(rds)
+            shutil.rmtree(rwork)
+        finally:
+            os.chdir(cwd)
+        print(f"  cache_names: {json.dumps(out['cache_names'], indent=1)}")
+    return out
+
+
+def metadata_cases():
+    sets = {name: write_metadata_token_set(name) for name in METADATA_TOKEN_SETS}
+    out = [make_metadata_case(case, *sets[case["set"]]) for case in METADATA_CASES]
+    text = json.dumps(out)
+    for local in (ROOT, OUT, tempfile.gettempdir(), "/tmp", "/work"):
+        assert local not in text, local
+    return out
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     token_paths = {name: write_token_set(name) for name in TOKEN_SETS}
@@ -496,4 +767,5 @@ if __name__ == "__main__":
         "fsl_cases": fsl_cases,
         "source_permutations": permutations,
         "getrandbits32": getrandbits32,
-        "olmo_core_cache": olmo_core_cache_case()})
+        "olmo_core_cache": olmo_core_cache_case(),
+        "metadata_cases": metadata_cases()})

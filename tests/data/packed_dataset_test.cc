@@ -9,6 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
+
+#include <zlib.h>
 
 #include "data_test_util.h"
 #include "tandem/core/error.h"
@@ -520,6 +523,124 @@ TEST(PackedAudit, ReportsEveryDocumentOnceAndTheTokenBudget) {
   EXPECT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("every document is in exactly one instance"), std::string::npos)
       << text.output;
+}
+
+}  // namespace
+}  // namespace tandem::data
+
+namespace tandem::data {
+namespace {
+
+// use_array_if_local: false, document boundaries from each file's .csv.gz metadata, where a
+// quarter of the documents lack a final EOS and some hold one inside: every instance, its doc_lens
+// (from the metadata documents, not a scan), the fingerprint (use_array_if_local and the metadata
+// hashes) and the global order are OLMo-core's; its EOS scan would have given other instances.
+TEST(PackedMetadata, BoundariesFromMetadataAreOlmoCores) {
+  const nlohmann::json cases = packed_fixture_json()["metadata_cases"];
+  ASSERT_EQ(cases.size(), 3u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    ASSERT_TRUE(c["eos_scan_differs"].get<bool>());
+    const DataConfig config = testing::parse_yaml(
+        packed_config_yaml(c) + "  use_array_if_local: false\n  generate_doc_lengths: true\n");
+    auto dataset = std::make_shared<const TokenDataset>(config);
+    ASSERT_TRUE(dataset->documents_from_metadata());
+    ASSERT_EQ(dataset->num_instances(), c["num_instances"].get<std::uint64_t>());
+    EXPECT_EQ(dataset->fingerprint(), c["fingerprint"].get<std::string>());
+    const auto T = static_cast<std::size_t>(config.sequence_length);
+    std::vector<std::int64_t> ids(T), starts(T);
+    std::vector<std::uint8_t> mask(T);
+    for (std::uint64_t i = 0; i < dataset->num_instances(); ++i) {
+      const auto& w = c["instances"][i];
+      dataset->read_instance(i, ids, mask);
+      ASSERT_EQ(ids, w["input_ids"].get<std::vector<std::int64_t>>()) << "instance " << i;
+      EXPECT_EQ(mask_text(mask), w["label_mask"].get<std::string>()) << "instance " << i;
+      EXPECT_EQ(dataset->document_lengths(i),
+                w["document_lengths"].get<std::vector<std::int64_t>>())
+          << "instance " << i;
+      dataset->document_starts(i, starts);
+      EXPECT_EQ(model::document_lengths(starts, 0, std::int64_t(T)),
+                w["doc_lens"].get<std::vector<std::int64_t>>())
+          << "instance " << i;
+    }
+    Loader loader(config, dataset, {.prefetch = false});
+    auto order = loader.plan(1)->global_order();
+    EXPECT_EQ(std::vector<std::uint64_t>(order.begin(), order.end()),
+              c["global_indices_epoch1"].get<std::vector<std::uint64_t>>());
+    // The loader hands the metadata documents to the training step.
+    const Batch b = loader.next_batch(0, 1);
+    ASSERT_EQ(b.document_starts.size(), b.input_ids.size());
+    dataset->document_starts(b.instance_ids[0], starts);
+    EXPECT_EQ(std::vector<std::int64_t>(b.document_starts.begin(), b.document_starts.begin() + T),
+              starts);
+  }
+}
+
+// The cache of metadata-boundary packing is named as OLMo-core names it (use_array_if_local and
+// each file's metadata hash in the key): the files tandem writes for the fixture's relative
+// paths are OLMo-core's names.
+TEST(PackedMetadata, CacheNamesAreOlmoCoresForTheSamePaths) {
+  const nlohmann::json cases = packed_fixture_json()["metadata_cases"];
+  const nlohmann::json& c = cases[0];
+  ASSERT_TRUE(c.contains("cache_names"));
+  std::set<std::string> want;
+  for (const auto& group : c["cache_names"])
+    for (const auto& name : group["cache_names"]) want.insert(name.get<std::string>());
+  const std::string work = testing::temp_dir("packing_cache_metadata");
+  std::string yaml = "data:\n  dataset: packed\n  paths: [";
+  for (const auto& f : c["files"]) yaml += "\"" + f.get<std::string>() + "\", ";
+  yaml += "]\n  sequence_length: " + std::to_string(c["sequence_length"].get<int>()) +
+          "\n  global_batch_size: " + std::to_string(c["global_batch_size"].get<int>()) +
+          "\n  seed: 1\n  vocab_size: " + std::to_string(c["vocab_size"].get<int>()) +
+          "\n  dtype: " + c["dtype"].get<std::string>() +
+          "\n  eos_token_id: " + std::to_string(c["eos_token_id"].get<int>()) +
+          "\n  pad_token_id: " + std::to_string(c["pad_token_id"].get<int>()) +
+          "\n  long_doc_strategy: " + c["long_doc_strategy"].get<std::string>() +
+          "\n  source_group_size: " + std::to_string(c["source_group_size"].get<int>()) +
+          "\n  use_array_if_local: false\n  work_dir: \"" + work + "\"\n";
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(packed_fixture(""));  // relative paths, as OLMo-core was given
+  std::set<std::string> written;
+  try {
+    const TokenDataset dataset(testing::parse_yaml(yaml));
+    for (const auto& e : std::filesystem::directory_iterator(work + "/dataset-common"))
+      written.insert(e.path().filename().string());
+  } catch (...) {
+    std::filesystem::current_path(cwd);
+    throw;
+  }
+  std::filesystem::current_path(cwd);
+  EXPECT_EQ(written, want);
+}
+
+TEST(PackedMetadata, BadMetadataIsRefusedNamingTheFileAndLine) {
+  const std::string dir = testing::temp_dir("packing_metadata_bad");
+  testing::write_tokens(dir + "/t.npy", std::vector<std::uint16_t>{1, 2, 9, 3, 4, 9, 5});
+  // The error of opening t.npy with `metadata` as its t.csv.gz (none when nullptr).
+  auto error_with = [&](const char* metadata) -> std::string {
+    std::filesystem::remove(dir + "/t.csv.gz");
+    if (metadata) {
+      gzFile gz = gzopen((dir + "/t.csv.gz").c_str(), "wb");
+      gzwrite(gz, metadata, static_cast<unsigned>(std::strlen(metadata)));
+      gzclose(gz);
+    }
+    try {
+      TokenDataset ds(testing::parse_yaml(
+          "data:\n  dataset: packed\n  paths: [\"" + dir +
+          "/t.npy\"]\n  sequence_length: 4\n  global_batch_size: 4\n  seed: 1\n  vocab_size: 10\n"
+          "  dtype: uint16\n  eos_token_id: 9\n  pad_token_id: 0\n  use_array_if_local: false\n"));
+      return "";
+    } catch (const core::Error& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(error_with("0,3\n3,6,extra\n"), "");
+  EXPECT_NE(error_with("0,3\n3,8\n").find("line 2: document [3, 8) is out of bounds of its 7"),
+            std::string::npos);
+  EXPECT_NE(error_with("0,3\nstart,end\n").find("line 2: expected start,end"), std::string::npos);
+  EXPECT_NE(error_with("3,3\n").find("line 1: empty document"), std::string::npos);
+  const std::string missing = error_with(nullptr);
+  EXPECT_NE(missing.find("no such metadata file"), std::string::npos) << missing;
 }
 
 }  // namespace

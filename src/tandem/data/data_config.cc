@@ -165,6 +165,10 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
         long_doc_strategy_from_name(s.get_string("long_doc_strategy", "truncate"));
     p.source_group_size = s.get_int("source_group_size", 1);
     check_positive(p.source_group_size, s.where("source_group_size"));
+    if (s.has("use_array_if_local") && !s.raw("use_array_if_local").IsNull())
+      p.use_array_if_local = s.get_bool("use_array_if_local", true);
+    else
+      s.mark_used("use_array_if_local");
     // OLMo-core's OBFD keeps a segment tree over the possible room left, built only for powers
     // of two; its packed dataset has no max_target_sequence_length.
     const std::int64_t T = c.sequence_length;
@@ -177,7 +181,8 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
     c.packing = p;
     if (s.has("work_dir")) c.work_dir = io::resolve_config_path(base_dir, s.get_string("work_dir"));
   } else {
-    for (const char* key : {"long_doc_strategy", "source_group_size", "work_dir"})
+    for (const char* key :
+         {"long_doc_strategy", "source_group_size", "work_dir", "use_array_if_local"})
       TANDEM_CHECK(!s.has(key), "{} applies to dataset: packed only", s.where(key));
   }
   // Buffers of global_batch_size tokens are allocated per batch: bound it (and the sequence

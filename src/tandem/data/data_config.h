@@ -27,6 +27,11 @@ struct DataSource {
 struct PackingConfig {
   LongDocStrategy long_doc_strategy = LongDocStrategy::kTruncate;
   std::int64_t source_group_size = 1;  // consecutive files (in mix order) packed together
+  // OLMo-core's use_array_if_local: false takes the document boundaries from each token file's
+  // metadata (<name>.csv.gz: "start,end,..." per document) instead of scanning for EOS; true and
+  // unset scan. Set or not, it is part of the fingerprint and the cache names when given.
+  std::optional<bool> use_array_if_local;
+  bool documents_from_metadata() const { return use_array_if_local == false; }
 };
 
 struct DataConfig {

@@ -1,12 +1,15 @@
 #include "tandem/data/document_packing.h"
 
 #include <algorithm>
+#include <charconv>
 #include <deque>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <numeric>
 
 #include "tandem/core/error.h"
+#include "tandem/io/compressed_reader.h"
 
 namespace tandem::data {
 namespace {
@@ -68,6 +71,38 @@ void find_documents(const io::TokenFile& tokens, std::uint32_t file, std::int64_
     }
   }
   if (bos_token_id && previous_is_eos) add_capped(file, doc_start, n, max_len, strategy, out);
+}
+
+std::string metadata_path_for(const std::string& token_file) {
+  const std::filesystem::path p(token_file);
+  std::string name = p.filename().string();
+  for (std::size_t at = name.find(".npy"); at != std::string::npos; at = name.find(".npy", at))
+    name.replace(at, 4, ".csv.gz"), at += 7;  // Python's str.replace: every occurrence
+  return (p.parent_path() / name).string();
+}
+
+void find_documents_in_metadata(const std::string& metadata_path, std::uint64_t num_tokens,
+                                std::uint32_t file, std::int64_t max_length,
+                                LongDocStrategy strategy, std::vector<PackedDocument>& out) {
+  auto source = io::open_byte_source(metadata_path);
+  io::LineReader lines(*source);
+  std::string line;
+  while (lines.next(line)) {
+    std::uint64_t start = 0, end = 0;
+    const char* p = line.data();
+    const char* last = line.data() + line.size();
+    auto [after_start, e1] = std::from_chars(p, last, start);
+    const bool ok = e1 == std::errc() && after_start < last && *after_start == ',' &&
+                    std::from_chars(after_start + 1, last, end).ec == std::errc();
+    TANDEM_CHECK(ok, "{} line {}: expected start,end[,...], got '{}'", metadata_path,
+                 lines.line_number(), line.substr(0, 80));
+    TANDEM_CHECK(start < num_tokens && end <= num_tokens,
+                 "{} line {}: document [{}, {}) is out of bounds of its {} tokens", metadata_path,
+                 lines.line_number(), start, end, num_tokens);
+    TANDEM_CHECK(end > start, "{} line {}: empty document [{}, {})", metadata_path,
+                 lines.line_number(), start, end);
+    add_capped(file, start, end, static_cast<std::uint64_t>(max_length), strategy, out);
+  }
 }
 
 PackedInstances pack_documents(std::vector<PackedDocument> documents, std::int64_t max_length) {

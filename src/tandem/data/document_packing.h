@@ -41,6 +41,16 @@ void find_documents(const io::TokenFile& tokens, std::uint32_t file, std::int64_
                     std::optional<std::int64_t> bos_token_id, std::int64_t max_length,
                     LongDocStrategy strategy, std::vector<PackedDocument>& out);
 
+// OLMo-core's metadata file of a token file: <dir>/<basename with ".npy" -> ".csv.gz">.
+std::string metadata_path_for(const std::string& token_file);
+
+// Appends the documents listed in a token file's metadata (one "start,end[,...]" line per
+// document, token offsets), capped at max_length by `strategy`. Errors name the metadata file and
+// line: a malformed line, a document outside the file's num_tokens tokens, an empty one.
+void find_documents_in_metadata(const std::string& metadata_path, std::uint64_t num_tokens,
+                                std::uint32_t file, std::int64_t max_length,
+                                LongDocStrategy strategy, std::vector<PackedDocument>& out);
+
 // Instances of one packing group: instance i holds documents
 // documents[members[offsets[i]]] .. documents[members[offsets[i + 1] - 1]], in that order.
 struct PackedInstances {

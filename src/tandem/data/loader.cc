@@ -57,11 +57,16 @@ Batch Loader::build_batch(std::uint64_t epoch, std::uint64_t step, std::uint64_t
   b.input_ids.resize(n * seq);
   b.instance_mask.assign(n, 1);
   if (dataset_->has_label_masks()) b.label_mask.resize(n * seq);
+  const bool given_documents = config_.generate_doc_lengths && dataset_->documents_from_metadata();
+  if (given_documents) b.document_starts.resize(n * seq);
   for (std::size_t i = 0; i < n; ++i) {
     std::span<std::int64_t> ids(b.input_ids.data() + i * seq, seq);
     std::span<std::uint8_t> mask;
     if (!b.label_mask.empty()) mask = std::span<std::uint8_t>(b.label_mask.data() + i * seq, seq);
     dataset_->read_instance(b.instance_ids[i], ids, mask);
+    if (given_documents)
+      dataset_->document_starts(b.instance_ids[i],
+                                std::span(b.document_starts.data() + i * seq, seq));
     if (config_.instance_filter && is_rejected_by_repetition(ids, *config_.instance_filter))
       b.instance_mask[i] = 0;
   }

@@ -42,6 +42,10 @@ struct Batch {
   // Per token, 0 = its label is ignored (a packed instance's padding, or masked by the data's
   // label_mask_paths). Empty when the data has neither: every label counts.
   std::vector<std::uint8_t> label_mask;
+  // With generate_doc_lengths on data packed from metadata boundaries: per token, where its
+  // document starts in its row (OLMo-core's doc_lens). Empty: the documents are found by scanning
+  // each row for EOS (model/documents.h), which gives OLMo-core's doc_lens for all other data.
+  std::vector<std::int64_t> document_starts;
 
   std::size_t num_instances() const { return instance_ids.size(); }
 };

@@ -36,6 +36,7 @@ std::vector<std::string> packing_cache_paths(const std::string& work_dir, const 
   for (std::size_t i = 0; i < g.paths.size(); ++i)
     key += g.paths[i] + std::to_string(g.size_bytes[i]);
   key += long_doc_strategy_name(g.strategy) + "uint64";
+  for (const std::string& id : g.extra_ids) key += id;
   const std::string hash = core::sha256_hex(std::string_view(key));
   std::vector<std::string> out;
   for (const char* name : {"document-indices", "instance-offsets", "documents-by-instance"})

@@ -1,7 +1,7 @@
 // OLMo-core's packing cache (NumpyPackedFSLDataset.prepare): per source group, three headerless
 // little-endian uint64 arrays in <work_dir>/dataset-common/, named
 // <name>-<sequence_length>-<sha256>.npy with the sha256 over each token file's path (as given)
-// and size in bytes, then long_doc_strategy and "uint64":
+// and size in bytes, then long_doc_strategy, "uint64" and the extra ids below:
 //   document-indices       (start, end) of every document, token offsets within the group's
 //                          files laid end to end, in the packer's order;
 //   instance-offsets       (start, end) of every instance in documents-by-instance;
@@ -29,6 +29,9 @@ struct PackingGroup {
   std::uint32_t first_file = 0;           // PackedDocument::file of paths[0]
   std::int64_t sequence_length = 0;
   LongDocStrategy strategy = LongDocStrategy::kTruncate;
+  // Hashed after long_doc_strategy and "uint64": "use_array_if_local=<True|False>" when set, then
+  // "metadata=<path>,sha256=<hex>" per file whose boundaries came from its metadata.
+  std::vector<std::string> extra_ids;
 };
 
 // The three cache files' paths, in the order named above.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
 #include "tandem/data/packing_cache.h"
@@ -14,12 +16,41 @@ std::string python_optional(const std::optional<std::int64_t>& v) {
   return v ? std::to_string(*v) : "None";
 }
 
+// OLMo-core's get_document_lengths of a token span: a document ends at EOS (with a BOS id, at EOS
+// followed by BOS) and at the span's end.
+std::vector<std::int64_t> span_document_lengths(std::span<const std::int64_t> ids, std::int64_t eos,
+                                                std::optional<std::int64_t> bos) {
+  std::vector<std::int64_t> out;
+  std::int64_t start = 0;
+  const auto n = static_cast<std::int64_t>(ids.size());
+  for (std::int64_t t = 0; t < n; ++t) {
+    const bool ends = bos ? (t + 1 < n && ids[t] == eos && ids[t + 1] == *bos) || t + 1 == n
+                          : ids[t] == eos || t + 1 == n;
+    if (ends) out.push_back(t + 1 - start), start = t + 1;
+  }
+  return out;
+}
+
+// repr() of a Python str: single quotes unless it holds one and no double quote.
+std::string python_str_repr(const std::string& text) {
+  const bool dq = text.find('\'') != std::string::npos && text.find('"') == std::string::npos;
+  const char quote = dq ? '"' : '\'';
+  std::string out(1, quote);
+  for (char ch : text) {
+    if (ch == '\\' || ch == quote) out += '\\';
+    out += ch;
+  }
+  return out + quote;
+}
+
 }  // namespace
 
 TokenDataset::TokenDataset(const DataConfig& config)
     : sequence_length_(config.sequence_length),
       vocab_size_(static_cast<std::uint64_t>(config.vocab_size)),
-      pad_token_id_(config.pad_token_id) {
+      pad_token_id_(config.pad_token_id),
+      eos_token_id_(config.eos_token_id),
+      bos_token_id_(config.bos_token_id) {
   TANDEM_CHECK(config.sequence_length > 0, "sequence_length must be positive");
   const std::uint64_t window = static_cast<std::uint64_t>(
       config.max_target_sequence_length.value_or(config.sequence_length));
@@ -61,6 +92,20 @@ TokenDataset::TokenDataset(const DataConfig& config)
     text += fmt::format("sequence_length={},", config.sequence_length);
     if (config.packing->source_group_size > 1)
       text += fmt::format("source_group_size={},", config.packing->source_group_size);
+    if (config.packing->use_array_if_local)
+      text += fmt::format("use_array_if_local={},",
+                          *config.packing->use_array_if_local ? "True" : "False");
+    if (config.packing->documents_from_metadata()) {
+      // A Python tuple of (basename, sha256) tuples, as OLMo-core formats it.
+      std::vector<std::string> items;
+      for (std::size_t i = 0; i < files_.size(); ++i)
+        items.push_back(fmt::format(
+            "({}, '{}')",
+            python_str_repr(std::filesystem::path(files_[i]->path()).filename().string()),
+            metadata_sha256_[i]));
+      text += fmt::format("_metadata_fingerprint=({}{}),", fmt::join(items, ", "),
+                          items.size() == 1 ? "," : "");
+    }
   } else {
     text += fmt::format("max_target_sequence_length={},",
                         python_optional(config.max_target_sequence_length));
@@ -77,6 +122,16 @@ TokenDataset::TokenDataset(const DataConfig& config)
 
 void TokenDataset::pack(const DataConfig& config) {
   const PackingConfig& p = *config.packing;
+  if (p.documents_from_metadata()) {
+    for (const auto& f : files_) {
+      const std::string metadata = metadata_path_for(f->path());
+      TANDEM_CHECK(std::filesystem::is_regular_file(metadata),
+                   "{}: no such metadata file (use_array_if_local: false reads the document "
+                   "boundaries of {} from it)",
+                   metadata, f->path());
+      metadata_sha256_.push_back(core::sha256_file(metadata));
+    }
+  }
   const auto group_size = static_cast<std::size_t>(p.source_group_size);
   offsets_.assign(1, 0);
   for (std::size_t first = 0; first < files_.size(); first += group_size) {
@@ -90,15 +145,29 @@ void TokenDataset::pack(const DataConfig& config) {
       g.size_bytes.push_back(files_[f]->size_bytes());
       g.num_tokens.push_back(files_[f]->num_tokens());
     }
+    if (p.use_array_if_local)
+      g.extra_ids.push_back(
+          fmt::format("use_array_if_local={}", *p.use_array_if_local ? "True" : "False"));
+    if (p.documents_from_metadata())
+      for (std::size_t f = first; f < end; ++f)
+        g.extra_ids.push_back(
+            fmt::format("metadata={},sha256={}", files_[f]->path(), metadata_sha256_[f]));
     std::optional<PackedInstances> cached;
     if (!config.work_dir.empty()) cached = read_packing_cache(config.work_dir, g);
     if (cached) {
       groups_.push_back(std::move(*cached));
     } else {
       std::vector<PackedDocument> documents;
-      for (std::size_t f = first; f < end; ++f)
-        find_documents(*files_[f], static_cast<std::uint32_t>(f), config.eos_token_id,
-                       config.bos_token_id, config.sequence_length, p.long_doc_strategy, documents);
+      for (std::size_t f = first; f < end; ++f) {
+        if (p.documents_from_metadata())
+          find_documents_in_metadata(metadata_path_for(files_[f]->path()), files_[f]->num_tokens(),
+                                     static_cast<std::uint32_t>(f), config.sequence_length,
+                                     p.long_doc_strategy, documents);
+        else
+          find_documents(*files_[f], static_cast<std::uint32_t>(f), config.eos_token_id,
+                         config.bos_token_id, config.sequence_length, p.long_doc_strategy,
+                         documents);
+      }
       groups_.push_back(pack_documents(std::move(documents), config.sequence_length));
       if (!config.work_dir.empty()) write_packing_cache(config.work_dir, g, groups_.back());
     }
@@ -177,6 +246,38 @@ void TokenDataset::read_mask(std::size_t file, std::uint64_t start,
   }
   masks_[file]->read_bytes(start, out.size(), out.data());
   for (std::uint8_t& m : out) m = m != 0;
+}
+
+void TokenDataset::document_starts(std::uint64_t instance, std::span<std::int64_t> starts) const {
+  TANDEM_CHECK(documents_from_metadata() && starts.size() == std::size_t(sequence_length_),
+               "document_starts: only for packed metadata documents, {} entries", starts.size());
+  std::vector<std::int64_t> lengths = document_lengths(instance);
+  std::int64_t used = 0;
+  for (std::int64_t len : lengths) used += len;
+  if (used < sequence_length_) {
+    // The padding as OLMo-core's __getitem__ segments it; with a BOS id the scan starts at the
+    // last real token and its first piece joins the last document.
+    const std::vector<std::int64_t> pad(static_cast<std::size_t>(sequence_length_ - used) + 1,
+                                        pad_token_id_);
+    std::vector<std::int64_t> tail = pad;
+    if (bos_token_id_) {
+      std::vector<std::int64_t> row(static_cast<std::size_t>(sequence_length_));
+      read_instance(instance, row);
+      tail[0] = row[std::size_t(used - 1)];
+      const auto pieces = span_document_lengths(tail, eos_token_id_, bos_token_id_);
+      lengths.back() += pieces[0] - 1;
+      lengths.insert(lengths.end(), pieces.begin() + 1, pieces.end());
+    } else {
+      const auto pieces =
+          span_document_lengths(std::span(pad).subspan(1), eos_token_id_, std::nullopt);
+      lengths.insert(lengths.end(), pieces.begin(), pieces.end());
+    }
+  }
+  std::size_t t = 0;
+  for (std::int64_t len : lengths) {
+    for (std::int64_t k = 0; k < len; ++k) starts[t + std::size_t(k)] = std::int64_t(t);
+    t += std::size_t(len);
+  }
 }
 
 std::vector<std::int64_t> TokenDataset::document_lengths(std::uint64_t instance) const {

@@ -52,6 +52,13 @@ class TokenDataset {
                      std::span<std::uint8_t> label_mask = {}) const;
   // Packed: the lengths of the instance's documents, in order (empty for FSL).
   std::vector<std::int64_t> document_lengths(std::uint64_t instance) const;
+  // Packed with use_array_if_local: false: the documents are the metadata's, which scanning the
+  // row for EOS would not find again (a document without a final EOS merges with the next).
+  bool documents_from_metadata() const { return !metadata_sha256_.empty(); }
+  // For documents_from_metadata(): OLMo-core's doc_lens of the instance as per-token document
+  // starts (what model::document_starts gives for scanned rows): the packed documents, then the
+  // padding segmented as OLMo-core segments it (with a BOS id, joined to the last document).
+  void document_starts(std::uint64_t instance, std::span<std::int64_t> starts) const;
   // Packed: each group's packing (documents, instances), for the audit.
   const std::vector<PackedInstances>& packed_groups() const { return groups_; }
 
@@ -84,6 +91,9 @@ class TokenDataset {
   std::int64_t sequence_length_ = 0;
   std::uint64_t vocab_size_ = 0;
   std::int64_t pad_token_id_ = 0;
+  std::int64_t eos_token_id_ = 0;
+  std::optional<std::int64_t> bos_token_id_;
+  std::vector<std::string> metadata_sha256_;  // packed from metadata: per file, of its .csv.gz
   std::string fingerprint_;
 };
 

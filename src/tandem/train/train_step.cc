@@ -45,8 +45,12 @@ StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
   for (std::int64_t start = 0; start < rows; start += mb) {
     const std::int64_t* ids = batch.input_ids.data() + start * T;
     // OLMo-core's generate_doc_lengths: attention inside each packed document only.
+    // (Data packed from metadata boundaries brings its own, which a scan would not find.)
     std::vector<std::int64_t> doc_start;
-    if (options_.intra_document)
+    if (options_.intra_document && !batch.document_starts.empty())
+      doc_start.assign(batch.document_starts.begin() + start * T,
+                       batch.document_starts.begin() + (start + mb) * T);
+    else if (options_.intra_document)
       doc_start = model::document_starts(ids, mb, T, options_.eos_token_id, options_.bos_token_id);
     if (start + mb == rows) optimizer_.last_backward_follows();
     model::LossSums s = model_.forward_backward(
