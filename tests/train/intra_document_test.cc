@@ -9,6 +9,8 @@
 
 #include <filesystem>
 
+#include <zlib.h>
+
 #include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
 #include "tandem/data/loader.h"
@@ -141,6 +143,76 @@ TEST(PackedTraining, HeldoutSetsStayFixedWindowsOfTheirOwnFiles) {
   EXPECT_FALSE(set.dataset->packed());
   EXPECT_FALSE(set.dataset->has_label_masks());
   EXPECT_EQ(set.instances, static_cast<std::int64_t>(9000 / 64));  // 9,000 uint16 tokens
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A copy of a uint16 token file with OLMo-core metadata (<name>.csv.gz) listing documents of 7 to
+// 40 tokens that end wherever they end (mostly not at an EOS): only the metadata knows them.
+std::string with_metadata_documents(const std::string& name) {
+  const std::string dir = testing::temp_dir("metadata_docs_" + name);
+  const std::string bytes = core::read_file(testing::fixture("train/" + name));
+  core::write_file_atomic(dir + "/" + name, bytes);
+  const std::uint64_t tokens = bytes.size() / 2;
+  std::string lines;
+  std::uint64_t start = 0;
+  for (std::uint64_t k = 0; start + 7 <= tokens; ++k) {
+    const std::uint64_t end = std::min(tokens, start + 7 + (k * 11) % 34);
+    lines += std::to_string(start) + "," + std::to_string(end) + "\n";
+    start = end;
+  }
+  const std::string path = dir + "/" + name.substr(0, name.size() - 4) + ".csv.gz";
+  gzFile gz = gzopen(path.c_str(), "wb");
+  gzwrite(gz, lines.data(), static_cast<unsigned>(lines.size()));
+  gzclose(gz);
+  return dir + "/" + name;
+}
+
+// use_array_if_local: false with generate_doc_lengths: `tandem train` attends within the
+// metadata's documents (the loader's document starts), not those an EOS scan of the row finds.
+TEST(PackedTraining, MetadataDocumentsAreWhatTheTrainingStepAttendsWithin) {
+  static const std::vector<std::string> overrides = {
+      "trainer.init_from=" + testing::fixture("train/init_hf"),
+      "data.paths=[" + with_metadata_documents("train_a.npy") + ", " +
+          with_metadata_documents("train_b.npy") + "]",
+      "data.dataset=packed",
+      "data.use_array_if_local=false",
+      "data.generate_doc_lengths=true",
+      "evaluation.interval=0"};
+  train::RunConfig config =
+      train::load_run_config(testing::fixture("train/parity.yaml"), overrides);
+  data::Loader loader(config.data, data::LoaderOptions{.prefetch = false});
+  const data::Batch batch = loader.next_batch(0, 1);
+  const auto n = static_cast<std::int64_t>(batch.num_instances());
+  const std::int64_t T = config.data.sequence_length;
+  ASSERT_EQ(batch.document_starts.size(), batch.input_ids.size());
+  const std::vector<std::int64_t> labels = optim::make_labels(
+      batch.input_ids.data(), n, T, batch.instance_mask.data(), batch.label_mask.data());
+  auto loss_with = [&](const std::vector<std::int64_t>& starts) {
+    auto model = model::load_model(testing::fixture("train/init_hf"), testing::cpu_backend());
+    model::LossSums s = model->forward_backward(batch.input_ids.data(), labels.data(), n, T, 0.0f,
+                                                1.0f, false, starts.data());
+    return s.ce_sum / static_cast<double>(s.count);
+  };
+  const double metadata = loss_with(batch.document_starts);
+  const double scanned =
+      loss_with(model::document_starts(batch.input_ids.data(), n, T, config.data.eos_token_id));
+  EXPECT_GT(std::abs(metadata - scanned), 1e-4);  // the two segmentations really differ
+
+  const std::string run = testing::temp_dir("metadata_docs_train");
+  std::string args = testing::fixture("train/parity.yaml") + " trainer.save_folder=" + run +
+                     " trainer.max_steps=1 trainer.progress=false trainer.peak_tflops=0.1";
+  for (const auto& o : overrides) args += " '" + o + "'";
+  auto r = testing::run_tandem("train " + args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto metrics = testing::read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 1u);
+  const double logged = metrics[0]["train/loss"].get<double>();
+  EXPECT_NEAR(logged, metadata, 1e-5 * logged);
 }
 
 }  // namespace
