@@ -12,6 +12,7 @@
 #include "tandem/core/hash.h"
 #include "tandem/data/data_config.h"
 #include "tandem/data/loader.h"
+#include "tandem/model/documents.h"
 
 namespace tandem::cli {
 namespace {
@@ -100,6 +101,21 @@ void run_batches(const BatchesArgs& a) {
                                  b.label_mask.begin() + static_cast<std::ptrdiff_t>((k + 1) * T)));
           line["label_mask"] = std::move(masks);
         }
+        // generate_doc_lengths: each instance's documents as the training step attends within
+        // them (OLMo-core's doc_lens): the loader's for metadata boundaries, else a scan.
+        if (config.generate_doc_lengths) {
+          const std::vector<std::int64_t> starts =
+              !b.document_starts.empty()
+                  ? b.document_starts
+                  : model::document_starts(
+                        b.input_ids.data(), static_cast<std::int64_t>(b.num_instances()),
+                        static_cast<std::int64_t>(T), config.eos_token_id, config.bos_token_id);
+          nlohmann::json lens = nlohmann::json::array();
+          for (std::size_t k = 0; k < b.num_instances(); ++k)
+            lens.push_back(model::document_lengths(starts, static_cast<std::int64_t>(k),
+                                                   static_cast<std::int64_t>(T)));
+          line["doc_lens"] = std::move(lens);
+        }
       }
       fmt::print("{}\n", line.dump());
     }
@@ -124,7 +140,8 @@ void add_data_batches_command(CLI::App& data, int& exit_code) {
   cmd->add_flag("--hash", args->hash, "add tokens_xxh64, the XXH64 of the int64 input ids");
   cmd->add_flag("--tokens", args->tokens,
                 "add input_ids (one row of token ids per instance), with the repetition "
-                "filter on instance_mask, and for packed or masked data label_mask");
+                "filter on instance_mask, for packed or masked data label_mask, and with "
+                "generate_doc_lengths doc_lens");
   cmd->add_option("--resume-state", args->resume_state, "loader state JSON to resume from");
   cmd->add_option("--save-state", args->save_state, "write rank 0's loader state here at the end");
   cmd->callback([args, &exit_code] {
