@@ -45,6 +45,8 @@ cases differ: all packed.
 Usage: python3 tools/check_data_order_random.py TANDEM_BINARY [--seed S] [--cases N] [--plain]
 Needs numpy, xxhash and ai2-olmo-core. Exits 0 only when every case agrees.
 """
+import gzip
+import io
 import json
 import os
 import random
@@ -90,8 +92,14 @@ def draw(seed, index, plain=False):
     perm = extra.choice([extra.randint(0, 2**32 - 1), extra.randint(0, 2**63 - 1)]) \
         if extra.random() < 0.3 else None
     use_glob = (masks or perm is not None) and extra.random() < 0.5
+    # Metadata boundaries and doc_lens: a stream of their own again, so that the cases drawn
+    # before these existed keep their options (and, but for the metadata, their tokens).
+    later = random.Random(f"data order metadata and doc_lens {seed} {index}")
+    metadata, doc_lens = later.random() < 0.4, later.random() < 0.4
     if plain:
         packed, masks, perm, use_glob = False, False, None, False
+        metadata = doc_lens = False
+    metadata = metadata and packed
     if packed:
         spec["seq"] = extra.choice([32, 64, 128, 256] if repetition_filter
                                    else [8, 16, 32, 64, 128, 256])
@@ -100,6 +108,11 @@ def draw(seed, index, plain=False):
             strategy=extra.choice(["truncate", "fragment"]), group=extra.randint(1, 3),
             bos=vocab - 3 if extra.random() < 0.3 else None)
         spec["sizes"] = [extra.randint(1, max(4000, 20 * spec["seq"])) for _ in spec["sizes"]]
+        if metadata:  # use_array_if_local: false; what the metadata files hold, counted below
+            spec["packed"]["metadata"] = dict(documents=0, without_eos=0, tails_outside=0,
+                                              extra_fields=[])
+    if doc_lens:
+        spec["doc_lens"] = True
     if masks:
         spec["masks"] = True
     if perm is not None:
@@ -108,12 +121,16 @@ def draw(seed, index, plain=False):
         spec["glob"] = True
     folder = tempfile.mkdtemp(prefix="data_order_")
     gen = np.random.default_rng(seed * 1000 + index)
+    meta_gen = np.random.default_rng([seed, index, 29])  # the metadata's own stream
     paths = []
     for k, size in enumerate(spec["sizes"]):
         if packed:
-            toks = packed_tokens(gen, size, vocab, spec["seq"], spec["packed"]["bos"],
-                                 repetition_filter)
+            toks, lengths = packed_tokens(gen, size, vocab, spec["seq"], spec["packed"]["bos"],
+                                          repetition_filter)
             spec["sizes"][k] = len(toks)
+            if metadata:
+                write_metadata(meta_gen, toks, lengths, vocab, spec["packed"],
+                               os.path.join(folder, f"part-{k:02d}.csv.gz"))
         else:
             toks = gen.integers(0, vocab - 2, size)
             toks[gen.random(size) < 0.02] = vocab - 2  # EOS
@@ -137,8 +154,9 @@ def draw(seed, index, plain=False):
 
 
 def packed_tokens(gen, size, vocab, seq, bos, repetition):
-    """About `size` tokens of documents (each ending with EOS, starting with BOS when bos is set)
-    of 1 to 2 * seq tokens, many of a few favourite lengths; sometimes cut inside the last one."""
+    """(About `size` tokens of documents (each ending with EOS, starting with BOS when bos is set)
+    of 1 to 2 * seq tokens, many of a few favourite lengths; sometimes cut inside the last one,
+    the documents' lengths before that cut)."""
     eos = vocab - 2
     top = vocab - 2 if bos is None else vocab - 3  # body tokens: below EOS (and BOS)
     favourites = gen.integers(1, 2 * seq + 1, int(gen.integers(1, 6)))
@@ -159,7 +177,51 @@ def packed_tokens(gen, size, vocab, seq, bos, repetition):
         docs.append(doc)
         total += n
     toks = np.concatenate(docs)
-    return toks[:size] if gen.random() < 0.5 else toks
+    return (toks[:size] if gen.random() < 0.5 else toks), [len(d) for d in docs]
+
+
+def write_metadata(gen, toks, lengths, vocab, packed, path):
+    """Writes the metadata file of `toks` (OLMo-core's use_array_if_local=False): one line
+    "start,end[,more fields]" per document, gzip'd deterministically. The documents are those
+    `lengths` made (the last one as cut); about a quarter of them lose their final EOS here (a body
+    token instead, so that an EOS scan would merge them with the next one); sometimes the file's
+    last tokens are in no document; sometimes every line has more fields. Never an empty document.
+    Counts what it wrote in packed["metadata"]."""
+    eos, top = vocab - 2, vocab - 2 if packed["bos"] is None else vocab - 3
+    docs, start = [], 0
+    for n in lengths:
+        if start >= len(toks):
+            break
+        docs.append([start, min(start + n, len(toks))])
+        start += n
+    for doc in docs:
+        if gen.random() < 0.25:
+            toks[doc[1] - 1] = int(gen.integers(0, top))
+    tail = gen.random() < 0.15
+    if tail and docs[-1][1] - docs[-1][0] > 1 and gen.random() < 0.7:
+        docs[-1][1] -= int(gen.integers(1, docs[-1][1] - docs[-1][0]))  # keeps >= 1 token
+    elif tail and len(docs) > 1:
+        docs.pop()
+    else:
+        tail = False
+    style = ["", "", "id", "json"][int(gen.integers(0, 4))]
+    lines = []
+    for j, (a, b) in enumerate(docs):
+        more = "" if not style else f",doc-{j},s3://bucket/src-{j % 3}.json.gz" \
+            if style == "id" else f',{{"id": "doc-{j}", "note": "a, b", "n": {b - a}}}'
+        lines.append(f"{a},{b}{more}\n")
+    if gen.random() < 0.1:
+        lines[-1] = lines[-1].rstrip("\n")  # no newline after the last line
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as f:
+        f.write("".join(lines).encode())
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    m = packed["metadata"]
+    m["documents"] += len(docs)
+    m["without_eos"] += sum(int(toks[b - 1]) != eos for _, b in docs)
+    m["tails_outside"] += int(tail)
+    m["extra_fields"].append(style or "none")
 
 
 def label_mask(gen, size):
@@ -175,7 +237,7 @@ def label_mask(gen, size):
 
 
 def uses_config_class(spec):
-    return "packed" in spec or "masks" in spec or "perm" in spec
+    return "packed" in spec or "masks" in spec or "perm" in spec or "doc_lens" in spec
 
 
 def patterns(folder, paths, mask_paths, spec):
@@ -188,7 +250,9 @@ def patterns(folder, paths, mask_paths, spec):
 
 def pack_with_a_stable_sort(ds):
     """Packs every source group of `ds` here, numpy.argsort forced to kind="stable", into its
-    work_dir, so that prepare() finds the caches and packs nothing itself."""
+    work_dir, so that prepare() finds the caches and packs nothing itself (the caches' names hold
+    use_array_if_local and the metadata hashes when set: the dataset's own methods name them);
+    returns {cache: (inode, mtime)} to check that prepare() left them alone."""
     from olmo_core.data.utils import chunked
 
     groups = list(chunked(ds.paths, ds.source_group_size))
@@ -206,11 +270,15 @@ def pack_with_a_stable_sort(ds):
         np.argsort = original
     if len(calls) != len(groups):
         raise ToolError(f"the stable argsort ran {len(calls)} times for {len(groups)} groups")
+    caches = {}
     for group in groups:
         for cache in (ds._get_document_indices_path(*group), ds._get_instance_offsets_path(*group),
                       ds._get_docs_by_instance_path(*group)):
             if not cache.is_file():
                 raise ToolError(f"no packing cache {cache} for {group}: prepare() would repack")
+            st = os.stat(cache)
+            caches[cache] = (st.st_ino, st.st_mtime_ns)
+    return caches
 
 
 def config_class_dataset(folder, paths, mask_paths, spec):
@@ -231,11 +299,15 @@ def config_class_dataset(folder, paths, mask_paths, spec):
         paths=token_args, expand_glob=bool(spec.get("glob")), label_mask_paths=mask_args,
         source_permutation_seed=spec.get("perm"), sequence_length=spec["seq"],
         dtype=NumpyDatasetDType(np.dtype(spec["dtype"]).name),
-        instance_filter_config=InstanceFilterConfig() if spec["filter"] else None, work_dir=work)
+        instance_filter_config=InstanceFilterConfig() if spec["filter"] else None, work_dir=work,
+        generate_doc_lengths="doc_lens" in spec)
     if packed:
         ds = NumpyPackedFSLDatasetConfig(
             **common, long_doc_strategy=LongDocStrategy(packed["strategy"]),
-            source_group_size=packed["group"]).build()
+            source_group_size=packed["group"],
+            use_array_if_local=False if "metadata" in packed else None).build()
+        if ds.use_array_if_local != (False if "metadata" in packed else None):
+            raise ToolError(f"OLMo-core's use_array_if_local is {ds.use_array_if_local}")
     else:
         ds = NumpyFSLDatasetConfig(**common,
                                    max_target_sequence_length=spec["max_target"]).build()
@@ -251,9 +323,14 @@ def config_class_dataset(folder, paths, mask_paths, spec):
         raise ToolError(f"OLMo-core resolved the label masks as {got_masks}")
     if str(ds.work_dir) != work:
         raise ToolError(f"OLMo-core's dataset work_dir is {ds.work_dir}, not {work}")
-    if packed:
-        pack_with_a_stable_sort(ds)
+    if ds._generate_doc_lengths != ("doc_lens" in spec):
+        raise ToolError(f"OLMo-core's generate_doc_lengths is {ds._generate_doc_lengths}")
+    caches = pack_with_a_stable_sort(ds) if packed else {}
     ds.prepare()
+    for cache, before in caches.items():
+        st = os.stat(cache)
+        if (st.st_ino, st.st_mtime_ns) != before:
+            raise ToolError(f"prepare() packed {cache} again: it did not find the caches")
     return ds, work
 
 
@@ -274,8 +351,9 @@ def olmo_core_loader(prepared, spec, world, rank):
 
 
 def olmo_core_batches(prepared, spec, world, rank, epoch, resume=None):
-    """[{ids, xxh64, mask, label_mask, input_ids}] per step of OLMo-core's loader on one rank,
-    from the start of `epoch` or from the state_dict `resume`."""
+    """[{ids, xxh64, mask, label_mask, doc_lens, input_ids}] per step of OLMo-core's loader on one
+    rank, from the start of `epoch` or from the state_dict `resume`; doc_lens per instance from
+    the dataset's __getitem__ (checked to be what the collator batched, zero-padded)."""
     dl = olmo_core_loader(prepared, spec, world, rank)
     if resume is not None:
         dl.load_state_dict(resume)
@@ -289,6 +367,15 @@ def olmo_core_batches(prepared, spec, world, rank, epoch, resume=None):
             step["mask"] = [bool(x) for x in batch["instance_mask"].tolist()]
         if "label_mask" in batch:
             step["label_mask"] = batch["label_mask"].int().tolist()
+        if ("doc_lens" in batch) != ("doc_lens" in spec):
+            raise ToolError(f"OLMo-core's batch {'has' if 'doc_lens' in batch else 'lacks'} "
+                            "doc_lens")
+        if "doc_lens" in batch:
+            step["doc_lens"] = [prepared[0][i]["doc_lens"].tolist() for i in step["ids"]]
+            width = batch["doc_lens"].shape[1]
+            if [d + [0] * (width - len(d)) for d in step["doc_lens"]] != \
+                    batch["doc_lens"].tolist():
+                raise ToolError("OLMo-core's collated doc_lens are not its instances' doc_lens")
         steps.append(step)
     return steps
 
@@ -325,6 +412,10 @@ def write_config(folder, paths, mask_paths, spec):
                   f"  source_group_size: {p['group']}"]
         if p["bos"] is not None:
             lines.append(f"  bos_token_id: {p['bos']}")
+        if "metadata" in p:
+            lines.append("  use_array_if_local: false")
+    if "doc_lens" in spec:
+        lines.append("  generate_doc_lengths: true")
     if mask_args is not None:
         lines.append("  label_mask_paths: [" + ", ".join(json.dumps(p) for p in mask_args) + "]")
     if "perm" in spec:
@@ -349,7 +440,7 @@ def tandem_batches(binary, folder, spec, world, from_step, steps, resume=None, s
     if save_state:
         cmd += ["--save-state", save_state]
     if spec["filter"] or uses_config_class(spec):
-        cmd.append("--tokens")  # adds instance_mask, label_mask
+        cmd.append("--tokens")  # adds instance_mask, label_mask, doc_lens
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -385,6 +476,20 @@ def label_mask_difference(g, r):
     return f"label_mask: {len(g['label_mask'])} rows vs {len(r['label_mask'])}"
 
 
+def doc_lens_difference(g, r):
+    """None when tandem's doc_lens rows are OLMo-core's (or both absent), else what differs."""
+    if "doc_lens" not in r:
+        return None if "doc_lens" not in g else "tandem prints doc_lens, OLMo-core has none"
+    if "doc_lens" not in g:
+        return "no doc_lens from tandem, OLMo-core has them"
+    if g["doc_lens"] == r["doc_lens"]:
+        return None
+    for k, (a, b) in enumerate(zip(g["doc_lens"], r["doc_lens"])):
+        if a != b:
+            return f"doc_lens of instance {k} ({g['instances'][k]}): {a} vs {b}"
+    return f"doc_lens: {len(g['doc_lens'])} rows vs {len(r['doc_lens'])}"
+
+
 def first_difference(lines, ref, rank, where):
     """None when tandem's JSON lines of `rank` are OLMo-core's steps `ref`, else what differs."""
     got = [line for line in lines if line["rank"] == rank]
@@ -396,7 +501,7 @@ def first_difference(lines, ref, rank, where):
             return (f"{where}, step {step}: ids {g['instances']} vs {r['ids']}, xxh64 "
                     f"{g['tokens_xxh64']} vs {r['xxh64']}, mask {g.get('instance_mask')} vs "
                     f"{r.get('mask')}{token_difference(g, r)}")
-        why = label_mask_difference(g, r)
+        why = label_mask_difference(g, r) or doc_lens_difference(g, r)
         if why:
             return f"{where}, step {step}: {why}"
     return None
@@ -428,7 +533,7 @@ def check_case(binary, seed, index, plain=False):
         return error is not None, f"{n_instances} instances, no full batch; tandem " \
             f"{'refuses' if error else 'accepts'}: {described}", \
             None if error else "tandem accepted data without one full batch"
-    masked = label_zeros = 0
+    masked = label_zeros = documents = 0
     state_file = os.path.join(folder, "tandem_state.json")
     for world in spec["worlds"]:
         for epoch in (1, 2):
@@ -454,6 +559,7 @@ def check_case(binary, seed, index, plain=False):
                     return False, described, why
                 masked += sum(not m for r in ref for m in r.get("mask", []))
                 label_zeros += sum(row.count(0) for r in ref for row in r.get("label_mask", []))
+                documents += sum(len(row) for r in ref for row in r.get("doc_lens", []))
     # Elastic resume: OLMo-core's state after some steps of epoch 1 on one world size, the rest of
     # the epoch on another.
     resumed = ""
@@ -474,6 +580,7 @@ def check_case(binary, seed, index, plain=False):
         resumed = f", resumed from world {before} after {done} steps on world {after}"
     labels = f", {label_zeros} label_mask zeros" if any(
         k in spec for k in ("packed", "masks")) else ""
+    labels += f", {documents} doc_lens entries" if "doc_lens" in spec else ""
     return True, f"{n_instances} instances, {steps_per_epoch} steps per epoch, {masked} masked " \
                  f"instance-steps{labels}{resumed}: {described}", None
 
@@ -481,7 +588,8 @@ def check_case(binary, seed, index, plain=False):
 def main():
     ap = argument_parser(__doc__, cases=20)
     ap.add_argument("--plain", action="store_true",
-                    help="draw no packed, label-masked or permuted case (the cases of before)")
+                    help="draw no packed, label-masked, permuted, metadata or doc_lens case "
+                    "(the cases of before)")
     args = ap.parse_args()
 
     def one(index):

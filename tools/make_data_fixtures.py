@@ -39,8 +39,8 @@ def sha256_u32(a):
     return hashlib.sha256(np.ascontiguousarray(a, dtype="<u4").tobytes()).hexdigest()
 
 
-def write_json(name, obj):
-    path = os.path.join(OUT, name)
+def write_json(name, obj, out=OUT):
+    path = os.path.join(out, name)
     with open(path, "w") as f:
         json.dump(obj, f, separators=(",", ":"))
         f.write("\n")

@@ -73,6 +73,9 @@ from importlib.metadata import version
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_data_fixtures  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "data", "packed")
 
@@ -87,11 +90,7 @@ def versions():
 
 
 def write_json(name, obj):
-    path = os.path.join(OUT, name)
-    with open(path, "w") as f:
-        json.dump(obj, f, separators=(",", ":"))
-        f.write("\n")
-    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    make_data_fixtures.write_json(name, obj, out=OUT)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,15 +374,8 @@ def make_case(case, make, files):
     assert [os.path.relpath(str(p), OUT) for p in ds.paths] == files
     text = fingerprint_text(ds)
     print(f"  fingerprint_fields={ds.fingerprint_fields}\n  hashed text: {text!r}")
-    stable_docs = packed_document_lengths(ds)
-    instances = []
-    for i in range(len(ds)):
-        item = ds[i]
-        doc_lens = item["doc_lens"].tolist()
-        assert sum(doc_lens) == case["seq"] == len(item["input_ids"])
-        instances.append({"input_ids": item["input_ids"].tolist(),
-                          "label_mask": "".join("1" if m else "0" for m in item["label_mask"]),
-                          "doc_lens": doc_lens, "document_lengths": stable_docs[i]})
+    instances = instance_records(ds, case)
+    stable_docs = [inst["document_lengths"] for inst in instances]
     stable = {"num_instances": len(ds), "fingerprint": ds.fingerprint,
               "global_indices_epoch1": global_indices(ds, work, case), "instances": instances}
     shutil.rmtree(work)

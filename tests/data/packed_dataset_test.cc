@@ -80,6 +80,31 @@ std::string mask_text(std::span<const std::uint8_t> mask) {
   return out;
 }
 
+// Every instance of `dataset` is the fixture's: tokens, label mask, the packer's document lengths,
+// and doc_lens (the loader's documents for metadata boundaries, else a scan of the row).
+void expect_instances(const TokenDataset& dataset, const DataConfig& config,
+                      const nlohmann::json& instances) {
+  const auto T = static_cast<std::size_t>(config.sequence_length);
+  std::vector<std::int64_t> ids(T), starts(T);
+  std::vector<std::uint8_t> mask(T);
+  for (std::uint64_t i = 0; i < dataset.num_instances(); ++i) {
+    const auto& w = instances[i];
+    dataset.read_instance(i, ids, mask);
+    ASSERT_EQ(ids, w["input_ids"].get<std::vector<std::int64_t>>()) << "instance " << i;
+    EXPECT_EQ(mask_text(mask), w["label_mask"].get<std::string>()) << "instance " << i;
+    EXPECT_EQ(dataset.document_lengths(i), w["document_lengths"].get<std::vector<std::int64_t>>())
+        << "instance " << i;
+    if (dataset.documents_from_metadata())
+      dataset.document_starts(i, starts);
+    else
+      starts = model::document_starts(ids.data(), 1, std::int64_t(T), config.eos_token_id,
+                                      config.bos_token_id);
+    EXPECT_EQ(model::document_lengths(starts, 0, std::int64_t(T)),
+              w["doc_lens"].get<std::vector<std::int64_t>>())
+        << "instance " << i;
+  }
+}
+
 nlohmann::json packed_fixture_json() {
   return nlohmann::json::parse(core::read_file(packed_fixture("packed.json")));
 }
@@ -99,25 +124,7 @@ TEST(PackedDatasetParity, InstancesFingerprintAndOrderAreOlmoCoresUnderAStableSo
     ASSERT_TRUE(dataset->packed());
     ASSERT_EQ(dataset->num_instances(), want["num_instances"].get<std::uint64_t>());
     EXPECT_EQ(dataset->fingerprint(), want["fingerprint"].get<std::string>());
-    const std::int64_t T = config.sequence_length;
-    std::vector<std::int64_t> ids(static_cast<std::size_t>(T));
-    std::vector<std::uint8_t> mask(static_cast<std::size_t>(T));
-    for (std::uint64_t i = 0; i < dataset->num_instances(); ++i) {
-      const auto& w = want["instances"][i];
-      dataset->read_instance(i, ids, mask);
-      ASSERT_EQ(ids, w["input_ids"].get<std::vector<std::int64_t>>()) << "instance " << i;
-      EXPECT_EQ(mask_text(mask), w["label_mask"].get<std::string>()) << "instance " << i;
-      EXPECT_EQ(dataset->document_lengths(i),
-                w["document_lengths"].get<std::vector<std::int64_t>>())
-          << "instance " << i;
-      // generate_doc_lengths: the model's document boundaries on the packed row are OLMo-core's
-      // doc_lens for it.
-      const auto starts =
-          model::document_starts(ids.data(), 1, T, config.eos_token_id, config.bos_token_id);
-      EXPECT_EQ(model::document_lengths(starts, 0, T),
-                w["doc_lens"].get<std::vector<std::int64_t>>())
-          << "instance " << i;
-    }
+    expect_instances(*dataset, config, want["instances"]);
     Loader loader(config, dataset, {.prefetch = false});
     auto order = loader.plan(1)->global_order();
     EXPECT_EQ(std::vector<std::uint64_t>(order.begin(), order.end()),
@@ -547,22 +554,9 @@ TEST(PackedMetadata, BoundariesFromMetadataAreOlmoCores) {
     ASSERT_TRUE(dataset->documents_from_metadata());
     ASSERT_EQ(dataset->num_instances(), c["num_instances"].get<std::uint64_t>());
     EXPECT_EQ(dataset->fingerprint(), c["fingerprint"].get<std::string>());
+    expect_instances(*dataset, config, c["instances"]);
     const auto T = static_cast<std::size_t>(config.sequence_length);
-    std::vector<std::int64_t> ids(T), starts(T);
-    std::vector<std::uint8_t> mask(T);
-    for (std::uint64_t i = 0; i < dataset->num_instances(); ++i) {
-      const auto& w = c["instances"][i];
-      dataset->read_instance(i, ids, mask);
-      ASSERT_EQ(ids, w["input_ids"].get<std::vector<std::int64_t>>()) << "instance " << i;
-      EXPECT_EQ(mask_text(mask), w["label_mask"].get<std::string>()) << "instance " << i;
-      EXPECT_EQ(dataset->document_lengths(i),
-                w["document_lengths"].get<std::vector<std::int64_t>>())
-          << "instance " << i;
-      dataset->document_starts(i, starts);
-      EXPECT_EQ(model::document_lengths(starts, 0, std::int64_t(T)),
-                w["doc_lens"].get<std::vector<std::int64_t>>())
-          << "instance " << i;
-    }
+    std::vector<std::int64_t> starts(T);
     Loader loader(config, dataset, {.prefetch = false});
     auto order = loader.plan(1)->global_order();
     EXPECT_EQ(std::vector<std::uint64_t>(order.begin(), order.end()),

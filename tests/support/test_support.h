@@ -137,6 +137,16 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   return out;
 }
 
+// ||a - b|| / ||b|| over b.size() values, in double.
+inline double relative_l2(const float* a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
 // Distance in units in the last place between two floats of the same sign.
 inline std::int64_t ulps(float a, float b) {
   std::int32_t ia, ib;
