@@ -15,32 +15,44 @@ independently of those (their own random stream, so that --plain gives exactly t
   EOS inside, the last one sometimes cut (no EOS: OLMo-core drops it); in 30% of them a BOS id,
   every document starting with BOS (the boundary is then EOS followed by BOS; some BOS and EOS
   inside documents are no boundary); with the filter on, some documents repeat a period of 1 to 13
-  (padding, pad_token_id repeated, may be rejected too: on both sides);
+  (padding, pad_token_id repeated, may be rejected too: on both sides); in about 40% of the packed
+  cases `use_array_if_local: false` (OLMo-core's use_array_if_local=False): the documents come from
+  a metadata file next to each token file (`part-NN.csv.gz`, deterministic gzip, one line
+  "start,end" per document, in half of the files with more fields after them, Dolma-like ids
+  or JSON with commas, now and then no newline after the last line), where about a quarter of the
+  documents lose their final EOS (a body token instead, so an EOS scan would merge them), the cut
+  last document is one too, and in about 15% of the files the last tokens are in no document
+  (the last document shortened or left out); never an empty document;
 - in about 30% label-mask files (label_mask_paths: np.bool_ per token, random runs of 0 and 1 of
   1 to 60 tokens, or all 1, or all 0), for fixed windows or packed;
 - in about 30% a source_permutation_seed (files and masks shuffled by random.Random(seed));
-- with masks or a permutation, half the time the files are given as globs.
+- with masks or a permutation, half the time the files are given as globs;
+- in about 40% of all cases (fixed windows or packed, either boundary source)
+  generate_doc_lengths: true on both sides, and the per-instance doc_lens compared too.
+The metadata and doc_lens draws come from a third stream (and the metadata's edits of the tokens
+from a numpy stream of their own), so the cases drawn before they existed keep their options and
+their token files, but for the EOS the metadata cases take away.
 tandem's config lists the files (or globs) in their sorted order; OLMo-core's side of these cases
 is built through NumpyFSLDatasetConfig / NumpyPackedFSLDatasetConfig(paths, expand_glob,
 label_mask_paths, source_permutation_seed, tokenizer, ...).build(), checked to have resolved the
 files and masks as random.Random(seed).shuffle orders them, and, packed, with every source group
-packed here with numpy.argsort forced to kind="stable" (checked called once per group) before
-prepare() finds those caches (numpy's default argsort orders equal lengths per CPU); the other
-cases use OLMo-core's NumpyFSLDataset as tools/make_data_fixtures.py builds it.
+packed here through the dataset's own _pack_documents_from_source_into_instances (so the caches
+carry its names, with use_array_if_local and the metadata hashes when set) with numpy.argsort
+forced to kind="stable" (checked called once per group) before prepare() finds those caches
+(checked: it rewrites none of them; numpy's default argsort orders equal lengths per CPU); the
+other cases use OLMo-core's NumpyFSLDataset as tools/make_data_fixtures.py builds it.
 For both epochs and every rank, OLMo-core's dataset + NumpyDataLoaderBase and tandem must give the
 same instance ids per step, the same tokens (XXH64 of the int64 ids, as `--hash`), with the filter
-on the same instance_mask, and, for packed or masked data, the same per-token label_mask
-(`--tokens`; absent on both sides otherwise); tandem's dataset fingerprint (its saved loader
-state) must be OLMo-core's; and, from OLMo-core's state_dict after a random number of steps of
-epoch 1 on one of those world sizes, the rest of the epoch on another (`--resume-state`). A case
+on the same instance_mask, for packed or masked data the same per-token label_mask, and with
+generate_doc_lengths the same doc_lens per instance (OLMo-core's from its dataset's __getitem__,
+checked to be what its collator batched) (`--tokens`; each absent on both sides otherwise);
+tandem's dataset fingerprint (its saved loader state) must be OLMo-core's; and, from OLMo-core's
+state_dict after a random number of steps of epoch 1 on one of those world sizes, the rest of the
+epoch on another (`--resume-state`). A case
 OLMo-core refuses, or one whose data holds less than one global batch (OLMo-core's loader then
 yields no step), tandem must refuse.
 
-Run on 120 cases (seeds 11 and 12, 60 each: 46 packed, 11 of them with BOS, 37 with label
-masks, 34 with a source_permutation_seed, 29 with globs, 43 with the filter, 114 resumed, 4
-without a full batch and 2 that OLMo-core refuses, all refused by tandem): all agree, in about
-1.2 s a case. Without the stable sort (numpy's default argsort on this CPU), 7 of seed 11's first 30
-cases differ: all packed.
+RESULTS
 
 Usage: python3 tools/check_data_order_random.py TANDEM_BINARY [--seed S] [--cases N] [--plain]
 Needs numpy, xxhash and ai2-olmo-core. Exits 0 only when every case agrees.

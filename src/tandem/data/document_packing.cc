@@ -46,16 +46,11 @@ void find_documents(const io::TokenFile& tokens, std::uint32_t file, std::int64_
   const auto eos = static_cast<std::uint64_t>(eos_token_id);
   const auto max_len = static_cast<std::uint64_t>(max_length);
   const std::uint64_t n = tokens.num_tokens();
-  std::vector<std::uint32_t> chunk;
   std::uint64_t doc_start = 0;
   bool previous_is_eos = false;
-  constexpr std::uint64_t kChunk = 1 << 16;
-  for (std::uint64_t base = 0; base < n; base += kChunk) {
-    const std::uint64_t count = std::min(kChunk, n - base);
-    chunk.resize(count);
-    tokens.read(base, count, chunk.data());
-    for (std::uint64_t i = 0; i < count; ++i) {
-      const std::uint64_t token = chunk[i];
+  tokens.for_each_chunk([&](std::uint64_t base, std::span<const std::int64_t> chunk) {
+    for (std::uint64_t i = 0; i < chunk.size(); ++i) {
+      const auto token = static_cast<std::uint64_t>(chunk[i]);
       if (!bos_token_id) {
         if (token != eos) continue;
         add_capped(file, doc_start, base + i + 1, max_len, strategy, out);
@@ -69,7 +64,7 @@ void find_documents(const io::TokenFile& tokens, std::uint32_t file, std::int64_
         previous_is_eos = token == eos;
       }
     }
-  }
+  });
   if (bos_token_id && previous_is_eos) add_capped(file, doc_start, n, max_len, strategy, out);
 }
 

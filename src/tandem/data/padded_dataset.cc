@@ -14,7 +14,6 @@ PaddedDataset::PaddedDataset(const std::vector<PaddedFile>& files,
   TANDEM_CHECK(!files.empty(), "padded dataset: no files");
   const auto eos = static_cast<std::uint64_t>(options.eos_token_id);
   const auto max_len = static_cast<std::uint64_t>(options.sequence_length);
-  std::vector<std::uint32_t> chunk;
   for (const auto& f : files) {
     TANDEM_CHECK(std::filesystem::exists(f.path), "{} (held-out set '{}'): no such file", f.path,
                  f.label);
@@ -25,13 +24,9 @@ PaddedDataset::PaddedDataset(const std::vector<PaddedFile>& files,
     const std::uint64_t n = tf.num_tokens();
     std::uint64_t doc_start = 0;
     std::size_t before = instances_.size();
-    constexpr std::uint64_t kChunk = 1 << 16;
-    for (std::uint64_t base = 0; base < n; base += kChunk) {
-      const std::uint64_t count = std::min(kChunk, n - base);
-      chunk.resize(count);
-      tf.read(base, count, chunk.data());
-      for (std::uint64_t i = 0; i < count; ++i) {
-        const std::uint64_t token = chunk[i];
+    tf.for_each_chunk([&](std::uint64_t base, std::span<const std::int64_t> chunk) {
+      for (std::uint64_t i = 0; i < chunk.size(); ++i) {
+        const auto token = static_cast<std::uint64_t>(chunk[i]);
         TANDEM_CHECK(
             options.vocab_size <= 0 || token < static_cast<std::uint64_t>(options.vocab_size),
             "{}: token {} at offset {} is outside the vocabulary ({})", f.path, token, base + i,
@@ -42,7 +37,7 @@ PaddedDataset::PaddedDataset(const std::vector<PaddedFile>& files,
                               static_cast<std::uint32_t>(std::min(end - doc_start, max_len))});
         doc_start = end;
       }
-    }
+    });
     TANDEM_CHECK(instances_.size() > before, "{}: no document (no EOS token {}) in {} tokens",
                  f.path, eos, n);
   }

@@ -294,21 +294,15 @@ std::vector<std::int64_t> TokenDataset::document_lengths(std::uint64_t instance)
 
 void TokenDataset::validate_token_ids() const {
   for (const auto& f : files_) {
-    const std::uint64_t n = f->num_tokens();
     const std::uint64_t item = io::token_dtype_size(f->dtype());
-    std::vector<std::int64_t> buf;
-    constexpr std::uint64_t kBlock = 1 << 16;
-    for (std::uint64_t start = 0; start < n; start += kBlock) {
-      std::uint64_t count = std::min(kBlock, n - start);
-      buf.resize(count);
-      f->read(start, count, buf.data());
-      for (std::uint64_t i = 0; i < count; ++i) {
-        std::uint64_t id = static_cast<std::uint64_t>(buf[i]);
+    f->for_each_chunk([&](std::uint64_t base, std::span<const std::int64_t> chunk) {
+      for (std::uint64_t i = 0; i < chunk.size(); ++i) {
+        const auto id = static_cast<std::uint64_t>(chunk[i]);
         TANDEM_CHECK(id < vocab_size_,
                      "{}: token id {} at token offset {} (byte offset {}) is >= vocab_size {}",
-                     f->path(), id, start + i, (start + i) * item, vocab_size_);
+                     f->path(), id, base + i, (base + i) * item, vocab_size_);
       }
-    }
+    });
   }
 }
 

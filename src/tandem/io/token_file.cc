@@ -179,4 +179,15 @@ void TokenFile::read(std::uint64_t start, std::uint64_t count, std::int64_t* out
   read_widened(*this, start, count, out);
 }
 
+void TokenFile::for_each_chunk(
+    const std::function<void(std::uint64_t, std::span<const std::int64_t>)>& visit) const {
+  constexpr std::uint64_t kChunk = 1 << 16;
+  std::vector<std::int64_t> chunk;
+  for (std::uint64_t base = 0; base < num_tokens_; base += kChunk) {
+    chunk.resize(std::min(kChunk, num_tokens_ - base));
+    read(base, chunk.size(), chunk.data());
+    visit(base, chunk);
+  }
+}
+
 }  // namespace tandem::io

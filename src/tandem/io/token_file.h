@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 
 namespace tandem::io {
@@ -33,6 +35,10 @@ class TokenFile {
   // Copies tokens [start, start + count) into out (widened to uint32/int64 as asked).
   void read(std::uint64_t start, std::uint64_t count, std::uint32_t* out) const;
   void read(std::uint64_t start, std::uint64_t count, std::int64_t* out) const;
+  // Calls visit(offset of the chunk's first token, its tokens) over the whole file, in order, in
+  // chunks of up to 65,536 tokens (the scans: documents, id validation).
+  void for_each_chunk(
+      const std::function<void(std::uint64_t, std::span<const std::int64_t>)>& visit) const;
   // Raw little-endian bytes [offset, offset + n); throws if the file changed since it was opened.
   void read_bytes(std::uint64_t offset, std::size_t n, void* out) const;
 
