@@ -71,8 +71,9 @@ void find_documents(const io::TokenFile& tokens, std::uint32_t file, std::int64_
 std::string metadata_path_for(const std::string& token_file) {
   const std::filesystem::path p(token_file);
   std::string name = p.filename().string();
-  for (std::size_t at = name.find(".npy"); at != std::string::npos; at = name.find(".npy", at))
-    name.replace(at, 4, ".csv.gz"), at += 7;  // Python's str.replace: every occurrence
+  // Python's str.replace: every occurrence.
+  for (std::size_t at = name.find(".npy"); at != std::string::npos; at = name.find(".npy", at + 7))
+    name.replace(at, 4, ".csv.gz");
   return (p.parent_path() / name).string();
 }
 
