@@ -52,7 +52,15 @@ epoch on another (`--resume-state`). A case
 OLMo-core refuses, or one whose data holds less than one global batch (OLMo-core's loader then
 yields no step), tandem must refuse.
 
-RESULTS
+Run on 120 cases (seeds 21 and 22, 60 each: 46 packed, 16 of them with BOS, 22 with metadata
+boundaries (7028 documents, 1797 of them without a final EOS, 11 files with tokens in no
+document), 45 with generate_doc_lengths (27 fixed windows, 8 metadata; 78880 doc_lens entries
+compared), 38 with label masks, 36 with a source_permutation_seed, 37 with globs, 52 with the
+filter, 112 resumed, 4 without a full batch, all refused by tandem, none that OLMo-core refuses):
+all agree, in about 1.3 s a case. With OLMo-core's doc_lens replaced by an EOS scan, all 7 of
+those metadata cases with doc_lens that hold a full batch differ. (Before the metadata and
+doc_lens draws: without the stable sort, numpy's default argsort on this CPU, 7 of seed 11's first
+30 cases differed: all packed.)
 
 Usage: python3 tools/check_data_order_random.py TANDEM_BINARY [--seed S] [--cases N] [--plain]
 Needs numpy, xxhash and ai2-olmo-core. Exits 0 only when every case agrees.
