@@ -144,6 +144,9 @@ TEST(StrictNpy, HeaderDimensionsAreCheckedNotParsedLoosely) {
   expect_error([&] { read_npy(p); }, {p, "'>f4'"});
   p = npy("ok.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 0, 3), }", 0);
   EXPECT_EQ(read_npy(p).numel(), 0);
+  // An empty float array converts to an empty vector (its buffers are null: the fuzzer found a
+  // memcpy from them, undefined behaviour even for 0 bytes).
+  EXPECT_TRUE(read_npy(p).as_f32().empty());
   p = npy("ok2.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", 16);
   EXPECT_EQ(read_npy(p).as_i64().size(), 2u);
 }

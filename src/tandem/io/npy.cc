@@ -45,7 +45,8 @@ std::size_t NpyArray::item_size() const { return info(dtype).size; }
 std::vector<float> NpyArray::as_f32() const {
   std::vector<float> out(static_cast<std::size_t>(numel()));
   if (dtype == NpyDtype::kF32) {
-    std::memcpy(out.data(), bytes.data(), out.size() * 4);
+    // An empty array has no buffers (null pointers, which memcpy must not get even for 0 bytes).
+    if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 4);
   } else if (dtype == NpyDtype::kF64) {
     const double* p = reinterpret_cast<const double*>(bytes.data());
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(p[i]);
