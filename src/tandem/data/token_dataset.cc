@@ -261,9 +261,10 @@ void TokenDataset::document_starts(std::uint64_t instance, std::span<std::int64_
                                         pad_token_id_);
     std::vector<std::int64_t> tail = pad;
     if (bos_token_id_) {
-      std::vector<std::int64_t> row(static_cast<std::size_t>(sequence_length_));
-      read_instance(instance, row);
-      tail[0] = row[std::size_t(used - 1)];
+      // The last real token: the last token of the instance's last document (one read).
+      const auto [group, local] = packed_instance(instance);
+      const PackedDocument& last = group->documents[group->members[group->offsets[local + 1] - 1]];
+      tail[0] = static_cast<std::int64_t>(files_[last.file]->token(last.start + last.length - 1));
       const auto pieces = span_document_lengths(tail, eos_token_id_, bos_token_id_);
       lengths.back() += pieces[0] - 1;
       lengths.insert(lengths.end(), pieces.begin() + 1, pieces.end());
