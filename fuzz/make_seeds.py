@@ -64,6 +64,13 @@ def main():
     put("yaml_config", "parity", parity)
     put("yaml_config", "parity_overrides",
         parity + "\n---overrides---\noptim.lr=3e-4\nmodel.n_layers=2\ntrainer.max_steps=[1]\n")
+    mixture = parity.replace("  paths: [train.npy]\n", (
+        "  source_mixture:\n    requested_tokens: 3000\n    sources:\n"
+        "      - {source_name: a, target_ratio: 0.6, paths: [train.npy], max_source_fraction: 0.9}\n"
+        "      - {source_name: b, target_ratio: 0.4, paths: [held.npy, train.npy],"
+        " max_repetition_ratio: 2.5}\n"))
+    assert "source_mixture" in mixture
+    put("yaml_config", "source_mixture", mixture)
     put("yaml_config", "model_only", "model: {d_model: 64, n_layers: 2, n_heads: 4, hidden_size: 128,"
         " vocab_size: 100, sliding_window: {pattern: [8, -1]}}\n")
     # text inputs: selector byte (0 jsonl, 1 jsonl.gz, 2 jsonl.zst, 3 txt, 4 txt.gz, 5 json.zstd)

@@ -153,6 +153,29 @@ TEST(Cli, AuditExitsZeroWhenEverythingHolds) {
   EXPECT_NE(text.out.find("OK:"), std::string::npos);
 }
 
+// The committed demo mixture (configs/data/demo-source-mixture.yaml) from the command line: the
+// audit proves its order and reports each source's share; the loader hands out its batches.
+TEST(Cli, AuditAndBatchesOfTheDemoSourceMixture) {
+  const std::string cfg = std::string(TANDEM_SOURCE_DIR) + "/configs/data/demo-source-mixture.yaml";
+  Result r = run("data audit " + cfg + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  ASSERT_TRUE(j.contains("mixture")) << r.out;
+  const auto& m = j["mixture"];
+  EXPECT_EQ(m["requested_tokens"], 4500);
+  EXPECT_EQ(m["total_tokens"].get<std::uint64_t>(), j["num_instances"].get<std::uint64_t>() * 32);
+  std::uint64_t selected = 0;
+  for (const auto& s : m["sources"]) selected += s["selected"].get<std::uint64_t>();
+  EXPECT_EQ(selected, m["total_tokens"].get<std::uint64_t>());
+  EXPECT_EQ(m["sources"][1]["name"], "math");
+  EXPECT_GT(m["sources"][1]["selected"].get<std::uint64_t>(),
+            m["sources"][1]["population"].get<std::uint64_t>());  // upsampled
+  Result b = run("data batches " + cfg + " --world-size 2 --steps 2");
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_EQ(json_lines(b.out).size(), 4u) << b.out;  // 2 steps x 2 ranks
+}
+
 TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
   std::string dir = testing::temp_dir("cli_bad");
   testing::write_text(dir + "/data.yaml", "data: {paths: [missing.npy], sequence_length: 4}\n");

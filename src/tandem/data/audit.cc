@@ -240,6 +240,48 @@ void audit_packing(const TokenDataset& ds, AuditReport& report, Recorder& rec) {
   report.packing = p;
 }
 
+// Source mixture: the dataset reads each entry's allocation and no more, the allocations add up
+// to each source's selection, and every file entry is within its file.
+void audit_mixture(const DataConfig& config, const TokenDataset& ds, AuditReport& report,
+                   Recorder& rec) {
+  const MixtureOutcome& m = *config.mixture_outcome;
+  AuditReport::Mixture out;
+  out.requested_tokens = static_cast<std::uint64_t>(config.source_mixture->requested_tokens);
+  out.total_tokens = m.total_tokens();
+  out.requested_instances = m.requested_instances;
+  for (const auto& s : m.sources)
+    out.sources.push_back({s.name, s.target_ratio, s.population, s.needed, s.selected, 0});
+  if (m.entries.size() != ds.num_files()) {
+    rec.violation(fmt::format("mixture: {} entries but the dataset opened {} files",
+                              m.entries.size(), ds.num_files()));
+    report.mixture = out;
+    return;
+  }
+  const auto seq = static_cast<std::uint64_t>(config.sequence_length);
+  std::vector<std::uint64_t> read(m.sources.size(), 0);
+  for (std::size_t i = 0; i < m.entries.size(); ++i) {
+    const MixtureEntry& e = m.entries[i];
+    const std::size_t itemsize = io::token_dtype_size(ds.file(i).dtype());
+    const std::uint64_t reads = ds.file_size_bytes(i) / itemsize;
+    if (reads != e.tokens || e.tokens > ds.file(i).num_tokens() || e.tokens % seq != 0)
+      rec.violation(
+          fmt::format("mixture entry {} ({}): {} tokens allocated, the dataset reads {} "
+                      "of its {}",
+                      i, e.path, e.tokens, reads, ds.file(i).num_tokens()));
+    for (std::size_t s = 0; s < out.sources.size(); ++s)
+      if (out.sources[s].name == e.source) read[s] += reads, ++out.sources[s].entries;
+  }
+  for (std::size_t s = 0; s < out.sources.size(); ++s)
+    if (read[s] != out.sources[s].selected)
+      rec.violation(fmt::format("mixture source '{}': {} tokens selected, its entries read {}",
+                                out.sources[s].name, out.sources[s].selected, read[s]));
+  if (m.total_tokens() / seq < m.requested_instances)
+    report.notes.push_back(fmt::format(
+        "mixture: {} instances for the {} that fill whole steps (the sources lack room)",
+        m.total_tokens() / seq, m.requested_instances));
+  report.mixture = out;
+}
+
 AuditReport run_audit(const DataConfig& config, const AuditOptions& options) {
   AuditReport report;
   Recorder rec(report, options.max_reported);
@@ -330,6 +372,7 @@ AuditReport run_audit(const DataConfig& config, const AuditOptions& options) {
   }
 
   if (dataset->packed()) audit_packing(*dataset, report, rec);
+  if (config.mixture_outcome) audit_mixture(config, *dataset, report, rec);
   if (options.check_duplicates) find_duplicates(*dataset, report);
   return report;
 }
@@ -356,6 +399,20 @@ nlohmann::json AuditReport::to_json() const {
                     {"document_tokens", packing->document_tokens},
                     {"padding_tokens", packing->padding_tokens},
                     {"file_tokens", packing->file_tokens}};
+  if (mixture) {
+    nlohmann::json sources = nlohmann::json::array();
+    for (const auto& s : mixture->sources)
+      sources.push_back({{"name", s.name},
+                         {"target_ratio", s.target_ratio},
+                         {"population", s.population},
+                         {"needed", s.needed},
+                         {"selected", s.selected},
+                         {"entries", s.entries}});
+    j["mixture"] = {{"requested_tokens", mixture->requested_tokens},
+                    {"total_tokens", mixture->total_tokens},
+                    {"requested_instances", mixture->requested_instances},
+                    {"sources", sources}};
+  }
   return j;
 }
 
@@ -377,6 +434,20 @@ std::string AuditReport::to_text() const {
         packing->documents, packing->instances,
         slots > 0 ? 100.0 * static_cast<double>(packing->padding_tokens) / slots : 0.0,
         packing->file_tokens - packing->document_tokens, packing->file_tokens);
+  }
+  if (mixture) {
+    out += fmt::format("  mixture: {} tokens for the {} requested\n", mixture->total_tokens,
+                       mixture->requested_tokens);
+    for (const auto& s : mixture->sources)
+      out += fmt::format(
+          "    {}: target {}, {} of its {} tokens ({:.4f} of them, {:.4f} of the mixture) in {} "
+          "file entries\n",
+          s.name, s.target_ratio, s.selected, s.population,
+          s.population ? static_cast<double>(s.selected) / static_cast<double>(s.population) : 0.0,
+          mixture->total_tokens
+              ? static_cast<double>(s.selected) / static_cast<double>(mixture->total_tokens)
+              : 0.0,
+          s.entries);
   }
   if (duplicate_groups > 0) {
     out += fmt::format(

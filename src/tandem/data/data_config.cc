@@ -81,6 +81,53 @@ void check_positive(std::int64_t v, const std::string& where) {
   TANDEM_CHECK(v > 0, "{} must be positive, got {}", where, v);
 }
 
+// OLMo-core's SourceMixtureDatasetConfig (source_list.sources, requested_tokens, seed; its
+// global_batch_size defaults to the loader's here). Globs expanded as OLMo-core's resolved_paths.
+SourceMixtureConfig parse_source_mixture(io::ConfigSection m, const std::string& base_dir) {
+  SourceMixtureConfig c;
+  c.requested_tokens = m.get_int("requested_tokens");
+  c.global_batch_size = m.get_int("global_batch_size", 0);
+  c.seed = m.get_int("seed", 42);
+  for (const char* unused : {"processes", "render_tables", "quiet"}) m.mark_used(unused);
+  YAML::Node list = m.raw("sources");
+  TANDEM_CHECK(list.IsSequence() && list.size() > 0,
+               "{}: expected a non-empty list of {{source_name, target_ratio, paths}}",
+               m.where("sources"));
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    io::ConfigSection item(list[i], m.path() + ".sources[" + std::to_string(i) + "]");
+    MixtureSource src;
+    src.name = item.get_string("source_name");
+    src.target_ratio = item.get_double("target_ratio");
+    src.max_repetition_ratio = item.get_double("max_repetition_ratio", 1.0);
+    src.max_source_fraction = item.get_double("max_source_fraction", 1.0);
+    for (std::string p : item.get_string_list("paths")) {
+      p = io::resolve_config_path(base_dir, p);
+      auto files = expand(p, item.where("paths"));
+      src.files.insert(src.files.end(), files.begin(), files.end());
+    }
+    item.finish();
+    c.sources.push_back(std::move(src));
+  }
+  m.finish();
+  return c;
+}
+
+// The mixture's entries as sources (one per run of a source name) and per-file token limits.
+void apply_source_mixture(DataConfig& c, const std::string& where) {
+  SourceMixtureConfig& m = *c.source_mixture;
+  if (m.global_batch_size == 0) m.global_batch_size = c.global_batch_size;
+  c.mixture_outcome =
+      build_source_mixture(m, c.sequence_length, io::token_dtype_size(c.dtype), where);
+  c.sources.clear();
+  for (const MixtureEntry& e : c.mixture_outcome->entries) {
+    if (c.sources.empty() || c.sources.back().label != e.source)
+      c.sources.push_back({e.source, {}, {}});
+    c.sources.back().patterns.push_back(e.path);
+    c.sources.back().files.push_back(e.path);
+    c.file_token_limits.push_back(e.tokens);
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> DataConfig::all_files() const {
@@ -95,10 +142,20 @@ std::int64_t DataConfig::chunk_size() const {
 
 DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
   DataConfig c;
-  // Sources: `paths` (one unlabelled source), `sources: [{label, paths}]` or an OLMo-core `mix`.
-  TANDEM_CHECK(int(s.has("paths")) + int(s.has("sources")) + int(s.has("mix")) == 1,
-               "{}: give exactly one of 'paths', 'sources' or 'mix'", s.where(""));
-  if (s.has("mix")) {
+  // Sources: `paths` (one unlabelled source), `sources: [{label, paths}]`, an OLMo-core `mix` or
+  // an OLMo-core `source_mixture`.
+  TANDEM_CHECK(int(s.has("paths")) + int(s.has("sources")) + int(s.has("mix")) +
+                       int(s.has("source_mixture")) ==
+                   1,
+               "{}: give exactly one of 'paths', 'sources', 'mix' or 'source_mixture'",
+               s.where(""));
+  if (s.has("source_mixture")) {
+    c.source_mixture = parse_source_mixture(s.section("source_mixture"), base_dir);
+    // OLMo-core: "'label_mask_paths' is not supported alongside 'source_mixture_config'"; its
+    // mixture never reads a permutation seed (tandem refuses what would be ignored).
+    for (const char* key : {"label_mask_paths", "source_permutation_seed"})
+      TANDEM_CHECK(!s.has(key), "{} is not supported alongside source_mixture", s.where(key));
+  } else if (s.has("mix")) {
     c.mix = io::resolve_config_path(base_dir, s.get_string("mix"));
     c.sources = mix_sources(s, c.mix, base_dir);
   } else if (s.has("paths")) {
@@ -121,7 +178,7 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
   }
   // Globs are expanded for `paths` and `sources`; a mix names files (checked in mix_sources).
   for (auto& src : c.sources) {
-    if (!c.mix.empty()) break;
+    if (!c.mix.empty()) break;  // (a source_mixture has no sources yet)
     TANDEM_CHECK(!src.patterns.empty(), "{}: source '{}' has no paths", s.where("paths"),
                  src.label);
     for (auto& p : src.patterns) {
@@ -160,6 +217,10 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
                "(NumpyPackedFSLDataset)",
                s.where("dataset"), dataset);
   if (dataset == "packed") {
+    TANDEM_CHECK(!c.source_mixture,
+                 "{}: dataset: packed takes no source_mixture (OLMo-core mixes sources only for "
+                 "fixed windows, NumpyFSLDatasetMixture)",
+                 s.where("source_mixture"));
     PackingConfig p;
     p.long_doc_strategy =
         long_doc_strategy_from_name(s.get_string("long_doc_strategy", "truncate"));
@@ -209,6 +270,7 @@ DataConfig parse_data_config(io::ConfigSection s, const std::string& base_dir) {
                "{}: {} cannot hold the ids of vocab_size {} (needs {})", s.where("dtype"),
                io::token_dtype_name(c.dtype), c.vocab_size, io::token_dtype_name(needed));
   s.mark_used("dtype");
+  if (c.source_mixture) apply_source_mixture(c, s.where("source_mixture"));
   c.eos_token_id = s.get_int("eos_token_id");
   c.pad_token_id = s.get_int("pad_token_id");
   c.bos_token_id = s.get_optional_int("bos_token_id");

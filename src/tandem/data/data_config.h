@@ -10,6 +10,7 @@
 
 #include "tandem/data/document_packing.h"
 #include "tandem/data/repetition_filter.h"
+#include "tandem/data/source_mixture.h"
 #include "tandem/io/config.h"
 #include "tandem/io/token_file.h"
 
@@ -37,6 +38,12 @@ struct PackingConfig {
 struct DataConfig {
   std::vector<DataSource> sources;
   std::string mix;  // the OLMo-core mix manifest the sources came from, if any
+  // OLMo-core's source_mixture_config (NumpyFSLDatasetMixture): the sources, one per mixture
+  // source, hold its file entries (a file repeated when upsampled), and file_token_limits how many
+  // tokens of each entry the dataset reads (from the file's start), aligned with all_files().
+  std::optional<SourceMixtureConfig> source_mixture;
+  std::optional<MixtureOutcome> mixture_outcome;
+  std::vector<std::uint64_t> file_token_limits;
   // OLMo-core's label_mask_paths: one numpy bool file per token file (same token count), aligned
   // with all_files(); a 0 byte masks that token's label. Empty: every label counts.
   std::vector<std::string> label_mask_files;

@@ -56,12 +56,24 @@ TokenDataset::TokenDataset(const DataConfig& config)
       config.max_target_sequence_length.value_or(config.sequence_length));
   const std::uint64_t per_window = window / static_cast<std::uint64_t>(config.sequence_length);
   offsets_.push_back(0);
+  const bool mixture = !config.file_token_limits.empty();
+  TANDEM_CHECK(!mixture || config.file_token_limits.size() == config.all_files().size(),
+               "{} token limits for {} token files", config.file_token_limits.size(),
+               config.all_files().size());
   for (const auto& src : config.sources) {
     for (const auto& path : src.files) {
       TANDEM_CHECK(std::filesystem::exists(path), "token file {} does not exist", path);
       auto f = std::make_unique<io::TokenFile>(path, config.dtype);
       TANDEM_CHECK(f->num_tokens() > 0, "token file {} is empty", path);
-      std::uint64_t instances = (f->num_tokens() / window) * per_window;
+      // A mixture reads only the tokens allocated to this entry, from the file's start.
+      std::uint64_t tokens = f->num_tokens();
+      if (mixture) {
+        tokens = config.file_token_limits[files_.size()];
+        TANDEM_CHECK(tokens <= f->num_tokens(), "{} tokens of {} allocated, which holds {}", tokens,
+                     path, f->num_tokens());
+        token_limits_.push_back(tokens);
+      }
+      std::uint64_t instances = (tokens / window) * per_window;
       offsets_.push_back(offsets_.back() + instances);
       files_.push_back(std::move(f));
       labels_.push_back(src.label);
@@ -80,7 +92,9 @@ TokenDataset::TokenDataset(const DataConfig& config)
   }
   if (config.packing) pack(config);
 
-  std::string text = config.packing ? "class=NumpyPackedFSLDataset" : "class=NumpyFSLDataset";
+  std::string text = config.packing ? "class=NumpyPackedFSLDataset"
+                     : mixture      ? "class=NumpyFSLDatasetMixture"
+                                    : "class=NumpyFSLDataset";
   text += fmt::format("vocab_size={},", config.vocab_size);
   text += fmt::format("pad_token_id={},", config.pad_token_id);
   text += fmt::format("eos_token_id={},", config.eos_token_id);

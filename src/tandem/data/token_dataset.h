@@ -5,6 +5,8 @@
 //   windows, each split into max_target / sequence_length instances).
 // - Packed: whole documents packed into instances per group of source_group_size consecutive
 //   files (data/document_packing.h), padded with pad_token_id; the label mask is 0 on padding.
+// - Source mixture (OLMo-core's NumpyFSLDatasetMixture): FSL over each entry's first allocated
+//   tokens (data/source_mixture.h); a file may be an entry more than once.
 // - label_mask_paths: a numpy bool file per token file whose bytes mask the labels of the tokens at
 //   the same offsets (both kinds).
 // Global instance ids follow the mix order (files, or groups of files, one after another).
@@ -37,7 +39,12 @@ class TokenDataset {
   std::int64_t sequence_length() const { return sequence_length_; }
   std::size_t num_files() const { return files_.size(); }
   const io::TokenFile& file(std::size_t i) const { return *files_[i]; }
-  std::uint64_t file_size_bytes(std::size_t i) const { return files_[i]->size_bytes(); }
+  // The bytes the dataset reads of file i: the whole file, or a mixture entry's allocation (what
+  // OLMo-core's mixture dataset reports as the file's size, in the fingerprint too).
+  std::uint64_t file_size_bytes(std::size_t i) const {
+    return token_limits_.empty() ? files_[i]->size_bytes()
+                                 : token_limits_[i] * io::token_dtype_size(files_[i]->dtype());
+  }
   const std::string& source_label(std::size_t file) const { return labels_[file]; }
 
   bool packed() const { return !groups_.empty(); }
@@ -83,6 +90,7 @@ class TokenDataset {
   std::vector<std::unique_ptr<io::TokenFile>> files_;
   std::vector<std::unique_ptr<io::TokenFile>> masks_;  // label_mask_paths, one per file
   std::vector<std::string> labels_;
+  std::vector<std::uint64_t> token_limits_;  // source mixture: tokens read per file entry
 
   // offsets_[i] = first global instance of file i (FSL) or of packing group i (packed).
   std::vector<std::uint64_t> offsets_;

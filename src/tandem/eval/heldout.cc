@@ -16,11 +16,14 @@ HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::stri
   c.sources = {data::DataSource{name, files, files}};
   c.instance_filter.reset();  // evaluation scores every instance
   c.max_target_sequence_length.reset();
-  // Held-out sets are fixed windows of their own files: the training data's packing, label masks
-  // and permutation are not theirs.
+  // Held-out sets are fixed windows of their own files: the training data's packing, label masks,
+  // permutation and mixture are not theirs.
   c.packing.reset();
   c.label_mask_files.clear();
   c.source_permutation_seed.reset();
+  c.source_mixture.reset();
+  c.mixture_outcome.reset();
+  c.file_token_limits.clear();
   c.work_dir.clear();
   HeldoutSet s;
   s.name = name;
