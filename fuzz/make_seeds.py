@@ -71,6 +71,13 @@ def main():
         " max_repetition_ratio: 2.5}\n"))
     assert "source_mixture" in mixture
     put("yaml_config", "source_mixture", mixture)
+    # dataset: packed inputs: metadata text (gzipped by the target), a raw .csv.gz, a packing cache
+    put("packed_inputs", "metadata_text", b"\x00\x05" + b"0,100\n100,350,doc-1\n350,4096,x,\"y,z\"\n")
+    put("packed_inputs", "metadata_gz", b"\x01\x05" + gzip.compress(b"0,10\n10,20\n", mtime=0))
+    docs = [0, 64, 64, 100, 4096, 4126, 100, 120]  # the last document of file 1 at offset 4096
+    offsets, members = [0, 1, 1, 3, 3, 4], [0, 1, 3, 2]
+    put("packed_inputs", "cache", b"\x02\x06" + bytes([len(docs), len(offsets)]) + b"".join(
+        v.to_bytes(8, "little") for v in docs + offsets + members))
     put("yaml_config", "model_only", "model: {d_model: 64, n_layers: 2, n_heads: 4, hidden_size: 128,"
         " vocab_size: 100, sliding_window: {pattern: [8, -1]}}\n")
     # text inputs: selector byte (0 jsonl, 1 jsonl.gz, 2 jsonl.zst, 3 txt, 4 txt.gz, 5 json.zstd)

@@ -637,5 +637,24 @@ TEST(PackedMetadata, BadMetadataIsRefusedNamingTheFileAndLine) {
   EXPECT_NE(missing.find("no such metadata file"), std::string::npos) << missing;
 }
 
+// A group whose files hold no complete document packs into nothing: tandem writes three empty
+// arrays and reads them back as an empty packing (fuzz/corpus/packed_inputs/empty-cache-arrays:
+// reading an empty array once passed a null buffer to memcpy).
+TEST(PackingCache, EmptyArraysAreAGroupWithoutDocuments) {
+  PackingGroup g;
+  g.paths = {"part-00.npy"};
+  g.size_bytes = {400};
+  g.num_tokens = {100};
+  g.sequence_length = 64;
+  const std::string work = testing::temp_dir("packing_cache_empty");
+  write_packing_cache(work, g, PackedInstances{{}, {0}, {}});
+  for (const auto& p : packing_cache_paths(work, g))
+    EXPECT_EQ(std::filesystem::file_size(p), 0u) << p;
+  const auto back = read_packing_cache(work, g);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->num_instances(), 0u);
+  EXPECT_TRUE(back->documents.empty());
+}
+
 }  // namespace
 }  // namespace tandem::data

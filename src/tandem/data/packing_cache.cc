@@ -18,7 +18,9 @@ std::vector<std::uint64_t> read_u64(const std::string& path) {
   TANDEM_CHECK(bytes.size() % 8 == 0, "packing cache {}: {} bytes, not a uint64 array", path,
                bytes.size());
   std::vector<std::uint64_t> out(bytes.size() / 8);
-  std::memcpy(out.data(), bytes.data(), bytes.size());  // little-endian, as numpy wrote it
+  // Little-endian, as numpy wrote it; an empty array (a group without documents) has no buffer
+  // to copy into (memcpy from or to null is undefined even for 0 bytes; the fuzzer found it).
+  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
   return out;
 }
 
