@@ -28,7 +28,15 @@ independently of those (their own random stream, so that --plain gives exactly t
 - in about 30% a source_permutation_seed (files and masks shuffled by random.Random(seed));
 - with masks or a permutation, half the time the files are given as globs;
 - in about 40% of all cases (fixed windows or packed, either boundary source)
-  generate_doc_lengths: true on both sides, and the per-instance doc_lens compared too.
+  generate_doc_lengths: true on both sides, and the per-instance doc_lens compared too;
+- in about 30% (a fourth stream; then fixed windows without masks, permutation or globs, every file
+  ending with EOS, in a third of them all of one size so that the rounding meets equal remainders)
+  a source mixture (data.source_mixture; OLMo-core's
+  NumpyFSLDatasetConfig.from_src_mix(SourceMixtureDatasetConfig(...))): 1 to 3 sources over the
+  files, now and then one file in two sources, target ratios from integer weights (sometimes a 0),
+  max_repetition_ratio 1 or up to 5, max_source_fraction 1 or down to 0.2, requested_tokens 5% to
+  100% of all tokens (the global batch is the loader's); configs OLMo-core refuses (a source
+  without enough tokens) must be refused by tandem.
 The metadata and doc_lens draws come from a third stream (and the metadata's edits of the tokens
 from a numpy stream of their own), so the cases drawn before they existed keep their options and
 their token files, but for the EOS the metadata cases take away.
@@ -60,7 +68,8 @@ filter, 112 resumed, 4 without a full batch, all refused by tandem, none that OL
 all agree, in about 1.3 s a case. With OLMo-core's doc_lens replaced by an EOS scan, all 7 of
 those metadata cases with doc_lens that hold a full batch differ. (Before the metadata and
 doc_lens draws: without the stable sort, numpy's default argsort on this CPU, 7 of seed 11's first
-30 cases differed: all packed.)
+30 cases differed: all packed.) Seeds 41 and 42 (120 cases, 32 source mixtures, 8 of them refused
+by both): all agree; with Hamilton's ties given to the earlier entry, 2 of seed 41's 16 differ.
 
 Usage: python3 tools/check_data_order_random.py TANDEM_BINARY [--seed S] [--cases N] [--plain]
 Needs numpy, xxhash and ai2-olmo-core. Exits 0 only when every case agrees.
@@ -120,6 +129,15 @@ def draw(seed, index, plain=False):
         packed, masks, perm, use_glob = False, False, None, False
         metadata = doc_lens = False
     metadata = metadata and packed
+    # Source mixtures: a fourth stream; fixed windows without masks or a permutation (OLMo-core
+    # mixes only those).
+    mixing = random.Random(f"data order source mixture {seed} {index}")
+    mixture = not plain and mixing.random() < 0.3
+    if mixture:
+        packed = masks = use_glob = metadata = False
+        perm = None
+        if mixing.random() < 0.3:  # files of one size: equal remainders, ties in the rounding
+            spec["sizes"] = [spec["sizes"][0]] * len(spec["sizes"])
     if packed:
         spec["seq"] = extra.choice([32, 64, 128, 256] if repetition_filter
                                    else [8, 16, 32, 64, 128, 256])
@@ -159,9 +177,13 @@ def draw(seed, index, plain=False):
                     span = np.tile(gen.integers(0, vocab - 2, rng.choice([1, 2, 3, 5, 13])),
                                    rng.choice([20, 31, 32, 33, 40, 64]))[: size - start]
                     toks[start:start + len(span)] = span
+            if mixture:  # OLMo-core's mixture prepare() needs a document in each file it reads
+                toks[-1] = vocab - 2
         path = os.path.join(folder, f"part-{k:02d}.npy")
         toks.astype(dtype).tofile(path)
         paths.append(path)
+    if mixture:
+        spec["mixture"] = draw_mixture(mixing, spec["sizes"])
     mask_paths = None
     if masks:
         mask_gen = np.random.default_rng([seed, index, 17])
@@ -171,6 +193,29 @@ def draw(seed, index, plain=False):
             label_mask(mask_gen, size).tofile(path)
             mask_paths.append(path)
     return folder, paths, mask_paths, spec
+
+
+def draw_mixture(rng, sizes):
+    """A SourceMixtureDatasetConfig over the case's files: 1 to 3 sources (files shuffled among
+    them, now and then one file in two sources), integer weights normalized to target ratios
+    (sometimes one of 0), max_repetition_ratio 1 or up to 5, max_source_fraction 1 or down to 0.2,
+    and requested_tokens from 5% to 100% of all the tokens (too many for some sources: refused)."""
+    n = len(sizes)
+    k = rng.randint(1, min(3, n))
+    order = list(range(n))
+    rng.shuffle(order)
+    groups = [order[j::k] for j in range(k)]
+    if k > 1 and rng.random() < 0.2:
+        groups[0].append(groups[1][0])
+    weights = [rng.randint(1, 10) for _ in groups]
+    if k > 1 and rng.random() < 0.15:
+        weights[-1] = 0
+    sources = [dict(name=f"src{j}", ratio=w / sum(weights), files=g,
+                    rep=1.0 if rng.random() < 0.5 else round(rng.uniform(1, 5), 3),
+                    frac=1.0 if rng.random() < 0.6 else round(rng.uniform(0.2, 1), 3))
+               for j, (g, w) in enumerate(zip(groups, weights))]
+    requested = max(1, int(sum(sizes) * rng.uniform(0.05, 1.0)))
+    return dict(requested=requested, sources=sources)
 
 
 def packed_tokens(gen, size, vocab, seq, bos, repetition):
@@ -257,7 +302,30 @@ def label_mask(gen, size):
 
 
 def uses_config_class(spec):
-    return "packed" in spec or "masks" in spec or "perm" in spec or "doc_lens" in spec
+    return any(k in spec for k in ("packed", "masks", "perm", "doc_lens", "mixture"))
+
+
+def olmo_core_mixture(paths, spec, common):
+    """OLMo-core's NumpyFSLDatasetMixture: NumpyFSLDatasetConfig.from_src_mix(...).build()."""
+    from olmo_core.data.numpy_dataset import NumpyFSLDatasetConfig, NumpyFSLDatasetMixture
+    from olmo_core.data.source_mixture import (SourceMixtureConfig, SourceMixtureDatasetConfig,
+                                               SourceMixtureList)
+
+    m = spec["mixture"]
+    mix = SourceMixtureDatasetConfig(
+        source_list=SourceMixtureList(sources=[SourceMixtureConfig(
+            source_name=s["name"], target_ratio=s["ratio"], paths=[paths[i] for i in s["files"]],
+            max_repetition_ratio=s["rep"], max_source_fraction=s["frac"])
+            for s in m["sources"]]),
+        requested_tokens=m["requested"], global_batch_size=spec["batch"] * spec["seq"],
+        render_tables=False, quiet=True)
+    kwargs = {k: v for k, v in common.items()
+              if k not in ("paths", "expand_glob", "label_mask_paths", "source_permutation_seed")}
+    ds = NumpyFSLDatasetConfig.from_src_mix(
+        mix, **kwargs, max_target_sequence_length=spec["max_target"]).build()
+    if not isinstance(ds, NumpyFSLDatasetMixture):
+        raise ToolError(f"OLMo-core built a {type(ds).__name__}")
+    return ds
 
 
 def patterns(folder, paths, mask_paths, spec):
@@ -321,7 +389,9 @@ def config_class_dataset(folder, paths, mask_paths, spec):
         dtype=NumpyDatasetDType(np.dtype(spec["dtype"]).name),
         instance_filter_config=InstanceFilterConfig() if spec["filter"] else None, work_dir=work,
         generate_doc_lengths="doc_lens" in spec)
-    if packed:
+    if "mixture" in spec:
+        ds = olmo_core_mixture(paths, spec, common)
+    elif packed:
         ds = NumpyPackedFSLDatasetConfig(
             **common, long_doc_strategy=LongDocStrategy(packed["strategy"]),
             source_group_size=packed["group"],
@@ -335,7 +405,7 @@ def config_class_dataset(folder, paths, mask_paths, spec):
     order = list(range(len(paths)))
     if "perm" in spec:
         random.Random(spec["perm"]).shuffle(order)
-    if [str(p) for p in ds.paths] != [paths[i] for i in order]:
+    if "mixture" not in spec and [str(p) for p in ds.paths] != [paths[i] for i in order]:
         raise ToolError(f"OLMo-core resolved the files as {ds.paths}")
     got_masks = ds._label_mask_paths
     want_masks = None if mask_paths is None else [mask_paths[i] for i in order]
@@ -414,13 +484,24 @@ def write_config(folder, paths, mask_paths, spec):
     """tandem's data config of the case (files or globs in sorted order); its path."""
     token_args, mask_args = patterns(folder, paths, mask_paths, spec)
     config = os.path.join(folder, "data.yaml")
-    lines = ["data:", "  sources:", "    - label: random",
-             "      paths: [" + ", ".join(json.dumps(p) for p in token_args) + "]",
-             f"  sequence_length: {spec['seq']}",
-             f"  global_batch_size: {spec['batch'] * spec['seq']}",
-             f"  seed: {spec['seed']}", f"  vocab_size: {spec['vocab']}",
-             f"  dtype: {np.dtype(spec['dtype']).name}",
-             f"  eos_token_id: {spec['vocab'] - 2}", f"  pad_token_id: {spec['vocab'] - 1}"]
+    if "mixture" in spec:
+        m = spec["mixture"]
+        lines = ["data:", "  source_mixture:", f"    requested_tokens: {m['requested']}",
+                 "    sources:"]
+        for s in m["sources"]:
+            lines += [f"      - source_name: {s['name']}", f"        target_ratio: {s['ratio']!r}",
+                      "        paths: [" + ", ".join(json.dumps(paths[i]) for i in s["files"]) +
+                      "]",
+                      f"        max_repetition_ratio: {s['rep']!r}",
+                      f"        max_source_fraction: {s['frac']!r}"]
+    else:
+        lines = ["data:", "  sources:", "    - label: random",
+                 "      paths: [" + ", ".join(json.dumps(p) for p in token_args) + "]"]
+    lines += [f"  sequence_length: {spec['seq']}",
+              f"  global_batch_size: {spec['batch'] * spec['seq']}",
+              f"  seed: {spec['seed']}", f"  vocab_size: {spec['vocab']}",
+              f"  dtype: {np.dtype(spec['dtype']).name}",
+              f"  eos_token_id: {spec['vocab'] - 2}", f"  pad_token_id: {spec['vocab'] - 1}"]
     if spec["max_target"]:
         lines.append(f"  max_target_sequence_length: {spec['max_target']}")
     if spec["filter"]:  # OLMo-core's InstanceFilterConfig() defaults
