@@ -3,9 +3,12 @@
 
 #include <unistd.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <array>
 #include <cstdio>
+
+#include <fmt/format.h>
 
 #include "data_test_util.h"
 #include "tandem/core/hash.h"
@@ -18,16 +21,25 @@ struct Result {
   std::string out;
 };
 
-Result run(const std::string& args) {
-  std::string cmd = std::string(TANDEM_BINARY) + " " + args + " 2>&1";
+// `cmd` run by the shell, stdout and stderr together.
+Result capture(const std::string& cmd) {
   Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
   std::array<char, 4096> buf{};
   std::size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
   int status = ::pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+Result run(const std::string& args) { return capture(std::string(TANDEM_BINARY) + " " + args); }
+
+// `command` run by bash (for its ulimit).
+Result run_shell(const std::string& command) {
+  std::string quoted;
+  for (char c : command) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return capture("bash -c '" + quoted + "'");
 }
 
 std::string write_config(const std::string& dir, const std::string& set = "a") {
@@ -174,6 +186,32 @@ TEST(Cli, AuditAndBatchesOfTheDemoSourceMixture) {
   Result b = run("data batches " + cfg + " --world-size 2 --steps 2");
   ASSERT_EQ(b.code, 0) << b.out;
   EXPECT_EQ(json_lines(b.out).size(), 4u) << b.out;  // 2 steps x 2 ranks
+}
+
+// AI2's mixes list thousands of token files, each held open; shells often start with a soft limit
+// of 1024 descriptors. tandem takes the hard limit; under a hard limit too low, it says so.
+TEST(Cli, MoreTokenFilesThanTheSoftDescriptorLimit) {
+  struct rlimit lim {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+  if (lim.rlim_max < 512) GTEST_SKIP() << "the hard descriptor limit " << lim.rlim_max << " < 512";
+  const std::string dir = testing::temp_dir("cli_many_files");
+  for (int i = 0; i < 300; ++i)
+    testing::write_tokens<std::uint16_t>(
+        fmt::format("{}/part-{:03d}.npy", dir, i),
+        std::vector<std::uint16_t>(40, static_cast<std::uint16_t>(i)));
+  const std::string cfg = dir + "/data.yaml";
+  testing::write_text(cfg, "data:\n  paths: [\"" + dir +
+                               "/part-*.npy\"]\n"
+                               "  sequence_length: 16\n  global_batch_size: 64\n  seed: 3\n"
+                               "  vocab_size: 1000\n  eos_token_id: 998\n  pad_token_id: 999\n");
+  const std::string audit = std::string(TANDEM_BINARY) + " data audit " + cfg + " --no-duplicates";
+  Result soft = run_shell("ulimit -Sn 100 && " + audit);
+  EXPECT_EQ(soft.code, 0) << soft.out;
+  EXPECT_NE(soft.out.find("600 instances"), std::string::npos) << soft.out;
+  Result hard = run_shell("ulimit -n 100 && " + audit);
+  EXPECT_NE(hard.code, 0) << hard.out;
+  EXPECT_NE(hard.out.find("too many open files"), std::string::npos) << hard.out;
+  EXPECT_NE(hard.out.find("raise `ulimit -n`"), std::string::npos) << hard.out;
 }
 
 TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {

@@ -5,6 +5,9 @@
 // OLMo-core's refusals, and tandem's own checks of the config.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <set>
+
 #include "data_test_util.h"
 #include "tandem/core/error.h"
 #include "tandem/core/hash.h"
@@ -182,6 +185,28 @@ TEST(SourceMixture, AuditChecksWhatEachSourceGives) {
   // The repeated math windows are the same tokens: the audit warns about them.
   EXPECT_GT(report.duplicate_instances, 0u);
   EXPECT_NE(report.to_text().find("math: target 0.25"), std::string::npos) << report.to_text();
+}
+
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// An upsampled source lists its files again; each distinct file is opened once (AI2's mixtures
+// list thousands of files, each holding a descriptor).
+TEST(SourceMixture, ARepeatedFileIsOpenedOnce) {
+  const auto& c = mixture_fixture()["cases"][1];  // upsampled: math's one file, four entries
+  ASSERT_EQ(c["name"], "upsampled");
+  const DataConfig config = testing::parse_yaml(mixture_case_yaml(c));
+  const auto files = config.all_files();
+  const std::set<std::string> distinct(files.begin(), files.end());
+  ASSERT_LT(distinct.size(), files.size());
+  const std::size_t before = open_descriptors();
+  TokenDataset ds(config);
+  EXPECT_EQ(open_descriptors() - before, distinct.size());
+  EXPECT_EQ(ds.num_files(), files.size());
+  EXPECT_EQ(&ds.file(0), &ds.file(3));  // the math file's first and last entries
 }
 
 void expect_mixture_refused(const std::string& yaml, const std::string& fragment) {

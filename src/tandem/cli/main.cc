@@ -1,5 +1,6 @@
 // The `tandem` command: parses the subcommand and reports errors as one clear line.
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -10,7 +11,22 @@
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
 
+namespace {
+
+// The data keeps one descriptor per distinct token file, and AI2's mixes list thousands of files
+// (OLMo-midtraining-mix-0925-ingredient1-100B: 12,252) while shells often start with a soft limit
+// of 1024: take the hard limit, as a process may without privileges.
+void raise_open_file_limit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
+  lim.rlim_cur = lim.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &lim);  // best effort: a failure leaves the old limit
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  raise_open_file_limit();
   CLI::App app{"tandem: trains OLMo-family models and proves parity with the reference recipe"};
   app.require_subcommand(1);
   int exit_code = 0;

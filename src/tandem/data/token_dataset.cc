@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/ranges.h>
 
@@ -60,10 +62,16 @@ TokenDataset::TokenDataset(const DataConfig& config)
   TANDEM_CHECK(!mixture || config.file_token_limits.size() == config.all_files().size(),
                "{} token limits for {} token files", config.file_token_limits.size(),
                config.all_files().size());
+  // A file listed more than once (a mix's repeated line, an upsampled mixture source) is opened
+  // once: AI2's mixes list thousands of files, each holding a descriptor.
+  std::unordered_map<std::string, std::shared_ptr<const io::TokenFile>> opened;
   for (const auto& src : config.sources) {
     for (const auto& path : src.files) {
-      TANDEM_CHECK(std::filesystem::exists(path), "token file {} does not exist", path);
-      auto f = std::make_unique<io::TokenFile>(path, config.dtype);
+      std::shared_ptr<const io::TokenFile>& f = opened[path];
+      if (!f) {
+        TANDEM_CHECK(std::filesystem::exists(path), "token file {} does not exist", path);
+        f = std::make_shared<const io::TokenFile>(path, config.dtype);
+      }
       TANDEM_CHECK(f->num_tokens() > 0, "token file {} is empty", path);
       // A mixture reads only the tokens allocated to this entry, from the file's start.
       std::uint64_t tokens = f->num_tokens();
@@ -75,7 +83,7 @@ TokenDataset::TokenDataset(const DataConfig& config)
       }
       std::uint64_t instances = (tokens / window) * per_window;
       offsets_.push_back(offsets_.back() + instances);
-      files_.push_back(std::move(f));
+      files_.push_back(f);
       labels_.push_back(src.label);
     }
   }
@@ -308,7 +316,9 @@ std::vector<std::int64_t> TokenDataset::document_lengths(std::uint64_t instance)
 }
 
 void TokenDataset::validate_token_ids() const {
+  std::unordered_set<const io::TokenFile*> seen;
   for (const auto& f : files_) {
+    if (!seen.insert(f.get()).second) continue;  // a file listed again: scanned already
     const std::uint64_t item = io::token_dtype_size(f->dtype());
     f->for_each_chunk([&](std::uint64_t base, std::span<const std::int64_t> chunk) {
       for (std::uint64_t i = 0; i < chunk.size(); ++i) {

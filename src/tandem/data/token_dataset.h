@@ -87,7 +87,7 @@ class TokenDataset {
   void check_ids(std::span<const std::int64_t> ids, std::size_t file, std::uint64_t start) const;
   void read_mask(std::size_t file, std::uint64_t start, std::span<std::uint8_t> out) const;
 
-  std::vector<std::unique_ptr<io::TokenFile>> files_;
+  std::vector<std::shared_ptr<const io::TokenFile>> files_;  // one per entry, shared per path
   std::vector<std::unique_ptr<io::TokenFile>> masks_;  // label_mask_paths, one per file
   std::vector<std::string> labels_;
   std::vector<std::uint64_t> token_limits_;  // source mixture: tokens read per file entry

@@ -1,6 +1,7 @@
 #include "tandem/io/token_file.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,6 +67,15 @@ std::int64_t mtime_ns(const struct stat& st) {
 
 TokenFile::TokenFile(const std::string& path, TokenDtype dtype) : path_(path), dtype_(dtype) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0 && errno == EMFILE) {
+    // Every token file holds a descriptor while the data is open; AI2's mixes list thousands.
+    struct rlimit lim {};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    core::fail(
+        "cannot open token file {}: too many open files (this process may hold {}, at most {}; "
+        "the data keeps one open per distinct token file: raise `ulimit -n`)",
+        path, static_cast<std::uint64_t>(lim.rlim_cur), static_cast<std::uint64_t>(lim.rlim_max));
+  }
   if (fd_ < 0) core::fail("cannot open token file {}: {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
