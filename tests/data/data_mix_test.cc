@@ -115,9 +115,9 @@ TEST_F(DataMixErrors, ConfigErrorsNameTheKeyOrFile) {
   EXPECT_NE(
       err("mix: " + m + ", mix_base_dir: 's3://ai2-llm', mix_tokenizer_id: tok,").find("is remote"),
       std::string::npos);
-  EXPECT_NE(
-      err("mix: " + m + ", paths: [a.npy],").find("exactly one of 'paths', 'sources' or 'mix'"),
-      std::string::npos);
+  EXPECT_NE(err("mix: " + m + ", paths: [a.npy],")
+                .find("exactly one of 'paths', 'sources', 'mix' or 'source_mixture'"),
+            std::string::npos);
 }
 
 }  // namespace
