@@ -3,15 +3,21 @@
 
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "../support/test_support.h"
 #include "tandem/core/atomic_file.h"
+#include "tandem/core/hash.h"
 #include "tandem/data/data_config.h"
+#include "tandem/data/loader.h"
 #include "tandem/io/config.h"
 
 namespace tandem::data::testing {
@@ -73,6 +79,51 @@ inline std::string fixture_config_yaml(const nlohmann::json& fx, const std::stri
             std::to_string(fx["max_target_sequence_length"].get<int>()) + "\n";
   if (fx["instance_filter"].get<bool>()) yaml += "  instance_filter_config: {}\n";
   return yaml;
+}
+
+// sha256 of a batch's int64 input ids, row after row (the OLMo-core fixtures' tokens_sha256).
+inline std::string batch_tokens_sha256(const Batch& b) {
+  return core::sha256_hex(std::span<const std::uint8_t>(
+      reinterpret_cast<const std::uint8_t*>(b.input_ids.data()), b.input_ids.size() * 8));
+}
+
+// The loader's next batches on `rank` of `world` against OLMo-core's: [{ids, tokens_sha256,
+// mask (with the repetition filter)}].
+inline void expect_olmo_core_batches(Loader& loader, std::uint64_t rank, std::uint64_t world,
+                                     const nlohmann::json& want, const std::string& what) {
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    Batch b = loader.next_batch(rank, world);
+    const std::string where =
+        what + " rank " + std::to_string(rank) + " batch " + std::to_string(i);
+    ASSERT_EQ(b.instance_ids, want[i]["ids"].get<std::vector<std::uint64_t>>()) << where;
+    EXPECT_EQ(batch_tokens_sha256(b), want[i]["tokens_sha256"].get<std::string>()) << where;
+    if (want[i].contains("mask")) {
+      auto mask = want[i]["mask"].get<std::vector<bool>>();
+      for (std::size_t k = 0; k < mask.size(); ++k)
+        EXPECT_EQ(b.instance_mask[k] != 0, mask[k]) << where << " instance " << k;
+    }
+  }
+}
+
+// One run of OLMo-core's loader from a fixture ({world_size, epoch, global_indices, ranks}):
+// every rank's loader at that epoch has OLMo-core's global order and hands out its batches.
+inline void expect_olmo_core_run(const DataConfig& config,
+                                 const std::shared_ptr<const TokenDataset>& dataset,
+                                 const nlohmann::json& run, const std::string& what) {
+  const std::uint64_t world = run["world_size"], epoch = run["epoch"];
+  for (std::uint64_t rank = 0; rank < world; ++rank) {
+    Loader loader(config, dataset);
+    LoaderState s = loader.state();
+    s.epoch = epoch;
+    loader.restore(s);
+    auto order = loader.plan(epoch)->global_order();
+    ASSERT_EQ(std::vector<std::uint32_t>(order.begin(), order.end()),
+              run["global_indices"].get<std::vector<std::uint32_t>>())
+        << what;
+    const auto& batches = run["ranks"][rank];
+    ASSERT_EQ(batches.size(), loader.batches_per_epoch()) << what;
+    expect_olmo_core_batches(loader, rank, world, batches, what);
+  }
 }
 
 }  // namespace tandem::data::testing

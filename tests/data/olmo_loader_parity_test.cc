@@ -7,32 +7,10 @@
 #include <gtest/gtest.h>
 
 #include "data_test_util.h"
-#include "tandem/core/hash.h"
 #include "tandem/data/loader.h"
 
 namespace tandem::data {
 namespace {
-
-std::string tokens_sha256(const Batch& b) {
-  return core::sha256_hex(std::span<const std::uint8_t>(
-      reinterpret_cast<const std::uint8_t*>(b.input_ids.data()), b.input_ids.size() * 8));
-}
-
-void expect_rank_batches(Loader& loader, std::uint64_t rank, std::uint64_t world,
-                         const nlohmann::json& want_batches, const std::string& what) {
-  for (std::size_t i = 0; i < want_batches.size(); ++i) {
-    const auto& want = want_batches[i];
-    Batch b = loader.next_batch(rank, world);
-    std::string where = what + " rank " + std::to_string(rank) + " batch " + std::to_string(i);
-    ASSERT_EQ(b.instance_ids, want["ids"].get<std::vector<std::uint64_t>>()) << where;
-    EXPECT_EQ(tokens_sha256(b), want["tokens_sha256"].get<std::string>()) << where;
-    if (want.contains("mask")) {
-      auto mask = want["mask"].get<std::vector<bool>>();
-      for (std::size_t k = 0; k < mask.size(); ++k)
-        EXPECT_EQ(b.instance_mask[k] != 0, mask[k]) << where << " instance " << k;
-    }
-  }
-}
 
 class OlmoLoaderParity : public ::testing::TestWithParam<std::string> {};
 
@@ -49,19 +27,7 @@ TEST_P(OlmoLoaderParity, SameOrderTokensAndMasksAsOlmoCore) {
     ASSERT_EQ(dataset->fingerprint(), fx["fingerprint"].get<std::string>());
     std::string what = "set " + set + " seed " + std::to_string(seed) + " world " +
                        std::to_string(world) + " epoch " + std::to_string(epoch);
-    for (std::uint64_t rank = 0; rank < world; ++rank) {
-      Loader loader(config, dataset);
-      LoaderState s = loader.state();
-      s.epoch = epoch;
-      loader.restore(s);
-      auto order = loader.plan(epoch)->global_order();
-      ASSERT_EQ(std::vector<std::uint32_t>(order.begin(), order.end()),
-                run["global_indices"].get<std::vector<std::uint32_t>>())
-          << what;
-      const auto& batches = run["ranks"][rank];
-      ASSERT_EQ(batches.size(), loader.batches_per_epoch()) << what;
-      expect_rank_batches(loader, rank, world, batches, what);
-    }
+    testing::expect_olmo_core_run(config, dataset, run, what);
     ++runs;
   }
   EXPECT_GE(runs, set == "mix" ? 6u : 12u);
@@ -79,7 +45,8 @@ TEST_P(OlmoLoaderParity, ResumesFromAnOlmoCoreStateOnAnotherWorldSize) {
       Loader loader(config);
       loader.restore(saved);
       EXPECT_EQ(loader.state().batches_processed, rs["batches_before"].get<std::uint64_t>());
-      expect_rank_batches(loader, rank, world, rs["ranks"][rank], "resume set " + set);
+      testing::expect_olmo_core_batches(loader, rank, world, rs["ranks"][rank],
+                                        "resume set " + set);
     }
   }
 }

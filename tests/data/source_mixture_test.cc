@@ -10,7 +10,6 @@
 
 #include "data_test_util.h"
 #include "tandem/core/error.h"
-#include "tandem/core/hash.h"
 #include "tandem/data/audit.h"
 #include "tandem/data/loader.h"
 
@@ -59,27 +58,6 @@ std::string mixture_case_yaml(const nlohmann::json& c, const std::string& extra 
   return yaml + extra;
 }
 
-std::string mixture_batch_sha256(const Batch& b) {
-  return core::sha256_hex(std::span<const std::uint8_t>(
-      reinterpret_cast<const std::uint8_t*>(b.input_ids.data()), b.input_ids.size() * 8));
-}
-
-void expect_mixture_batches(Loader& loader, std::uint64_t rank, std::uint64_t world,
-                            const nlohmann::json& want, const std::string& what) {
-  ASSERT_FALSE(want.empty()) << what;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    Batch b = loader.next_batch(rank, world);
-    const std::string where = what + " rank " + std::to_string(rank) + " step " + std::to_string(i);
-    ASSERT_EQ(b.instance_ids, want[i]["ids"].get<std::vector<std::uint64_t>>()) << where;
-    EXPECT_EQ(mixture_batch_sha256(b), want[i]["tokens_sha256"].get<std::string>()) << where;
-    if (want[i].contains("mask")) {
-      auto mask = want[i]["mask"].get<std::vector<bool>>();
-      for (std::size_t k = 0; k < mask.size(); ++k)
-        EXPECT_EQ(b.instance_mask[k] != 0, mask[k]) << where << " instance " << k;
-    }
-  }
-}
-
 TEST(SourceMixture, AllocatesEveryFileEntryAsOlmoCore) {
   for (const auto& c : mixture_fixture()["cases"]) {
     const std::string name = c["name"];
@@ -115,21 +93,9 @@ TEST(SourceMixture, LoaderOrderAndTokensAreOlmoCores) {
     DataConfig config = testing::parse_yaml(mixture_case_yaml(c));
     auto dataset = std::make_shared<const TokenDataset>(config);
     for (const auto& run : c["runs"]) {
-      const std::uint64_t world = run["world_size"], epoch = run["epoch"];
-      const std::string what = c["name"].get<std::string>() + " world " + std::to_string(world) +
-                               " epoch " + std::to_string(epoch);
-      for (std::uint64_t rank = 0; rank < world; ++rank) {
-        Loader loader(config, dataset);
-        LoaderState s = loader.state();
-        s.epoch = epoch;
-        loader.restore(s);
-        auto order = loader.plan(epoch)->global_order();
-        ASSERT_EQ(std::vector<std::uint32_t>(order.begin(), order.end()),
-                  run["global_indices"].get<std::vector<std::uint32_t>>())
-            << what;
-        ASSERT_EQ(run["ranks"][rank].size(), loader.batches_per_epoch()) << what;
-        expect_mixture_batches(loader, rank, world, run["ranks"][rank], what);
-      }
+      testing::expect_olmo_core_run(config, dataset, run,
+                                    c["name"].get<std::string>() + " world " +
+                                        run["world_size"].dump() + " epoch " + run["epoch"].dump());
       ++runs;
     }
   }
@@ -143,7 +109,8 @@ TEST(SourceMixture, ResumesFromOlmoCoresStateOnAnotherWorldSize) {
     Loader loader(config);
     loader.restore(LoaderState::from_json(r["state"], "OLMo-core state_dict"));
     EXPECT_EQ(loader.state().batches_processed, r["batches_before"].get<std::uint64_t>());
-    expect_mixture_batches(loader, 0, 1, r["ranks"][0], "resumed " + c["name"].get<std::string>());
+    testing::expect_olmo_core_batches(loader, 0, 1, r["ranks"][0],
+                                      "resumed " + c["name"].get<std::string>());
   }
 }
 
