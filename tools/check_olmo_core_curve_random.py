@@ -7,7 +7,10 @@ tandem config of that recipe (tests/train/olmo_core_parity_test.cc checks it). T
 recipes and runs the same comparison on each: learning rate, warmup, final lr fraction, instances
 per batch and per micro-batch, data and init seeds, the sliding window, the skip-step rule's
 window and sigma, and the dataset (NumpyFSLDataset or, half the time, NumpyPackedFSLDataset with
-fragmented documents and a stable sort) and, half the time, label-mask files. For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
+fragmented documents and a stable sort) and, half the time, label-mask files; of the fixed-window
+recipes without masks, 70% read a source mixture instead (olmo_core_trainer.MIXTURE: a target
+ratio for two sources, one of them upsampled when it needs to be, and 12000 to 30000 requested
+tokens). For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
 its lr within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
 its skip decision OLMo-core's.
 
@@ -93,6 +96,13 @@ def compare(ours, ref, judge_loss, judge_norm):
 def check(binary, seed, index, steps, threads):
     rng = random.Random(seed * 1000 + index)
     case = draw(rng)
+    # Source mixtures: a stream of their own (the other draws stay as they were); OLMo-core mixes
+    # only fixed windows without label masks.
+    mixing = random.Random(f"curve source mixture {seed} {index}")
+    case["MIXTURE"] = None
+    if not case["PACKED"] and not case["LABEL_MASKS"] and mixing.random() < 0.7:
+        case["MIXTURE"] = dict(ratio=mixing.choice([0.3, 0.45, 0.5, 0.7]),
+                               requested=mixing.randint(12000, 30000))
     for key, value in case.items():
         setattr(recipe, key, value)
     recipe.STEPS = steps

@@ -13,7 +13,9 @@ single-process gloo process group.
               per-step loss, z-loss, grad norm, lr and skip flag for 100 steps plus its final weights.
               With --packed --label-masks --steps 60 --out tests/fixtures/olmo_core_packed: the
               same recipe over NumpyPackedFSLDataset (fragmented documents, packed with a stable
-              sort) with label-mask files, 60 steps.
+              sort) with label-mask files, 60 steps. With --mixture 0.3:30000 --steps 40 --out
+              tests/fixtures/olmo_core_mixture: a source mixture over the same files
+              (NumpyFSLDatasetMixture; source b upsampled 1.8 times), 40 steps.
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -73,6 +75,17 @@ PACKED = False
 # LABEL_MASKS: a numpy bool file per token file (label_mask_paths) masking runs of labels, as
 # OLMo-core's SFT data has them for prompts.
 LABEL_MASKS = False
+# MIXTURE: a source mixture (NumpyFSLDatasetConfig.from_src_mix(SourceMixtureDatasetConfig)) over
+# the same files, {"ratio": source a's target ratio, "requested": requested_tokens}: source a is
+# files 0 and 1 (downsampled), source b file 3 (max_repetition_ratio 2: upsampled when it needs
+# more than its 11500 tokens), file 2 unused. Fixed windows without label masks only.
+MIXTURE = None
+
+
+def mixture_sources(files):
+    """(source_name, target_ratio, files, max_repetition_ratio) of the MIXTURE recipe."""
+    ratio = MIXTURE["ratio"]
+    return [("a", ratio, [files[0], files[1]], 1.0), ("b", 1 - ratio, [files[3]], 2.0)]
 
 
 def versions():
@@ -141,7 +154,21 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
             force_full_attention_on_last_layer=True))
     masks = ([mask_path(os.path.dirname(p), i) for i, p in enumerate(data_paths)]
              if LABEL_MASKS else None)
-    if PACKED:
+    if MIXTURE:
+        from olmo_core.data.source_mixture import (SourceMixtureConfig,
+                                                   SourceMixtureDatasetConfig, SourceMixtureList)
+        assert not PACKED and not LABEL_MASKS, "OLMo-core mixes fixed windows without masks"
+        mix = SourceMixtureDatasetConfig(
+            source_list=SourceMixtureList(sources=[
+                SourceMixtureConfig(source_name=name, target_ratio=ratio, paths=files,
+                                    max_repetition_ratio=repetition)
+                for name, ratio, files, repetition in mixture_sources(list(data_paths))]),
+            requested_tokens=MIXTURE["requested"], global_batch_size=INSTANCES_PER_BATCH * SEQ,
+            render_tables=False, quiet=True)
+        dataset = NumpyFSLDatasetConfig.from_src_mix(
+            mix, tokenizer=tokenizer, sequence_length=SEQ,
+            instance_filter_config=InstanceFilterConfig(), work_dir=work_dir)
+    elif PACKED:
         from olmo_core.data import NumpyPackedFSLDatasetConfig
         from olmo_core.data.types import LongDocStrategy
         dataset = NumpyPackedFSLDatasetConfig(
@@ -288,11 +315,18 @@ def write_tandem_model(folder, model_section, state_dict):
 
 def tandem_run_config(model_section, data_files, steps):
     """tandem's config for the same recipe (relative paths: it lives next to the data)."""
+    if MIXTURE:
+        files = {"source_mixture": {"requested_tokens": MIXTURE["requested"], "sources": [
+            {"source_name": name, "target_ratio": ratio, "paths": paths,
+             "max_repetition_ratio": repetition}
+            for name, ratio, paths, repetition in mixture_sources(data_files)]}}
+    else:
+        files = {"paths": data_files}
     return {
         "run_name": "olmo-core-curve",
         "model": model_section,
         "data": {
-            "paths": data_files, "sequence_length": SEQ,
+            **files, "sequence_length": SEQ,
             "global_batch_size": INSTANCES_PER_BATCH * SEQ, "micro_batch_size":
             MICRO_BATCH_INSTANCES, "seed": DATA_SEED, "vocab_size": VOCAB,
             "eos_token_id": EOS, "pad_token_id": PAD, "instance_filter_config": {},
@@ -358,7 +392,8 @@ def curve(a):
     with open(os.path.join(OUT, "curve_reference.json"), "w") as f:
         json.dump({"reference": "OLMo-core Trainer + TransformerTrainModule + SkipStepAdamW + "
                                 "CosWithWarmup + " + ("NumpyPackedFSLDataset (stable sort)"
-                                                      if PACKED else "NumpyFSLDataset") +
+                                                      if PACKED else "NumpyFSLDatasetMixture"
+                                                      if MIXTURE else "NumpyFSLDataset") +
                                 "/NumpyDataLoader (CPU, fp32, "
                                 "single-process gloo group)",
                    "versions": versions(), "steps": records,
@@ -507,7 +542,7 @@ def checkpoint(a):
 
 
 def main():
-    global PACKED, LABEL_MASKS, STEPS
+    global PACKED, LABEL_MASKS, STEPS, MIXTURE
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["curve", "checkpoint"])
     ap.add_argument("--work", default=None, help="checkpoint: where OLMo-core's runs go")
@@ -521,11 +556,17 @@ def main():
                     help="curve: NumpyPackedFSLDataset (fragmented documents, stable sort)")
     ap.add_argument("--label-masks", action="store_true",
                     help="curve: label-mask files (label_mask_paths) next to the token files")
+    ap.add_argument("--mixture", default=None, metavar="RATIO:REQUESTED",
+                    help="curve: a source mixture (MIXTURE) with source a's target ratio and "
+                    "requested_tokens, e.g. 0.3:30000")
     ap.add_argument("--steps", type=int, default=STEPS, help="curve: training steps")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if a.what == "curve":
         PACKED, LABEL_MASKS, STEPS = a.packed, a.label_masks, a.steps
+        if a.mixture:
+            ratio, requested = a.mixture.split(":")
+            MIXTURE = {"ratio": float(ratio), "requested": int(requested)}
         curve(a)
     else:
         checkpoint(a)

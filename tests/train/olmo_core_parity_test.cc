@@ -118,6 +118,19 @@ TEST(OlmoCoreCurve, PackedDocumentsWithLabelMasksMatchOlmoCoresTrainer) {
   train_and_compare(fx, ref, "olmo_core_curve_packed", "step-000060");
 }
 
+// OLMo-core's source mixture (NumpyFSLDatasetConfig.from_src_mix: source a = files 0 and 1 at
+// target ratio 0.3, source b = file 3 at 0.7 and upsampled 1.8 times, 30000 requested tokens;
+// NumpyFSLDatasetMixture), the same recipe otherwise, 40 steps
+// (tests/fixtures/olmo_core_mixture).
+TEST(OlmoCoreCurve, SourceMixtureMatchesOlmoCoresTrainer) {
+  const std::string fx = testing::fixture("olmo_core_mixture");
+  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
+  ASSERT_EQ(ref["steps"].size(), 40u);
+  ASSERT_NE(ref["reference"].get<std::string>().find("NumpyFSLDatasetMixture"), std::string::npos);
+  ASSERT_GT(ref["closest_skip_margin_rel"].get<double>(), 1e-3);
+  train_and_compare(fx, ref, "olmo_core_curve_mixture", "step-000040");
+}
+
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.
 std::string run_dir_with_imported_checkpoint(const std::string& name) {
   const std::string run = testing::temp_dir(name);
