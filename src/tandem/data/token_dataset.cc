@@ -1,5 +1,7 @@
 #include "tandem/data/token_dataset.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <unordered_map>
@@ -45,6 +47,23 @@ std::string python_str_repr(const std::string& text) {
   return out + quote;
 }
 
+// Each distinct token (and label mask) file holds a descriptor while the data is open. Refused
+// up front when they would not fit under the limit with room to spare: running out half-way
+// would also starve the run's logs, checkpoints and communication (and the sanitizers).
+void check_descriptor_room(const DataConfig& config) {
+  constexpr std::uint64_t kHeadroom = 64;
+  const std::vector<std::string> files = config.all_files();
+  std::unordered_set<std::string> distinct(files.begin(), files.end());
+  distinct.insert(config.label_mask_files.begin(), config.label_mask_files.end());
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
+  const auto limit = static_cast<std::uint64_t>(lim.rlim_cur);
+  TANDEM_CHECK(distinct.size() + kHeadroom <= limit,
+               "the data opens {} token files, one descriptor each, and this process may hold "
+               "{} (hard limit {}), too few with {} to spare: raise `ulimit -n`",
+               distinct.size(), limit, static_cast<std::uint64_t>(lim.rlim_max), kHeadroom);
+}
+
 }  // namespace
 
 TokenDataset::TokenDataset(const DataConfig& config)
@@ -62,6 +81,7 @@ TokenDataset::TokenDataset(const DataConfig& config)
   TANDEM_CHECK(!mixture || config.file_token_limits.size() == config.all_files().size(),
                "{} token limits for {} token files", config.file_token_limits.size(),
                config.all_files().size());
+  check_descriptor_room(config);
   // A file listed more than once (a mix's repeated line, an upsampled mixture source) is opened
   // once: AI2's mixes list thousands of files, each holding a descriptor.
   std::unordered_map<std::string, std::shared_ptr<const io::TokenFile>> opened;
