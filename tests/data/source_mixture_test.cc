@@ -152,6 +152,33 @@ TEST(SourceMixture, AuditChecksWhatEachSourceGives) {
   // The repeated math windows are the same tokens: the audit warns about them.
   EXPECT_GT(report.duplicate_instances, 0u);
   EXPECT_NE(report.to_text().find("math: target 0.25"), std::string::npos) << report.to_text();
+  // What the instances serve: every instance once, none beyond its source's selection.
+  std::uint64_t served = 0;
+  for (const auto& s : report.mixture->sources) {
+    EXPECT_LE(s.served, s.selected) << s.name;
+    served += s.served;
+  }
+  EXPECT_EQ(served, report.num_instances * 16);
+}
+
+// A dataset that reads past the allocations (here: whole files, as if the limits were lost) is a
+// violation naming the instance and the entry.
+TEST(SourceMixture, AuditFindsInstancesPastAnAllocation) {
+  const auto& c = mixture_fixture()["cases"][0];
+  ASSERT_EQ(c["name"], "downsampled");
+  DataConfig config = testing::parse_yaml(mixture_case_yaml(c));
+  const auto files = config.all_files();
+  for (std::size_t i = 0; i < files.size(); ++i)
+    config.file_token_limits[i] = std::filesystem::file_size(files[i]) / 4;
+  AuditOptions opts;
+  opts.world_sizes = {1};
+  opts.check_duplicates = false;
+  const AuditReport report = run_audit(config, opts);
+  EXPECT_FALSE(report.ok);
+  ASSERT_FALSE(report.violations.empty());
+  EXPECT_NE(report.violations[0].find("past the"), std::string::npos) << report.violations[0];
+  EXPECT_NE(report.violations[0].find("allocated to mixture entry"), std::string::npos)
+      << report.violations[0];
 }
 
 std::size_t open_descriptors() {

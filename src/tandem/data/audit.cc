@@ -240,45 +240,41 @@ void audit_packing(const TokenDataset& ds, AuditReport& report, Recorder& rec) {
   report.packing = p;
 }
 
-// Source mixture: the dataset reads each entry's allocation and no more, the allocations add up
-// to each source's selection, and every file entry is within its file.
+// Source mixture: every instance the dataset hands out lies inside its entry's allocation (the
+// dataset's own offsets, checked against the mixture's outcome), and the tokens each source
+// serves in instances (fewer than selected when max_target_sequence_length cuts windows).
 void audit_mixture(const DataConfig& config, const TokenDataset& ds, AuditReport& report,
                    Recorder& rec) {
   const MixtureOutcome& m = *config.mixture_outcome;
+  TANDEM_CHECK(m.entries.size() == ds.num_files(), "mixture: {} entries, {} dataset files",
+               m.entries.size(), ds.num_files());
   AuditReport::Mixture out;
   out.requested_tokens = static_cast<std::uint64_t>(config.source_mixture->requested_tokens);
   out.total_tokens = m.total_tokens();
   out.requested_instances = m.requested_instances;
-  for (const auto& s : m.sources)
-    out.sources.push_back({s.name, s.target_ratio, s.population, s.needed, s.selected, 0});
-  if (m.entries.size() != ds.num_files()) {
-    rec.violation(fmt::format("mixture: {} entries but the dataset opened {} files",
-                              m.entries.size(), ds.num_files()));
-    report.mixture = out;
-    return;
+  std::map<std::string, std::size_t> source_of;
+  for (const auto& s : m.sources) {
+    source_of[s.name] = out.sources.size();
+    out.sources.push_back({s.name, s.target_ratio, s.population, s.needed, s.selected, 0, 0});
   }
+  for (const MixtureEntry& e : m.entries) ++out.sources[source_of.at(e.source)].entries;
   const auto seq = static_cast<std::uint64_t>(config.sequence_length);
-  std::vector<std::uint64_t> read(m.sources.size(), 0);
-  for (std::size_t i = 0; i < m.entries.size(); ++i) {
-    const MixtureEntry& e = m.entries[i];
-    const std::size_t itemsize = io::token_dtype_size(ds.file(i).dtype());
-    const std::uint64_t reads = ds.file_size_bytes(i) / itemsize;
-    if (reads != e.tokens || e.tokens > ds.file(i).num_tokens() || e.tokens % seq != 0)
+  for (std::uint64_t i = 0; i < ds.num_instances(); ++i) {
+    const InstanceLocation loc = ds.locate(i);
+    const MixtureEntry& e = m.entries[loc.file];
+    const std::uint64_t end = (loc.local_index + 1) * seq;
+    if (end > e.tokens)
       rec.violation(
-          fmt::format("mixture entry {} ({}): {} tokens allocated, the dataset reads {} "
-                      "of its {}",
-                      i, e.path, e.tokens, reads, ds.file(i).num_tokens()));
-    for (std::size_t s = 0; s < out.sources.size(); ++s)
-      if (out.sources[s].name == e.source) read[s] += reads, ++out.sources[s].entries;
+          fmt::format("instance {} reads tokens [{}, {}) of {}, past the {} allocated "
+                      "to mixture entry {}",
+                      i, end - seq, end, e.path, e.tokens, loc.file));
+    out.sources[source_of.at(e.source)].served += seq;
   }
-  for (std::size_t s = 0; s < out.sources.size(); ++s)
-    if (read[s] != out.sources[s].selected)
-      rec.violation(fmt::format("mixture source '{}': {} tokens selected, its entries read {}",
-                                out.sources[s].name, out.sources[s].selected, read[s]));
-  if (m.total_tokens() / seq < m.requested_instances)
+  if (ds.num_instances() < m.requested_instances)
     report.notes.push_back(fmt::format(
-        "mixture: {} instances for the {} that fill whole steps (the sources lack room)",
-        m.total_tokens() / seq, m.requested_instances));
+        "mixture: {} instances for the {} that fill whole steps (the sources lack room, or "
+        "max_target_sequence_length cut windows)",
+        ds.num_instances(), m.requested_instances));
   report.mixture = out;
 }
 
@@ -407,6 +403,7 @@ nlohmann::json AuditReport::to_json() const {
                          {"population", s.population},
                          {"needed", s.needed},
                          {"selected", s.selected},
+                         {"served", s.served},
                          {"entries", s.entries}});
     j["mixture"] = {{"requested_tokens", mixture->requested_tokens},
                     {"total_tokens", mixture->total_tokens},
@@ -441,13 +438,13 @@ std::string AuditReport::to_text() const {
     for (const auto& s : mixture->sources)
       out += fmt::format(
           "    {}: target {}, {} of its {} tokens ({:.4f} of them, {:.4f} of the mixture) in {} "
-          "file entries\n",
+          "file entries, {} in instances\n",
           s.name, s.target_ratio, s.selected, s.population,
           s.population ? static_cast<double>(s.selected) / static_cast<double>(s.population) : 0.0,
           mixture->total_tokens
               ? static_cast<double>(s.selected) / static_cast<double>(mixture->total_tokens)
               : 0.0,
-          s.entries);
+          s.entries, s.served);
   }
   if (duplicate_groups > 0) {
     out += fmt::format(

@@ -59,13 +59,14 @@ struct AuditReport {
     std::uint64_t file_tokens = 0;  // every token of the files; the rest are in no instance
   };
   std::optional<Packing> packing;
-  // source_mixture: each source's share as allocated (OLMo-core's outcome tables), checked
-  // against what the dataset reads.
+  // source_mixture: each source's share as allocated (OLMo-core's outcome tables) and the tokens
+  // its instances serve; every instance checked to lie inside its entry's allocation.
   struct MixtureSource {
     std::string name;
     double target_ratio = 0;
     std::uint64_t population = 0, needed = 0, selected = 0;
     std::uint64_t entries = 0;  // file entries (a file counted once per repetition)
+    std::uint64_t served = 0;   // tokens in the dataset's instances
   };
   struct Mixture {
     std::uint64_t requested_tokens = 0, total_tokens = 0;

@@ -82,12 +82,13 @@ void check_positive(std::int64_t v, const std::string& where) {
 }
 
 // OLMo-core's SourceMixtureDatasetConfig (source_list.sources, requested_tokens, seed; its
-// global_batch_size defaults to the loader's here). Globs expanded as OLMo-core's resolved_paths.
+// global_batch_size defaults to the loader's here; processes, render_tables and quiet only
+// change its logging). Globs expanded as OLMo-core's resolved_paths.
 SourceMixtureConfig parse_source_mixture(io::ConfigSection m, const std::string& base_dir) {
   SourceMixtureConfig c;
   c.requested_tokens = m.get_int("requested_tokens");
   c.global_batch_size = m.get_int("global_batch_size", 0);
-  c.seed = m.get_int("seed", 42);
+  (void)m.get_int("seed", 42);  // typed, then unused (source_mixture.h)
   for (const char* unused : {"processes", "render_tables", "quiet"}) m.mark_used(unused);
   YAML::Node list = m.raw("sources");
   TANDEM_CHECK(list.IsSequence() && list.size() > 0,

@@ -172,8 +172,7 @@ MixtureOutcome build_source_mixture(const SourceMixtureConfig& config, std::int6
     const std::uint64_t tokens = instances[i] * seq;
     out.sources[all[i].source].selected += tokens;
     if (tokens > 0)
-      out.entries.push_back(
-          {all[i].path, config.sources[all[i].source].name, tokens, all[i].max_tokens});
+      out.entries.push_back({all[i].path, config.sources[all[i].source].name, tokens});
   }
   TANDEM_CHECK(!out.entries.empty(), "{}: the mixture selects no complete instance of {} tokens",
                where, sequence_length);

@@ -14,7 +14,7 @@
 //   missing to every entry with room, then one more each by largest remainder (ties: the later
 //   entry first); entries left with no tokens are dropped.
 // OLMo-core's mixture `seed` only samples an index file its reader never uses: it cannot change
-// the instances, so tandem records it and nothing more.
+// the instances, so the config reader accepts it and nothing uses it.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,6 @@ struct SourceMixtureConfig {
   std::vector<MixtureSource> sources;
   std::int64_t requested_tokens = 0;
   std::int64_t global_batch_size = 0;  // tokens; the data loader's unless given
-  std::int64_t seed = 42;              // OLMo-core's default; see above
 };
 
 // One entry of the mixture's file list: the first `tokens` tokens of `path`.
@@ -43,7 +42,6 @@ struct MixtureEntry {
   std::string path;
   std::string source;
   std::uint64_t tokens = 0;
-  std::uint64_t file_tokens = 0;
 };
 
 struct MixtureSourceOutcome {

@@ -50,9 +50,8 @@ std::string python_str_repr(const std::string& text) {
 // Each distinct token (and label mask) file holds a descriptor while the data is open. Refused
 // up front when they would not fit under the limit with room to spare: running out half-way
 // would also starve the run's logs, checkpoints and communication (and the sanitizers).
-void check_descriptor_room(const DataConfig& config) {
+void check_descriptor_room(const DataConfig& config, const std::vector<std::string>& files) {
   constexpr std::uint64_t kHeadroom = 64;
-  const std::vector<std::string> files = config.all_files();
   std::unordered_set<std::string> distinct(files.begin(), files.end());
   distinct.insert(config.label_mask_files.begin(), config.label_mask_files.end());
   struct rlimit lim {};
@@ -78,10 +77,11 @@ TokenDataset::TokenDataset(const DataConfig& config)
   const std::uint64_t per_window = window / static_cast<std::uint64_t>(config.sequence_length);
   offsets_.push_back(0);
   const bool mixture = !config.file_token_limits.empty();
-  TANDEM_CHECK(!mixture || config.file_token_limits.size() == config.all_files().size(),
+  const std::vector<std::string> all_files = config.all_files();
+  TANDEM_CHECK(!mixture || config.file_token_limits.size() == all_files.size(),
                "{} token limits for {} token files", config.file_token_limits.size(),
-               config.all_files().size());
-  check_descriptor_room(config);
+               all_files.size());
+  check_descriptor_room(config, all_files);
   // A file listed more than once (a mix's repeated line, an upsampled mixture source) is opened
   // once: AI2's mixes list thousands of files, each holding a descriptor.
   std::unordered_map<std::string, std::shared_ptr<const io::TokenFile>> opened;
@@ -94,13 +94,11 @@ TokenDataset::TokenDataset(const DataConfig& config)
       }
       TANDEM_CHECK(f->num_tokens() > 0, "token file {} is empty", path);
       // A mixture reads only the tokens allocated to this entry, from the file's start.
-      std::uint64_t tokens = f->num_tokens();
-      if (mixture) {
-        tokens = config.file_token_limits[files_.size()];
-        TANDEM_CHECK(tokens <= f->num_tokens(), "{} tokens of {} allocated, which holds {}", tokens,
-                     path, f->num_tokens());
-        token_limits_.push_back(tokens);
-      }
+      const std::uint64_t tokens =
+          mixture ? config.file_token_limits[files_.size()] : f->num_tokens();
+      TANDEM_CHECK(tokens <= f->num_tokens(), "{} tokens of {} allocated, which holds {}", tokens,
+                   path, f->num_tokens());
+      entry_tokens_.push_back(tokens);
       std::uint64_t instances = (tokens / window) * per_window;
       offsets_.push_back(offsets_.back() + instances);
       files_.push_back(f);

@@ -42,9 +42,10 @@ class TokenDataset {
   // The bytes the dataset reads of file i: the whole file, or a mixture entry's allocation (what
   // OLMo-core's mixture dataset reports as the file's size, in the fingerprint too).
   std::uint64_t file_size_bytes(std::size_t i) const {
-    return token_limits_.empty() ? files_[i]->size_bytes()
-                                 : token_limits_[i] * io::token_dtype_size(files_[i]->dtype());
+    return entry_tokens_[i] * io::token_dtype_size(files_[i]->dtype());
   }
+  // The tokens the dataset reads of entry i, from the file's start.
+  std::uint64_t entry_tokens(std::size_t i) const { return entry_tokens_[i]; }
   const std::string& source_label(std::size_t file) const { return labels_[file]; }
 
   bool packed() const { return !groups_.empty(); }
@@ -88,9 +89,9 @@ class TokenDataset {
   void read_mask(std::size_t file, std::uint64_t start, std::span<std::uint8_t> out) const;
 
   std::vector<std::shared_ptr<const io::TokenFile>> files_;  // one per entry, shared per path
-  std::vector<std::unique_ptr<io::TokenFile>> masks_;  // label_mask_paths, one per file
+  std::vector<std::unique_ptr<io::TokenFile>> masks_;        // label_mask_paths, one per file
   std::vector<std::string> labels_;
-  std::vector<std::uint64_t> token_limits_;  // source mixture: tokens read per file entry
+  std::vector<std::uint64_t> entry_tokens_;  // tokens read per entry: the file's, or its allocation
 
   // offsets_[i] = first global instance of file i (FSL) or of packing group i (packed).
   std::vector<std::uint64_t> offsets_;

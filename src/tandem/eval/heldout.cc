@@ -12,19 +12,18 @@ namespace tandem::eval {
 
 HeldoutSet open_heldout_set(const std::string& name, const std::vector<std::string>& files,
                             const data::DataConfig& train_data, std::int64_t max_instances) {
-  data::DataConfig c = train_data;
+  // Held-out sets are fixed windows of their own files, read with the training data's sequence
+  // length and token ids and nothing else of its config: its packing, label masks, permutation,
+  // mixture, chunking and filter are not theirs (evaluation scores every instance).
+  data::DataConfig c;
   c.sources = {data::DataSource{name, files, files}};
-  c.instance_filter.reset();  // evaluation scores every instance
-  c.max_target_sequence_length.reset();
-  // Held-out sets are fixed windows of their own files: the training data's packing, label masks,
-  // permutation and mixture are not theirs.
-  c.packing.reset();
-  c.label_mask_files.clear();
-  c.source_permutation_seed.reset();
-  c.source_mixture.reset();
-  c.mixture_outcome.reset();
-  c.file_token_limits.clear();
-  c.work_dir.clear();
+  c.sequence_length = train_data.sequence_length;
+  c.vocab_size = train_data.vocab_size;
+  c.dtype = train_data.dtype;
+  c.eos_token_id = train_data.eos_token_id;
+  c.pad_token_id = train_data.pad_token_id;
+  c.bos_token_id = train_data.bos_token_id;
+  c.validate_token_ids = train_data.validate_token_ids;
   HeldoutSet s;
   s.name = name;
   s.dataset = std::make_shared<data::TokenDataset>(c);
