@@ -71,6 +71,22 @@ def main():
         " max_repetition_ratio: 2.5}\n"))
     assert "source_mixture" in mixture
     put("yaml_config", "source_mixture", mixture)
+    # OLMo-core's composite schedulers
+    old_line = "scheduler: {name: cos_with_warmup, warmup: 10, alpha_f: 0.1}\n"
+    assert old_line in parity
+    for name, section in (
+            ("sched_sequential",
+             "scheduler:\n  name: sequential\n  schedulers_max: [5]\n  schedulers:\n"
+             "    - {name: constant_with_warmup, warmup: 2}\n"
+             "    - {name: power_lr, warmup: 1, b: -0.5, decay_fraction: 0.2}\n"
+             "  override_decay: {start: 8, duration: 3, shape: cosine, end_lr_fraction: 0.1}\n"),
+            ("sched_composable",
+             "scheduler: {name: composable, stages: [{duration: 4, start_lr: 0, end_lr_fraction: 1},"
+             " {duration: 9, shape: cosine, end_lr: 1.0e-5}]}\n"),
+            ("sched_wsds",
+             "scheduler: {name: wsds, period_lengths: [6, 4], period_lr_multipliers: [1, 0.5],"
+             " warmup: 1, decay_fraction: 0.25}\n")):
+        put("yaml_config", name, parity.replace(old_line, section))
     # dataset: packed inputs: metadata text (gzipped by the target), a raw .csv.gz, a packing cache
     put("packed_inputs", "metadata_text", b"\x00\x05" + b"0,100\n100,350,doc-1\n350,4096,x,\"y,z\"\n")
     put("packed_inputs", "metadata_gz", b"\x01\x05" + gzip.compress(b"0,10\n10,20\n", mtime=0))

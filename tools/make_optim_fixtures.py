@@ -19,11 +19,20 @@ import torch
 from olmo_core.optim import SkipStepAdamW
 from olmo_core.optim.scheduler import (
     WSD,
+    WSDS,
+    ComposableScheduler,
+    ComposableSchedulerStage,
     ConstantScheduler,
     ConstantWithWarmup,
     CosWithWarmup,
+    CosWithWarmupAndLinearDecay,
+    ExponentialScheduler,
     HalfCosWithWarmup,
+    InvSqrtWithWarmup,
     LinearWithWarmup,
+    OverrideDecay,
+    PowerLR,
+    SequentialScheduler,
 )
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -59,6 +68,12 @@ def probe_steps(t_max, marks, rng, n_random=40):
     return sorted(steps)
 
 
+# Past t_max these OLMo-core schedulers extrapolate their linear decay (below its floor, even to
+# negative lr) or assert; tandem holds the value at t_max there, so only steps up to t_max are
+# compared.
+HOLDS_PAST_T_MAX = {"wsd", "power_lr", "cos_with_warmup_and_linear_decay", "sequential"}
+
+
 def schedule_fixture(out_dir):
     rng = np.random.default_rng(20251130)
     # OLMo 3 7B stage 1 as AI2 ran it (OLMo-core src/scripts/official/OLMo3/
@@ -75,9 +90,7 @@ def schedule_fixture(out_dir):
 
     def add(name, config, scheduler, initial_lr, t_max, marks=()):
         steps = probe_steps(t_max, marks, rng)
-        if config["name"] == "wsd":
-            # Past t_max OLMo-core's WSD extrapolates below decay_min_lr (negative lr); tandem
-            # holds decay_min_lr there, so only steps up to t_max are compared.
+        if config["name"] in HOLDS_PAST_T_MAX:
             steps = [s for s in steps if s <= t_max]
         lrs = [float(scheduler(initial_lr, s, t_max)) for s in steps]
         cases.append({"name": name, "config": config, "initial_lr": initial_lr, "t_max": t_max,
@@ -124,6 +137,80 @@ def schedule_fixture(out_dir):
     add("constant_with_warmup", {"name": "constant_with_warmup", "warmup": 50,
                                  "warmup_min_lr": 1e-6},
         ConstantWithWarmup(warmup=50, warmup_min_lr=1e-6).get_lr, 3e-4, 1000, [50])
+    # The rest of OLMo-core 3.0's schedulers (appended: the cases above keep their probe steps).
+    add("inv_sqrt_with_warmup", {"name": "inv_sqrt_with_warmup", "warmup": 500, "alpha_f": 0.05,
+                                 "warmup_min_lr": 1e-6},
+        InvSqrtWithWarmup(warmup=500, alpha_f=0.05, warmup_min_lr=1e-6).get_lr, 6e-4, 20000,
+        [500])
+    add("inv_sqrt_fraction", {"name": "inv_sqrt_with_warmup", "warmup_fraction": 0.03},
+        InvSqrtWithWarmup(warmup_fraction=0.03).get_lr, 1e-3, 4001, [120])
+    add("power_lr", {"name": "power_lr", "warmup": 200, "b": -0.51, "decay_fraction": 0.2,
+                     "decay_min_lr": 1e-6},
+        PowerLR(warmup=200, b=-0.51, decay_fraction=0.2, decay_min_lr=1e-6).get_lr, 3e-3,
+        10000, [200, 8000])
+    add("power_lr_steps", {"name": "power_lr", "warmup_fraction": 0.1, "b": -0.3, "decay": 150},
+        PowerLR(warmup_fraction=0.1, b=-0.3, decay=150, decay_fraction=None).get_lr, 1e-3, 999,
+        [100, 849])
+    add("cos_with_warmup_and_linear_decay",
+        {"name": "cos_with_warmup_and_linear_decay", "warmup": 100, "alpha_f": 0.1,
+         "decay_fraction": 0.15, "decay_min_lr": 1e-6},
+        CosWithWarmupAndLinearDecay(warmup=100, alpha_f=0.1, decay_fraction=0.15,
+                                    decay_min_lr=1e-6).get_lr, 4e-4, 3000, [100, 2550])
+    add("cos_with_warmup_and_linear_decay_t_max",
+        {"name": "cos_with_warmup_and_linear_decay", "warmup_fraction": 0.02, "t_max": 5000,
+         "decay": 400},
+        CosWithWarmupAndLinearDecay(warmup_fraction=0.02, t_max=5000, decay=400,
+                                    decay_fraction=None).get_lr, 4e-4, 3000, [100, 2600])
+    add("exponential", {"name": "exponential", "lr_min": 1e-7},
+        ExponentialScheduler(lr_min=1e-7).get_lr, 1e-2, 1000)
+    add("wsds", {"name": "wsds", "period_lengths": [1000, 600, 400], "warmup": 100,
+                 "decay_fraction": 0.1, "decay_min_lr": 1e-6},
+        WSDS(period_lengths=[1000, 600, 400], warmup=100, decay_fraction=0.1,
+             decay_min_lr=1e-6).get_lr, 3e-4, 2000, [100, 900, 1000, 1540, 1600, 1960, 2000])
+    add("wsds_multipliers", {"name": "wsds", "period_lengths": [500, 500],
+                             "period_lr_multipliers": [1.0, 0.5], "warmup_fraction": 0.1,
+                             "decay": 50, "warmup_min_lr": 1e-6},
+        WSDS(period_lengths=[500, 500], period_lr_multipliers=[1.0, 0.5], warmup_fraction=0.1,
+             decay=50, warmup_min_lr=1e-6).get_lr, 3e-4, 1000, [50, 450, 500, 950, 1000])
+    add("sequential", {"name": "sequential", "schedulers_max": [300, 1000], "schedulers": [
+        {"name": "constant_with_warmup", "warmup": 100},
+        {"name": "cos_with_warmup", "warmup": 0, "alpha_f": 0.5},
+        {"name": "linear_with_warmup", "warmup": 0, "alpha_f": 0.0}]},
+        SequentialScheduler(schedulers=[ConstantWithWarmup(warmup=100),
+                                        CosWithWarmup(warmup=0, alpha_f=0.5),
+                                        LinearWithWarmup(warmup=0, alpha_f=0.0)],
+                            schedulers_max=[300, 1000]).get_lr, 1e-3, 2000,
+        [100, 300, 1300])
+    add("sequential_override", {
+        "name": "sequential", "schedulers_max": [200, 5000],
+        "schedulers": [{"name": "constant_with_warmup", "warmup": 50},
+                       {"name": "cos_with_warmup", "warmup": 0}],
+        "override_decay": {"start": 1500, "duration": 300, "shape": "cosine",
+                           "end_lr_fraction": 0.01}},
+        SequentialScheduler(schedulers=[ConstantWithWarmup(warmup=50), CosWithWarmup(warmup=0)],
+                            schedulers_max=[200, 5000],
+                            override_decay=OverrideDecay(start=1500, duration=300,
+                                                         shape="cosine",
+                                                         end_lr_fraction=0.01)).get_lr,
+        1e-3, 2000, [50, 200, 1500, 1800])
+    add("composable", {"name": "composable", "stages": [
+        {"duration": 100, "start_lr": 0.0, "end_lr_fraction": 1.0},
+        {"duration": 800, "shape": "cosine", "end_lr_fraction": 0.2},
+        {"duration": 200, "start_lr_fraction": 0.3, "end_lr": 1e-5}]},
+        ComposableScheduler(stages=[
+            ComposableSchedulerStage(duration=100, start_lr=0.0, end_lr_fraction=1.0),
+            ComposableSchedulerStage(duration=800, shape="cosine", end_lr_fraction=0.2),
+            ComposableSchedulerStage(duration=200, start_lr_fraction=0.3, end_lr=1e-5)]).get_lr,
+        2e-3, 1500, [100, 900, 1100])
+    add("composable_override", {"name": "composable", "stages": [
+        {"duration": 50, "start_lr": 0.0, "end_lr_fraction": 1.0},
+        {"duration": 2000, "end_lr_fraction": 1.0}],
+        "override_decay": {"start": 700, "duration": 250, "end_lr": 0.0}},
+        ComposableScheduler(stages=[
+            ComposableSchedulerStage(duration=50, start_lr=0.0, end_lr_fraction=1.0),
+            ComposableSchedulerStage(duration=2000, end_lr_fraction=1.0)],
+            override_decay=OverrideDecay(start=700, duration=250, end_lr=0.0)).get_lr,
+        2e-3, 1000, [50, 700, 950])
     write(out_dir, "schedules.json", {
         "reference": "olmo_core.optim.scheduler get_lr(initial_lr, current, t_max); the stitched "
                      "case assembles CosWithWarmup and HalfCosWithWarmup as AI2's OLMo 3 7B "
@@ -280,13 +367,16 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=os.path.join(here, "..", "tests", "fixtures", "optim"))
+    parser.add_argument("--only", choices=["schedules", "adamw", "clip", "skip_step",
+                                           "loss_normalization"],
+                        help="write this fixture alone")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    schedule_fixture(args.out)
-    adamw_fixture(args.out)
-    clip_fixture(args.out)
-    skip_step_fixture(args.out)
-    loss_normalization_fixture(args.out)
+    fixtures = {"schedules": schedule_fixture, "adamw": adamw_fixture, "clip": clip_fixture,
+                "skip_step": skip_step_fixture, "loss_normalization": loss_normalization_fixture}
+    for name, make in fixtures.items():
+        if args.only in (None, name):
+            make(args.out)
 
 
 if __name__ == "__main__":

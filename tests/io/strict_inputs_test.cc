@@ -68,6 +68,22 @@ TEST(StrictYaml, WrongTypeNamesTheKeyNotBadConversion) {
                {"trainer.name", "expected a number"});
 }
 
+TEST(StrictYaml, ListsOfNumbersAndOfMappingsNameTheKey) {
+  const std::string dir = testing::scratch_dir();
+  const std::string path =
+      write_text(dir, "run.yaml",
+                 "s: {m: [1, 0.5, abc], n: 3, items: [{a: 1}, [2], {b: 2}], flat: [{x: 1}]}\n");
+  YAML::Node root = load_yaml_config(path);
+  ConfigSection s(root["s"], "s", path);
+  expect_error([&] { s.get_double_list("m"); }, {path, "s.m", "expected a number"});
+  expect_error([&] { s.get_double_list("n"); }, {"s.n", "expected a list of numbers"});
+  expect_error([&] { s.section_list("items"); }, {"s.items", "item 1 is not a mapping"});
+  std::vector<ConfigSection> flat = s.section_list("flat");
+  ASSERT_EQ(flat.size(), 1u);
+  EXPECT_EQ(flat[0].path(), "s.flat[0]");
+  expect_error([&] { flat[0].get_string("y"); }, {path, "s.flat[0].y", "is required"});
+}
+
 TEST(StrictYaml, AliasBombIsAnError) {
   const std::string dir = testing::scratch_dir();
   std::string text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";

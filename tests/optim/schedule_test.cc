@@ -173,6 +173,83 @@ TEST(ScheduleConfig, ErrorsNameTheKey) {
   expect_config_error("{name: constant, units: epochs}", "scheduler.units");
 }
 
+// The schedules whose linear decay OLMo-core extrapolates past t_max (or, sequential, asserts
+// there) hold their value at t_max.
+TEST(Schedule, DecayTailsHoldTheirValuePastTMax) {
+  for (const char* yaml :
+       {"{name: power_lr, warmup: 10, decay: 20, decay_min_lr: 1e-4}",
+        "{name: cos_with_warmup_and_linear_decay, warmup: 10, decay: 20, decay_min_lr: 1e-4}",
+        "{name: sequential, schedulers_max: [30],"
+        " schedulers: [{name: constant_with_warmup, warmup: 10}, {name: linear}]}"}) {
+    SCOPED_TRACE(yaml);
+    auto s = from_yaml(yaml);
+    const double at_end = s->lr(1e-2, 100, 100);
+    EXPECT_GE(at_end, 0.0);
+    EXPECT_EQ(s->lr(1e-2, 101, 100), at_end);
+    EXPECT_EQ(s->lr(1e-2, 500, 100), at_end);
+  }
+}
+
+TEST(Schedule, PowerLawNeedsAWarmup) {
+  auto s = from_yaml("{name: power_lr, warmup_fraction: 0.001}");  // rounds to 0 steps of 100
+  EXPECT_EQ(s->lr(1e-3, 0, 100), 1e-3);
+  EXPECT_THROW(s->lr(1e-3, 1, 100), core::Error);
+}
+
+TEST(Schedule, SequentialDropsTheLastSchedulersMaxAsOlmoCoreDoes) {
+  auto a = from_yaml(
+      "{name: sequential, schedulers_max: [10, 99],"
+      " schedulers: [{name: constant_with_warmup, warmup: 10}, {name: linear}]}");
+  auto b = from_yaml(
+      "{name: sequential, schedulers_max_steps: [10],"
+      " schedulers: [{name: constant_with_warmup, warmup: 10}, {name: linear}]}");
+  for (std::int64_t step : {0, 5, 10, 11, 50, 100})
+    EXPECT_EQ(a->lr(1.0, step, 100), b->lr(1.0, step, 100));
+  EXPECT_DOUBLE_EQ(a->lr(1.0, 55, 100), 0.5);  // the linear part spans steps 10..100
+}
+
+TEST(ScheduleConfig, WsdsPeriodsMustHoldTheirWarmupAndDecay) {
+  expect_config_error("{name: wsds, period_lengths: [100], warmup: 60, decay: 50}",
+                      "first period's warmup (60) and decay (50) exceed its length 100");
+  expect_config_error("{name: wsds, period_lengths: [100, 20], warmup: 10, decay: 30}",
+                      "period 1's decay (30) exceeds its length 20");
+  expect_config_error("{name: wsds, period_lengths: [100], warmup: 10}",
+                      "one of 'decay' or 'decay_fraction' is required");
+  expect_config_error(
+      "{name: wsds, period_lengths: [100, 50], period_lr_multipliers: [1.0], warmup: 1, "
+      "decay: 1}",
+      "1 multipliers for 2 periods");
+}
+
+TEST(ScheduleConfig, CompositeErrorsNameTheItem) {
+  expect_config_error(
+      "{name: sequential, schedulers_max: [10, 20, 30],"
+      " schedulers: [{name: constant}, {name: constant}]}",
+      "3 values for 2 schedulers");
+  expect_config_error(
+      "{name: sequential, schedulers_max: [10],"
+      " schedulers: [{name: constant}, {name: cos_with_warmup}]}",
+      "scheduler.schedulers[1]");
+  expect_config_error("{name: composable, stages: [{duration: 10, end_lr: 0.1}, {duration: 5}]}",
+                      "scheduler.stages[1]': one of 'end_lr' or 'end_lr_fraction' is required");
+  expect_config_error(
+      "{name: composable, stages: [{duration: 10, end_lr: 0.1, start_lr: 0, "
+      "start_lr_fraction: 0.5}]}",
+      "give 'start_lr' or 'start_lr_fraction', not both");
+  expect_config_error("{name: composable, stages: [{duration: 0, end_lr: 0.1}]}",
+                      "scheduler.stages[0].duration' must be > 0");
+  expect_config_error(
+      "{name: composable, stages: [{duration: 3, end_lr: 0.1, shape: exponential}]}",
+      "expected 'linear' or 'cosine'");
+  expect_config_error(
+      "{name: composable, stages: [{duration: 3, end_lr: 0.1}],"
+      " override_decay: {start: 1, duration: 2}}",
+      "scheduler.override_decay': one of 'end_lr' or 'end_lr_fraction' is required");
+  expect_config_error("{name: power_lr, warmup: 5, b: 0.5}", "must be negative");
+  expect_config_error("{name: exponential, lr_min: 0}", "scheduler.lr_min' must be > 0");
+  expect_config_error("{name: power_lr, warmup: 5, decay: 3, decay_fraction: 0.1}", "not both");
+}
+
 TEST(ScheduleConfig, WarmupMinLrAbovePeakIsAnError) {
   auto s = from_yaml("{name: cos_with_warmup, warmup: 10, warmup_min_lr: 0.5}");
   EXPECT_THROW(s->lr(0.1, 1, 100), core::Error);

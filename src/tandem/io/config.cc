@@ -185,6 +185,13 @@ std::vector<std::int64_t> ConfigSection::get_int_list(const std::string& key) {
     out.push_back(convert_or_fail<std::int64_t>(item, where(key), "an integer"));
   return out;
 }
+std::vector<double> ConfigSection::get_double_list(const std::string& key) {
+  YAML::Node n = require(key);
+  TANDEM_CHECK(n.IsSequence(), "{}: expected a list of numbers", where(key));
+  std::vector<double> out;
+  for (const auto& item : n) out.push_back(convert_or_fail<double>(item, where(key), "a number"));
+  return out;
+}
 std::optional<std::int64_t> ConfigSection::get_optional_int(const std::string& key) {
   used_.insert(key);
   if (!has(key)) return std::nullopt;
@@ -195,6 +202,18 @@ ConfigSection ConfigSection::section(const std::string& key) {
   YAML::Node n = node_[key];
   TANDEM_CHECK(!n.IsDefined() || n.IsNull() || n.IsMap(), "{}: expected a mapping", where(key));
   return ConfigSection(n, path_.empty() ? key : path_ + "." + key, source_);
+}
+
+std::vector<ConfigSection> ConfigSection::section_list(const std::string& key) {
+  YAML::Node n = require(key);
+  TANDEM_CHECK(n.IsSequence(), "{}: expected a list of mappings", where(key));
+  std::vector<ConfigSection> out;
+  const std::string base = path_.empty() ? key : path_ + "." + key;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    TANDEM_CHECK(n[i].IsMap(), "{}: item {} is not a mapping", where(key), i);
+    out.emplace_back(n[i], base + "[" + std::to_string(i) + "]", source_);
+  }
+  return out;
 }
 
 void ConfigSection::finish() const {

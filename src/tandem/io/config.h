@@ -52,9 +52,12 @@ class ConfigSection {
   std::string get_string(const std::string& key, const std::string& fallback);
   std::vector<std::string> get_string_list(const std::string& key);
   std::vector<std::int64_t> get_int_list(const std::string& key);
+  std::vector<double> get_double_list(const std::string& key);
   std::optional<std::int64_t> get_optional_int(const std::string& key);  // absent or null -> none
   ConfigSection section(const std::string& key);  // nested mapping; error if not a mapping
-  YAML::Node raw(const std::string& key);         // marks the key used
+  // A required list of mappings, each a section named `key[i]` in messages.
+  std::vector<ConfigSection> section_list(const std::string& key);
+  YAML::Node raw(const std::string& key);  // marks the key used
   void mark_used(const std::string& key);
   void finish() const;  // error naming every unknown key
 

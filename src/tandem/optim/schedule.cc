@@ -40,6 +40,11 @@ double cosine(double eta_min, double initial_lr, std::int64_t current, std::int6
 
 }  // namespace
 
+std::int64_t DecaySpec::resolve(std::int64_t length) const {
+  if (steps) return *steps;
+  return static_cast<std::int64_t>(std::nearbyint(static_cast<double>(length) * fraction.value()));
+}
+
 std::int64_t WarmupSpec::resolve(std::int64_t t_max) const {
   if (steps) return *steps;
   // Python's round(): half to even, which is nearbyint under the default rounding mode.
@@ -93,127 +98,98 @@ double LinearWithWarmupSchedule::decay(double initial_lr, double eta_min, std::i
 double WsdSchedule::lr(double initial_lr, std::int64_t current, std::int64_t t_max) const {
   std::int64_t warmup = warmup_.resolve(t_max);
   if (current <= warmup) return linear_warmup(initial_lr, current, warmup, warmup_.min_lr);
-  std::int64_t decay = decay_ ? *decay_
-                              : static_cast<std::int64_t>(std::nearbyint(
-                                    static_cast<double>(t_max) * decay_fraction_.value()));
+  std::int64_t decay = decay_.resolve(t_max);
   if (current >= t_max - decay)
     return linear_decay(initial_lr, t_max - current, decay, decay_min_lr_);
   return initial_lr;
 }
 
-double StitchedSchedule::lr(double initial_lr, std::int64_t current, std::int64_t t_max) const {
-  return current <= switch_step_ ? first_->lr(initial_lr, current, t_max)
-                                 : second_->lr(initial_lr, current, t_max);
+double InvSqrtWithWarmupSchedule::lr(double initial_lr, std::int64_t current,
+                                     std::int64_t t_max) const {
+  std::int64_t warmup = warmup_.resolve(t_max);
+  if (current < warmup) return linear_warmup(initial_lr, current, warmup, warmup_.min_lr);
+  if (current <= 0) return initial_lr;  // a zero warmup at step 0: OLMo-core divides 0 by 0
+  double eta_min = initial_lr * alpha_f_;
+  return eta_min + (initial_lr - eta_min) *
+                       std::sqrt(static_cast<double>(warmup) / static_cast<double>(current));
 }
 
-namespace {
-
-std::int64_t non_negative_int(io::ConfigSection& s, const std::string& key) {
-  std::int64_t v = s.get_int(key);
-  TANDEM_CHECK(v >= 0, "{} must be >= 0, got {}", s.where(key), v);
-  return v;
-}
-
-double fraction_in_unit_interval(io::ConfigSection& s, const std::string& key) {
-  double v = s.get_double(key);
-  TANDEM_CHECK(v >= 0.0 && v <= 1.0, "{} must be between 0 and 1, got {}", s.where(key), v);
-  return v;
-}
-
-// `warmup` (OLMo-core's deprecated spelling `warmup_steps` is accepted too) or `warmup_fraction`.
-WarmupSpec read_warmup(io::ConfigSection& s, bool required) {
-  WarmupSpec w;
-  TANDEM_CHECK(!(s.has("warmup") && s.has("warmup_steps")),
-               "{}: give 'warmup' or 'warmup_steps', not both", s.where(""));
-  std::string steps_key = s.has("warmup_steps") ? "warmup_steps" : "warmup";
-  s.mark_used("warmup");
-  s.mark_used("warmup_steps");
-  s.mark_used("warmup_fraction");
-  if (s.has(steps_key)) w.steps = non_negative_int(s, steps_key);
-  if (s.has("warmup_fraction")) w.fraction = fraction_in_unit_interval(s, "warmup_fraction");
-  TANDEM_CHECK(!(w.steps && w.fraction), "{}: give '{}' or 'warmup_fraction', not both",
-               s.where(""), steps_key);
-  if (!w.steps && !w.fraction) {
-    TANDEM_CHECK(!required, "{}: one of 'warmup' or 'warmup_fraction' is required", s.where(""));
-    w.steps = 0;
+double PowerLrSchedule::lr(double initial_lr, std::int64_t current, std::int64_t t_max) const {
+  std::int64_t warmup = warmup_.resolve(t_max);
+  std::int64_t decay = decay_.resolve(t_max);
+  if (current <= warmup) return linear_warmup(initial_lr, current, warmup, warmup_.min_lr);
+  TANDEM_CHECK(warmup > 0,
+               "schedule power_lr: the warmup is 0 steps, and the power law divides by it "
+               "(lr x (current / warmup)^b)");
+  if (current >= t_max - decay) {
+    double tail_start =
+        initial_lr * std::pow(static_cast<double>(t_max - decay) / static_cast<double>(warmup), b_);
+    return linear_decay(tail_start, t_max - current, decay, decay_min_lr_);
   }
-  w.min_lr = s.get_double("warmup_min_lr", 0.0);
-  TANDEM_CHECK(w.min_lr >= 0.0, "{} must be >= 0, got {}", s.where("warmup_min_lr"), w.min_lr);
-  return w;
+  return initial_lr * std::pow(static_cast<double>(current) / static_cast<double>(warmup), b_);
 }
 
-double read_alpha_f(io::ConfigSection& s, double fallback = 0.1 /* OLMo-core's default */) {
-  double a = s.get_double("alpha_f", fallback);
-  TANDEM_CHECK(a >= 0.0 && a <= 1.0, "{} must be between 0 and 1, got {}", s.where("alpha_f"), a);
-  return a;
-}
-
-std::optional<std::int64_t> read_t_max(io::ConfigSection& s) {
-  std::optional<std::int64_t> t = s.get_optional_int("t_max");
-  TANDEM_CHECK(!t || *t > 0, "{} must be > 0, got {}", s.where("t_max"), t.value_or(0));
-  return t;
-}
-
-}  // namespace
-
-std::unique_ptr<Schedule> make_schedule(io::ConfigSection s) {
-  std::string name = s.get_string("name");
-  std::string units = s.get_string("units", "steps");
-  TANDEM_CHECK(units == "steps" || units == "tokens", "{}: expected 'steps' or 'tokens', got '{}'",
-               s.where("units"), units);
-  std::unique_ptr<Schedule> out;
-  if (name == "constant") {
-    out = std::make_unique<ConstantSchedule>();
-  } else if (name == "constant_with_warmup") {
-    out = std::make_unique<ConstantWithWarmupSchedule>(read_warmup(s, true));
-  } else if (name == "cos_with_warmup" || name == "cosine_with_warmup") {
-    WarmupSpec w = read_warmup(s, true);
-    double alpha_f = read_alpha_f(s);
-    out = std::make_unique<CosWithWarmupSchedule>(w, alpha_f, read_t_max(s));
-  } else if (name == "half_cos_with_warmup" || name == "half_cosine_with_warmup") {
-    WarmupSpec w = read_warmup(s, true);
-    double alpha_f = read_alpha_f(s);
-    out = std::make_unique<HalfCosWithWarmupSchedule>(w, alpha_f, read_t_max(s));
-  } else if (name == "linear_with_warmup" || name == "linear") {
-    // "linear" is the stage-2 anneal: warmup optional and decay to zero unless alpha_f is given.
-    bool plain = name == "linear";
-    WarmupSpec w = read_warmup(s, !plain);
-    double alpha_f = read_alpha_f(s, plain ? 0.0 : 0.1);
-    out = std::make_unique<LinearWithWarmupSchedule>(w, alpha_f, read_t_max(s));
-  } else if (name == "wsd") {
-    WarmupSpec w = read_warmup(s, true);
-    TANDEM_CHECK(!(s.has("decay") && s.has("decay_fraction")),
-                 "{}: give 'decay' or 'decay_fraction', not both", s.where(""));
-    std::optional<std::int64_t> decay;
-    std::optional<double> decay_fraction;
-    s.mark_used("decay");
-    s.mark_used("decay_fraction");
-    if (s.has("decay"))
-      decay = non_negative_int(s, "decay");
-    else if (s.has("decay_fraction"))
-      decay_fraction = fraction_in_unit_interval(s, "decay_fraction");
-    else
-      decay_fraction = 0.1;  // OLMo-core's default
-    double decay_min_lr = s.get_double("decay_min_lr", 0.0);
-    TANDEM_CHECK(decay_min_lr >= 0.0, "{} must be >= 0, got {}", s.where("decay_min_lr"),
-                 decay_min_lr);
-    out = std::make_unique<WsdSchedule>(w, decay, decay_fraction, decay_min_lr);
-  } else if (name == "stitched") {
-    std::int64_t switch_step = non_negative_int(s, "switch_step");
-    TANDEM_CHECK(s.has("first") && s.has("second"),
-                 "{}: a stitched schedule needs 'first' and 'second'", s.where(""));
-    auto first = make_schedule(s.section("first"));
-    auto second = make_schedule(s.section("second"));
-    out = std::make_unique<StitchedSchedule>(std::move(first), switch_step, std::move(second));
-  } else {
-    core::fail(
-        "{}: unknown schedule '{}' (expected constant, constant_with_warmup, cos_with_warmup, "
-        "half_cos_with_warmup, linear_with_warmup, wsd or stitched)",
-        s.where("name"), name);
+double CosWithWarmupAndLinearDecaySchedule::lr(double initial_lr, std::int64_t current,
+                                               std::int64_t t_max) const {
+  std::int64_t decay = decay_.resolve(t_max);
+  if (current >= t_max - decay) {
+    double final_cosine_lr = cosine_.lr(initial_lr, t_max - decay, t_max);
+    return linear_decay(final_cosine_lr, t_max - current, decay, decay_min_lr_);
   }
-  out->set_units(units == "tokens" ? ScheduleUnits::kTokens : ScheduleUnits::kSteps);
-  s.finish();
-  return out;
+  return cosine_.lr(initial_lr, current, t_max);
+}
+
+double ExponentialSchedule::lr(double initial_lr, std::int64_t current, std::int64_t t_max) const {
+  if (current >= t_max) return initial_lr;
+  if (current <= 0) return lr_min_;
+  double ratio = static_cast<double>(current) / static_cast<double>(t_max);
+  return lr_min_ * std::pow(initial_lr / lr_min_, ratio);
+}
+
+WsdsSchedule::WsdsSchedule(std::vector<std::int64_t> period_lengths,
+                           std::vector<double> multipliers, WarmupSpec warmup, DecaySpec decay,
+                           double decay_min_lr)
+    : lengths_(std::move(period_lengths)),
+      multipliers_(std::move(multipliers)),
+      warmup_min_lr_(warmup.min_lr),
+      decay_(decay),
+      decay_min_lr_(decay_min_lr) {
+  TANDEM_CHECK(!lengths_.empty(), "schedule wsds: period_lengths is empty");
+  // The warmup fraction is of the first period.
+  warmup_ = warmup.resolve(lengths_[0]);
+  const std::int64_t first_decay = decay_.resolve(lengths_[0]);
+  TANDEM_CHECK(warmup_ + first_decay <= lengths_[0],
+               "schedule wsds: the first period's warmup ({}) and decay ({}) exceed its length {}",
+               warmup_, first_decay, lengths_[0]);
+  for (std::size_t i = 1; i < lengths_.size(); ++i)
+    TANDEM_CHECK(decay_.resolve(lengths_[i]) <= lengths_[i],
+                 "schedule wsds: period {}'s decay ({}) exceeds its length {}", i,
+                 decay_.resolve(lengths_[i]), lengths_[i]);
+  adjusted_lengths_ = lengths_;
+  adjusted_lengths_[0] -= warmup_;
+  std::int64_t end = 0;
+  for (std::int64_t length : adjusted_lengths_) period_ends_.push_back(end += length);
+}
+
+double WsdsSchedule::peak(double initial_lr, std::size_t period) const {
+  return multipliers_.empty() ? initial_lr : initial_lr * multipliers_[period];
+}
+
+double WsdsSchedule::lr(double initial_lr, std::int64_t current, std::int64_t) const {
+  if (current < warmup_)
+    return linear_warmup(peak(initial_lr, 0), current, warmup_, warmup_min_lr_);
+  const std::int64_t adjusted = current - warmup_;
+  if (adjusted >= period_ends_.back()) return decay_min_lr_;
+  // The first period whose end is at or after `adjusted` (an end belongs to its period).
+  std::size_t p = 0;
+  while (p + 1 < period_ends_.size() && adjusted > period_ends_[p]) ++p;
+  const std::int64_t start = p == 0 ? 0 : period_ends_[p - 1];
+  const std::int64_t length = adjusted_lengths_[p];
+  const std::int64_t pos = std::clamp<std::int64_t>(adjusted - start, 0, length);
+  const std::int64_t decay = decay_.resolve(lengths_[p]);
+  const std::int64_t stable = length - decay;
+  if (pos < stable) return peak(initial_lr, p);
+  return linear_decay(peak(initial_lr, p), decay - (pos - stable), decay, decay_min_lr_);
 }
 
 double scheduled_lr(const Schedule& schedule, double initial_lr, std::int64_t step,

@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tandem/io/config.h"
 
@@ -36,6 +38,13 @@ struct WarmupSpec {
   std::optional<double> fraction;
   double min_lr = 0.0;  // warmup starts from here (OLMo-core's warmup_min_lr)
   std::int64_t resolve(std::int64_t t_max) const;
+};
+
+// A decay length given as a step count or as a fraction of a length (rounded half to even).
+struct DecaySpec {
+  std::optional<std::int64_t> steps;
+  std::optional<double> fraction;
+  std::int64_t resolve(std::int64_t length) const;
 };
 
 class ConstantSchedule : public Schedule {
@@ -110,42 +119,100 @@ class LinearWithWarmupSchedule : public DecayWithWarmupSchedule {
 // `decay` steps (or decay_fraction * t_max) before t_max.
 class WsdSchedule : public Schedule {
  public:
-  WsdSchedule(WarmupSpec warmup, std::optional<std::int64_t> decay,
-              std::optional<double> decay_fraction, double decay_min_lr)
-      : warmup_(warmup),
-        decay_(decay),
-        decay_fraction_(decay_fraction),
-        decay_min_lr_(decay_min_lr) {}
+  WsdSchedule(WarmupSpec warmup, DecaySpec decay, double decay_min_lr)
+      : warmup_(warmup), decay_(decay), decay_min_lr_(decay_min_lr) {}
   double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
 
  private:
   WarmupSpec warmup_;
-  std::optional<std::int64_t> decay_;
-  std::optional<double> decay_fraction_;
+  DecaySpec decay_;
   double decay_min_lr_;
 };
 
-// `first` up to and including `switch_step`, `second` afterwards; both see the absolute
-// step/token count, the same initial_lr and the trainer's t_max (each may fix its own t_max).
-// This is how AI2 extended OLMo 3 7B stage 1: a cosine for 5T tokens stopped at step 597,046,
-// then a half-cosine (warmup = 597,046) toward a 7T-token horizon.
-class StitchedSchedule : public Schedule {
+// Linear warmup (exclusive of the warmup step), then eta_min + (lr - eta_min) sqrt(warmup /
+// current) with eta_min = alpha_f * lr: OLMo-core's InvSqrtWithWarmup, which ignores t_max.
+class InvSqrtWithWarmupSchedule : public Schedule {
  public:
-  StitchedSchedule(std::unique_ptr<Schedule> first, std::int64_t switch_step,
-                   std::unique_ptr<Schedule> second)
-      : first_(std::move(first)), switch_step_(switch_step), second_(std::move(second)) {}
+  InvSqrtWithWarmupSchedule(WarmupSpec warmup, double alpha_f)
+      : warmup_(warmup), alpha_f_(alpha_f) {}
   double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
 
  private:
-  std::unique_ptr<Schedule> first_;
-  std::int64_t switch_step_;
-  std::unique_ptr<Schedule> second_;
+  WarmupSpec warmup_;
+  double alpha_f_;
+};
+
+// OLMo-core's PowerLR: linear warmup, then lr (current / warmup)^b (b < 0), and over the last
+// `decay` steps a linear decay from the power law's value where the tail starts to decay_min_lr.
+class PowerLrSchedule : public Schedule {
+ public:
+  PowerLrSchedule(WarmupSpec warmup, double b, DecaySpec decay, double decay_min_lr)
+      : warmup_(warmup), b_(b), decay_(decay), decay_min_lr_(decay_min_lr) {}
+  double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
+
+ private:
+  WarmupSpec warmup_;
+  double b_;
+  DecaySpec decay_;
+  double decay_min_lr_;
+};
+
+// OLMo-core's CosWithWarmupAndLinearDecay: the cosine (its own t_max if it fixes one) until the
+// last `decay` steps of the trainer's t_max, then linear from the cosine's value there to
+// decay_min_lr.
+class CosWithWarmupAndLinearDecaySchedule : public Schedule {
+ public:
+  CosWithWarmupAndLinearDecaySchedule(CosWithWarmupSchedule cosine, DecaySpec decay,
+                                      double decay_min_lr)
+      : cosine_(std::move(cosine)), decay_(decay), decay_min_lr_(decay_min_lr) {}
+  double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
+
+ private:
+  CosWithWarmupSchedule cosine_;
+  DecaySpec decay_;
+  double decay_min_lr_;
+};
+
+// OLMo-core's ExponentialScheduler: from lr_min at 0 up to lr at t_max, lr_min (lr /
+// lr_min)^(current / t_max); lr from t_max on.
+class ExponentialSchedule : public Schedule {
+ public:
+  explicit ExponentialSchedule(double lr_min) : lr_min_(lr_min) {}
+  double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
+
+ private:
+  double lr_min_;
+};
+
+// OLMo-core's WSDS (warmup-stable-decay-simplified, for continual pre-training): periods of
+// given lengths, each at its own peak (lr x its multiplier) then a linear decay to decay_min_lr
+// over its last `decay` steps (or decay_fraction of its length); a warmup taken from the first
+// period. Fixed lengths: t_max is ignored; after the last period, decay_min_lr.
+class WsdsSchedule : public Schedule {
+ public:
+  // Throws core::Error if the warmup and the first decay overrun the first period or a decay its
+  // period (OLMo-core's checks).
+  WsdsSchedule(std::vector<std::int64_t> period_lengths, std::vector<double> multipliers,
+               WarmupSpec warmup, DecaySpec decay, double decay_min_lr);
+  double lr(double initial_lr, std::int64_t current, std::int64_t t_max) const override;
+
+ private:
+  double peak(double initial_lr, std::size_t period) const;
+  std::vector<std::int64_t> lengths_;
+  std::vector<double> multipliers_;  // empty: 1 for every period
+  double warmup_min_lr_;
+  std::int64_t warmup_;
+  DecaySpec decay_;
+  double decay_min_lr_;
+  std::vector<std::int64_t> adjusted_lengths_;  // the first less the warmup
+  std::vector<std::int64_t> period_ends_;       // cumulative, over the adjusted lengths
 };
 
 // Builds a schedule from a mapping such as
 //   {name: cos_with_warmup, warmup: 2000, alpha_f: 0.1, t_max: 1192093}
 // Strict: unknown names or keys, negative counts and out-of-range fractions throw
-// tandem::core::Error naming the key.
+// tandem::core::Error naming the key. Every OLMo-core 3.0 scheduler name is accepted; the composite
+// ones (stitched, sequential, composable) are in schedule_composite.h.
 std::unique_ptr<Schedule> make_schedule(io::ConfigSection section);
 
 // The learning rate for global step `step` (1-based) of a `max_steps` run whose global batch holds
