@@ -10,7 +10,13 @@ window and sigma, and the dataset (NumpyFSLDataset or, half the time, NumpyPacke
 fragmented documents and a stable sort) and, half the time, label-mask files; of the fixed-window
 recipes without masks, 70% read a source mixture instead (olmo_core_trainer.MIXTURE: a target
 ratio for two sources, one of them upsampled when it needs to be, and 12000 to 30000 requested
-tokens). For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
+tokens). Two thirds of the recipes also draw their optimisation (a stream of its own,
+draw_optimisation): any of OLMo-core 3.0's schedulers but `constant` (warmup as steps or a
+fraction, warmup_min_lr, alpha_f, t_max, decay lengths and floors, WSD-S periods, sequential and
+composable with override decays), a fifth of them counted in tokens; weight decay 0 to 0.3, betas,
+eps, clipping at 0.1 to 1 or none (OLMo-core then logs no grad norm and its skip rule reads the
+loss only), z-loss 1e-5, 1e-4 or none; the rest keep AI2's. For every step, tandem's loss must be
+within 1e-4 relative (the issue's bound),
 its lr within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
 its skip decision OLMo-core's.
 
@@ -56,6 +62,105 @@ def draw(rng):
                 LABEL_MASKS=rng.random() < 0.5)
 
 
+# Keys that count steps (scaled to tokens when the schedule runs in tokens).
+STEP_KEYS = {"warmup", "t_max", "decay", "period_lengths", "schedulers_max", "duration", "start"}
+
+
+def in_units(section, unit):
+    """A scheduler section with every step count multiplied by `unit` (tokens per step)."""
+    if isinstance(section, list):
+        return [in_units(x, unit) for x in section]
+    if not isinstance(section, dict):
+        return section
+    out = {}
+    for k, v in section.items():
+        if k in STEP_KEYS:
+            out[k] = [x * unit for x in v] if isinstance(v, list) else v * unit
+        else:
+            out[k] = in_units(v, unit)
+    return out
+
+
+def draw_schedule(rng, case, steps):
+    """One of OLMo-core 3.0's schedulers (tandem's `scheduler:` section, in steps)."""
+    lr, warmup, alpha_f = case["LR"], case["WARMUP"], case["ALPHA_F"]
+    name = rng.choice(["cos_with_warmup", "linear_with_warmup", "wsd", "half_cos_with_warmup",
+                       "constant_with_warmup", "inv_sqrt_with_warmup", "power_lr",
+                       "cos_with_warmup_and_linear_decay", "exponential", "wsds", "sequential",
+                       "composable"])
+    s = {"name": name}
+    if name in ("exponential", "wsds", "sequential", "composable"):
+        if name == "exponential":
+            s["lr_min"] = rng.choice([1e-7, lr * 0.01])
+        elif name == "wsds":
+            first = rng.randint(10, steps - 8)
+            s["period_lengths"] = [first, steps - first]
+            if rng.random() < 0.5:
+                s["period_lr_multipliers"] = [1.0, rng.choice([0.5, 0.8])]
+            s["warmup"] = min(warmup, first // 3)
+            if rng.random() < 0.5:
+                s["decay_fraction"] = rng.choice([0.2, 0.4])
+            else:
+                s["decay"] = rng.randint(1, 4)
+            s["decay_min_lr"] = rng.choice([0.0, lr * 0.01])
+        elif name == "sequential":
+            s["schedulers"] = [{"name": "constant_with_warmup", "warmup": warmup},
+                               {"name": "cos_with_warmup", "warmup": 0, "alpha_f": alpha_f}]
+            s["schedulers_max"] = [rng.randint(warmup + 1, steps - 5)]
+        else:
+            ramp = max(warmup, 1)
+            s["stages"] = [{"duration": ramp, "start_lr": 0.0, "end_lr_fraction": 1.0},
+                           {"duration": rng.randint(steps // 2, 2 * steps), "shape": "cosine",
+                            "end_lr_fraction": alpha_f}]
+        if name in ("sequential", "composable") and rng.random() < 0.5:
+            s["override_decay"] = {"start": rng.randint(steps // 2, steps - 3),
+                                   "duration": rng.randint(2, 10),
+                                   "shape": rng.choice(["linear", "cosine"]),
+                                   "end_lr_fraction": rng.choice([0.0, 0.1])}
+        return s
+    if name == "power_lr":
+        s["warmup"] = max(warmup, 1)  # the power law divides by it
+    elif rng.random() < 0.3:
+        s["warmup_fraction"] = rng.choice([0.05, 0.1, 0.25])
+    else:
+        s["warmup"] = warmup
+    if rng.random() < 0.3:
+        s["warmup_min_lr"] = lr * rng.choice([0.01, 0.1])
+    if name in ("cos_with_warmup", "linear_with_warmup", "half_cos_with_warmup",
+                "inv_sqrt_with_warmup", "cos_with_warmup_and_linear_decay"):
+        s["alpha_f"] = alpha_f
+    if name in ("cos_with_warmup", "linear_with_warmup") and rng.random() < 0.4:
+        s["t_max"] = rng.randint(steps, 2 * steps)  # (tandem holds lr past t_max)
+    if name == "power_lr":
+        s["b"] = rng.choice([-0.51, -0.3])
+    if name in ("wsd", "power_lr", "cos_with_warmup_and_linear_decay"):
+        if rng.random() < 0.5:
+            s["decay_fraction"] = rng.choice([0.1, 0.3, 0.5])
+        else:
+            s["decay"] = rng.randint(2, steps // 2)
+        # Below where the decay starts (OLMo-core asserts it), which a zero floor always is.
+        s["decay_min_lr"] = 0.0 if alpha_f == 0 else rng.choice([0.0, lr * 0.005])
+    return s
+
+
+def draw_optimisation(rng, case, steps):
+    """The scheduler and AdamW's other settings (a stream of their own: the draws above stay as
+    they were). A third of the recipes keep AI2's (CosWithWarmup, weight decay 0.1, betas (0.9,
+    0.95), eps 1e-8, clipping at 1.0, z-loss 1e-5)."""
+    if rng.random() < 1 / 3:
+        return dict(SCHEDULER=None, WEIGHT_DECAY=0.1, BETAS=(0.9, 0.95), EPS=1e-8,
+                    MAX_GRAD_NORM=1.0, Z_LOSS=1e-5)
+    section = draw_schedule(rng, case, steps)
+    if rng.random() < 0.2:  # OLMo-core's token units: the same schedule counted in tokens
+        section = in_units(section, case["INSTANCES_PER_BATCH"] * recipe.SEQ)
+        section["units"] = "tokens"
+    return dict(SCHEDULER=section, WEIGHT_DECAY=rng.choice([0.0, 0.01, 0.1, 0.3]),
+                BETAS=rng.choice([(0.9, 0.95), (0.9, 0.999), (0.8, 0.99)]),
+                EPS=rng.choice([1e-8, 1e-6]),
+                MAX_GRAD_NORM=rng.choice([1.0, 1.0, 0.5, 0.1, None]),
+                Z_LOSS=rng.choice([1e-5, 1e-5, 1e-4, None]))
+
+
 LOSS_BOUND, GRAD_NORM_BOUND = 1e-4, 1e-3
 
 
@@ -74,7 +179,8 @@ def compare(ours, ref, judge_loss, judge_norm):
     for a, b in zip(ours, ref["steps"]):
         step = b["step"]
         loss = abs(a["train/loss"] - b["train/loss"]) / abs(b["train/loss"])
-        norm = abs(a["train/grad_norm"] - b["train/grad_norm"]) / b["train/grad_norm"]
+        norm = (0.0 if b["train/grad_norm"] is None else  # OLMo-core logs it when clipping
+                abs(a["train/grad_norm"] - b["train/grad_norm"]) / b["train/grad_norm"])
         worst_loss, worst_norm = max(worst_loss, loss), max(worst_norm, norm)
         if a["step"] != step:
             return worst_loss, worst_norm, f"tandem's step {a['step']} against {step}"
@@ -103,6 +209,8 @@ def check(binary, seed, index, steps, threads):
     if not case["PACKED"] and not case["LABEL_MASKS"] and mixing.random() < 0.7:
         case["MIXTURE"] = dict(ratio=mixing.choice([0.3, 0.45, 0.5, 0.7]),
                                requested=mixing.randint(12000, 30000))
+    case.update(draw_optimisation(random.Random(f"curve optimisation {seed} {index}"), case,
+                                  steps))
     for key, value in case.items():
         setattr(recipe, key, value)
     recipe.STEPS = steps

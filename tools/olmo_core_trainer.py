@@ -49,6 +49,9 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from olmo_schedulers import olmo_scheduler  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "olmo_core")
 
@@ -80,6 +83,18 @@ LABEL_MASKS = False
 # files 0 and 1 (downsampled), source b file 3 (max_repetition_ratio 2: upsampled when it needs
 # more than its 11500 tokens), file 2 unused. Fixed windows without label masks only.
 MIXTURE = None
+# The optimisation (AI2's OLMo 3 values). SCHEDULER: tandem's `scheduler:` section (OLMo-core's
+# field names); None = CosWithWarmup(WARMUP, ALPHA_F). MAX_GRAD_NORM / Z_LOSS None: turned off.
+SCHEDULER = None
+WEIGHT_DECAY = 0.1
+BETAS = (0.9, 0.95)
+EPS = 1e-8
+MAX_GRAD_NORM = 1.0
+Z_LOSS = 1e-5
+
+
+def scheduler_section():
+    return SCHEDULER or {"name": "cos_with_warmup", "warmup": WARMUP, "alpha_f": ALPHA_F}
 
 
 def mixture_sources(files):
@@ -140,7 +155,7 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
     from olmo_core.data.numpy_dataset import InstanceFilterConfig
     from olmo_core.nn.attention import AttentionBackendName, SlidingWindowAttentionConfig
     from olmo_core.nn.transformer import TransformerConfig
-    from olmo_core.optim import CosWithWarmup, OptimGroupOverride, SkipStepAdamWConfig
+    from olmo_core.optim import OptimGroupOverride, SkipStepAdamWConfig
     from olmo_core.train import Duration, TrainerConfig
     from olmo_core.train.train_module import TransformerTrainModuleConfig
 
@@ -186,17 +201,22 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
         rank_microbatch_size=MICRO_BATCH_INSTANCES * SEQ,
         max_sequence_length=SEQ,
         optim=SkipStepAdamWConfig(
-            lr=LR, weight_decay=0.1, betas=(0.9, 0.95), eps=1e-8,
+            lr=LR, weight_decay=WEIGHT_DECAY, betas=tuple(BETAS), eps=EPS,
             rolling_interval_length=SKIP_WINDOW, sigma_factor=SKIP_SIGMA,
             group_overrides=[OptimGroupOverride(params=["embeddings.weight"],
                                                 opts={"weight_decay": 0.0})]),
-        scheduler=CosWithWarmup(warmup=WARMUP, alpha_f=ALPHA_F),
-        z_loss_multiplier=1e-5,
-        max_grad_norm=1.0)
+        scheduler=olmo_scheduler(scheduler_section()),
+        z_loss_multiplier=Z_LOSS,
+        max_grad_norm=MAX_GRAD_NORM)
     trainer = TrainerConfig(save_folder=save_folder, work_dir=work_dir, save_overwrite=True,
                             max_duration=Duration.steps(steps), metrics_collect_interval=1,
                             cancel_check_interval=1000)
     return model, dataset, loader, train_module, trainer
+
+
+def optional_float(value):
+    """A metric OLMo-core logs only when its feature is on (z-loss, clipping's grad norm)."""
+    return None if value is None else float(value)
 
 
 class StepRecorder:
@@ -217,8 +237,8 @@ class StepRecorder:
                 self.records.append({
                     "step": step,
                     "train/loss": float(metrics["train/CE loss"]),
-                    "train/z_loss": float(metrics["train/Z loss"]),
-                    "train/grad_norm": float(metrics["optim/total grad norm"]),
+                    "train/z_loss": optional_float(metrics.get("train/Z loss")),
+                    "train/grad_norm": optional_float(metrics.get("optim/total grad norm")),
                     "lr": float(metrics["optim/LR (group 0)"]),
                     "skipped": bool(float(metrics["optim/step skipped"]) > 0.5),
                     "masked_instances": float(metrics.get("train/masked instances (%)", 0.0)),
@@ -333,10 +353,11 @@ def tandem_run_config(model_section, data_files, steps):
             **({"dataset": "packed", "long_doc_strategy": "fragment"} if PACKED else {}),
             **({"label_mask_paths": [os.path.basename(mask_path("", i))
                                      for i in range(len(data_files))]} if LABEL_MASKS else {})},
-        "optim": {"name": "skip_step_adamw", "lr": LR, "betas": [0.9, 0.95], "eps": 1e-8,
-                  "weight_decay": 0.1, "max_grad_norm": 1.0, "z_loss_multiplier": 1e-5,
+        "optim": {"name": "skip_step_adamw", "lr": LR, "betas": list(BETAS), "eps": EPS,
+                  "weight_decay": WEIGHT_DECAY, "max_grad_norm": MAX_GRAD_NORM,
+                  "z_loss_multiplier": Z_LOSS,
                   "rolling_interval_length": SKIP_WINDOW, "sigma_factor": SKIP_SIGMA},
-        "scheduler": {"name": "cos_with_warmup", "warmup": WARMUP, "alpha_f": ALPHA_F},
+        "scheduler": scheduler_section(),
         "trainer": {"save_folder": "runs/olmo-core-curve", "max_steps": steps, "seed": 1,
                     "progress": False},
         "evaluation": {"interval": 0, "sets": []},
@@ -350,11 +371,12 @@ def skip_margins(records):
     losses, norms = [], []
     for r in records:
         losses.append(r["train/loss"])
-        norms.append(r["train/grad_norm"])
+        if r["train/grad_norm"] is not None:  # without clipping the rule reads the loss only
+            norms.append(r["train/grad_norm"])
         losses, norms = losses[-(SKIP_WINDOW + 1):], norms[-(SKIP_WINDOW + 1):]
         if len(losses) < max(2, SKIP_WINDOW // 2):
             continue
-        for hist in (losses, norms):
+        for hist in (losses, norms) if norms else (losses,):
             prev = np.asarray(hist[:-1], dtype=np.float64)
             margin = (hist[-1] - prev.mean()) - SKIP_SIGMA * prev.std(ddof=1)
             out.append(abs(margin) / abs(hist[-1]))
@@ -390,11 +412,11 @@ def curve(a):
         yaml.safe_dump(tandem_run_config(model_section, [os.path.basename(p) for p in paths],
                                          STEPS), f, sort_keys=False, default_flow_style=None)
     with open(os.path.join(OUT, "curve_reference.json"), "w") as f:
-        json.dump({"reference": "OLMo-core Trainer + TransformerTrainModule + SkipStepAdamW + "
-                                "CosWithWarmup + " + ("NumpyPackedFSLDataset (stable sort)"
-                                                      if PACKED else "NumpyFSLDatasetMixture"
-                                                      if MIXTURE else "NumpyFSLDataset") +
-                                "/NumpyDataLoader (CPU, fp32, "
+        dataset = ("NumpyPackedFSLDataset (stable sort)" if PACKED else
+                   "NumpyFSLDatasetMixture" if MIXTURE else "NumpyFSLDataset")
+        scheduler = type(olmo_scheduler(scheduler_section())).__name__
+        json.dump({"reference": f"OLMo-core Trainer + TransformerTrainModule + SkipStepAdamW + "
+                                f"{scheduler} + {dataset}/NumpyDataLoader (CPU, fp32, "
                                 "single-process gloo group)",
                    "versions": versions(), "steps": records,
                    "steps_with_rejected_instances": rejected_steps, "skipped_steps": skipped,

@@ -49,14 +49,9 @@ from safetensors.torch import save_file
 from transformers import Olmo3ForCausalLM
 
 import olmo_core
-from olmo_core.optim import scheduler as olmo_sched
 
-SCHEDULERS = {
-    "cos_with_warmup": olmo_sched.CosWithWarmup,
-    "linear_with_warmup": olmo_sched.LinearWithWarmup,
-    "half_cos_with_warmup": olmo_sched.HalfCosWithWarmup,
-    "wsd": olmo_sched.WSD,
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from olmo_schedulers import olmo_scheduler, scheduled_lr  # noqa: E402
 
 
 class Yaml12Loader(yaml.SafeLoader):
@@ -126,14 +121,17 @@ def make_optimizer(model, o):
 
 
 def make_scheduler(cfg):
-    sched_cfg = dict(cfg["scheduler"])
-    return SCHEDULERS[sched_cfg.pop("name")](**sched_cfg)
+    """Any scheduler tandem reads (OLMo-core's classes), and the global batch in tokens that a
+    token-unit schedule counts."""
+    return olmo_scheduler(dict(cfg["scheduler"])), int(cfg["data"]["global_batch_size"])
 
 
 def train_step(model, opt, sched, o, ids, step, steps):
     """One optimiser step on a batch of token ids; returns the step's metrics record."""
-    z_mult = o.get("z_loss_multiplier", 1e-5)
+    z_mult = o.get("z_loss_multiplier", 1e-5) or 0.0  # null: z-loss off
     max_norm = o.get("max_grad_norm", 1.0)
+    if max_norm is None:  # clipping off: the norm is still measured and logged
+        max_norm = float("inf")
     labels = torch.full_like(ids, -100)
     labels[:, :-1] = ids[:, 1:]
     logits = model(input_ids=ids).logits.float()
@@ -147,7 +145,8 @@ def train_step(model, opt, sched, o, ids, step, steps):
     opt.zero_grad(set_to_none=False)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    lr = sched.get_lr(o["lr"], step, steps)
+    scheduler, batch_tokens = sched
+    lr = scheduled_lr(scheduler, o["lr"], step, steps, batch_tokens)
     for g in opt.param_groups:
         g["lr"] = lr
     opt.step()
