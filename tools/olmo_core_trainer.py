@@ -15,7 +15,9 @@ single-process gloo process group.
               same recipe over NumpyPackedFSLDataset (fragmented documents, packed with a stable
               sort) with label-mask files, 60 steps. With --mixture 0.3:30000 --steps 40 --out
               tests/fixtures/olmo_core_mixture: a source mixture over the same files
-              (NumpyFSLDatasetMixture; source b upsampled 1.8 times), 40 steps.
+              (NumpyFSLDatasetMixture; source b upsampled 1.8 times), 40 steps. With --optim
+              JSON --steps 40 --out tests/fixtures/olmo_core_schedule: another optimisation
+              (its values are those of the fixture's curve.yaml).
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -563,6 +565,21 @@ def checkpoint(a):
                    "steps": continuation, "round_trip": round_trip}, f, indent=1)
 
 
+def set_optimisation(settings):
+    """The recipe's optimisation from --optim's keys (the others keep AI2's values)."""
+    global SCHEDULER, WEIGHT_DECAY, BETAS, EPS, MAX_GRAD_NORM, Z_LOSS
+    unknown = set(settings) - {"scheduler", "weight_decay", "betas", "eps", "max_grad_norm",
+                               "z_loss"}
+    if unknown:
+        sys.exit(f"--optim: unknown keys {sorted(unknown)}")
+    SCHEDULER = settings.get("scheduler", SCHEDULER)
+    WEIGHT_DECAY = settings.get("weight_decay", WEIGHT_DECAY)
+    BETAS = tuple(settings.get("betas", BETAS))
+    EPS = settings.get("eps", EPS)
+    MAX_GRAD_NORM = settings.get("max_grad_norm", MAX_GRAD_NORM)
+    Z_LOSS = settings.get("z_loss", Z_LOSS)
+
+
 def main():
     global PACKED, LABEL_MASKS, STEPS, MIXTURE
     ap = argparse.ArgumentParser()
@@ -582,10 +599,16 @@ def main():
                     help="curve: a source mixture (MIXTURE) with source a's target ratio and "
                     "requested_tokens, e.g. 0.3:30000")
     ap.add_argument("--steps", type=int, default=STEPS, help="curve: training steps")
+    ap.add_argument("--optim", default=None, metavar="JSON",
+                    help="curve: the optimisation instead of AI2's, as JSON with any of "
+                    "scheduler (a tandem scheduler section), weight_decay, betas, eps, "
+                    "max_grad_norm and z_loss (null: off)")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if a.what == "curve":
         PACKED, LABEL_MASKS, STEPS = a.packed, a.label_masks, a.steps
+        if a.optim:
+            set_optimisation(json.loads(a.optim))
         if a.mixture:
             ratio, requested = a.mixture.split(":")
             MIXTURE = {"ratio": float(ratio), "requested": int(requested)}
