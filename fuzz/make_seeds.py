@@ -87,6 +87,13 @@ def main():
              "scheduler: {name: wsds, period_lengths: [6, 4], period_lr_multipliers: [1, 0.5],"
              " warmup: 1, decay_fraction: 0.25}\n")):
         put("yaml_config", name, parity.replace(old_line, section))
+    # OLMo-core's group_overrides (weight decay per group of parameter patterns)
+    optim_line = "  name: adamw  # plain AdamW: no skip-step rule\n"
+    assert optim_line in parity
+    put("yaml_config", "optim_groups", parity.replace(optim_line, optim_line + (
+        "  group_overrides:\n"
+        "    - {params: [embeddings.weight, '*norm*'], opts: {weight_decay: 0.0}}\n"
+        "    - {params: ['blocks.[01].feed_forward.w?.weight'], opts: {weight_decay: 0.3}}\n")))
     # dataset: packed inputs: metadata text (gzipped by the target), a raw .csv.gz, a packing cache
     put("packed_inputs", "metadata_text", b"\x00\x05" + b"0,100\n100,350,doc-1\n350,4096,x,\"y,z\"\n")
     put("packed_inputs", "metadata_gz", b"\x01\x05" + gzip.compress(b"0,10\n10,20\n", mtime=0))

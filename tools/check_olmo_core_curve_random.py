@@ -15,10 +15,12 @@ draw_optimisation): any of OLMo-core 3.0's schedulers but `constant` (warmup as 
 fraction, warmup_min_lr, alpha_f, t_max, decay lengths and floors, WSD-S periods, sequential and
 composable with override decays), a fifth of them counted in tokens; weight decay 0 to 0.3, betas,
 eps, clipping at 0.1 to 1 or none (OLMo-core then logs no grad norm and its skip rule reads the
-loss only), z-loss 1e-5, 1e-4 or none; the rest keep AI2's. For every step, tandem's loss must be
+loss only), z-loss 1e-5, 1e-4 or none, and group_overrides (AI2's, none, or weight decay groups
+by parameter patterns); the rest keep AI2's. For every step, tandem's loss must be
 within 1e-4 relative (the issue's bound),
 its lr within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
-its skip decision OLMo-core's.
+its skip decision OLMo-core's, and at the end every weight tensor within 1e-4 relative L2
+(the fixture test's bound; weight decay shows there first).
 
 A bound is judged only where the recipe itself determines the quantity to a tenth of it: each
 recipe is also trained by tandem from its initial weights multiplied by (1 + 1e-7 N(0, 1)), and a
@@ -149,7 +151,7 @@ def draw_optimisation(rng, case, steps):
     0.95), eps 1e-8, clipping at 1.0, z-loss 1e-5)."""
     if rng.random() < 1 / 3:
         return dict(SCHEDULER=None, WEIGHT_DECAY=0.1, BETAS=(0.9, 0.95), EPS=1e-8,
-                    MAX_GRAD_NORM=1.0, Z_LOSS=1e-5)
+                    MAX_GRAD_NORM=1.0, Z_LOSS=1e-5, GROUP_OVERRIDES=None)
     section = draw_schedule(rng, case, steps)
     if rng.random() < 0.2:  # OLMo-core's token units: the same schedule counted in tokens
         section = in_units(section, case["INSTANCES_PER_BATCH"] * recipe.SEQ)
@@ -158,10 +160,31 @@ def draw_optimisation(rng, case, steps):
                 BETAS=rng.choice([(0.9, 0.95), (0.9, 0.999), (0.8, 0.99)]),
                 EPS=rng.choice([1e-8, 1e-6]),
                 MAX_GRAD_NORM=rng.choice([1.0, 1.0, 0.5, 0.1, None]),
-                Z_LOSS=rng.choice([1e-5, 1e-5, 1e-4, None]))
+                Z_LOSS=rng.choice([1e-5, 1e-5, 1e-4, None]),
+                GROUP_OVERRIDES=draw_group_overrides(
+                    random.Random(f"group overrides {rng.random()}")))
 
 
-LOSS_BOUND, GRAD_NORM_BOUND = 1e-4, 1e-3
+def draw_group_overrides(rng):
+    """OLMo-core's group_overrides (weight decay per group of parameter patterns): AI2's (None),
+    none at all, or other groups."""
+    return rng.choice([
+        None, None, [],
+        [{"params": ["embeddings.weight", "*norm*"], "opts": {"weight_decay": 0.0}}],
+        [{"params": ["blocks.*.feed_forward.*"], "opts": {"weight_decay": 0.3}},
+         {"params": ["embeddings.weight"], "opts": {"weight_decay": 0.0}}],
+        [{"params": ["lm_head.*", "blocks.[02].attention.w_?.weight"],
+          "opts": {"weight_decay": 0.0}}]])
+
+
+LOSS_BOUND, GRAD_NORM_BOUND, WEIGHTS_BOUND = 1e-4, 1e-3, 1e-4
+
+
+def weights_gap(a, b):
+    """The largest relative L2 distance of a tensor of `a` from the same tensor of `b`."""
+    assert set(a) == set(b), sorted(set(a) ^ set(b))
+    return max(float((a[k].double() - b[k].double()).norm() / b[k].double().norm().clamp_min(1e-30))
+               for k in b)
 
 
 def worst_gap(a, b, key):
@@ -199,7 +222,19 @@ def compare(ours, ref, judge_loss, judge_norm):
     return worst_loss, worst_norm, None
 
 
-def check(binary, seed, index, steps, threads):
+def check(binary, seed, index, steps, threads, keep=False):
+    """One recipe: (agrees, the case, OLMo-core's reference, a summary); its files are removed
+    unless `keep` (then the summary names their folder)."""
+    out = tempfile.mkdtemp(prefix="olmo_core_curve_")
+    try:
+        ok, case, ref, what = check_in(binary, seed, index, steps, threads, out)
+    finally:
+        if not keep:
+            shutil.rmtree(out, ignore_errors=True)
+    return ok, case, ref, what + (f" (files in {out})" if keep else "")
+
+
+def check_in(binary, seed, index, steps, threads, out):
     rng = random.Random(seed * 1000 + index)
     case = draw(rng)
     # Source mixtures: a stream of their own (the other draws stay as they were); OLMo-core mixes
@@ -214,7 +249,6 @@ def check(binary, seed, index, steps, threads):
     for key, value in case.items():
         setattr(recipe, key, value)
     recipe.STEPS = steps
-    out = tempfile.mkdtemp(prefix="olmo_core_curve_")
     recipe.curve(types.SimpleNamespace(out=out, threads=threads))
     with open(os.path.join(out, "curve_reference.json")) as f:
         ref = json.load(f)
@@ -235,10 +269,21 @@ def check(binary, seed, index, steps, threads):
                                                                            "train/grad_norm")
     judge_loss, judge_norm = sens_loss < LOSS_BOUND / 10, sens_norm < GRAD_NORM_BOUND / 10
     worst_loss, worst_norm, problem = compare(ours, ref, judge_loss, judge_norm)
+    # Final weights (what weight decay moves most): every tensor within 1e-4 relative L2 of
+    # OLMo-core's, judged where the perturbation moved tandem's own by less than a tenth of that.
+    last = f"checkpoints/step-{steps:06d}/model/model.safetensors"
+    final = load_file(os.path.join(out, "tandem-run", last))
+    sens_weights = weights_gap(load_file(os.path.join(out, "tandem-run-perturbed", last)), final)
+    worst_weights = weights_gap(final, load_file(os.path.join(out, "curve_final.safetensors")))
+    judge_weights = sens_weights < WEIGHTS_BOUND / 10
+    if problem is None and judge_weights and worst_weights > WEIGHTS_BOUND:
+        problem = f"final weights {worst_weights:.1e} relative L2 from OLMo-core's"
     summary = (f"worst loss rel {worst_loss:.1e} ({'judged' if judge_loss else 'not judged'}: "
                f"own sensitivity {sens_loss:.1e}), grad norm rel {worst_norm:.1e} "
                f"({'judged' if judge_norm else 'not judged'}: own sensitivity {sens_norm:.1e}), "
-               f"skipped {ref['skipped_steps']}, filter-rejected steps "
+               f"final weights rel L2 {worst_weights:.1e} "
+               f"({'judged' if judge_weights else 'not judged'}: own sensitivity "
+               f"{sens_weights:.1e}), skipped {ref['skipped_steps']}, filter-rejected steps "
                f"{len(ref['steps_with_rejected_instances'])}")
     return problem is None, case, ref, (problem + "; " + summary) if problem else summary
 
@@ -259,10 +304,12 @@ def main():
     ap = argument_parser(__doc__, cases=5)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--keep", action="store_true", help="keep each recipe's files (named)")
     args = ap.parse_args()
 
     def one(index):
-        ok, case, _, what = check(args.tandem, args.seed, index, args.steps, args.threads)
+        ok, case, _, what = check(args.tandem, args.seed, index, args.steps, args.threads,
+                                  args.keep)
         return ok, f"{what}: {case}"
 
     return run_cases("check_olmo_core_curve_random", args, one, f"recipes of {args.steps} steps")

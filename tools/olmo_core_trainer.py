@@ -93,6 +93,10 @@ BETAS = (0.9, 0.95)
 EPS = 1e-8
 MAX_GRAD_NORM = 1.0
 Z_LOSS = 1e-5
+# OLMo-core's group_overrides as tandem writes them ([{params: [...], opts: {weight_decay}}]);
+# None: AI2's (the embedding without weight decay), which tandem's config leaves implicit.
+GROUP_OVERRIDES = None
+AI2_GROUP_OVERRIDES = [{"params": ["embeddings.weight"], "opts": {"weight_decay": 0.0}}]
 
 
 def scheduler_section():
@@ -205,8 +209,9 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
         optim=SkipStepAdamWConfig(
             lr=LR, weight_decay=WEIGHT_DECAY, betas=tuple(BETAS), eps=EPS,
             rolling_interval_length=SKIP_WINDOW, sigma_factor=SKIP_SIGMA,
-            group_overrides=[OptimGroupOverride(params=["embeddings.weight"],
-                                                opts={"weight_decay": 0.0})]),
+            group_overrides=[OptimGroupOverride(params=g["params"], opts=g["opts"])
+                             for g in (AI2_GROUP_OVERRIDES if GROUP_OVERRIDES is None
+                                       else GROUP_OVERRIDES)]),
         scheduler=olmo_scheduler(scheduler_section()),
         z_loss_multiplier=Z_LOSS,
         max_grad_norm=MAX_GRAD_NORM)
@@ -358,6 +363,7 @@ def tandem_run_config(model_section, data_files, steps):
         "optim": {"name": "skip_step_adamw", "lr": LR, "betas": list(BETAS), "eps": EPS,
                   "weight_decay": WEIGHT_DECAY, "max_grad_norm": MAX_GRAD_NORM,
                   "z_loss_multiplier": Z_LOSS,
+                  **({} if GROUP_OVERRIDES is None else {"group_overrides": GROUP_OVERRIDES}),
                   "rolling_interval_length": SKIP_WINDOW, "sigma_factor": SKIP_SIGMA},
         "scheduler": scheduler_section(),
         "trainer": {"save_folder": "runs/olmo-core-curve", "max_steps": steps, "seed": 1,
@@ -567,9 +573,9 @@ def checkpoint(a):
 
 def set_optimisation(settings):
     """The recipe's optimisation from --optim's keys (the others keep AI2's values)."""
-    global SCHEDULER, WEIGHT_DECAY, BETAS, EPS, MAX_GRAD_NORM, Z_LOSS
+    global SCHEDULER, WEIGHT_DECAY, BETAS, EPS, MAX_GRAD_NORM, Z_LOSS, GROUP_OVERRIDES
     unknown = set(settings) - {"scheduler", "weight_decay", "betas", "eps", "max_grad_norm",
-                               "z_loss"}
+                               "z_loss", "group_overrides"}
     if unknown:
         sys.exit(f"--optim: unknown keys {sorted(unknown)}")
     SCHEDULER = settings.get("scheduler", SCHEDULER)
@@ -578,6 +584,7 @@ def set_optimisation(settings):
     EPS = settings.get("eps", EPS)
     MAX_GRAD_NORM = settings.get("max_grad_norm", MAX_GRAD_NORM)
     Z_LOSS = settings.get("z_loss", Z_LOSS)
+    GROUP_OVERRIDES = settings.get("group_overrides", GROUP_OVERRIDES)
 
 
 def main():
@@ -602,7 +609,7 @@ def main():
     ap.add_argument("--optim", default=None, metavar="JSON",
                     help="curve: the optimisation instead of AI2's, as JSON with any of "
                     "scheduler (a tandem scheduler section), weight_decay, betas, eps, "
-                    "max_grad_norm and z_loss (null: off)")
+                    "max_grad_norm and z_loss (null: off), group_overrides")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if a.what == "curve":

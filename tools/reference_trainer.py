@@ -28,6 +28,7 @@ Usage: reference_trainer.py --tandem build/tandem --config RUN.yaml --bench-step
                             [key=value ...]
 """
 import argparse
+import fnmatch
 import glob
 import json
 import os
@@ -110,12 +111,42 @@ def global_batches(tandem, config, overrides, steps, log=sys.stdout):
     return batches
 
 
+HF_TO_OLMO_CORE = [  # HF Olmo3 parameter names -> OLMo-core's, which group_overrides match
+    (r"^model\.embed_tokens\.weight$", "embeddings.weight"),
+    (r"^model\.layers\.(\d+)\.self_attn\.([qkv])_proj\.weight$", r"blocks.\1.attention.w_\2.weight"),
+    (r"^model\.layers\.(\d+)\.self_attn\.o_proj\.weight$", r"blocks.\1.attention.w_out.weight"),
+    (r"^model\.layers\.(\d+)\.self_attn\.([qk])_norm\.weight$", r"blocks.\1.attention.\2_norm.weight"),
+    (r"^model\.layers\.(\d+)\.post_attention_layernorm\.weight$", r"blocks.\1.attention_norm.weight"),
+    (r"^model\.layers\.(\d+)\.mlp\.gate_proj\.weight$", r"blocks.\1.feed_forward.w1.weight"),
+    (r"^model\.layers\.(\d+)\.mlp\.down_proj\.weight$", r"blocks.\1.feed_forward.w2.weight"),
+    (r"^model\.layers\.(\d+)\.mlp\.up_proj\.weight$", r"blocks.\1.feed_forward.w3.weight"),
+    (r"^model\.layers\.(\d+)\.post_feedforward_layernorm\.weight$",
+     r"blocks.\1.feed_forward_norm.weight"),
+    (r"^model\.norm\.weight$", "lm_head.norm.weight"),
+    (r"^lm_head\.weight$", "lm_head.w_out.weight"),
+]
+
+
+def olmo_core_name(hf_name):
+    for pattern, replacement in HF_TO_OLMO_CORE:
+        if re.match(pattern, hf_name):
+            return re.sub(pattern, replacement, hf_name)
+    raise ValueError(f"no OLMo-core name for HF parameter {hf_name}")
+
+
 def make_optimizer(model, o):
-    decay, no_decay = [], []
+    """torch's AdamW with tandem's (OLMo-core's) weight decay groups: `group_overrides` matched
+    against OLMo-core's names as fnmatch globs, or AI2's recipe (the embedding at 0) without it."""
+    overrides = o.get("group_overrides", [{"params": ["embeddings.weight"],
+                                           "opts": {"weight_decay": 0.0}}]) or []
+    groups = [{"params": [], "weight_decay": g["opts"]["weight_decay"]} for g in overrides]
+    default = {"params": [], "weight_decay": o.get("weight_decay", 0.1)}
     for name, p in model.named_parameters():
-        (no_decay if name == "model.embed_tokens.weight" else decay).append(p)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": o.get("weight_decay", 0.1)},
-                              {"params": no_decay, "weight_decay": 0.0}],
+        core = olmo_core_name(name)
+        matched = [i for i, g in enumerate(overrides)
+                   if any(fnmatch.fnmatchcase(core, pat) for pat in g["params"])]
+        (groups[matched[0]] if matched else default)["params"].append(p)
+    return torch.optim.AdamW([g for g in groups + [default] if g["params"]],
                              lr=o["lr"], betas=tuple(o.get("betas", [0.9, 0.95])),
                              eps=o.get("eps", 1e-8), foreach=False)
 

@@ -241,6 +241,68 @@ TEST(AdamW, UpdatesOfManyTensorsAreEachTensorsUpdate) {
   EXPECT_EQ(many[0].p, before);
 }
 
+// OLMo-core's group_overrides for weight decay: with zero gradients a step only decays, so each
+// parameter shows exactly the factor its group gave it (one update call per distinct decay).
+TEST(AdamW, GroupOverridesGiveEachParameterItsGroupsDecay) {
+  std::vector<float> w = {2.0f}, n = {3.0f}, e = {4.0f}, f = {5.0f}, g = {0.0f};
+  AdamWHyper hyper;
+  hyper.weight_decay = 0.1;
+  hyper.groups = std::vector<WeightDecayGroup>{{{"*norm*", "embeddings.weight"}, 0.0},
+                                               {{"blocks.*.feed_forward.*"}, 0.5}};
+  // The embedding's own flag (false) no longer decides once groups are given: its group does.
+  AdamW opt(
+      testing::cpu(),
+      {param("blocks.0.attention.w_q.weight", w, g, true),
+       param("blocks.0.attention_norm.weight", n, g, true), param("embeddings.weight", e, g, false),
+       param("blocks.1.feed_forward.w1.weight", f, g, true)},
+      hyper);
+  opt.step(1e-2);
+  EXPECT_EQ(w[0], 2.0f * static_cast<float>(1.0 - 1e-2 * 0.1));
+  EXPECT_EQ(n[0], 3.0f);
+  EXPECT_EQ(e[0], 4.0f);
+  EXPECT_EQ(f[0], 5.0f * static_cast<float>(1.0 - 1e-2 * 0.5));
+  // No overrides at all ([]): every parameter, the embedding too, takes the optimiser's decay.
+  hyper.groups = std::vector<WeightDecayGroup>{};
+  std::vector<float> e2 = {4.0f};
+  AdamW all(testing::cpu(), {param("embeddings.weight", e2, g, false)}, hyper);
+  all.step(1e-2);
+  EXPECT_EQ(e2[0], 4.0f * static_cast<float>(1.0 - 1e-2 * 0.1));
+}
+
+TEST(AdamW, ParameterPatternsAreFnmatchGlobs) {
+  EXPECT_TRUE(matches_param_pattern("embeddings.weight", "embeddings.weight"));
+  EXPECT_FALSE(matches_param_pattern("embeddings", "embeddings.weight"));  // whole names
+  EXPECT_TRUE(matches_param_pattern("*norm*", "blocks.3.attention.q_norm.weight"));
+  EXPECT_TRUE(matches_param_pattern("blocks.?.attention.*", "blocks.3.attention.w_k.weight"));
+  EXPECT_FALSE(matches_param_pattern("blocks.?.attention.*", "blocks.13.attention.w_k.weight"));
+  EXPECT_TRUE(matches_param_pattern("blocks.[!0].*", "blocks.1.x"));
+  EXPECT_FALSE(matches_param_pattern("blocks.[!0].*", "blocks.0.x"));
+  EXPECT_FALSE(matches_param_pattern("Embeddings.weight", "embeddings.weight"));  // case matters
+  EXPECT_TRUE(matches_param_pattern("a\\b", "a\\b"));  // a backslash is itself, as in Python
+}
+
+TEST(AdamW, GroupOverridesAreCheckedAgainstTheModelAsOlmoCoreDoes) {
+  const std::vector<std::string> names = {"embeddings.weight", "blocks.0.attention_norm.weight",
+                                          "lm_head.w_out.weight"};
+  check_weight_decay_groups({{{"embeddings.weight"}, 0.0}, {{"*norm*"}, 0.0}}, names);
+  try {
+    check_weight_decay_groups({{{"embeddings.weight", "*bias"}, 0.0}}, names);
+    ADD_FAILURE() << "a pattern matching nothing was accepted";
+  } catch (const core::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("pattern '*bias' matches no parameter"),
+              std::string::npos)
+        << err.what();
+  }
+  try {
+    check_weight_decay_groups({{{"*.weight"}, 0.0}, {{"lm_head.*"}, 0.2}}, names);
+    ADD_FAILURE() << "a parameter in two groups was accepted";
+  } catch (const core::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("'lm_head.w_out.weight' is in groups 0 and 1"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
 TEST(AdamW, OnlyTheEmbeddingSkipsDecay) {
   EXPECT_FALSE(olmo_weight_decay_applies("embeddings.weight"));
   EXPECT_FALSE(olmo_weight_decay_applies("model.embed_tokens.weight"));

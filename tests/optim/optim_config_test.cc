@@ -60,6 +60,30 @@ TEST(OptimConfig, ErrorsNameTheKey) {
   expect_error("{max_grad_norm: 0}", "optim.max_grad_norm");
   expect_error("{rolling_interval_length: 1}", "rolling_interval_length");
   expect_error("{eps: abc}", "optim.eps");
+  expect_error("{group_overrides: [{params: [embeddings.weight], opts: {lr: 1e-3}}]}",
+               "optim.group_overrides[0].opts.lr': tandem overrides only weight_decay per group");
+  expect_error("{group_overrides: [{params: [], opts: {weight_decay: 0}}]}",
+               "optim.group_overrides[0].params' must name at least one");
+  expect_error("{group_overrides: [{params: [x], opts: {}}]}", "give weight_decay");
+  expect_error("{group_overrides: [{params: [x], opts: {weight_decay: -1}}]}", "must be >= 0");
+  expect_error("{group_overrides: [{params: [x], opts: {weight_decay: 0}, lr: 1}]}",
+               "optim.group_overrides[0].lr");
+  expect_error("{group_overrides: {params: [x]}}", "expected a list of mappings");
+}
+
+// OLMo-core's group_overrides: absent keeps the OLMo 3 recipe (the parameters' own flags); null
+// or [] means none (every parameter decayed); otherwise weight decay per group of patterns.
+TEST(OptimConfig, GroupOverrides) {
+  EXPECT_FALSE(parse("{}").adamw.groups.has_value());
+  EXPECT_TRUE(parse("{group_overrides: null}").adamw.groups->empty());
+  EXPECT_TRUE(parse("{group_overrides: []}").adamw.groups->empty());
+  OptimConfig c = parse(
+      "{group_overrides: [{params: [embeddings.weight, '*norm*'], opts: {weight_decay: 0.0}},"
+      " {params: ['blocks.*.feed_forward.*'], opts: {weight_decay: 0.2}}]}");
+  ASSERT_EQ(c.adamw.groups->size(), 2u);
+  EXPECT_EQ((*c.adamw.groups)[0].params, (std::vector<std::string>{"embeddings.weight", "*norm*"}));
+  EXPECT_EQ((*c.adamw.groups)[0].weight_decay, 0.0);
+  EXPECT_EQ((*c.adamw.groups)[1].weight_decay, 0.2);
 }
 
 }  // namespace

@@ -138,7 +138,8 @@ TEST(OlmoCoreCurve, SourceMixtureMatchesOlmoCoresTrainer) {
 // Another optimisation, the same recipe otherwise, 40 steps (tests/fixtures/olmo_core_schedule):
 // OLMo-core's SequentialScheduler counted in tokens (ConstantWithWarmup for 8 steps, then PowerLR
 // with its decay tail) with a cosine OverrideDecay over the last steps, no clipping (the skip rule
-// then reads the loss only), z-loss 1e-4, weight decay 0.05, betas (0.9, 0.999), eps 1e-6.
+// then reads the loss only), z-loss 1e-4, weight decay 0.05 with group overrides (embedding and
+// norms 0, feed-forward weights 0.5), betas (0.9, 0.999), eps 1e-6.
 TEST(OlmoCoreCurve, ScheduleAndOptimiserSettingsMatchOlmoCoresTrainer) {
   const std::string fx = testing::fixture("olmo_core_schedule");
   const nlohmann::json ref = read_json(fx + "/curve_reference.json");

@@ -25,6 +25,7 @@ AdamW::AdamW(kernels::Backend& backend, std::vector<ParamBuffer> params, AdamWHy
       TANDEM_CHECK(params_[j].name != p.name, "AdamW: parameter '{}' registered twice", p.name);
     offsets_.push_back(total);
     total += p.size();
+    decays_.push_back(hyper_.weight_decay_of(p));
   }
   total_ = total;
   const kernels::Shape flat{static_cast<std::int64_t>(total)};
@@ -67,26 +68,35 @@ void AdamW::step_range(double lr, std::size_t begin, std::size_t end) {
   kernels::AdamWScalars k;
   k.neg_step_size = static_cast<float>(-(lr / bias_correction1));
   k.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  k.decay_factor = static_cast<float>(1.0 - lr * hyper_.weight_decay);
   k.one_minus_beta1 = static_cast<float>(1.0 - hyper_.beta1);
   k.beta2 = static_cast<float>(hyper_.beta2);
   k.one_minus_beta2 = static_cast<float>(1.0 - hyper_.beta2);
   k.eps = static_cast<float>(hyper_.eps);
 
-  // Every parameter's part of [begin, end) in one op (one launch on the CUDA backend).
-  std::vector<kernels::AdamWRun> runs;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const std::size_t lo = std::max(begin, offsets_[i]);
-    const std::size_t hi = std::min(end, offsets_[i] + params_[i].size());
-    if (lo >= hi) continue;
-    const auto first = static_cast<std::int64_t>(lo - offsets_[i]);
-    const kernels::Shape run{static_cast<std::int64_t>(hi - lo)};
-    runs.push_back({params_[i].param.view(first, run), params_[i].grad.view(first, run),
-                    exp_avg_.tensor().view(static_cast<std::int64_t>(lo), run),
-                    exp_avg_sq_.tensor().view(static_cast<std::int64_t>(lo), run),
-                    params_[i].weight_decay && hyper_.weight_decay != 0.0});
+  // Every parameter's part of [begin, end) in one op (one launch on the CUDA backend) per distinct
+  // weight decay; the parameters without decay go with the first.
+  std::vector<double> decays;
+  for (double d : decays_)
+    if (d != 0.0 && std::find(decays.begin(), decays.end(), d) == decays.end()) decays.push_back(d);
+  if (decays.empty()) decays.push_back(0.0);
+  for (std::size_t g = 0; g < decays.size(); ++g) {
+    std::vector<kernels::AdamWRun> runs;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (decays_[i] != decays[g] && !(decays_[i] == 0.0 && g == 0)) continue;
+      const std::size_t lo = std::max(begin, offsets_[i]);
+      const std::size_t hi = std::min(end, offsets_[i] + params_[i].size());
+      if (lo >= hi) continue;
+      const auto first = static_cast<std::int64_t>(lo - offsets_[i]);
+      const kernels::Shape run{static_cast<std::int64_t>(hi - lo)};
+      runs.push_back({params_[i].param.view(first, run), params_[i].grad.view(first, run),
+                      exp_avg_.tensor().view(static_cast<std::int64_t>(lo), run),
+                      exp_avg_sq_.tensor().view(static_cast<std::int64_t>(lo), run),
+                      decays_[i] != 0.0});
+    }
+    if (runs.empty()) continue;
+    k.decay_factor = static_cast<float>(1.0 - lr * decays[g]);
+    backend_.adamw_updates(runs, k);
   }
-  backend_.adamw_updates(runs, k);
   ++step_;
 }
 

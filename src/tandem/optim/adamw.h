@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,12 +35,34 @@ struct ParamBuffer {
 // `embeddings.weight` in OLMo-core, `model.embed_tokens.weight` in HF); norms ARE decayed.
 bool olmo_weight_decay_applies(std::string_view param_name);
 
+// OLMo-core's OptimGroupOverride for weight decay: the parameters whose names match one of
+// `params` (glob patterns as Python's fnmatch reads them: *, ?, [seq], [!seq]; no escapes) take
+// `weight_decay` instead of the optimiser's.
+struct WeightDecayGroup {
+  std::vector<std::string> params;
+  double weight_decay = 0.0;
+};
+
+// Python's fnmatch.fnmatch(name, pattern) on POSIX (case-sensitive; `*` also matches dots).
+bool matches_param_pattern(std::string_view pattern, std::string_view name);
+
+// OLMo-core's checks of its group overrides against the model's parameter names: every pattern
+// matches a parameter, and no parameter falls in two groups (torch refuses that). Throws
+// tandem::core::Error naming the pattern or parameter.
+void check_weight_decay_groups(const std::vector<WeightDecayGroup>& groups,
+                               const std::vector<std::string>& parameter_names);
+
 struct AdamWHyper {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
+  // OLMo-core's group_overrides: when set, each parameter's decay is its group's (the first whose
+  // pattern matches) or `weight_decay`; unset, the OLMo 3 recipe: `weight_decay` where the
+  // ParamBuffer's flag says so (every parameter but the embedding).
+  std::optional<std::vector<WeightDecayGroup>> groups;
   void validate() const;  // throws tandem::core::Error on out-of-range values
+  double weight_decay_of(const ParamBuffer& p) const;
 };
 
 class AdamW {
@@ -75,6 +98,7 @@ class AdamW {
   std::vector<std::size_t> offsets_;  // offsets_[i] = flat start of parameter i
   std::size_t total_ = 0;
   AdamWHyper hyper_;
+  std::vector<double> decays_;  // decays_[i]: parameter i's weight decay
   kernels::Buffer exp_avg_;
   kernels::Buffer exp_avg_sq_;
   std::int64_t step_ = 0;

@@ -1,6 +1,9 @@
 #include "tandem/optim/optim_config.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "tandem/core/error.h"
 
@@ -15,6 +18,39 @@ std::optional<double> optional_positive(io::ConfigSection& s, const std::string&
   TANDEM_CHECK(v > 0.0 && std::isfinite(v), "{} must be > 0 (or null to turn it off), got {}",
                s.where(key), v);
   return v;
+}
+
+// OLMo-core's group_overrides: [{params: [pattern, ...], opts: {weight_decay: x}}, ...]; absent:
+// the OLMo 3 recipe (set by the model's parameter flags); null or []: no overrides, every
+// parameter decayed. Only weight_decay may be overridden.
+std::optional<std::vector<WeightDecayGroup>> read_group_overrides(io::ConfigSection& s) {
+  s.mark_used("group_overrides");
+  if (!s.has("group_overrides")) return std::nullopt;
+  std::vector<WeightDecayGroup> groups;
+  if (s.raw("group_overrides").IsNull()) return groups;
+  for (io::ConfigSection& g : s.section_list("group_overrides")) {
+    WeightDecayGroup group;
+    group.params = g.get_string_list("params");
+    TANDEM_CHECK(!group.params.empty(), "{} must name at least one parameter pattern",
+                 g.where("params"));
+    io::ConfigSection opts = g.section("opts");
+    const YAML::Node given = g.raw("opts");
+    for (const auto& kv : given.IsMap() ? given : YAML::Node(YAML::NodeType::Map)) {
+      const std::string key = kv.first.as<std::string>();
+      TANDEM_CHECK(key == "weight_decay",
+                   "{}: tandem overrides only weight_decay per group (OLMo-core passes any torch "
+                   "option, such as a group's own lr)",
+                   opts.where(key));
+    }
+    TANDEM_CHECK(opts.has("weight_decay"), "{}: give weight_decay", g.where("opts"));
+    group.weight_decay = opts.get_double("weight_decay");
+    TANDEM_CHECK(group.weight_decay >= 0.0 && std::isfinite(group.weight_decay),
+                 "{} must be >= 0, got {}", opts.where("weight_decay"), group.weight_decay);
+    opts.finish();
+    g.finish();
+    groups.push_back(std::move(group));
+  }
+  return groups;
 }
 
 }  // namespace
@@ -37,6 +73,7 @@ OptimConfig read_optim_config(io::ConfigSection s) {
   s.mark_used("betas");
   c.adamw.eps = s.get_double("eps", c.adamw.eps);
   c.adamw.weight_decay = s.get_double("weight_decay", c.adamw.weight_decay);
+  c.adamw.groups = read_group_overrides(s);
   try {
     c.adamw.validate();
   } catch (const core::Error& e) {

@@ -39,6 +39,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const RunConfig& config, kernel
                                                  model::Olmo3Model& model,
                                                  dist::FsdpParameters* sharded,
                                                  dist::Communicator& comm) {
+  if (config.optim.adamw.groups) {  // OLMo-core's checks, against every parameter's name
+    std::vector<std::string> names;
+    for (const model::ParameterEntry& e : model.layout().entries()) names.push_back(e.name);
+    optim::check_weight_decay_groups(*config.optim.adamw.groups, names);
+  }
   if (sharded)
     return std::make_unique<dist::FsdpOptimizer>(backend, *sharded, config.optim.adamw, comm);
   // ZeRO-1 with one rank is the replicated optimiser.
