@@ -79,6 +79,7 @@ import io
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -377,7 +378,7 @@ def config_class_dataset(folder, paths, mask_paths, spec):
                                               NumpyPackedFSLDatasetConfig)
     from olmo_core.data.types import LongDocStrategy, NumpyDatasetDType
 
-    work = tempfile.mkdtemp(prefix="data_order_work_")
+    work = tempfile.mkdtemp(prefix="data_order_work_", dir=folder)  # removed with the case
     token_args, mask_args = patterns(folder, paths, mask_paths, spec)
     packed = spec.get("packed")
     common = dict(
@@ -613,8 +614,16 @@ def describe(spec):
 
 
 def check_case(binary, seed, index, plain=False):
-    """(agrees, a line describing the case, the first disagreement or None)."""
+    """(agrees, a line describing the case, the first disagreement or None); the case's files
+    (and OLMo-core's work folder inside them) are removed afterwards."""
     folder, paths, mask_paths, spec = draw(seed, index, plain)
+    try:
+        return check_drawn_case(binary, seed, index, folder, paths, mask_paths, spec)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_drawn_case(binary, seed, index, folder, paths, mask_paths, spec):
     write_config(folder, paths, mask_paths, spec)
     described = describe(spec)
     try:

@@ -20,6 +20,7 @@ import os
 import random
 import subprocess
 import sys
+import shutil
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -82,7 +83,10 @@ def main():
         ok, case, what = check(args.tandem, root, index, args.seed)
         return ok, f"{what}: {case}"
 
-    return run_cases("check_olmo_core_model_random", args, one)
+    try:
+        return run_cases("check_olmo_core_model_random", args, one)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

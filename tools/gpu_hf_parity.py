@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -254,7 +255,11 @@ def main():
     torch.set_float32_matmul_precision("highest")
     root = args.out or tempfile.mkdtemp(prefix="gpu_hf_parity_")
     t0 = time.time()
-    results = [check(args, i, root) for i in range(args.configs)]
+    try:
+        results = [check(args, i, root) for i in range(args.configs)]
+    finally:
+        if not args.out:  # the models and batches of a run without --out are not kept
+            shutil.rmtree(root, ignore_errors=True)
     summary = {
         "reference": "transformers.Olmo3ForCausalLM on " + (
             torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device),
