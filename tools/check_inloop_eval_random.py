@@ -79,7 +79,7 @@ def write_subsets(pkg, labels, definition, docs, rng, out):
     os.makedirs(os.path.join(out, "hf_datasets", "hails"), exist_ok=True)
 
 
-def draw_model(rng, vocab):
+def draw_model(rng):
     n_heads = rng.choice([2, 4])
     shape = {"d_model": rng.choice([16, 32]) * n_heads // 2, "n_layers": rng.randint(1, 3),
              "n_heads": n_heads, "n_kv_heads": rng.choice([h for h in (1, 2, 4) if n_heads % h == 0]),
@@ -120,7 +120,7 @@ def near_ties(predictions):
     return ties
 
 
-def compare_label(label, ref_metrics, ref_samples, ours, predictions):
+def compare_label(ref_metrics, ref_samples, ours, predictions):
     """Differences between OLMo-core's and tandem's figures for one label (empty: agree)."""
     problems = []
     if set(ref_metrics) != set(ours["metrics"]):
@@ -236,7 +236,7 @@ def main():
         shutil.copytree(os.path.join(subsets, sub), os.path.join(pkg, sub))
 
     vocab = 100352  # dolma2's 100,278 padded to a multiple of 128, as OLMo 3 trains it
-    shape = draw_model(rng, vocab)
+    shape = draw_model(rng)
     ctx = shape["max_sequence_length"]
     train_module, model, meta = ref.tiny_olmo3(
         vocab, rank_microbatch_size=4 * ctx, d_model=shape["d_model"],
@@ -279,7 +279,7 @@ def main():
         ref_metrics = {key_of[k[len(prefix):-1]]: v for k, v in metrics.items()
                        if k.startswith(prefix)}
         ref_samples = reference_samples(evaluator, model)
-        problems, worst, ties = compare_label(label, ref_metrics, ref_samples, ours, predictions)
+        problems, worst, ties = compare_label(ref_metrics, ref_samples, ours, predictions)
         verdict = "agrees" if not problems else "DIFFERS"
         print(f"{label}: {verdict}: {len(ref_samples)} requests, worst log-probability rel "
               f"{worst:.1e}, near ties {ties}, {kind}", flush=True)
