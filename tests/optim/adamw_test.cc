@@ -15,6 +15,14 @@ namespace {
 using testing::host_span;
 using testing::host_tensor;
 
+// A group override that gives only a weight decay.
+ParamGroupOverride decay_group(std::vector<std::string> patterns, double weight_decay) {
+  ParamGroupOverride g;
+  g.params = std::move(patterns);
+  g.weight_decay = weight_decay;
+  return g;
+}
+
 ParamBuffer param(const std::string& name, std::vector<float>& p, std::vector<float>& g,
                   bool decay) {
   return {name, host_tensor(p), host_tensor(g), decay};
@@ -152,8 +160,9 @@ std::vector<float> run(int threads, std::size_t split) {
       whole.step(1e-3 * (s + 1));
     } else {
       // Two "ranks" each updating their own flat range, as ZeRO-1 will.
-      low.step_range(1e-3 * (s + 1), 0, split);
-      high.step_range(1e-3 * (s + 1), split, whole.total_size());
+      const std::vector<double> lr = {1e-3 * (s + 1)};
+      low.step_range(lr, 0, split);
+      high.step_range(lr, split, whole.total_size());
     }
   }
   omp_set_num_threads(saved);
@@ -176,7 +185,7 @@ TEST(AdamW, StateAccessorsAndErrors) {
   EXPECT_EQ(opt.exp_avg(1).numel(), 3);
   EXPECT_THROW(opt.step(-1.0), core::Error);
   EXPECT_THROW(opt.step(std::nan("")), core::Error);
-  EXPECT_THROW(opt.step_range(1e-3, 4, 9), core::Error);
+  EXPECT_THROW(opt.step_range(std::vector<double>{1e-3}, 4, 9), core::Error);
   EXPECT_THROW(opt.set_step_count(-1), core::Error);
   opt.set_step_count(41);
   EXPECT_EQ(opt.step_count(), 41);
@@ -247,8 +256,8 @@ TEST(AdamW, GroupOverridesGiveEachParameterItsGroupsDecay) {
   std::vector<float> w = {2.0f}, n = {3.0f}, e = {4.0f}, f = {5.0f}, g = {0.0f};
   AdamWHyper hyper;
   hyper.weight_decay = 0.1;
-  hyper.groups = std::vector<WeightDecayGroup>{{{"*norm*", "embeddings.weight"}, 0.0},
-                                               {{"blocks.*.feed_forward.*"}, 0.5}};
+  hyper.groups = {{decay_group({"*norm*", "embeddings.weight"}, 0.0),
+                   decay_group({"blocks.*.feed_forward.*"}, 0.5)}};
   // The embedding's own flag (false) no longer decides once groups are given: its group does.
   AdamW opt(
       testing::cpu(),
@@ -262,11 +271,82 @@ TEST(AdamW, GroupOverridesGiveEachParameterItsGroupsDecay) {
   EXPECT_EQ(e[0], 4.0f);
   EXPECT_EQ(f[0], 5.0f * static_cast<float>(1.0 - 1e-2 * 0.5));
   // No overrides at all ([]): every parameter, the embedding too, takes the optimiser's decay.
-  hyper.groups = std::vector<WeightDecayGroup>{};
+  hyper.groups = std::vector<ParamGroupOverride>{};
   std::vector<float> e2 = {4.0f};
   AdamW all(testing::cpu(), {param("embeddings.weight", e2, g, false)}, hyper);
   all.step(1e-2);
   EXPECT_EQ(e2[0], 4.0f * static_cast<float>(1.0 - 1e-2 * 0.1));
+}
+
+// A group's own lr, betas and eps: each parameter is updated exactly as an optimiser with its
+// group's options would update it alone, over steps whose lrs differ per slot; groups that give
+// only some options take the optimiser's for the rest.
+TEST(AdamW, GroupOverridesGiveEachParameterItsGroupsOptions) {
+  auto values = [](float base, std::size_t n) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = base + 0.37f * static_cast<float>(i % 5) - 0.6f;
+    return v;
+  };
+  AdamWHyper hyper;  // betas (0.9, 0.95), eps 1e-8, decay 0.1
+  ParamGroupOverride fast;
+  fast.params = {"embeddings.weight"};
+  fast.lr = 3e-3;
+  fast.weight_decay = 0.0;
+  ParamGroupOverride shaped;
+  shaped.params = {"*norm*"};
+  shaped.beta1 = 0.8;
+  shaped.beta2 = 0.99;
+  shaped.eps = 1e-5;
+  hyper.groups = {{fast, shaped}};
+  const std::vector<std::string> names = {"embeddings.weight", "blocks.0.attention_norm.weight",
+                                          "blocks.0.attention.w_q.weight"};
+  std::vector<std::vector<float>> p, g;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    p.push_back(values(1.0f + static_cast<float>(i), 7 + i));
+    g.push_back(values(-0.2f * static_cast<float>(i), 7 + i));
+  }
+  std::vector<std::vector<float>> q = p;  // the same parameters, each in an optimiser of its own
+  std::vector<ParamBuffer> all;
+  for (std::size_t i = 0; i < names.size(); ++i) all.push_back(param(names[i], p[i], g[i], true));
+  AdamW grouped(testing::cpu(), all, hyper);
+  auto options = [](double beta1, double beta2, double eps, double weight_decay) {
+    AdamWHyper h;
+    h.beta1 = beta1;
+    h.beta2 = beta2;
+    h.eps = eps;
+    h.weight_decay = weight_decay;
+    return h;
+  };
+  const AdamWHyper embedding_alone = options(0.9, 0.95, 1e-8, 0.0),
+                   norm_alone = options(0.8, 0.99, 1e-5, 0.1),
+                   rest_alone = options(0.9, 0.95, 1e-8, 0.1);
+  AdamW e(testing::cpu(), {param(names[0], q[0], g[0], true)}, embedding_alone);
+  AdamW n(testing::cpu(), {param(names[1], q[1], g[1], true)}, norm_alone);
+  AdamW w(testing::cpu(), {param(names[2], q[2], g[2], true)}, rest_alone);
+  ASSERT_EQ(hyper.lr_slots(), 3u);
+  for (int s = 0; s < 4; ++s) {
+    const double group_lr = 3e-3 / (s + 1), lr = 1e-3 * (s + 1);
+    const std::vector<double> lrs = {group_lr, 5.0 /* unused: the group gives no lr */, lr};
+    grouped.step(lrs);
+    e.step(group_lr);
+    n.step(lr);
+    w.step(lr);
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) EXPECT_EQ(p[i], q[i]) << names[i];
+  EXPECT_NE(p[0], values(1.0f, 7));  // something was updated
+  // A group with its own lr needs one lr per slot.
+  EXPECT_THROW(grouped.step(1e-3), core::Error);
+  EXPECT_THROW(grouped.step(std::vector<double>{1e-3, 1e-3}), core::Error);
+  // Out-of-range group options are refused, and betas go together.
+  ParamGroupOverride bad = shaped;
+  bad.beta2 = 1.0;
+  EXPECT_THROW(bad.validate(), core::Error);
+  bad = shaped;
+  bad.beta1.reset();
+  EXPECT_THROW(bad.validate(), core::Error);
+  bad = fast;
+  bad.lr = -1e-3;
+  EXPECT_THROW(bad.validate(), core::Error);
 }
 
 TEST(AdamW, ParameterPatternsAreFnmatchGlobs) {
@@ -284,9 +364,10 @@ TEST(AdamW, ParameterPatternsAreFnmatchGlobs) {
 TEST(AdamW, GroupOverridesAreCheckedAgainstTheModelAsOlmoCoreDoes) {
   const std::vector<std::string> names = {"embeddings.weight", "blocks.0.attention_norm.weight",
                                           "lm_head.w_out.weight"};
-  check_weight_decay_groups({{{"embeddings.weight"}, 0.0}, {{"*norm*"}, 0.0}}, names);
+  check_group_overrides({decay_group({"embeddings.weight"}, 0.0), decay_group({"*norm*"}, 0.0)},
+                        names);
   try {
-    check_weight_decay_groups({{{"embeddings.weight", "*bias"}, 0.0}}, names);
+    check_group_overrides({decay_group({"embeddings.weight", "*bias"}, 0.0)}, names);
     ADD_FAILURE() << "a pattern matching nothing was accepted";
   } catch (const core::Error& err) {
     EXPECT_NE(std::string(err.what()).find("pattern '*bias' matches no parameter"),
@@ -294,7 +375,7 @@ TEST(AdamW, GroupOverridesAreCheckedAgainstTheModelAsOlmoCoreDoes) {
         << err.what();
   }
   try {
-    check_weight_decay_groups({{{"*.weight"}, 0.0}, {{"lm_head.*"}, 0.2}}, names);
+    check_group_overrides({decay_group({"*.weight"}, 0.0), decay_group({"lm_head.*"}, 0.2)}, names);
     ADD_FAILURE() << "a parameter in two groups was accepted";
   } catch (const core::Error& err) {
     EXPECT_NE(std::string(err.what()).find("'lm_head.w_out.weight' is in groups 0 and 1"),

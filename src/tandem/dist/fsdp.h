@@ -163,7 +163,7 @@ class FsdpOptimizer final : public optim::Optimizer {
   void reduce_gradients() override;
   std::string describe_reduction() const override;
   double clip(double max_norm) override;
-  void step(double lr) override { adam_->step(lr); }
+  void step(std::span<const double> lrs) override { adam_->step(lrs); }
   std::int64_t step_count() const override { return adam_->step_count(); }
   void set_step_count(std::int64_t step) override { adam_->set_step_count(step); }
   optim::OptimizerShard moments() override;

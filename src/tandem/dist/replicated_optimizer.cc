@@ -54,7 +54,7 @@ double ReplicatedOptimizer::clip(double max_norm) {
                       : optim::global_grad_norm(backend_, grads_);
 }
 
-void ReplicatedOptimizer::step(double lr) { adam_.step(lr); }
+void ReplicatedOptimizer::step(std::span<const double> lrs) { adam_.step(lrs); }
 
 optim::OptimizerShard ReplicatedOptimizer::moments_in(std::int64_t begin, std::int64_t end) {
   // Every parameter's place in the flat buffer (its gradient is a view into the flat gradients,

@@ -37,7 +37,7 @@ class ReplicatedOptimizer final : public optim::Optimizer {
   // started by the backward as it completed them".
   std::string describe_reduction() const override;
   double clip(double max_norm) override;
-  void step(double lr) override;
+  void step(std::span<const double> lrs) override;
   std::int64_t step_count() const override { return adam_.step_count(); }
   void set_step_count(std::int64_t step) override { adam_.set_step_count(step); }
   optim::OptimizerShard moments() override;

@@ -85,8 +85,8 @@ double Zero1Optimizer::clip(double max_norm) {
   return norm;
 }
 
-void Zero1Optimizer::step(double lr) {
-  shard_->step(lr);
+void Zero1Optimizer::step(std::span<const double> lrs) {
+  shard_->step(lrs);
   if (on_device())
     comm_.all_gather_device(params_.ptr<float>(), offsets_.data(), backend_.device_stream());
   else

@@ -49,7 +49,7 @@ class Zero1Optimizer final : public optim::Optimizer {
   // max_norm > 0.
   double clip(double max_norm) override;
   // AdamW on this rank's range, then every rank receives every updated parameter.
-  void step(double lr) override;
+  void step(std::span<const double> lrs) override;
   std::int64_t step_count() const override { return shard_->step_count(); }
   void set_step_count(std::int64_t step) override { shard_->set_step_count(step); }
   optim::OptimizerShard moments() override;

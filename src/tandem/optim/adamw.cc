@@ -25,7 +25,9 @@ AdamW::AdamW(kernels::Backend& backend, std::vector<ParamBuffer> params, AdamWHy
       TANDEM_CHECK(params_[j].name != p.name, "AdamW: parameter '{}' registered twice", p.name);
     offsets_.push_back(total);
     total += p.size();
-    decays_.push_back(hyper_.weight_decay_of(p));
+    const ParamHyper h = hyper_.resolve(p);
+    decays_.push_back(h.weight_decay);
+    add_to_update_call(h, i);
   }
   total_ = total;
   const kernels::Shape flat{static_cast<std::int64_t>(total)};
@@ -55,34 +57,65 @@ void AdamW::set_step_count(std::int64_t step) {
   step_ = step;
 }
 
-void AdamW::step(double lr) { step_range(lr, 0, total_size()); }
+void AdamW::add_to_update_call(const ParamHyper& h, std::size_t param) {
+  auto same_options = [&](const UpdateCall& c) {
+    return c.hyper.lr_slot == h.lr_slot && c.hyper.beta1 == h.beta1 && c.hyper.beta2 == h.beta2 &&
+           c.hyper.eps == h.eps;
+  };
+  // A parameter without decay joins any call with its options; one with decay a call with its
+  // decay, or one that so far holds only parameters without decay (which then takes it).
+  for (UpdateCall& c : calls_) {
+    if (!same_options(c)) continue;
+    if (h.weight_decay == 0.0 || c.hyper.weight_decay == h.weight_decay) {
+      c.params.push_back(param);
+      return;
+    }
+  }
+  for (UpdateCall& c : calls_) {
+    if (same_options(c) && c.hyper.weight_decay == 0.0) {
+      c.hyper.weight_decay = h.weight_decay;
+      c.params.push_back(param);
+      return;
+    }
+  }
+  calls_.push_back({h, {param}});
+}
 
-void AdamW::step_range(double lr, std::size_t begin, std::size_t end) {
-  TANDEM_CHECK(std::isfinite(lr) && lr >= 0.0, "AdamW: learning rate must be >= 0, got {}", lr);
+void AdamW::step(std::span<const double> lrs) { step_range(lrs, 0, total_size()); }
+
+void AdamW::step(double lr) {
+  const std::vector<double> lrs(hyper_.lr_slots(), lr);
+  for (const ParamGroupOverride& g : hyper_.groups.value_or(std::vector<ParamGroupOverride>{}))
+    TANDEM_CHECK(!g.lr, "AdamW: one learning rate given, but a parameter group has its own lr");
+  step(lrs);
+}
+
+void AdamW::step_range(std::span<const double> lrs, std::size_t begin, std::size_t end) {
+  TANDEM_CHECK(lrs.size() == hyper_.lr_slots(), "AdamW: {} learning rate(s) given, {} expected",
+               lrs.size(), hyper_.lr_slots());
+  for (double lr : lrs)
+    TANDEM_CHECK(std::isfinite(lr) && lr >= 0.0, "AdamW: learning rate must be >= 0, got {}", lr);
   TANDEM_CHECK(begin <= end && end <= total_size(), "AdamW: range [{}, {}) outside [0, {})", begin,
                end, total_size());
   const double t = static_cast<double>(step_ + 1);
-  // Scalars are formed in double and rounded to fp32 once, as torch does with Python scalars.
-  const double bias_correction1 = 1.0 - std::pow(hyper_.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(hyper_.beta2, t);
-  kernels::AdamWScalars k;
-  k.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  k.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  k.one_minus_beta1 = static_cast<float>(1.0 - hyper_.beta1);
-  k.beta2 = static_cast<float>(hyper_.beta2);
-  k.one_minus_beta2 = static_cast<float>(1.0 - hyper_.beta2);
-  k.eps = static_cast<float>(hyper_.eps);
-
-  // Every parameter's part of [begin, end) in one op (one launch on the CUDA backend) per distinct
-  // weight decay; the parameters without decay go with the first.
-  std::vector<double> decays;
-  for (double d : decays_)
-    if (d != 0.0 && std::find(decays.begin(), decays.end(), d) == decays.end()) decays.push_back(d);
-  if (decays.empty()) decays.push_back(0.0);
-  for (std::size_t g = 0; g < decays.size(); ++g) {
+  // Every parameter's part of [begin, end) in one op (one launch on the CUDA backend) per update
+  // call: one for the OLMo 3 recipe.
+  for (const UpdateCall& call : calls_) {
+    const ParamHyper& h = call.hyper;
+    const double lr = lrs[h.lr_slot];
+    // Scalars are formed in double and rounded to fp32 once, as torch does with Python scalars.
+    const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
+    const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
+    kernels::AdamWScalars k;
+    k.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+    k.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+    k.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
+    k.beta2 = static_cast<float>(h.beta2);
+    k.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
+    k.eps = static_cast<float>(h.eps);
+    k.decay_factor = static_cast<float>(1.0 - lr * h.weight_decay);
     std::vector<kernels::AdamWRun> runs;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (decays_[i] != decays[g] && !(decays_[i] == 0.0 && g == 0)) continue;
+    for (std::size_t i : call.params) {
       const std::size_t lo = std::max(begin, offsets_[i]);
       const std::size_t hi = std::min(end, offsets_[i] + params_[i].size());
       if (lo >= hi) continue;
@@ -93,9 +126,7 @@ void AdamW::step_range(double lr, std::size_t begin, std::size_t end) {
                       exp_avg_sq_.tensor().view(static_cast<std::int64_t>(lo), run),
                       decays_[i] != 0.0});
     }
-    if (runs.empty()) continue;
-    k.decay_factor = static_cast<float>(1.0 - lr * decays[g]);
-    backend_.adamw_updates(runs, k);
+    if (!runs.empty()) backend_.adamw_updates(runs, k);
   }
   ++step_;
 }

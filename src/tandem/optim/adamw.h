@@ -35,12 +35,17 @@ struct ParamBuffer {
 // `embeddings.weight` in OLMo-core, `model.embed_tokens.weight` in HF); norms ARE decayed.
 bool olmo_weight_decay_applies(std::string_view param_name);
 
-// OLMo-core's OptimGroupOverride for weight decay: the parameters whose names match one of
-// `params` (glob patterns as Python's fnmatch reads them: *, ?, [seq], [!seq]; no escapes) take
-// `weight_decay` instead of the optimiser's.
-struct WeightDecayGroup {
+// OLMo-core's OptimGroupOverride: the parameters whose names match one of `params` (glob
+// patterns as Python's fnmatch reads them: *, ?, [seq], [!seq]; no escapes) form a torch parameter
+// group whose options replace the optimiser's where given. A group's own `lr` is its schedule's
+// initial lr (OLMo-core's initial_lr): the schedule runs per group.
+struct ParamGroupOverride {
   std::vector<std::string> params;
-  double weight_decay = 0.0;
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+  std::optional<double> beta1, beta2;  // given together (torch's betas)
+  std::optional<double> eps;
+  void validate() const;  // throws tandem::core::Error on out-of-range values
 };
 
 // Python's fnmatch.fnmatch(name, pattern) on POSIX (case-sensitive; `*` also matches dots).
@@ -49,32 +54,47 @@ bool matches_param_pattern(std::string_view pattern, std::string_view name);
 // OLMo-core's checks of its group overrides against the model's parameter names: every pattern
 // matches a parameter, and no parameter falls in two groups (torch refuses that). Throws
 // tandem::core::Error naming the pattern or parameter.
-void check_weight_decay_groups(const std::vector<WeightDecayGroup>& groups,
-                               const std::vector<std::string>& parameter_names);
+void check_group_overrides(const std::vector<ParamGroupOverride>& groups,
+                           const std::vector<std::string>& parameter_names);
+
+// One parameter's AdamW options once the group overrides are applied. `lr_slot` says which of
+// the step's learning rates it takes (AdamWHyper::lr_slots).
+struct ParamHyper {
+  std::size_t lr_slot = 0;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+};
 
 struct AdamWHyper {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;
-  // OLMo-core's group_overrides: when set, each parameter's decay is its group's (the first whose
-  // pattern matches) or `weight_decay`; unset, the OLMo 3 recipe: `weight_decay` where the
-  // ParamBuffer's flag says so (every parameter but the embedding).
-  std::optional<std::vector<WeightDecayGroup>> groups;
+  // OLMo-core's group_overrides: when set, each parameter takes the options of its group (the
+  // first whose pattern matches), the optimiser's where the group gives none; unset, the OLMo 3
+  // recipe: `weight_decay` where the ParamBuffer's flag says so (every parameter but the
+  // embedding).
+  std::optional<std::vector<ParamGroupOverride>> groups;
   void validate() const;  // throws tandem::core::Error on out-of-range values
-  double weight_decay_of(const ParamBuffer& p) const;
+
+  // The learning rates a step takes: slot i < groups->size() for group i (used only when that
+  // group gives its own lr), the last slot for every other parameter (the optimiser's lr).
+  std::size_t lr_slots() const { return groups ? groups->size() + 1 : 1; }
+  ParamHyper resolve(const ParamBuffer& p) const;
 };
 
 class AdamW {
  public:
   AdamW(kernels::Backend& backend, std::vector<ParamBuffer> params, AdamWHyper hyper);
 
-  // One update of every parameter with learning rate `lr`; the step count goes up by one.
-  // A skipped step (skip-step rule) is simply not calling this.
+  // One update of every parameter, with learning rate lrs[slot] for the parameters of each lr slot
+  // (lrs.size() == hyper().lr_slots()); the step count goes up by one. A skipped step (skip-step
+  // rule) is simply not calling this.
+  void step(std::span<const double> lrs);
+  // Every parameter at `lr`: only where no group gives its own lr.
   void step(double lr);
   // The same update restricted to flat element range [begin, end) (a ZeRO-1 shard). The step count
   // still goes up by one: call it once per optimiser step.
-  void step_range(double lr, std::size_t begin, std::size_t end);
+  void step_range(std::span<const double> lrs, std::size_t begin, std::size_t end);
 
   std::size_t num_params() const { return params_.size(); }
   const ParamBuffer& param(std::size_t i) const { return params_[i]; }
@@ -98,7 +118,15 @@ class AdamW {
   std::vector<std::size_t> offsets_;  // offsets_[i] = flat start of parameter i
   std::size_t total_ = 0;
   AdamWHyper hyper_;
+  // The parameters updated by one adamw_updates op: those sharing an lr slot, betas and eps,
+  // with one non-zero decay (the parameters without decay join the first such call).
+  struct UpdateCall {
+    ParamHyper hyper;
+    std::vector<std::size_t> params;
+  };
+  std::vector<UpdateCall> calls_;
   std::vector<double> decays_;  // decays_[i]: parameter i's weight decay
+  void add_to_update_call(const ParamHyper& h, std::size_t param);
   kernels::Buffer exp_avg_;
   kernels::Buffer exp_avg_sq_;
   std::int64_t step_ = 0;

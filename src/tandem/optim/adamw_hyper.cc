@@ -2,6 +2,7 @@
 // the compute backend that adamw.cc drives does not (the fuzz targets link this file alone).
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -11,23 +12,57 @@
 
 namespace tandem::optim {
 
-void AdamWHyper::validate() const {
-  TANDEM_CHECK(beta1 >= 0.0 && beta1 < 1.0, "AdamW: beta1 must be in [0, 1), got {}", beta1);
-  TANDEM_CHECK(beta2 >= 0.0 && beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got {}", beta2);
-  TANDEM_CHECK(eps >= 0.0 && std::isfinite(eps), "AdamW: eps must be >= 0, got {}", eps);
+namespace {
+
+void check_adam_options(double beta1, double beta2, double eps, double weight_decay,
+                        const char* whose) {
+  TANDEM_CHECK(beta1 >= 0.0 && beta1 < 1.0, "AdamW: {}beta1 must be in [0, 1), got {}", whose,
+               beta1);
+  TANDEM_CHECK(beta2 >= 0.0 && beta2 < 1.0, "AdamW: {}beta2 must be in [0, 1), got {}", whose,
+               beta2);
+  TANDEM_CHECK(eps >= 0.0 && std::isfinite(eps), "AdamW: {}eps must be >= 0, got {}", whose, eps);
   TANDEM_CHECK(weight_decay >= 0.0 && std::isfinite(weight_decay),
-               "AdamW: weight_decay must be >= 0, got {}", weight_decay);
-  for (const WeightDecayGroup& g : groups.value_or(std::vector<WeightDecayGroup>{}))
-    TANDEM_CHECK(g.weight_decay >= 0.0 && std::isfinite(g.weight_decay),
-                 "AdamW: a group's weight_decay must be >= 0, got {}", g.weight_decay);
+               "AdamW: {}weight_decay must be >= 0, got {}", whose, weight_decay);
 }
 
-double AdamWHyper::weight_decay_of(const ParamBuffer& p) const {
-  if (!groups) return p.weight_decay ? weight_decay : 0.0;
-  for (const WeightDecayGroup& g : *groups)
-    for (const std::string& pattern : g.params)
-      if (matches_param_pattern(pattern, p.name)) return g.weight_decay;
-  return weight_decay;
+}  // namespace
+
+void ParamGroupOverride::validate() const {
+  TANDEM_CHECK(beta1.has_value() == beta2.has_value(),
+               "AdamW: a group gives both betas or neither");
+  TANDEM_CHECK(!lr || (*lr >= 0.0 && std::isfinite(*lr)),
+               "AdamW: a group's lr must be >= 0, got {}", lr.value_or(0.0));
+  // The optimiser's values stand in for those the group does not give (each checked there).
+  check_adam_options(beta1.value_or(0.0), beta2.value_or(0.0), eps.value_or(0.0),
+                     weight_decay.value_or(0.0), "a group's ");
+}
+
+void AdamWHyper::validate() const {
+  check_adam_options(beta1, beta2, eps, weight_decay, "");
+  for (const ParamGroupOverride& g : groups.value_or(std::vector<ParamGroupOverride>{}))
+    g.validate();
+}
+
+ParamHyper AdamWHyper::resolve(const ParamBuffer& p) const {
+  ParamHyper h{lr_slots() - 1, beta1, beta2, eps, weight_decay};
+  if (!groups) {
+    if (!p.weight_decay) h.weight_decay = 0.0;
+    return h;
+  }
+  for (std::size_t i = 0; i < groups->size(); ++i) {
+    const ParamGroupOverride& g = (*groups)[i];
+    const bool member = std::any_of(g.params.begin(), g.params.end(), [&](const std::string& pat) {
+      return matches_param_pattern(pat, p.name);
+    });
+    if (!member) continue;
+    if (g.lr) h.lr_slot = i;
+    h.beta1 = g.beta1.value_or(beta1);
+    h.beta2 = g.beta2.value_or(beta2);
+    h.eps = g.eps.value_or(eps);
+    h.weight_decay = g.weight_decay.value_or(weight_decay);
+    return h;
+  }
+  return h;
 }
 
 bool matches_param_pattern(std::string_view pattern, std::string_view name) {
@@ -36,8 +71,8 @@ bool matches_param_pattern(std::string_view pattern, std::string_view name) {
   return ::fnmatch(std::string(pattern).c_str(), std::string(name).c_str(), FNM_NOESCAPE) == 0;
 }
 
-void check_weight_decay_groups(const std::vector<WeightDecayGroup>& groups,
-                               const std::vector<std::string>& parameter_names) {
+void check_group_overrides(const std::vector<ParamGroupOverride>& groups,
+                           const std::vector<std::string>& parameter_names) {
   std::map<std::string, std::size_t> group_of;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     for (const std::string& pattern : groups[g].params) {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tandem/core/error.h"
@@ -20,32 +22,54 @@ std::optional<double> optional_positive(io::ConfigSection& s, const std::string&
   return v;
 }
 
-// OLMo-core's group_overrides: [{params: [pattern, ...], opts: {weight_decay: x}}, ...]; absent:
-// the OLMo 3 recipe (set by the model's parameter flags); null or []: no overrides, every
-// parameter decayed. Only weight_decay may be overridden.
-std::optional<std::vector<WeightDecayGroup>> read_group_overrides(io::ConfigSection& s) {
+// [beta1, beta2] at `key` of `s`.
+std::pair<double, double> read_betas(io::ConfigSection& s, const std::string& key) {
+  s.mark_used(key);
+  YAML::Node b = s.raw(key);
+  TANDEM_CHECK(b.IsSequence() && b.size() == 2, "{}: expected [beta1, beta2]", s.where(key));
+  return {io::yaml_as<double>(b[0], s.where(key + "[0]"), "a number"),
+          io::yaml_as<double>(b[1], s.where(key + "[1]"), "a number")};
+}
+
+// OLMo-core's group_overrides: [{params: [pattern, ...], opts: {lr, weight_decay, betas, eps}},
+// ...]; absent: the OLMo 3 recipe (set by the model's parameter flags); null or []: no overrides,
+// every parameter decayed.
+std::optional<std::vector<ParamGroupOverride>> read_group_overrides(io::ConfigSection& s) {
   s.mark_used("group_overrides");
   if (!s.has("group_overrides")) return std::nullopt;
-  std::vector<WeightDecayGroup> groups;
+  std::vector<ParamGroupOverride> groups;
   if (s.raw("group_overrides").IsNull()) return groups;
   for (io::ConfigSection& g : s.section_list("group_overrides")) {
-    WeightDecayGroup group;
+    ParamGroupOverride group;
     group.params = g.get_string_list("params");
     TANDEM_CHECK(!group.params.empty(), "{} must name at least one parameter pattern",
                  g.where("params"));
-    io::ConfigSection opts = g.section("opts");
     const YAML::Node given = g.raw("opts");
-    for (const auto& kv : given.IsMap() ? given : YAML::Node(YAML::NodeType::Map)) {
+    TANDEM_CHECK(given.IsMap(),
+                 "{}: expected a mapping of AdamW options (lr, weight_decay, betas, "
+                 "eps; {{}} for none)",
+                 g.where("opts"));
+    io::ConfigSection opts = g.section("opts");
+    for (const auto& kv : given) {
       const std::string key = kv.first.as<std::string>();
-      TANDEM_CHECK(key == "weight_decay",
-                   "{}: tandem overrides only weight_decay per group (OLMo-core passes any torch "
-                   "option, such as a group's own lr)",
-                   opts.where(key));
+      TANDEM_CHECK(key == "lr" || key == "weight_decay" || key == "betas" || key == "eps",
+                   "{}: a group overrides lr, weight_decay, betas or eps (AdamW's options in "
+                   "torch's names), not '{}'",
+                   opts.where(key), key);
     }
-    TANDEM_CHECK(opts.has("weight_decay"), "{}: give weight_decay", g.where("opts"));
-    group.weight_decay = opts.get_double("weight_decay");
-    TANDEM_CHECK(group.weight_decay >= 0.0 && std::isfinite(group.weight_decay),
-                 "{} must be >= 0, got {}", opts.where("weight_decay"), group.weight_decay);
+    auto number = [&](const char* key) -> std::optional<double> {
+      if (!opts.has(key)) return std::nullopt;
+      return opts.get_double(key);
+    };
+    group.lr = number("lr");
+    group.weight_decay = number("weight_decay");
+    group.eps = number("eps");
+    if (opts.has("betas")) std::tie(group.beta1, group.beta2) = read_betas(opts, "betas");
+    try {
+      group.validate();
+    } catch (const core::Error& e) {
+      core::fail("{}: {}", g.where("opts"), e.what());
+    }
     opts.finish();
     g.finish();
     groups.push_back(std::move(group));
@@ -54,6 +78,18 @@ std::optional<std::vector<WeightDecayGroup>> read_group_overrides(io::ConfigSect
 }
 
 }  // namespace
+
+std::vector<double> scheduled_lrs(const OptimConfig& config, const Schedule& schedule,
+                                  std::int64_t step, std::int64_t max_steps,
+                                  std::int64_t global_batch_tokens) {
+  const double lr = scheduled_lr(schedule, config.lr, step, max_steps, global_batch_tokens);
+  std::vector<double> lrs(config.adamw.lr_slots(), lr);
+  const auto& groups = config.adamw.groups;
+  for (std::size_t i = 0; groups && i < groups->size(); ++i)
+    if ((*groups)[i].lr)
+      lrs[i] = scheduled_lr(schedule, *(*groups)[i].lr, step, max_steps, global_batch_tokens);
+  return lrs;
+}
 
 OptimConfig read_optim_config(io::ConfigSection s) {
   OptimConfig c;
@@ -64,12 +100,7 @@ OptimConfig read_optim_config(io::ConfigSection s) {
   c.skip_step = name == "skip_step_adamw";
   c.lr = s.get_double("lr", c.lr);
   TANDEM_CHECK(c.lr >= 0.0 && std::isfinite(c.lr), "{} must be >= 0, got {}", s.where("lr"), c.lr);
-  if (s.has("betas")) {
-    YAML::Node b = s.raw("betas");
-    TANDEM_CHECK(b.IsSequence() && b.size() == 2, "{}: expected [beta1, beta2]", s.where("betas"));
-    c.adamw.beta1 = io::yaml_as<double>(b[0], s.where("betas[0]"), "a number");
-    c.adamw.beta2 = io::yaml_as<double>(b[1], s.where("betas[1]"), "a number");
-  }
+  if (s.has("betas")) std::tie(c.adamw.beta1, c.adamw.beta2) = read_betas(s, "betas");
   s.mark_used("betas");
   c.adamw.eps = s.get_double("eps", c.adamw.eps);
   c.adamw.weight_decay = s.get_double("weight_decay", c.adamw.weight_decay);

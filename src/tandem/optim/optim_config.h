@@ -3,11 +3,14 @@
 // documented in docs/optimizer.md.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tandem/io/config.h"
 #include "tandem/optim/adamw.h"
+#include "tandem/optim/schedule.h"
 #include "tandem/optim/skip_step.h"
 
 namespace tandem::optim {
@@ -20,6 +23,14 @@ struct OptimConfig {
   std::optional<double> max_grad_norm = 1.0;       // null: no clipping
   std::optional<double> z_loss_multiplier = 1e-5;  // null: no z-loss
 };
+
+// The learning rates of global step `step` for AdamW's lr slots (AdamWHyper::lr_slots): each
+// group override's own lr through the schedule, where it gives one, and the optimiser's `lr`
+// through the schedule for the last slot (and the groups without their own), as OLMo-core's train
+// module sets every param group's lr from its initial_lr. Arguments as scheduled_lr's.
+std::vector<double> scheduled_lrs(const OptimConfig& config, const Schedule& schedule,
+                                  std::int64_t step, std::int64_t max_steps,
+                                  std::int64_t global_batch_tokens);
 
 // Reads and validates the section (strict: unknown keys are an error naming them).
 OptimConfig read_optim_config(io::ConfigSection section);

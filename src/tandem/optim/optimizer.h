@@ -43,9 +43,9 @@ class Optimizer {
   virtual std::string describe_reduction() const { return {}; }
   // Global pre-clip L2 norm of the reduced gradients; clips them when max_norm > 0.
   virtual double clip(double max_norm) = 0;
-  // One AdamW update with learning rate `lr`; afterwards every rank holds the updated
-  // parameters. A skipped step is not calling this.
-  virtual void step(double lr) = 0;
+  // One AdamW update with the learning rates of AdamW's lr slots (optim::scheduled_lrs);
+  // afterwards every rank holds the updated parameters. A skipped step is not calling this.
+  virtual void step(std::span<const double> lrs) = 0;
 
   virtual std::int64_t step_count() const = 0;
   virtual void set_step_count(std::int64_t step) = 0;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "tandem/data/loader.h"
 #include "tandem/dist/communicator.h"
@@ -28,7 +29,8 @@ struct StepResult {
   double ce_loss = 0.0;
   double z_loss = 0.0;
   double grad_norm = 0.0;
-  double lr = 0.0;
+  double lr = 0.0;          // the optimiser's (parameters outside any group with an lr)
+  std::vector<double> lrs;  // every lr slot's (optim::scheduled_lrs), lr the last
   bool skipped = false;
   bool nonfinite = false;
   std::int64_t tokens = 0;  // global tokens in this step

@@ -42,7 +42,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const RunConfig& config, kernel
   if (config.optim.adamw.groups) {  // OLMo-core's checks, against every parameter's name
     std::vector<std::string> names;
     for (const model::ParameterEntry& e : model.layout().entries()) names.push_back(e.name);
-    optim::check_weight_decay_groups(*config.optim.adamw.groups, names);
+    optim::check_group_overrides(*config.optim.adamw.groups, names);
   }
   if (sharded)
     return std::make_unique<dist::FsdpOptimizer>(backend, *sharded, config.optim.adamw, comm);
@@ -342,6 +342,11 @@ int Trainer::run() {
                           {"nonfinite_steps", counters_.nonfinite_steps},
                           {"tokens_per_s", tps},
                           {"mfu", mfu(tps, flops_per_token, peak_)}};
+    // A group override with its own lr: that group's lr too, named after its place in the config.
+    for (std::size_t i = 0; config_.optim.adamw.groups && i < config_.optim.adamw.groups->size();
+         ++i)
+      if ((*config_.optim.adamw.groups)[i].lr)
+        rec[fmt::format("lr/group_overrides[{}]", i)] = r.lrs[i];
     if (r.nonfinite) {
       // JSON has no NaN: record the event rather than the value.
       rec["train/loss"] = nullptr;
