@@ -209,9 +209,8 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
         optim=SkipStepAdamWConfig(
             lr=LR, weight_decay=WEIGHT_DECAY, betas=tuple(BETAS), eps=EPS,
             rolling_interval_length=SKIP_WINDOW, sigma_factor=SKIP_SIGMA,
-            group_overrides=[OptimGroupOverride(params=g["params"], opts=g["opts"])
-                             for g in (AI2_GROUP_OVERRIDES if GROUP_OVERRIDES is None
-                                       else GROUP_OVERRIDES)]),
+            group_overrides=[OptimGroupOverride(params=g["params"], opts=torch_options(g["opts"]))
+                             for g in group_overrides()]),
         scheduler=olmo_scheduler(scheduler_section()),
         z_loss_multiplier=Z_LOSS,
         max_grad_norm=MAX_GRAD_NORM)
@@ -219,6 +218,32 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
                             max_duration=Duration.steps(steps), metrics_collect_interval=1,
                             cancel_check_interval=1000)
     return model, dataset, loader, train_module, trainer
+
+
+def group_overrides():
+    """The recipe's group overrides: the --optim ones, or AI2's."""
+    return AI2_GROUP_OVERRIDES if GROUP_OVERRIDES is None else GROUP_OVERRIDES
+
+
+def torch_options(opts):
+    """A group's options as torch's AdamW takes them (betas a tuple)."""
+    return {k: tuple(v) if k == "betas" else v for k, v in opts.items()}
+
+
+def group_lrs(metrics):
+    """The logged learning rates as tandem names them: "lr" the optimiser's own (the parameters
+    outside any group with its own lr), "lr/group_overrides[i]" for an override with its own lr.
+    OLMo-core's param groups are the overrides in order (strict: none is empty), then the other
+    parameters if any."""
+    overrides = group_overrides()
+    lrs = {f"lr/group_overrides[{i}]": float(metrics[f"optim/LR (group {i})"])
+           for i, g in enumerate(overrides) if "lr" in g["opts"]}
+    own = [f"optim/LR (group {len(overrides)})"] + [
+        f"optim/LR (group {i})" for i, g in enumerate(overrides) if "lr" not in g["opts"]]
+    present = [k for k in own if k in metrics]
+    if present:  # absent only when every parameter is in a group with its own lr
+        lrs["lr"] = float(metrics[present[0]])
+    return lrs
 
 
 def optional_float(value):
@@ -246,7 +271,7 @@ class StepRecorder:
                     "train/loss": float(metrics["train/CE loss"]),
                     "train/z_loss": optional_float(metrics.get("train/Z loss")),
                     "train/grad_norm": optional_float(metrics.get("optim/total grad norm")),
-                    "lr": float(metrics["optim/LR (group 0)"]),
+                    **group_lrs(metrics),
                     "skipped": bool(float(metrics["optim/step skipped"]) > 0.5),
                     "masked_instances": float(metrics.get("train/masked instances (%)", 0.0)),
                 })

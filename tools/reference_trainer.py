@@ -135,20 +135,27 @@ def olmo_core_name(hf_name):
 
 
 def make_optimizer(model, o):
-    """torch's AdamW with tandem's (OLMo-core's) weight decay groups: `group_overrides` matched
-    against OLMo-core's names as fnmatch globs, or AI2's recipe (the embedding at 0) without it."""
+    """torch's AdamW with tandem's (OLMo-core's) parameter groups: `group_overrides` matched
+    against OLMo-core's names as fnmatch globs, each group's options (lr, weight_decay, betas,
+    eps) over the optimiser's; or AI2's recipe (the embedding at 0) without it. Each group keeps
+    its initial lr, as OLMo-core's does, for the schedule."""
     overrides = o.get("group_overrides", [{"params": ["embeddings.weight"],
                                            "opts": {"weight_decay": 0.0}}]) or []
-    groups = [{"params": [], "weight_decay": g["opts"]["weight_decay"]} for g in overrides]
-    default = {"params": [], "weight_decay": o.get("weight_decay", 0.1)}
+    groups = [{"params": [], **{k: tuple(v) if k == "betas" else v for k, v in g["opts"].items()}}
+              for g in overrides]
+    default = {"params": []}
     for name, p in model.named_parameters():
         core = olmo_core_name(name)
         matched = [i for i, g in enumerate(overrides)
                    if any(fnmatch.fnmatchcase(core, pat) for pat in g["params"])]
         (groups[matched[0]] if matched else default)["params"].append(p)
-    return torch.optim.AdamW([g for g in groups + [default] if g["params"]],
-                             lr=o["lr"], betas=tuple(o.get("betas", [0.9, 0.95])),
-                             eps=o.get("eps", 1e-8), foreach=False)
+    opt = torch.optim.AdamW([g for g in groups + [default] if g["params"]],
+                            lr=o["lr"], betas=tuple(o.get("betas", [0.9, 0.95])),
+                            eps=o.get("eps", 1e-8), weight_decay=o.get("weight_decay", 0.1),
+                            foreach=False)
+    for g in opt.param_groups:
+        g["initial_lr"] = g["lr"]
+    return opt
 
 
 def make_scheduler(cfg):
@@ -179,7 +186,7 @@ def train_step(model, opt, sched, o, ids, step, steps):
     scheduler, batch_tokens = sched
     lr = scheduled_lr(scheduler, o["lr"], step, steps, batch_tokens)
     for g in opt.param_groups:
-        g["lr"] = lr
+        g["lr"] = scheduled_lr(scheduler, g["initial_lr"], step, steps, batch_tokens)
     opt.step()
     return {"step": step, "train/loss": float(ce_sum) / count,
             "train/z_loss": z_mult * float(z_sum) / count,
