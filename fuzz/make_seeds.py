@@ -94,6 +94,12 @@ def main():
         "  group_overrides:\n"
         "    - {params: [embeddings.weight, '*norm*'], opts: {weight_decay: 0.0}}\n"
         "    - {params: ['blocks.[01].feed_forward.w?.weight'], opts: {weight_decay: 0.3}}\n")))
+    # ... and groups with their own lr, betas and eps
+    put("yaml_config", "optim_group_options", parity.replace(optim_line, optim_line + (
+        "  group_overrides:\n"
+        "    - {params: [embeddings.weight], opts: {lr: 3.0e-3, betas: [0.8, 0.99]}}\n"
+        "    - {params: ['*norm*'], opts: {eps: 1.0e-5, weight_decay: 0.0}}\n"
+        "    - {params: [lm_head.w_out.weight], opts: {}}\n")))
     # dataset: packed inputs: metadata text (gzipped by the target), a raw .csv.gz, a packing cache
     put("packed_inputs", "metadata_text", b"\x00\x05" + b"0,100\n100,350,doc-1\n350,4096,x,\"y,z\"\n")
     put("packed_inputs", "metadata_gz", b"\x01\x05" + gzip.compress(b"0,10\n10,20\n", mtime=0))

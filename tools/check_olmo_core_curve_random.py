@@ -15,10 +15,10 @@ draw_optimisation): any of OLMo-core 3.0's schedulers but `constant` (warmup as 
 fraction, warmup_min_lr, alpha_f, t_max, decay lengths and floors, WSD-S periods, sequential and
 composable with override decays), a fifth of them counted in tokens; weight decay 0 to 0.3, betas,
 eps, clipping at 0.1 to 1 or none (OLMo-core then logs no grad norm and its skip rule reads the
-loss only), z-loss 1e-5, 1e-4 or none, and group_overrides (AI2's, none, or weight decay groups
-by parameter patterns); the rest keep AI2's. For every step, tandem's loss must be
-within 1e-4 relative (the issue's bound),
-its lr within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
+loss only), z-loss 1e-5, 1e-4 or none, and group_overrides (AI2's, none, weight decay groups
+by parameter patterns, or groups with their own lr, weight decay, betas or eps); the rest keep
+AI2's. For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
+its lr (and each group's own) within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
 its skip decision OLMo-core's, and at the end every weight tensor within 1e-4 relative L2
 (the fixture test's bound; weight decay shows there first).
 
@@ -162,19 +162,41 @@ def draw_optimisation(rng, case, steps):
                 MAX_GRAD_NORM=rng.choice([1.0, 1.0, 0.5, 0.1, None]),
                 Z_LOSS=rng.choice([1e-5, 1e-5, 1e-4, None]),
                 GROUP_OVERRIDES=draw_group_overrides(
-                    random.Random(f"group overrides {rng.random()}")))
+                    random.Random(f"group overrides {rng.random()}"), case["LR"]))
 
 
-def draw_group_overrides(rng):
-    """OLMo-core's group_overrides (weight decay per group of parameter patterns): AI2's (None),
-    none at all, or other groups."""
-    return rng.choice([
-        None, None, [],
-        [{"params": ["embeddings.weight", "*norm*"], "opts": {"weight_decay": 0.0}}],
-        [{"params": ["blocks.*.feed_forward.*"], "opts": {"weight_decay": 0.3}},
-         {"params": ["embeddings.weight"], "opts": {"weight_decay": 0.0}}],
-        [{"params": ["lm_head.*", "blocks.[02].attention.w_?.weight"],
-          "opts": {"weight_decay": 0.0}}]])
+def draw_group_overrides(rng, lr):
+    """OLMo-core's group_overrides: AI2's (None), none at all, weight decay groups of parameter
+    patterns, or groups with their own AdamW options (an lr of 0.25 to 4 times the recipe's, so
+    above the schedules' absolute floors, which are at most a tenth of it; betas; eps)."""
+    kind = rng.choice(["ai2", "ai2", "none", "decay", "decay", "decay", "options", "options"])
+    if kind == "ai2":
+        return None
+    if kind == "none":
+        return []
+    if kind == "decay":
+        return rng.choice([
+            [{"params": ["embeddings.weight", "*norm*"], "opts": {"weight_decay": 0.0}}],
+            [{"params": ["blocks.*.feed_forward.*"], "opts": {"weight_decay": 0.3}},
+             {"params": ["embeddings.weight"], "opts": {"weight_decay": 0.0}}],
+            [{"params": ["lm_head.*", "blocks.[02].attention.w_?.weight"],
+              "opts": {"weight_decay": 0.0}}]])
+    patterns = rng.sample([["embeddings.weight"], ["*norm*"], ["blocks.*.feed_forward.w2.*"],
+                           ["lm_head.w_out.weight"], ["blocks.[13].attention.w_*"]], 2)
+    groups = []
+    for params in patterns:
+        opts = {}
+        while not opts:
+            if rng.random() < 0.6:
+                opts["lr"] = lr * rng.choice([0.25, 0.5, 2.0, 4.0])
+            if rng.random() < 0.5:
+                opts["weight_decay"] = rng.choice([0.0, 0.05, 0.3])
+            if rng.random() < 0.3:
+                opts["betas"] = rng.choice([[0.8, 0.99], [0.95, 0.999]])
+            if rng.random() < 0.3:
+                opts["eps"] = rng.choice([1e-6, 1e-5])
+        groups.append({"params": params, "opts": opts})
+    return groups
 
 
 LOSS_BOUND, GRAD_NORM_BOUND, WEIGHTS_BOUND = 1e-4, 1e-3, 1e-4
@@ -210,8 +232,9 @@ def compare(ours, ref, judge_loss, judge_norm):
         if judge_loss and loss > LOSS_BOUND:
             return worst_loss, worst_norm, (f"step {step}: loss {a['train/loss']} vs "
                                             f"{b['train/loss']}")
-        if abs(a["lr"] - b["lr"]) > 1e-12 * b["lr"]:
-            return worst_loss, worst_norm, f"step {step}: lr {a['lr']} vs {b['lr']}"
+        for key in [k for k in b if k == "lr" or k.startswith("lr/")]:  # groups' own lrs too
+            if key not in a or abs(a[key] - b[key]) > 1e-12 * b[key]:
+                return worst_loss, worst_norm, f"step {step}: {key} {a.get(key)} vs {b[key]}"
         if judge_norm and norm > GRAD_NORM_BOUND:
             return worst_loss, worst_norm, (f"step {step}: grad norm {a['train/grad_norm']} vs "
                                             f"{b['train/grad_norm']}")
