@@ -169,8 +169,7 @@ TEST(StrictNpy, HeaderDimensionsAreCheckedNotParsedLoosely) {
 
 TEST(PathInside, AbsoluteDotDotAndSymlinksOutAreRefused) {
   const std::string dir = testing::scratch_dir();
-  const std::string outside = dir + "_outside";
-  fs::create_directories(outside);
+  const std::string outside = testing::temp_dir("st_outside");  // a sibling of dir
   fs::create_directories(dir + "/inner");
   fs::create_directory_symlink(outside, dir + "/link");
   EXPECT_EQ(path_inside(dir, "inner/x.safetensors", "index.json"), dir + "/inner/x.safetensors");
@@ -183,8 +182,7 @@ TEST(PathInside, AbsoluteDotDotAndSymlinksOutAreRefused) {
 
 TEST(PathInside, HfIndexShardLinkedOutsideIsRefused) {
   const std::string dir = testing::scratch_dir();
-  const std::string outside = dir + "_elsewhere";
-  fs::create_directories(outside);
+  const std::string outside = testing::temp_dir("st_elsewhere");
   float v[2] = {1, 2};
   write_safetensors(outside + "/real.safetensors", {{"w", DType::kF32, {2}, v}});
   fs::create_symlink(outside + "/real.safetensors", dir + "/shard.safetensors");

@@ -16,9 +16,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,7 +43,44 @@ inline std::string tandem_binary() {
 
 inline std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
 
-// A fresh empty directory under the system temp dir, unique per name, process and running test.
+// The folders temp_dir() made during the running test, removed when the test ends without a
+// failure: a CTest run makes hundreds. A failed test's folders stay for a look, and
+// TANDEM_KEEP_TEST_DIRS=1 keeps every one. (A folder made outside a test, e.g. at static
+// initialisation, is not tracked and stays.)
+class TempDirCleanup : public ::testing::EmptyTestEventListener {
+ public:
+  // The one listener, handed to gtest (which owns it) on first use.
+  static TempDirCleanup& instance() {
+    static TempDirCleanup* const listener = [] {
+      auto* l = new TempDirCleanup;
+      ::testing::UnitTest::GetInstance()->listeners().Append(l);
+      return l;
+    }();
+    return *listener;
+  }
+  void track(const std::filesystem::path& dir) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dirs_.push_back(dir);
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    std::vector<std::filesystem::path> dirs;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      dirs.swap(dirs_);
+    }
+    const char* keep = std::getenv("TANDEM_KEEP_TEST_DIRS");
+    if (info.result()->Failed() || (keep && std::string(keep) == "1")) return;
+    std::error_code ignored;  // a folder already gone (or busy) is no reason to fail a test
+    for (const auto& dir : dirs) std::filesystem::remove_all(dir, ignored);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::filesystem::path> dirs_;
+};
+
+// A fresh empty directory under the system temp dir, unique per name, process and running test;
+// removed when the test passes (TempDirCleanup).
 inline std::string temp_dir(const std::string& name) {
   std::string test = "none";
   if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info())
@@ -52,6 +91,8 @@ inline std::string temp_dir(const std::string& name) {
              ("tandem_test_" + name + "_" + test + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  if (::testing::UnitTest::GetInstance()->current_test_info())
+    TempDirCleanup::instance().track(dir);
   return dir.string();
 }
 

@@ -35,9 +35,10 @@ std::string with_documents(const std::string& name) {
 }
 
 std::vector<std::string> overrides(bool masked) {
-  static const std::string train =
+  // Made per test: temp_dir's folders go when their test passes.
+  const std::string train =
       "[" + with_documents("train_a.npy") + ", " + with_documents("train_b.npy") + "]";
-  static const std::string heldout = with_documents("heldout.npy");
+  const std::string heldout = with_documents("heldout.npy");
   return {"trainer.init_from=" + fixture("train/init_hf"), "data.paths=" + train,
           "evaluation.sets=[{name: heldout, paths: [" + heldout + "]}]",
           "data.generate_doc_lengths=" + std::string(masked ? "true" : "false")};
