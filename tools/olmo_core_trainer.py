@@ -17,7 +17,8 @@ single-process gloo process group.
               tests/fixtures/olmo_core_mixture: a source mixture over the same files
               (NumpyFSLDatasetMixture; source b upsampled 1.8 times), 40 steps. With --optim
               JSON --steps 40 --out tests/fixtures/olmo_core_schedule: another optimisation
-              (its values are those of the fixture's curve.yaml).
+              (its values are those of the fixture's curve.yaml); the same with --out
+              tests/fixtures/olmo_core_groups: parameter groups with their own lr, betas, eps.
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -634,7 +635,8 @@ def main():
     ap.add_argument("--optim", default=None, metavar="JSON",
                     help="curve: the optimisation instead of AI2's, as JSON with any of "
                     "scheduler (a tandem scheduler section), weight_decay, betas, eps, "
-                    "max_grad_norm and z_loss (null: off), group_overrides")
+                    "max_grad_norm and z_loss (null: off), group_overrides (opts: lr, "
+                    "weight_decay, betas, eps)")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if a.what == "curve":
