@@ -115,7 +115,7 @@ TEST(OptimConfig, GroupOverrides) {
   // The step's lrs: the group's own through the schedule, the others the optimiser's.
   const std::unique_ptr<Schedule> cosine = make_schedule(io::ConfigSection(
       YAML::Load("{name: cos_with_warmup, warmup: 0, alpha_f: 0.1}"), "scheduler", "test"));
-  const std::vector<double> lrs = scheduled_lrs(c, *cosine, 5, 10, 100);
+  const std::vector<double> lrs = scheduled_lrs(c, *cosine, 5, TrainingHorizon::in_steps(10, 100));
   ASSERT_EQ(lrs.size(), 3u);
   EXPECT_EQ(lrs[0], cosine->lr(1e-3, 5, 10));
   EXPECT_EQ(lrs[1], cosine->lr(4e-4, 5, 10));

@@ -128,17 +128,26 @@ TEST(Schedule, TokenUnitsFollowTheTokensSeen) {
   const std::int64_t batch = 4096, max_steps = 100;
   auto tokens = from_yaml("{name: cos_with_warmup, units: tokens, warmup: 40960, alpha_f: 0.1}");
   auto steps = from_yaml("{name: cos_with_warmup, warmup: 10, alpha_f: 0.1}");
+  const TrainingHorizon horizon = TrainingHorizon::in_steps(max_steps, batch);
   for (std::int64_t s = 1; s <= max_steps + 2; ++s) {
-    const double a = scheduled_lr(*tokens, 1e-3, s, max_steps, batch);
-    const double b = scheduled_lr(*steps, 1e-3, s, max_steps, batch);
+    const double a = scheduled_lr(*tokens, 1e-3, s, horizon);
+    const double b = scheduled_lr(*steps, 1e-3, s, horizon);
     EXPECT_NEAR(a, b, 1e-15) << "step " << s;
   }
   // A warmup that ends inside a batch: at step 3 (12,288 tokens) of a 10,000-token warmup the
   // warmup is over, where a step count would still be warming up.
   auto uneven = from_yaml("{name: constant_with_warmup, units: tokens, warmup: 10000}");
-  EXPECT_DOUBLE_EQ(scheduled_lr(*uneven, 1e-3, 3, max_steps, batch), 1e-3);
-  EXPECT_LT(scheduled_lr(*uneven, 1e-3, 2, max_steps, batch), 1e-3);
-  EXPECT_THROW(scheduled_lr(*tokens, 1e-3, 1, max_steps, 0), core::Error);
+  EXPECT_DOUBLE_EQ(scheduled_lr(*uneven, 1e-3, 3, horizon), 1e-3);
+  EXPECT_LT(scheduled_lr(*uneven, 1e-3, 2, horizon), 1e-3);
+  EXPECT_THROW(scheduled_lr(*tokens, 1e-3, 1, TrainingHorizon::in_steps(max_steps, 0)),
+               core::Error);
+  // A duration in tokens (OLMo-core's Duration.tokens) is a token schedule's t_max as it is, not
+  // rounded up to whole batches; a step schedule's t_max is the steps that reach it.
+  const TrainingHorizon by_tokens{100, 99 * batch + 1000, batch};
+  auto cosine = from_yaml("{name: cos_with_warmup, units: tokens, warmup: 0, alpha_f: 0.1}");
+  EXPECT_EQ(scheduled_lr(*cosine, 1e-3, 50, by_tokens),
+            cosine->lr(1e-3, 50 * batch, 99 * batch + 1000));
+  EXPECT_EQ(scheduled_lr(*steps, 1e-3, 50, by_tokens), steps->lr(1e-3, 50, 100));
 }
 
 void expect_config_error(const std::string& yaml, const std::string& fragment) {

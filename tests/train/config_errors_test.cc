@@ -34,6 +34,50 @@ TEST(RunConfigErrors, NestedValueWhereAnIntegerBelongsNamesTheKey) {
   EXPECT_NE(e.find("expected an integer"), std::string::npos) << e;
 }
 
+// OLMo-core's max_duration (steps or tokens) instead of max_steps, and its hard_stop: the run
+// trains to the step where the first is due (tokens seen >= value: ceil(value / batch) steps);
+// the schedule's horizon is max_duration's, a token duration's as it is (t_max in tokens).
+TEST(RunConfig, MaxDurationAndHardStopAsOlmoCoreCountsThem) {
+  const std::string cfg = testing::fixture("train/parity.yaml");  // global batch: 512 tokens
+  RunConfig c = load_run_config(cfg, {});
+  EXPECT_EQ(c.trainer.max_steps, 100);
+  EXPECT_EQ(c.trainer.horizon.max_steps, 100);
+  EXPECT_EQ(c.trainer.horizon.max_tokens, 100 * 512);
+  EXPECT_EQ(c.trainer.horizon.global_batch_tokens, 512);
+  c = load_run_config(
+      cfg, {"trainer.max_steps=null", "trainer.max_duration={value: 20000, unit: tokens}"});
+  EXPECT_EQ(c.trainer.max_steps, 40);  // 39 batches hold 19,968 tokens
+  EXPECT_EQ(c.trainer.horizon.max_steps, 40);
+  EXPECT_EQ(c.trainer.horizon.max_tokens, 20000);
+  c = load_run_config(
+      cfg, {"trainer.max_steps=null", "trainer.max_duration={value: 1.0e+5, unit: tokens}",
+            "trainer.hard_stop={value: 30, unit: steps}"});
+  EXPECT_EQ(c.trainer.max_steps, 30);
+  EXPECT_EQ(c.trainer.horizon.max_steps, 196);
+  EXPECT_EQ(c.trainer.horizon.max_tokens, 100000);
+  c = load_run_config(cfg, {"trainer.hard_stop={value: 10241, unit: tokens}"});
+  EXPECT_EQ(c.trainer.max_steps, 21);
+  EXPECT_EQ(c.trainer.horizon.max_steps, 100);
+  c = load_run_config(cfg, {"trainer.hard_stop={value: 500, unit: steps}"});  // after the end
+  EXPECT_EQ(c.trainer.max_steps, 100);
+
+  auto error_with = [&](const std::vector<std::string>& overrides, const std::string& fragment) {
+    const std::string e = config_error(overrides);
+    EXPECT_NE(e.find(fragment), std::string::npos) << e;
+  };
+  error_with({"trainer.max_duration={value: 10, unit: steps}"}, "give max_steps or max_duration");
+  error_with({"trainer.max_steps=null"}, "give max_steps or max_duration");
+  error_with({"trainer.max_steps=null", "trainer.max_duration={value: 2, unit: epochs}"},
+             "trainer.max_duration.unit': unit 'epochs'");
+  error_with({"trainer.max_steps=null", "trainer.max_duration={value: 2.5, unit: steps}"},
+             "trainer.max_duration.value' must be a whole number");
+  error_with({"trainer.max_steps=null", "trainer.max_duration={value: 0, unit: tokens}"},
+             "must be a whole number >= 1");
+  error_with({"trainer.max_steps=null", "trainer.max_duration={value: 10}"},
+             "trainer.max_duration.unit");
+  error_with({"trainer.hard_stop={value: 10, unit: steps, when: now}"}, "when");
+}
+
 TEST(RunConfigErrors, FreshStartIsAKnownKey) {
   EXPECT_EQ(config_error({"trainer.fresh_start=true"}), "no error");
 }

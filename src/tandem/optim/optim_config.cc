@@ -80,14 +80,12 @@ std::optional<std::vector<ParamGroupOverride>> read_group_overrides(io::ConfigSe
 }  // namespace
 
 std::vector<double> scheduled_lrs(const OptimConfig& config, const Schedule& schedule,
-                                  std::int64_t step, std::int64_t max_steps,
-                                  std::int64_t global_batch_tokens) {
-  const double lr = scheduled_lr(schedule, config.lr, step, max_steps, global_batch_tokens);
+                                  std::int64_t step, const TrainingHorizon& horizon) {
+  const double lr = scheduled_lr(schedule, config.lr, step, horizon);
   std::vector<double> lrs(config.adamw.lr_slots(), lr);
   const auto& groups = config.adamw.groups;
   for (std::size_t i = 0; groups && i < groups->size(); ++i)
-    if ((*groups)[i].lr)
-      lrs[i] = scheduled_lr(schedule, *(*groups)[i].lr, step, max_steps, global_batch_tokens);
+    if ((*groups)[i].lr) lrs[i] = scheduled_lr(schedule, *(*groups)[i].lr, step, horizon);
   return lrs;
 }
 

@@ -29,8 +29,7 @@ struct OptimConfig {
 // through the schedule for the last slot (and the groups without their own), as OLMo-core's train
 // module sets every param group's lr from its initial_lr. Arguments as scheduled_lr's.
 std::vector<double> scheduled_lrs(const OptimConfig& config, const Schedule& schedule,
-                                  std::int64_t step, std::int64_t max_steps,
-                                  std::int64_t global_batch_tokens);
+                                  std::int64_t step, const TrainingHorizon& horizon);
 
 // Reads and validates the section (strict: unknown keys are an error naming them).
 OptimConfig read_optim_config(io::ConfigSection section);

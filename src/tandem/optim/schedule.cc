@@ -193,10 +193,12 @@ double WsdsSchedule::lr(double initial_lr, std::int64_t current, std::int64_t) c
 }
 
 double scheduled_lr(const Schedule& schedule, double initial_lr, std::int64_t step,
-                    std::int64_t max_steps, std::int64_t global_batch_tokens) {
-  if (schedule.units() == ScheduleUnits::kSteps) return schedule.lr(initial_lr, step, max_steps);
-  TANDEM_CHECK(global_batch_tokens > 0, "scheduler.units: tokens needs the global batch size");
-  return schedule.lr(initial_lr, step * global_batch_tokens, max_steps * global_batch_tokens);
+                    const TrainingHorizon& horizon) {
+  if (schedule.units() == ScheduleUnits::kSteps)
+    return schedule.lr(initial_lr, step, horizon.max_steps);
+  TANDEM_CHECK(horizon.global_batch_tokens > 0,
+               "scheduler.units: tokens needs the global batch size");
+  return schedule.lr(initial_lr, step * horizon.global_batch_tokens, horizon.max_tokens);
 }
 
 }  // namespace tandem::optim

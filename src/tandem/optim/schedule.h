@@ -215,10 +215,23 @@ class WsdsSchedule : public Schedule {
 // ones (stitched, sequential, composable) are in schedule_composite.h.
 std::unique_ptr<Schedule> make_schedule(io::ConfigSection section);
 
-// The learning rate for global step `step` (1-based) of a `max_steps` run whose global batch holds
-// `global_batch_tokens` tokens, as OLMo-core's trainer feeds its scheduler: in step units
-// (step, max_steps), in token units (tokens seen including this batch, max_steps * batch tokens).
+// The trainer's horizon as OLMo-core's scheduler sees it: Trainer.max_steps and max_tokens of its
+// max_duration (a duration in steps: max_steps batches; in tokens: that many tokens, which
+// ceil(tokens / batch) steps reach), and the tokens of one global batch.
+struct TrainingHorizon {
+  std::int64_t max_steps = 0;
+  std::int64_t max_tokens = 0;
+  std::int64_t global_batch_tokens = 0;
+  // A duration of `max_steps` steps of `global_batch_tokens` tokens each.
+  static TrainingHorizon in_steps(std::int64_t max_steps, std::int64_t global_batch_tokens) {
+    return {max_steps, max_steps * global_batch_tokens, global_batch_tokens};
+  }
+};
+
+// The learning rate for global step `step` (1-based), as OLMo-core's trainer feeds its scheduler:
+// in step units (step, max_steps), in token units (tokens seen including this batch,
+// max_tokens).
 double scheduled_lr(const Schedule& schedule, double initial_lr, std::int64_t step,
-                    std::int64_t max_steps, std::int64_t global_batch_tokens);
+                    const TrainingHorizon& horizon);
 
 }  // namespace tandem::optim

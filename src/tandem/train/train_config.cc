@@ -1,5 +1,7 @@
 #include "tandem/train/train_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -11,11 +13,56 @@ namespace fs = std::filesystem;
 namespace tandem::train {
 namespace {
 
-TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir) {
+// OLMo-core's Duration {value, unit}: the global step at which it is due for a run whose global
+// batch holds `batch_tokens` tokens (Duration.due: steps >= value, or tokens seen >= value), and
+// the tokens it names (a duration in steps: that many batches).
+struct DurationSteps {
+  std::int64_t steps = 0;
+  std::int64_t tokens = 0;
+};
+
+DurationSteps read_duration(io::ConfigSection& s, const std::string& key,
+                            std::int64_t batch_tokens) {
+  io::ConfigSection d = s.section(key);
+  const std::string unit = d.get_string("unit");
+  TANDEM_CHECK(unit == "steps" || unit == "tokens",
+               "{}: unit '{}' (expected steps or tokens; an epochs duration depends on the data's "
+               "size in batches, give it in steps)",
+               d.where("unit"), unit);
+  // YAML reads 1e11 as a float: an integral value that fits is accepted too.
+  const double v = d.get_double("value");
+  TANDEM_CHECK(v >= 1 && v <= 9.0e15 && std::floor(v) == v,
+               "{} must be a whole number >= 1, got {}", d.where("value"), v);
+  d.finish();
+  const auto value = static_cast<std::int64_t>(v);
+  if (unit == "steps") return {value, value * batch_tokens};
+  return {(value + batch_tokens - 1) / batch_tokens, value};
+}
+
+TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir,
+                            std::int64_t batch_tokens) {
   TrainerConfig t;
   t.save_folder = io::resolve_config_path(base_dir, s.get_string("save_folder"));
-  t.max_steps = s.get_int("max_steps");
-  TANDEM_CHECK(t.max_steps > 0, "{} must be positive", s.where("max_steps"));
+  // OLMo-core's max_duration, or max_steps for a duration in steps.
+  TANDEM_CHECK(s.has("max_steps") != s.has("max_duration"),
+               "{}: give max_steps or max_duration ({{value, unit: steps|tokens}}), one of them",
+               s.where(""));
+  DurationSteps duration;
+  if (s.has("max_steps")) {
+    duration.steps = s.get_int("max_steps");
+    TANDEM_CHECK(duration.steps > 0, "{} must be positive", s.where("max_steps"));
+    duration.tokens = duration.steps * batch_tokens;
+  } else {
+    duration = read_duration(s, "max_duration", batch_tokens);
+  }
+  s.mark_used("max_steps");
+  s.mark_used("max_duration");
+  t.horizon = {duration.steps, duration.tokens, batch_tokens};
+  t.max_steps = duration.steps;
+  // OLMo-core's hard_stop: the run ends there when it comes first; the schedule keeps its horizon.
+  if (s.has("hard_stop") && !s.raw("hard_stop").IsNull())
+    t.max_steps = std::min(t.max_steps, read_duration(s, "hard_stop", batch_tokens).steps);
+  s.mark_used("hard_stop");
   t.save_interval = s.get_int("save_interval", 0);
   t.keep_last = s.get_int("keep_last", 3);
   TANDEM_CHECK(t.keep_last >= 1, "{} must be at least 1", s.where("keep_last"));
@@ -137,7 +184,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   r.schedule_yaml = YAML::Clone(root["scheduler"]);
   r.schedule = optim::make_schedule(top.section("scheduler"));
   r.dist = dist::read_dist_config(top.section("dist"));
-  r.trainer = parse_trainer(top.section("trainer"), base_dir);
+  r.trainer = parse_trainer(top.section("trainer"), base_dir, r.data.global_batch_size);
   r.eval = parse_eval(top.section("evaluation"), base_dir, r.data.all_files());
   if (r.eval.padded && r.eval.padded->sequence_length > 0) {
     TANDEM_CHECK(r.eval.padded->sequence_length <= r.model.max_sequence_length,

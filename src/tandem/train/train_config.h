@@ -39,8 +39,11 @@ struct EvalConfig {
 };
 
 struct TrainerConfig {
-  std::string save_folder;         // the run directory
-  std::int64_t max_steps = 0;      // optimiser steps (global batches)
+  std::string save_folder;  // the run directory
+  // The step the run trains to: max_duration's (`max_steps` is max_duration in steps), or the
+  // hard stop's where that comes first. The schedule's horizon is max_duration's, `horizon`.
+  std::int64_t max_steps = 0;
+  optim::TrainingHorizon horizon;  // OLMo-core's Trainer.max_steps/max_tokens of max_duration
   std::int64_t save_interval = 0;  // 0 = only at the end (and on a signal)
   std::int64_t keep_last = 3;      // checkpoints kept (ephemeral ones aside)
   // OLMo-core's ephemeral_save_interval: also a checkpoint every N steps (0: none), removed as

@@ -71,8 +71,7 @@ StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
   r.ce_loss = losses[0];
   r.z_loss = losses[1];
   r.grad_norm = optimizer_.clip(optim_.max_grad_norm.value_or(0.0));
-  r.lrs = optim::scheduled_lrs(optim_, schedule_, step, options_.max_steps,
-                               options_.global_batch_tokens);
+  r.lrs = optim::scheduled_lrs(optim_, schedule_, step, options_.horizon);
   r.lr = r.lrs.back();
   r.nonfinite =
       !std::isfinite(r.ce_loss) || !std::isfinite(r.z_loss) || !std::isfinite(r.grad_norm);

@@ -38,8 +38,7 @@ struct StepResult {
 
 struct StepOptions {
   std::int64_t micro_batch_instances = 0;  // 0 = the rank's whole batch at once
-  std::int64_t max_steps = 0;              // the schedule's horizon in steps
-  std::int64_t global_batch_tokens = 0;    // for schedules in token units
+  optim::TrainingHorizon horizon;          // the schedule's t_max (steps, tokens) and batch tokens
   // OLMo-core's generate_doc_lengths: attention (and RoPE positions) inside each document of a
   // packed instance, documents ending at EOS (model/documents.h).
   bool intra_document = false;

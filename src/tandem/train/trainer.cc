@@ -107,8 +107,7 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
   loader_ = std::make_unique<data::Loader>(config_.data);
   StepOptions options;
   options.micro_batch_instances = config_.data.micro_batch_size;
-  options.max_steps = config_.trainer.max_steps;
-  options.global_batch_tokens = config_.data.global_batch_size;
+  options.horizon = config_.trainer.horizon;
   options.intra_document = config_.data.generate_doc_lengths;
   options.eos_token_id = config_.data.eos_token_id;
   options.bos_token_id = config_.data.bos_token_id;
