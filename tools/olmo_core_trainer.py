@@ -19,6 +19,8 @@ single-process gloo process group.
               JSON --steps 40 --out tests/fixtures/olmo_core_schedule: another optimisation
               (its values are those of the fixture's curve.yaml); the same with --out
               tests/fixtures/olmo_core_groups: parameter groups with their own lr, betas, eps.
+              With --duration-tokens 25000 --hard-stop 30 --optim JSON --out
+              tests/fixtures/olmo_core_duration: max_duration in tokens, a hard stop.
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -67,6 +69,8 @@ MICRO_BATCH_INSTANCES = 2  # AI2's rank_microbatch_size = 2 * sequence length
 DATA_SEED = 34521
 INIT_SEED = 4242
 STEPS = 100
+DURATION_TOKENS = None  # max_duration in tokens instead of STEPS steps (--duration-tokens)
+HARD_STOP = None  # OLMo-core's hard_stop, in steps (--hard-stop)
 LR = 5e-4
 WARMUP = 10
 ALPHA_F = 0.1
@@ -216,7 +220,9 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
         z_loss_multiplier=Z_LOSS,
         max_grad_norm=MAX_GRAD_NORM)
     trainer = TrainerConfig(save_folder=save_folder, work_dir=work_dir, save_overwrite=True,
-                            max_duration=Duration.steps(steps), metrics_collect_interval=1,
+                            max_duration=(Duration.tokens(DURATION_TOKENS) if DURATION_TOKENS
+                                          else Duration.steps(steps)),
+                            metrics_collect_interval=1,
                             cancel_check_interval=1000)
     return model, dataset, loader, train_module, trainer
 
@@ -392,8 +398,11 @@ def tandem_run_config(model_section, data_files, steps):
                   **({} if GROUP_OVERRIDES is None else {"group_overrides": GROUP_OVERRIDES}),
                   "rolling_interval_length": SKIP_WINDOW, "sigma_factor": SKIP_SIGMA},
         "scheduler": scheduler_section(),
-        "trainer": {"save_folder": "runs/olmo-core-curve", "max_steps": steps, "seed": 1,
-                    "progress": False},
+        "trainer": {"save_folder": "runs/olmo-core-curve",
+                    **({"max_duration": {"value": DURATION_TOKENS, "unit": "tokens"}}
+                       if DURATION_TOKENS else {"max_steps": steps}),
+                    **({"hard_stop": {"value": HARD_STOP, "unit": "steps"}} if HARD_STOP else {}),
+                    "seed": 1, "progress": False},
         "evaluation": {"interval": 0, "sets": []},
     }
 
@@ -429,7 +438,8 @@ def curve(a):
     prepare_training_environment(seed=INIT_SEED, backend="gloo")
     with tempfile.TemporaryDirectory() as tmp:
         trainer, tm, recorder, model_cfg = build_trainer(
-            paths, os.path.join(tmp, "work"), os.path.join(tmp, "save"), STEPS)
+            paths, os.path.join(tmp, "work"), os.path.join(tmp, "save"), STEPS,
+            hard_stop=HARD_STOP)
         model_section = tandem_model_yaml(model_cfg)
         write_tandem_model(os.path.join(OUT, "init"), model_section, tm.model.state_dict())
         trainer.fit()
@@ -437,7 +447,11 @@ def curve(a):
     teardown_training_environment()
     save_file(final, os.path.join(OUT, "curve_final.safetensors"))
     records = recorder.records
-    assert [r["step"] for r in records] == list(range(1, STEPS + 1)), [r["step"] for r in records]
+    steps = STEPS
+    if DURATION_TOKENS:  # OLMo-core stops once the tokens seen reach the duration
+        steps = -(-DURATION_TOKENS // (INSTANCES_PER_BATCH * SEQ))
+    steps = min(steps, HARD_STOP or steps)
+    assert [r["step"] for r in records] == list(range(1, steps + 1)), [r["step"] for r in records]
     rejected_steps = [r["step"] for r in records if r["masked_instances"] > 0]
     skipped = [r["step"] for r in records if r["skipped"]]
     with open(os.path.join(OUT, "curve.yaml"), "w") as f:
@@ -457,7 +471,7 @@ def curve(a):
                    "closest_skip_margin_rel": skip_margins(records)}, f, indent=1)
     print(f"steps with filter-rejected instances: {rejected_steps}")
     print(f"skipped steps: {skipped}; closest skip margin (rel): {skip_margins(records)}")
-    print(f"loss: step 1 {records[0]['train/loss']:.5f}, step {STEPS} "
+    print(f"loss: step 1 {records[0]['train/loss']:.5f}, step {steps} "
           f"{records[-1]['train/loss']:.5f}")
 
 
@@ -614,7 +628,7 @@ def set_optimisation(settings):
 
 
 def main():
-    global PACKED, LABEL_MASKS, STEPS, MIXTURE
+    global PACKED, LABEL_MASKS, STEPS, MIXTURE, DURATION_TOKENS, HARD_STOP
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["curve", "checkpoint"])
     ap.add_argument("--work", default=None, help="checkpoint: where OLMo-core's runs go")
@@ -632,6 +646,10 @@ def main():
                     help="curve: a source mixture (MIXTURE) with source a's target ratio and "
                     "requested_tokens, e.g. 0.3:30000")
     ap.add_argument("--steps", type=int, default=STEPS, help="curve: training steps")
+    ap.add_argument("--duration-tokens", type=int, default=None,
+                    help="curve: OLMo-core's max_duration in tokens instead of --steps")
+    ap.add_argument("--hard-stop", type=int, default=None,
+                    help="curve: OLMo-core's hard_stop, in steps (the schedule keeps its horizon)")
     ap.add_argument("--optim", default=None, metavar="JSON",
                     help="curve: the optimisation instead of AI2's, as JSON with any of "
                     "scheduler (a tandem scheduler section), weight_decay, betas, eps, "
@@ -641,6 +659,7 @@ def main():
     logging.basicConfig(level=logging.WARNING)
     if a.what == "curve":
         PACKED, LABEL_MASKS, STEPS = a.packed, a.label_masks, a.steps
+        DURATION_TOKENS, HARD_STOP = a.duration_tokens, a.hard_stop
         if a.optim:
             set_optimisation(json.loads(a.optim))
         if a.mixture:

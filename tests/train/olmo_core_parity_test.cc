@@ -173,6 +173,17 @@ TEST(OlmoCoreCurve, ParameterGroupsWithTheirOwnOptionsMatchOlmoCoresTrainer) {
   train_and_compare(fx, ref, "olmo_core_curve_groups", "step-000040");
 }
 
+// OLMo-core's max_duration in tokens (25,000: 49 batches of 512 reach it) with a hard_stop at step
+// 30 (tests/fixtures/olmo_core_duration): the run ends at the hard stop, and the token schedule's
+// t_max is the duration's 25,000 tokens, not 49 whole batches (the lr at every step tells).
+TEST(OlmoCoreCurve, TokenDurationAndHardStopMatchOlmoCoresTrainer) {
+  const std::string fx = testing::fixture("olmo_core_duration");
+  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
+  ASSERT_EQ(ref["steps"].size(), 30u);
+  ASSERT_GT(ref["closest_skip_margin_rel"].get<double>(), 1e-3);
+  train_and_compare(fx, ref, "olmo_core_curve_duration", "step-000030");
+}
+
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.
 std::string run_dir_with_imported_checkpoint(const std::string& name) {
   const std::string run = testing::temp_dir(name);
