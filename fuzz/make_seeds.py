@@ -100,6 +100,11 @@ def main():
         "    - {params: [embeddings.weight], opts: {lr: 3.0e-3, betas: [0.8, 0.99]}}\n"
         "    - {params: ['*norm*'], opts: {eps: 1.0e-5, weight_decay: 0.0}}\n"
         "    - {params: [lm_head.w_out.weight], opts: {}}\n")))
+    # OLMo-core's max_duration in tokens and hard_stop instead of max_steps
+    assert "  max_steps: 100\n" in parity
+    put("yaml_config", "trainer_duration", parity.replace(
+        "  max_steps: 100\n",
+        "  max_duration: {value: 25000, unit: tokens}\n  hard_stop: {value: 30, unit: steps}\n"))
     # dataset: packed inputs: metadata text (gzipped by the target), a raw .csv.gz, a packing cache
     put("packed_inputs", "metadata_text", b"\x00\x05" + b"0,100\n100,350,doc-1\n350,4096,x,\"y,z\"\n")
     put("packed_inputs", "metadata_gz", b"\x01\x05" + gzip.compress(b"0,10\n10,20\n", mtime=0))
