@@ -17,7 +17,9 @@ composable with override decays), a fifth of them counted in tokens; weight deca
 eps, clipping at 0.1 to 1 or none (OLMo-core then logs no grad norm and its skip rule reads the
 loss only), z-loss 1e-5, 1e-4 or none, and group_overrides (AI2's, none, weight decay groups
 by parameter patterns, or groups with their own lr, weight decay, betas or eps); the rest keep
-AI2's. For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
+AI2's. The run's length (a stream of its own, draw_duration) is OLMo-core's max_duration in tokens
+for 30% of the recipes (part of a batch past whole ones) and a hard stop before the duration's end
+for 30%. For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
 its lr (and each group's own) within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
 its skip decision OLMo-core's, and at the end every weight tensor within 1e-4 relative L2
 (the fixture test's bound; weight decay shows there first).
@@ -165,6 +167,19 @@ def draw_optimisation(rng, case, steps):
                     random.Random(f"group overrides {rng.random()}"), case["LR"]))
 
 
+def draw_duration(rng, case, steps):
+    """OLMo-core's max_duration and hard_stop (a stream of their own): for 30% a duration in
+    tokens that a part of the last batch reaches (the schedule's t_max in tokens is then not whole
+    batches), for 30% a hard stop at `steps` with the duration 5 to 20 steps (or their tokens)
+    further on, so that the schedule never reaches its end."""
+    batch = case["INSTANCES_PER_BATCH"] * recipe.SEQ
+    extra = rng.randint(5, 20)
+    in_tokens, hard_stop = rng.random() < 0.3, rng.random() < 0.3
+    total = steps + (extra if hard_stop else 0)
+    return dict(STEPS=total, HARD_STOP=steps if hard_stop else None,
+                DURATION_TOKENS=(total - 1) * batch + rng.randint(1, batch) if in_tokens else None)
+
+
 def draw_group_overrides(rng, lr):
     """OLMo-core's group_overrides: AI2's (None), none at all, weight decay groups of parameter
     patterns, or groups with their own AdamW options (an lr of 0.25 to 4 times the recipe's, so
@@ -269,9 +284,9 @@ def check_in(binary, seed, index, steps, threads, out):
                                requested=mixing.randint(12000, 30000))
     case.update(draw_optimisation(random.Random(f"curve optimisation {seed} {index}"), case,
                                   steps))
-    for key, value in case.items():
+    case.update(draw_duration(random.Random(f"curve duration {seed} {index}"), case, steps))
+    for key, value in case.items():  # STEPS too: the duration (the run ends at `steps`)
         setattr(recipe, key, value)
-    recipe.STEPS = steps
     recipe.curve(types.SimpleNamespace(out=out, threads=threads))
     with open(os.path.join(out, "curve_reference.json")) as f:
         ref = json.load(f)
