@@ -20,7 +20,9 @@ single-process gloo process group.
               (its values are those of the fixture's curve.yaml); the same with --out
               tests/fixtures/olmo_core_groups: parameter groups with their own lr, betas, eps.
               With --duration-tokens 25000 --hard-stop 30 --optim JSON --out
-              tests/fixtures/olmo_core_duration: max_duration in tokens, a hard stop.
+              tests/fixtures/olmo_core_duration: max_duration in tokens, a hard stop; with
+              --duration-epochs 2 --hard-stop 90 --optim JSON --out
+              tests/fixtures/olmo_core_epochs: in epochs.
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -70,6 +72,7 @@ DATA_SEED = 34521
 INIT_SEED = 4242
 STEPS = 100
 DURATION_TOKENS = None  # max_duration in tokens instead of STEPS steps (--duration-tokens)
+DURATION_EPOCHS = None  # ... or in epochs (--duration-epochs)
 HARD_STOP = None  # OLMo-core's hard_stop, in steps (--hard-stop)
 LR = 5e-4
 WARMUP = 10
@@ -221,6 +224,7 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
         max_grad_norm=MAX_GRAD_NORM)
     trainer = TrainerConfig(save_folder=save_folder, work_dir=work_dir, save_overwrite=True,
                             max_duration=(Duration.tokens(DURATION_TOKENS) if DURATION_TOKENS
+                                          else Duration.epochs(DURATION_EPOCHS) if DURATION_EPOCHS
                                           else Duration.steps(steps)),
                             metrics_collect_interval=1,
                             cancel_check_interval=1000)
@@ -400,7 +404,9 @@ def tandem_run_config(model_section, data_files, steps):
         "scheduler": scheduler_section(),
         "trainer": {"save_folder": "runs/olmo-core-curve",
                     **({"max_duration": {"value": DURATION_TOKENS, "unit": "tokens"}}
-                       if DURATION_TOKENS else {"max_steps": steps}),
+                       if DURATION_TOKENS else
+                       {"max_duration": {"value": DURATION_EPOCHS, "unit": "epochs"}}
+                       if DURATION_EPOCHS else {"max_steps": steps}),
                     **({"hard_stop": {"value": HARD_STOP, "unit": "steps"}} if HARD_STOP else {}),
                     "seed": 1, "progress": False},
         "evaluation": {"interval": 0, "sets": []},
@@ -441,6 +447,7 @@ def curve(a):
             paths, os.path.join(tmp, "work"), os.path.join(tmp, "save"), STEPS,
             hard_stop=HARD_STOP)
         model_section = tandem_model_yaml(model_cfg)
+        batches_per_epoch = trainer.data_loader.total_batches
         write_tandem_model(os.path.join(OUT, "init"), model_section, tm.model.state_dict())
         trainer.fit()
         final = {k: v.detach().float().contiguous() for k, v in tm.model.state_dict().items()}
@@ -450,6 +457,8 @@ def curve(a):
     steps = STEPS
     if DURATION_TOKENS:  # OLMo-core stops once the tokens seen reach the duration
         steps = -(-DURATION_TOKENS // (INSTANCES_PER_BATCH * SEQ))
+    if DURATION_EPOCHS:  # ... or once the last epoch's last batch is done
+        steps = DURATION_EPOCHS * batches_per_epoch
     steps = min(steps, HARD_STOP or steps)
     assert [r["step"] for r in records] == list(range(1, steps + 1)), [r["step"] for r in records]
     rejected_steps = [r["step"] for r in records if r["masked_instances"] > 0]
@@ -628,7 +637,7 @@ def set_optimisation(settings):
 
 
 def main():
-    global PACKED, LABEL_MASKS, STEPS, MIXTURE, DURATION_TOKENS, HARD_STOP
+    global PACKED, LABEL_MASKS, STEPS, MIXTURE, DURATION_TOKENS, DURATION_EPOCHS, HARD_STOP
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["curve", "checkpoint"])
     ap.add_argument("--work", default=None, help="checkpoint: where OLMo-core's runs go")
@@ -648,6 +657,8 @@ def main():
     ap.add_argument("--steps", type=int, default=STEPS, help="curve: training steps")
     ap.add_argument("--duration-tokens", type=int, default=None,
                     help="curve: OLMo-core's max_duration in tokens instead of --steps")
+    ap.add_argument("--duration-epochs", type=int, default=None,
+                    help="curve: OLMo-core's max_duration in epochs instead of --steps")
     ap.add_argument("--hard-stop", type=int, default=None,
                     help="curve: OLMo-core's hard_stop, in steps (the schedule keeps its horizon)")
     ap.add_argument("--optim", default=None, metavar="JSON",
@@ -659,7 +670,8 @@ def main():
     logging.basicConfig(level=logging.WARNING)
     if a.what == "curve":
         PACKED, LABEL_MASKS, STEPS = a.packed, a.label_masks, a.steps
-        DURATION_TOKENS, HARD_STOP = a.duration_tokens, a.hard_stop
+        DURATION_TOKENS, DURATION_EPOCHS, HARD_STOP = (a.duration_tokens, a.duration_epochs,
+                                                       a.hard_stop)
         if a.optim:
             set_optimisation(json.loads(a.optim))
         if a.mixture:

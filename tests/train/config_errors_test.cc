@@ -60,6 +60,17 @@ TEST(RunConfig, MaxDurationAndHardStopAsOlmoCoreCountsThem) {
   EXPECT_EQ(c.trainer.horizon.max_steps, 100);
   c = load_run_config(cfg, {"trainer.hard_stop={value: 500, unit: steps}"});  // after the end
   EXPECT_EQ(c.trainer.max_steps, 100);
+  // Epochs: resolved once the data's batches per epoch are known (the trainer's loader).
+  c = load_run_config(cfg,
+                      {"trainer.max_steps=null", "trainer.max_duration={value: 2, unit: epochs}",
+                       "trainer.hard_stop={value: 50000, unit: tokens}"});
+  EXPECT_TRUE(c.trainer.needs_batches_per_epoch());
+  EXPECT_EQ(c.trainer.max_steps, 0);
+  c.trainer.resolve_durations(79);
+  EXPECT_EQ(c.trainer.horizon.max_steps, 158);
+  EXPECT_EQ(c.trainer.horizon.max_tokens, 158 * 512);
+  EXPECT_EQ(c.trainer.max_steps, 98);  // the hard stop: 98 batches reach 50,000 tokens
+  EXPECT_FALSE(load_run_config(cfg, {}).trainer.needs_batches_per_epoch());
 
   auto error_with = [&](const std::vector<std::string>& overrides, const std::string& fragment) {
     const std::string e = config_error(overrides);
@@ -67,8 +78,8 @@ TEST(RunConfig, MaxDurationAndHardStopAsOlmoCoreCountsThem) {
   };
   error_with({"trainer.max_duration={value: 10, unit: steps}"}, "give max_steps or max_duration");
   error_with({"trainer.max_steps=null"}, "give max_steps or max_duration");
-  error_with({"trainer.max_steps=null", "trainer.max_duration={value: 2, unit: epochs}"},
-             "trainer.max_duration.unit': unit 'epochs'");
+  error_with({"trainer.max_steps=null", "trainer.max_duration={value: 2, unit: days}"},
+             "trainer.max_duration.unit': unit 'days' (expected steps, tokens or epochs)");
   error_with({"trainer.max_steps=null", "trainer.max_duration={value: 2.5, unit: steps}"},
              "trainer.max_duration.value' must be a whole number");
   error_with({"trainer.max_steps=null", "trainer.max_duration={value: 0, unit: tokens}"},

@@ -184,6 +184,17 @@ TEST(OlmoCoreCurve, TokenDurationAndHardStopMatchOlmoCoresTrainer) {
   train_and_compare(fx, ref, "olmo_core_curve_duration", "step-000030");
 }
 
+// OLMo-core's max_duration in epochs (2 of the data's 79 batches) with a hard stop at step 90, in
+// the second epoch (tests/fixtures/olmo_core_epochs): the cosine's t_max is the two epochs' 158
+// steps, which only the data's size gives.
+TEST(OlmoCoreCurve, EpochDurationMatchesOlmoCoresTrainer) {
+  const std::string fx = testing::fixture("olmo_core_epochs");
+  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
+  ASSERT_EQ(ref["steps"].size(), 90u);
+  ASSERT_GT(ref["closest_skip_margin_rel"].get<double>(), 1e-3);
+  train_and_compare(fx, ref, "olmo_core_curve_epochs", "step-000090");
+}
+
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.
 std::string run_dir_with_imported_checkpoint(const std::string& name) {
   const std::string run = testing::temp_dir(name);

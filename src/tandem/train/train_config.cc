@@ -13,30 +13,20 @@ namespace fs = std::filesystem;
 namespace tandem::train {
 namespace {
 
-// OLMo-core's Duration {value, unit}: the global step at which it is due for a run whose global
-// batch holds `batch_tokens` tokens (Duration.due: steps >= value, or tokens seen >= value), and
-// the tokens it names (a duration in steps: that many batches).
-struct DurationSteps {
-  std::int64_t steps = 0;
-  std::int64_t tokens = 0;
-};
-
-DurationSteps read_duration(io::ConfigSection& s, const std::string& key,
-                            std::int64_t batch_tokens) {
+// OLMo-core's Duration {value, unit: steps|tokens|epochs}.
+Duration read_duration(io::ConfigSection& s, const std::string& key) {
   io::ConfigSection d = s.section(key);
   const std::string unit = d.get_string("unit");
-  TANDEM_CHECK(unit == "steps" || unit == "tokens",
-               "{}: unit '{}' (expected steps or tokens; an epochs duration depends on the data's "
-               "size in batches, give it in steps)",
-               d.where("unit"), unit);
+  TANDEM_CHECK(unit == "steps" || unit == "tokens" || unit == "epochs",
+               "{}: unit '{}' (expected steps, tokens or epochs)", d.where("unit"), unit);
   // YAML reads 1e11 as a float: an integral value that fits is accepted too.
   const double v = d.get_double("value");
   TANDEM_CHECK(v >= 1 && v <= 9.0e15 && std::floor(v) == v,
                "{} must be a whole number >= 1, got {}", d.where("value"), v);
   d.finish();
-  const auto value = static_cast<std::int64_t>(v);
-  if (unit == "steps") return {value, value * batch_tokens};
-  return {(value + batch_tokens - 1) / batch_tokens, value};
+  return {static_cast<std::int64_t>(v), unit == "steps"    ? Duration::Unit::kSteps
+                                        : unit == "tokens" ? Duration::Unit::kTokens
+                                                           : Duration::Unit::kEpochs};
 }
 
 TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir,
@@ -45,24 +35,22 @@ TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir,
   t.save_folder = io::resolve_config_path(base_dir, s.get_string("save_folder"));
   // OLMo-core's max_duration, or max_steps for a duration in steps.
   TANDEM_CHECK(s.has("max_steps") != s.has("max_duration"),
-               "{}: give max_steps or max_duration ({{value, unit: steps|tokens}}), one of them",
+               "{}: give max_steps or max_duration ({{value, unit: steps|tokens|epochs}}), one of "
+               "them",
                s.where(""));
-  DurationSteps duration;
   if (s.has("max_steps")) {
-    duration.steps = s.get_int("max_steps");
-    TANDEM_CHECK(duration.steps > 0, "{} must be positive", s.where("max_steps"));
-    duration.tokens = duration.steps * batch_tokens;
+    t.max_duration = {s.get_int("max_steps"), Duration::Unit::kSteps};
+    TANDEM_CHECK(t.max_duration.value > 0, "{} must be positive", s.where("max_steps"));
   } else {
-    duration = read_duration(s, "max_duration", batch_tokens);
+    t.max_duration = read_duration(s, "max_duration");
   }
   s.mark_used("max_steps");
   s.mark_used("max_duration");
-  t.horizon = {duration.steps, duration.tokens, batch_tokens};
-  t.max_steps = duration.steps;
   // OLMo-core's hard_stop: the run ends there when it comes first; the schedule keeps its horizon.
-  if (s.has("hard_stop") && !s.raw("hard_stop").IsNull())
-    t.max_steps = std::min(t.max_steps, read_duration(s, "hard_stop", batch_tokens).steps);
+  if (s.has("hard_stop")) t.hard_stop = read_duration(s, "hard_stop");
   s.mark_used("hard_stop");
+  t.batch_tokens = batch_tokens;
+  if (!t.needs_batches_per_epoch()) t.resolve_durations(0);
   t.save_interval = s.get_int("save_interval", 0);
   t.keep_last = s.get_int("keep_last", 3);
   TANDEM_CHECK(t.keep_last >= 1, "{} must be at least 1", s.where("keep_last"));
@@ -161,6 +149,36 @@ EvalConfig parse_eval(io::ConfigSection s, const std::string& base_dir,
 }
 
 }  // namespace
+
+bool TrainerConfig::needs_batches_per_epoch() const {
+  return max_duration.unit == Duration::Unit::kEpochs ||
+         (hard_stop && hard_stop->unit == Duration::Unit::kEpochs);
+}
+
+std::int64_t Duration::due_step(std::int64_t batch_tokens, std::int64_t batches_per_epoch) const {
+  switch (unit) {
+    case Unit::kSteps:
+      return value;
+    case Unit::kTokens:  // due once the tokens seen reach it
+      return (value + batch_tokens - 1) / batch_tokens;
+    case Unit::kEpochs:  // due once the epoch's last batch is done
+      TANDEM_CHECK(batches_per_epoch > 0,
+                   "a duration in epochs needs the data's batches per epoch");
+      return value * batches_per_epoch;
+  }
+  return value;
+}
+
+void TrainerConfig::resolve_durations(std::int64_t batches_per_epoch) {
+  const std::int64_t steps = max_duration.due_step(batch_tokens, batches_per_epoch);
+  // OLMo-core's Trainer.max_tokens: the duration's tokens, or its steps' batches.
+  const std::int64_t tokens =
+      max_duration.unit == Duration::Unit::kTokens ? max_duration.value : steps * batch_tokens;
+  horizon = {steps, tokens, batch_tokens};
+  max_steps = steps;
+  if (hard_stop)
+    max_steps = std::min(max_steps, hard_stop->due_step(batch_tokens, batches_per_epoch));
+}
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig r;
