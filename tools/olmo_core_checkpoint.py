@@ -332,6 +332,30 @@ def olmo_model_config(m):
         attn_backend=AttentionBackendName.torch, sliding_window=sliding)
 
 
+AI2_GROUP_OVERRIDES = [{"params": ["embeddings.weight"], "opts": {"weight_decay": 0.0}}]
+
+
+def group_overrides(optim):
+    """The run's optim.group_overrides as OLMo-core's: absent, AI2's (the embedding undecayed);
+    null or [], none; otherwise each group's AdamW options (betas as torch's tuple)."""
+    groups = optim.get("group_overrides", AI2_GROUP_OVERRIDES) or []
+    return [(g["params"], {k: tuple(v) if k == "betas" else v for k, v in g["opts"].items()})
+            for g in groups]
+
+
+def max_steps(run_cfg):
+    """OLMo-core's Trainer.max_steps of the run's duration (None for epochs: the data decides)."""
+    t, data = run_cfg.get("trainer") or {}, run_cfg.get("data") or {}
+    if "max_steps" in t:
+        return int(t["max_steps"])
+    d = t.get("max_duration") or {}
+    if d.get("unit") == "steps":
+        return int(d["value"])
+    if d.get("unit") == "tokens":
+        return -(-int(float(d["value"])) // int(data["global_batch_size"]))
+    return None
+
+
 def olmo_train_module(model_cfg, run_cfg):
     from olmo_core.optim import OptimGroupOverride, SkipStepAdamWConfig
     from olmo_core.train.train_module import TransformerTrainModuleConfig
@@ -347,8 +371,8 @@ def olmo_train_module(model_cfg, run_cfg):
             eps=float(o.get("eps", 1e-8)),
             rolling_interval_length=int(skip.get("rolling_interval_length", 128)),
             sigma_factor=skip.get("sigma_factor", 6),
-            group_overrides=[OptimGroupOverride(params=["embeddings.weight"],
-                                                opts={"weight_decay": 0.0})]),
+            group_overrides=[OptimGroupOverride(params=params, opts=opts)
+                             for params, opts in group_overrides(o)]),
         z_loss_multiplier=o.get("z_loss_multiplier", 1e-5),
         max_grad_norm=o.get("max_grad_norm", 1.0))
     model = model_cfg.build(init_device="cpu")
@@ -387,7 +411,7 @@ def export_checkpoint(ckpt, out_dir, config_path=None):
     train_state = {
         "global_step": int(state["step"]), "global_train_tokens_seen": int(state["tokens"]),
         "global_train_petaflops": 0.0,
-        "max_steps": (run_cfg.get("trainer") or {}).get("max_steps"),
+        "max_steps": max_steps(run_cfg),
         "epoch": int(state["loader"]["epoch"]) if "loader" in state else 1,
         "world_size": 1, "rng": EnvRngStates.current_state().as_dict(), "callbacks": {}}
     if "loader" in state:
