@@ -51,7 +51,8 @@ no_eval=(evaluation.interval=0 'evaluation.sets=[]' evaluation.downstream=null)
 
 echo "tandem: $steps steps of $shown, $threads threads" >&2
 if ! OMP_NUM_THREADS="$threads" "$tandem" train "$config" "${overrides[@]}" \
-  trainer.save_folder="$tmp/tandem" trainer.max_steps="$steps" trainer.save_interval=0 \
+  trainer.save_folder="$tmp/tandem" trainer.max_steps="$steps" trainer.max_duration=null \
+  trainer.hard_stop=null trainer.save_interval=0 \
   trainer.keep_last=1 trainer.save_initial=false trainer.progress=false "${no_eval[@]}" \
   > "$tmp/tandem.log" 2>&1; then
   cat "$tmp/tandem.log" >&2

@@ -61,12 +61,13 @@ def _stitched(sch):
     return Stitched
 
 
-def scheduled_lr(scheduler, initial_lr, step, max_steps, global_batch_tokens):
-    """The lr at global step `step` (1-based) as OLMo-core's trainer feeds its scheduler: steps,
-    or tokens seen including this batch against max_steps x the batch."""
+def scheduled_lr(scheduler, initial_lr, step, max_steps, global_batch_tokens, max_tokens=None):
+    """The lr at global step `step` (1-based) as OLMo-core's trainer feeds its scheduler: steps
+    against max_steps, or tokens seen including this batch against max_tokens (the trainer's
+    Trainer.max_tokens: a duration in tokens, or max_steps x the batch)."""
     from olmo_core.optim.scheduler import SchedulerUnits
 
     if scheduler.units == SchedulerUnits.tokens:
         return scheduler.get_lr(initial_lr, step * global_batch_tokens,
-                                max_steps * global_batch_tokens)
+                                max_tokens or max_steps * global_batch_tokens)
     return scheduler.get_lr(initial_lr, step, max_steps)

@@ -97,7 +97,8 @@ def instance_reader(cfg, cfg_dir):
 def export_initial_weights(tandem, config, overrides, tmp, init_hf, log=sys.stdout):
     """tandem's own step-0 weights (one tandem step with save_initial), exported to HF."""
     run([tandem, "train", config, *overrides, f"trainer.save_folder={tmp}/run",
-         "trainer.max_steps=1", "trainer.save_initial=true", "trainer.progress=false",
+         "trainer.max_steps=1", "trainer.max_duration=null", "trainer.hard_stop=null",
+         "trainer.save_initial=true", "trainer.progress=false",
          "evaluation.interval=0"], log)
     shutil.rmtree(init_hf, ignore_errors=True)
     run([tandem, "convert", "--from", "tandem", f"{tmp}/run/checkpoints/step-000000/model",
@@ -158,10 +159,30 @@ def make_optimizer(model, o):
     return opt
 
 
-def make_scheduler(cfg):
-    """Any scheduler tandem reads (OLMo-core's classes), and the global batch in tokens that a
-    token-unit schedule counts."""
-    return olmo_scheduler(dict(cfg["scheduler"])), int(cfg["data"]["global_batch_size"])
+def make_scheduler(cfg, max_tokens=None):
+    """Any scheduler tandem reads (OLMo-core's classes), the global batch in tokens that a
+    token-unit schedule counts, and the trainer's max_tokens where its duration is in tokens."""
+    return (olmo_scheduler(dict(cfg["scheduler"])), int(cfg["data"]["global_batch_size"]),
+            max_tokens)
+
+
+def durations(cfg):
+    """(steps to train, OLMo-core's Trainer.max_steps, max_tokens or None) of the run's
+    trainer.max_steps or max_duration and hard_stop, in steps or tokens."""
+    t, batch = cfg["trainer"], int(cfg["data"]["global_batch_size"])
+
+    def due(d, key):
+        if d["unit"] == "steps":
+            return int(d["value"]), None
+        if d["unit"] == "tokens":
+            tokens = int(float(d["value"]))
+            return -(-tokens // batch), tokens
+        sys.exit(f"reference_trainer: trainer.{key} in {d['unit']}: give steps or tokens")
+
+    max_steps, max_tokens = ((int(t["max_steps"]), None) if t.get("max_steps") is not None
+                             else due(t["max_duration"], "max_duration"))
+    stop = due(t["hard_stop"], "hard_stop")[0] if t.get("hard_stop") else max_steps
+    return min(max_steps, stop), max_steps, max_tokens
 
 
 def train_step(model, opt, sched, o, ids, step, steps):
@@ -183,10 +204,10 @@ def train_step(model, opt, sched, o, ids, step, steps):
     opt.zero_grad(set_to_none=False)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scheduler, batch_tokens = sched
-    lr = scheduled_lr(scheduler, o["lr"], step, steps, batch_tokens)
+    scheduler, batch_tokens, max_tokens = sched
+    lr = scheduled_lr(scheduler, o["lr"], step, steps, batch_tokens, max_tokens)
     for g in opt.param_groups:
-        g["lr"] = scheduled_lr(scheduler, g["initial_lr"], step, steps, batch_tokens)
+        g["lr"] = scheduled_lr(scheduler, g["initial_lr"], step, steps, batch_tokens, max_tokens)
     opt.step()
     return {"step": step, "train/loss": float(ce_sum) / count,
             "train/z_loss": z_mult * float(z_sum) / count,
@@ -203,18 +224,18 @@ def parity(a):
     out = a.out or cfg_dir
     with open(a.config) as f:
         cfg = yaml.safe_load(f)
-    steps = cfg["trainer"]["max_steps"]
+    run_steps, steps, max_tokens = durations(cfg)
     torch.set_num_threads(2)
 
     with tempfile.TemporaryDirectory() as tmp:
         init_hf = os.path.join(out, "init_hf")
         export_initial_weights(a.tandem, a.config, [], tmp, init_hf)
-        batches = global_batches(a.tandem, a.config, [], steps)
+        batches = global_batches(a.tandem, a.config, [], run_steps)
 
     model = load_model(init_hf)
     o = cfg["optim"]
     opt = make_optimizer(model, o)
-    sched = make_scheduler(cfg)
+    sched = make_scheduler(cfg, max_tokens)
     read = instance_reader(cfg, cfg_dir)
 
     records = []
