@@ -36,6 +36,9 @@ import yaml
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from olmo_groups import group_overrides, torch_options  # noqa: E402
+
 FORMAT_VERSION = 2  # tandem's checkpoint format (src/tandem/train/checkpoint.cc)
 INDEX_VERSION = 1   # optim/index.json (src/tandem/train/optimizer_shards.cc)
 
@@ -332,17 +335,6 @@ def olmo_model_config(m):
         attn_backend=AttentionBackendName.torch, sliding_window=sliding)
 
 
-AI2_GROUP_OVERRIDES = [{"params": ["embeddings.weight"], "opts": {"weight_decay": 0.0}}]
-
-
-def group_overrides(optim):
-    """The run's optim.group_overrides as OLMo-core's: absent, AI2's (the embedding undecayed);
-    null or [], none; otherwise each group's AdamW options (betas as torch's tuple)."""
-    groups = optim.get("group_overrides", AI2_GROUP_OVERRIDES) or []
-    return [(g["params"], {k: tuple(v) if k == "betas" else v for k, v in g["opts"].items()})
-            for g in groups]
-
-
 def max_steps(run_cfg):
     """OLMo-core's Trainer.max_steps of the run's duration (None for epochs: the data decides)."""
     t, data = run_cfg.get("trainer") or {}, run_cfg.get("data") or {}
@@ -371,8 +363,8 @@ def olmo_train_module(model_cfg, run_cfg):
             eps=float(o.get("eps", 1e-8)),
             rolling_interval_length=int(skip.get("rolling_interval_length", 128)),
             sigma_factor=skip.get("sigma_factor", 6),
-            group_overrides=[OptimGroupOverride(params=params, opts=opts)
-                             for params, opts in group_overrides(o)]),
+            group_overrides=[OptimGroupOverride(params=g["params"], opts=torch_options(g["opts"]))
+                             for g in group_overrides(o)]),
         z_loss_multiplier=o.get("z_loss_multiplier", 1e-5),
         max_grad_norm=o.get("max_grad_norm", 1.0))
     model = model_cfg.build(init_device="cpu")

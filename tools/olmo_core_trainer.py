@@ -57,6 +57,7 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from olmo_groups import AI2_GROUP_OVERRIDES, torch_options  # noqa: E402
 from olmo_schedulers import olmo_scheduler  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,7 +105,6 @@ Z_LOSS = 1e-5
 # OLMo-core's group_overrides as tandem writes them ([{params: [...], opts: {weight_decay}}]);
 # None: AI2's (the embedding without weight decay), which tandem's config leaves implicit.
 GROUP_OVERRIDES = None
-AI2_GROUP_OVERRIDES = [{"params": ["embeddings.weight"], "opts": {"weight_decay": 0.0}}]
 
 
 def scheduler_section():
@@ -234,11 +234,6 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
 def group_overrides():
     """The recipe's group overrides: the --optim ones, or AI2's."""
     return AI2_GROUP_OVERRIDES if GROUP_OVERRIDES is None else GROUP_OVERRIDES
-
-
-def torch_options(opts):
-    """A group's options as torch's AdamW takes them (betas a tuple)."""
-    return {k: tuple(v) if k == "betas" else v for k, v in opts.items()}
 
 
 def group_lrs(metrics):

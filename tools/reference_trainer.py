@@ -52,6 +52,7 @@ from transformers import Olmo3ForCausalLM
 import olmo_core
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from olmo_groups import group_overrides, torch_options  # noqa: E402
 from olmo_schedulers import olmo_scheduler, scheduled_lr  # noqa: E402
 
 
@@ -140,10 +141,8 @@ def make_optimizer(model, o):
     against OLMo-core's names as fnmatch globs, each group's options (lr, weight_decay, betas,
     eps) over the optimiser's; or AI2's recipe (the embedding at 0) without it. Each group keeps
     its initial lr, as OLMo-core's does, for the schedule."""
-    overrides = o.get("group_overrides", [{"params": ["embeddings.weight"],
-                                           "opts": {"weight_decay": 0.0}}]) or []
-    groups = [{"params": [], **{k: tuple(v) if k == "betas" else v for k, v in g["opts"].items()}}
-              for g in overrides]
+    overrides = group_overrides(o)
+    groups = [{"params": [], **torch_options(g["opts"])} for g in overrides]
     default = {"params": []}
     for name, p in model.named_parameters():
         core = olmo_core_name(name)
