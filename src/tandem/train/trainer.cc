@@ -266,6 +266,11 @@ int Trainer::run() {
       "training {} parameters for {} steps of {} tokens ({} instances of {}), {} rank(s)",
       config_.model.total_params(), max_steps, config_.data.global_batch_size,
       config_.data.instances_per_batch(), config_.data.sequence_length, comm_.world_size()));
+  if (const optim::TrainingHorizon& h = config_.trainer.horizon; h.max_steps != max_steps)
+    log(
+        fmt::format("hard stop at step {}; the schedule's horizon is max_duration's {} steps ({} "
+                    "tokens)",
+                    max_steps, h.max_steps, h.max_tokens));
   log_memory();
   // The backend's peak from here on is the training step's (not the GEMM-ceiling measurement's).
   backend_->reset_peak_bytes();
