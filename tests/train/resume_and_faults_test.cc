@@ -96,6 +96,30 @@ TEST_P(ResumeIn, SigkillAtRandomStepsThenResumeIsBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Precisions, ResumeIn, ::testing::Values("fp32", "bf16"));
 
+// AI2's stage 1 ended at a hard stop part-way along its schedule: OLMo-core's hard_stop ends the
+// run there with a checkpoint, the schedule keeping max_duration's horizon; the same run resumed
+// without the hard stop then continues as if never stopped (bit-identical).
+TEST(Resume, HardStopThenResumeWithoutItIsTheUninterruptedRun) {
+  const int steps = 12;
+  const std::string straight = testing::temp_dir("resume_hard_stop_straight");
+  auto r = run_tandem("train " + base_args(straight, steps));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string stopped = testing::temp_dir("resume_hard_stop");
+  r = run_tandem("train " + base_args(stopped, steps) +
+                 " 'trainer.hard_stop={value: 7, unit: steps}'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("hard stop at step 7; the schedule's horizon is max_duration's 12 steps"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(metric_lines(stopped), 7u);
+  EXPECT_TRUE(fs::exists(stopped + "/checkpoints/" + train::checkpoint_dir_name(7)));
+  r = run_tandem("train " + base_args(stopped, steps));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  expect_same_run(straight, stopped, steps);
+}
+
 TEST(Resume, DamagedCheckpointIsNamedAndThePreviousOneUsed) {
   const std::string run = testing::temp_dir("resume_damaged");
   ASSERT_EQ(run_tandem("train " + base_args(run, 6)).exit_code, 0);
