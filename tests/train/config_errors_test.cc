@@ -87,6 +87,7 @@ TEST(RunConfig, MaxDurationAndHardStopAsOlmoCoreCountsThem) {
   error_with({"trainer.max_steps=null", "trainer.max_duration={value: 10}"},
              "trainer.max_duration.unit");
   error_with({"trainer.hard_stop={value: 10, unit: steps, when: now}"}, "when");
+  error_with({"trainer.max_steps=20000000000000000"}, "are beyond counting");
 }
 
 TEST(RunConfigErrors, FreshStartIsAKnownKey) {

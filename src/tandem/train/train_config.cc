@@ -161,19 +161,27 @@ std::int64_t Duration::due_step(std::int64_t batch_tokens, std::int64_t batches_
       return value;
     case Unit::kTokens:  // due once the tokens seen reach it
       return (value + batch_tokens - 1) / batch_tokens;
-    case Unit::kEpochs:  // due once the epoch's last batch is done
+    case Unit::kEpochs: {  // due once the epoch's last batch is done
       TANDEM_CHECK(batches_per_epoch > 0,
                    "a duration in epochs needs the data's batches per epoch");
-      return value * batches_per_epoch;
+      std::int64_t steps = 0;
+      TANDEM_CHECK(!__builtin_mul_overflow(value, batches_per_epoch, &steps),
+                   "a duration of {} epochs of {} batches is beyond counting", value,
+                   batches_per_epoch);
+      return steps;
+    }
   }
   return value;
 }
 
 void TrainerConfig::resolve_durations(std::int64_t batches_per_epoch) {
+  TANDEM_CHECK(batch_tokens > 0, "trainer: the global batch holds no tokens");
   const std::int64_t steps = max_duration.due_step(batch_tokens, batches_per_epoch);
   // OLMo-core's Trainer.max_tokens: the duration's tokens, or its steps' batches.
-  const std::int64_t tokens =
-      max_duration.unit == Duration::Unit::kTokens ? max_duration.value : steps * batch_tokens;
+  std::int64_t tokens = max_duration.value;
+  if (max_duration.unit != Duration::Unit::kTokens)
+    TANDEM_CHECK(!__builtin_mul_overflow(steps, batch_tokens, &tokens),
+                 "trainer: {} steps of {} tokens are beyond counting", steps, batch_tokens);
   horizon = {steps, tokens, batch_tokens};
   max_steps = steps;
   if (hard_stop)
