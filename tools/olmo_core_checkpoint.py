@@ -38,6 +38,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from olmo_groups import group_overrides, torch_options  # noqa: E402
+from olmo_schedulers import trainer_durations  # noqa: E402
 
 FORMAT_VERSION = 2  # tandem's checkpoint format (src/tandem/train/checkpoint.cc)
 INDEX_VERSION = 1   # optim/index.json (src/tandem/train/optimizer_shards.cc)
@@ -337,15 +338,10 @@ def olmo_model_config(m):
 
 def max_steps(run_cfg):
     """OLMo-core's Trainer.max_steps of the run's duration (None for epochs: the data decides)."""
-    t, data = run_cfg.get("trainer") or {}, run_cfg.get("data") or {}
-    if "max_steps" in t:
-        return int(t["max_steps"])
-    d = t.get("max_duration") or {}
-    if d.get("unit") == "steps":
-        return int(d["value"])
-    if d.get("unit") == "tokens":
-        return -(-int(float(d["value"])) // int(data["global_batch_size"]))
-    return None
+    try:
+        return trainer_durations(run_cfg)[1]
+    except ValueError:
+        return None
 
 
 def olmo_train_module(model_cfg, run_cfg):

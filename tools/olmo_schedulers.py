@@ -61,6 +61,26 @@ def _stitched(sch):
     return Stitched
 
 
+def trainer_durations(cfg):
+    """(steps to train, OLMo-core's Trainer.max_steps, its max_tokens where the duration is in
+    tokens, else None) of a tandem run config's trainer.max_steps or max_duration and hard_stop.
+    Durations in epochs depend on the data's size: ValueError."""
+    t, batch = cfg["trainer"], int(cfg["data"]["global_batch_size"])
+
+    def due(d, key):
+        if d["unit"] == "steps":
+            return int(d["value"]), None
+        if d["unit"] == "tokens":
+            tokens = int(float(d["value"]))
+            return -(-tokens // batch), tokens
+        raise ValueError(f"trainer.{key} in {d['unit']}: give steps or tokens")
+
+    max_steps, max_tokens = ((int(t["max_steps"]), None) if t.get("max_steps") is not None
+                             else due(t["max_duration"], "max_duration"))
+    stop = due(t["hard_stop"], "hard_stop")[0] if t.get("hard_stop") else max_steps
+    return min(max_steps, stop), max_steps, max_tokens
+
+
 def scheduled_lr(scheduler, initial_lr, step, max_steps, global_batch_tokens, max_tokens=None):
     """The lr at global step `step` (1-based) as OLMo-core's trainer feeds its scheduler: steps
     against max_steps, or tokens seen including this batch against max_tokens (the trainer's

@@ -53,7 +53,7 @@ import olmo_core
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from olmo_groups import group_overrides, torch_options  # noqa: E402
-from olmo_schedulers import olmo_scheduler, scheduled_lr  # noqa: E402
+from olmo_schedulers import olmo_scheduler, scheduled_lr, trainer_durations  # noqa: E402
 
 
 class Yaml12Loader(yaml.SafeLoader):
@@ -166,22 +166,11 @@ def make_scheduler(cfg, max_tokens=None):
 
 
 def durations(cfg):
-    """(steps to train, OLMo-core's Trainer.max_steps, max_tokens or None) of the run's
-    trainer.max_steps or max_duration and hard_stop, in steps or tokens."""
-    t, batch = cfg["trainer"], int(cfg["data"]["global_batch_size"])
-
-    def due(d, key):
-        if d["unit"] == "steps":
-            return int(d["value"]), None
-        if d["unit"] == "tokens":
-            tokens = int(float(d["value"]))
-            return -(-tokens // batch), tokens
-        sys.exit(f"reference_trainer: trainer.{key} in {d['unit']}: give steps or tokens")
-
-    max_steps, max_tokens = ((int(t["max_steps"]), None) if t.get("max_steps") is not None
-                             else due(t["max_duration"], "max_duration"))
-    stop = due(t["hard_stop"], "hard_stop")[0] if t.get("hard_stop") else max_steps
-    return min(max_steps, stop), max_steps, max_tokens
+    """trainer_durations(cfg), or the reason this trainer cannot run it."""
+    try:
+        return trainer_durations(cfg)
+    except ValueError as e:
+        sys.exit(f"reference_trainer: {e}")
 
 
 def train_step(model, opt, sched, o, ids, step, steps):

@@ -66,7 +66,7 @@ TEST(RunConfig, MaxDurationAndHardStopAsOlmoCoreCountsThem) {
                        "trainer.hard_stop={value: 50000, unit: tokens}"});
   EXPECT_TRUE(c.trainer.needs_batches_per_epoch());
   EXPECT_EQ(c.trainer.max_steps, 0);
-  c.trainer.resolve_durations(79);
+  c.trainer.resolve_durations(512, 79);
   EXPECT_EQ(c.trainer.horizon.max_steps, 158);
   EXPECT_EQ(c.trainer.horizon.max_tokens, 158 * 512);
   EXPECT_EQ(c.trainer.max_steps, 98);  // the hard stop: 98 batches reach 50,000 tokens

@@ -84,10 +84,10 @@ void AdamW::add_to_update_call(const ParamHyper& h, std::size_t param) {
 void AdamW::step(std::span<const double> lrs) { step_range(lrs, 0, total_size()); }
 
 void AdamW::step(double lr) {
-  const std::vector<double> lrs(hyper_.lr_slots(), lr);
-  for (const ParamGroupOverride& g : hyper_.groups.value_or(std::vector<ParamGroupOverride>{}))
-    TANDEM_CHECK(!g.lr, "AdamW: one learning rate given, but a parameter group has its own lr");
-  step(lrs);
+  if (hyper_.groups)
+    for (const ParamGroupOverride& g : *hyper_.groups)
+      TANDEM_CHECK(!g.lr, "AdamW: one learning rate given, but a parameter group has its own lr");
+  step(std::vector<double>(hyper_.lr_slots(), lr));
 }
 
 void AdamW::step_range(std::span<const double> lrs, std::size_t begin, std::size_t end) {

@@ -39,8 +39,8 @@ void ParamGroupOverride::validate() const {
 
 void AdamWHyper::validate() const {
   check_adam_options(beta1, beta2, eps, weight_decay, "");
-  for (const ParamGroupOverride& g : groups.value_or(std::vector<ParamGroupOverride>{}))
-    g.validate();
+  if (groups)
+    for (const ParamGroupOverride& g : *groups) g.validate();
 }
 
 ParamHyper AdamWHyper::resolve(const ParamBuffer& p) const {

@@ -49,8 +49,7 @@ TrainerConfig parse_trainer(io::ConfigSection s, const std::string& base_dir,
   // OLMo-core's hard_stop: the run ends there when it comes first; the schedule keeps its horizon.
   if (s.has("hard_stop")) t.hard_stop = read_duration(s, "hard_stop");
   s.mark_used("hard_stop");
-  t.batch_tokens = batch_tokens;
-  if (!t.needs_batches_per_epoch()) t.resolve_durations(0);
+  if (!t.needs_batches_per_epoch()) t.resolve_durations(batch_tokens, 0);
   t.save_interval = s.get_int("save_interval", 0);
   t.keep_last = s.get_int("keep_last", 3);
   TANDEM_CHECK(t.keep_last >= 1, "{} must be at least 1", s.where("keep_last"));
@@ -174,7 +173,7 @@ std::int64_t Duration::due_step(std::int64_t batch_tokens, std::int64_t batches_
   return value;
 }
 
-void TrainerConfig::resolve_durations(std::int64_t batches_per_epoch) {
+void TrainerConfig::resolve_durations(std::int64_t batch_tokens, std::int64_t batches_per_epoch) {
   TANDEM_CHECK(batch_tokens > 0, "trainer: the global batch holds no tokens");
   const std::int64_t steps = max_duration.due_step(batch_tokens, batches_per_epoch);
   // OLMo-core's Trainer.max_tokens: the duration's tokens, or its steps' batches.

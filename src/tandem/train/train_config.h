@@ -52,15 +52,14 @@ struct TrainerConfig {
   std::string save_folder;            // the run directory
   Duration max_duration;              // `max_steps: N` is {N, steps}
   std::optional<Duration> hard_stop;  // the run ends there if it comes first
-  std::int64_t batch_tokens = 0;      // data.global_batch_size
-  // Resolved from the two (resolve_durations): the step the run trains to, max_duration's or the
-  // hard stop's where that comes first, and the schedule's horizon, max_duration's (OLMo-core's
-  // Trainer.max_steps/max_tokens). A duration in epochs is resolved once the data is indexed (the
-  // trainer does); until then max_steps is 0.
+  // Resolved from the two for global batches of `batch_tokens` tokens (resolve_durations): the
+  // step the run trains to, max_duration's or the hard stop's where that comes first, and the
+  // schedule's horizon, max_duration's (OLMo-core's Trainer.max_steps/max_tokens). A duration in
+  // epochs is resolved once the data is indexed (the trainer does); until then max_steps is 0.
   std::int64_t max_steps = 0;
   optim::TrainingHorizon horizon;
   bool needs_batches_per_epoch() const;
-  void resolve_durations(std::int64_t batches_per_epoch);
+  void resolve_durations(std::int64_t batch_tokens, std::int64_t batches_per_epoch);
   std::int64_t save_interval = 0;  // 0 = only at the end (and on a signal)
   std::int64_t keep_last = 3;      // checkpoints kept (ephemeral ones aside)
   // OLMo-core's ephemeral_save_interval: also a checkpoint every N steps (0: none), removed as

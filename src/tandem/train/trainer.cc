@@ -106,7 +106,8 @@ Trainer::Trainer(RunConfig config, dist::Communicator& comm)
   state_rss_mb_ = resident_megabytes() - rss_before;
   loader_ = std::make_unique<data::Loader>(config_.data);
   if (config_.trainer.needs_batches_per_epoch())
-    config_.trainer.resolve_durations(static_cast<std::int64_t>(loader_->batches_per_epoch()));
+    config_.trainer.resolve_durations(config_.data.global_batch_size,
+                                      static_cast<std::int64_t>(loader_->batches_per_epoch()));
   StepOptions options;
   options.micro_batch_instances = config_.data.micro_batch_size;
   options.horizon = config_.trainer.horizon;
