@@ -267,6 +267,56 @@ def adamw_fixture(out_dir):
 
 
 # ---------------------------------------------------------------------------------------------
+# OLMo-core's SkipStepAdamW with its default foreach path (the OLMo 3 recipe's optimiser), whose
+# fp32 arithmetic differs from torch.optim.AdamW's: fp32 bias corrections, m and v by separate
+# multiplies and adds, the update as (m / denom) * -step_size. Every step is taken (fewer losses
+# than the skip rule needs).
+
+
+def skip_step_adamw_case(name, betas, eps, weight_decay, lrs, seed):
+    gen = torch.Generator().manual_seed(seed)
+    params = [torch.randn(n, generator=gen, dtype=torch.float32) for _, n in PARAM_SHAPES]
+    initial = [p.clone() for p in params]
+    groups = [{"params": [params[0]], "weight_decay": 0.0},
+              {"params": params[1:], "weight_decay": weight_decay}]
+    opt = SkipStepAdamW(groups, lr=lrs[0], betas=betas, eps=eps, weight_decay=weight_decay,
+                        rolling_interval_length=128, foreach=True)
+    steps = []
+    for i, lr in enumerate(lrs):
+        grads = [torch.randn(n, generator=gen, dtype=torch.float32) * (0.1 ** (i % 4))
+                 for _, n in PARAM_SHAPES]
+        if i == 2:
+            grads[2].zero_()  # an all-zero gradient mid-run
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.latest_loss = torch.tensor(1.0)
+        opt.step()
+        assert opt.step_skipped.item() == 0.0
+        steps.append({
+            "lr": lr,
+            "grads": [g.tolist() for g in grads],
+            "params": [p.detach().tolist() for p in params],
+            "exp_avg": [opt.state[p]["exp_avg"].tolist() for p in params],
+            "exp_avg_sq": [opt.state[p]["exp_avg_sq"].tolist() for p in params],
+        })
+    return {"name": name, "betas": list(betas), "eps": eps, "weight_decay": weight_decay,
+            "param_names": [n for n, _ in PARAM_SHAPES],
+            "weight_decay_applies": [False, True, True],
+            "initial_params": [p.tolist() for p in initial], "steps": steps}
+
+
+def skip_step_adamw_fixture(out_dir):
+    lrs = [1e-3, 2e-3, 3e-3, 2.5e-3, 1e-3, 0.0, 5e-4] + [4e-4 * 0.9 ** k for k in range(13)]
+    write(out_dir, "skip_step_adamw.json", {
+        "reference": "olmo_core.optim.SkipStepAdamW(foreach=True), fp32",
+        "cases": [skip_step_adamw_case("olmo3_betas", (0.9, 0.95), 1e-8, 0.1, lrs, 21),
+                  skip_step_adamw_case("betas_0.8_0.99", (0.8, 0.99), 1e-6, 0.3, lrs, 22),
+                  skip_step_adamw_case("betas_0.9_0.999", (0.9, 0.999), 1e-6, 0.0, lrs, 23)]})
+
+
+# ---------------------------------------------------------------------------------------------
 # Clipping: torch.nn.utils.clip_grad_norm_.
 
 
@@ -367,12 +417,13 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default=os.path.join(here, "..", "tests", "fixtures", "optim"))
-    parser.add_argument("--only", choices=["schedules", "adamw", "clip", "skip_step",
-                                           "loss_normalization"],
+    parser.add_argument("--only", choices=["schedules", "adamw", "skip_step_adamw", "clip",
+                                           "skip_step", "loss_normalization"],
                         help="write this fixture alone")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    fixtures = {"schedules": schedule_fixture, "adamw": adamw_fixture, "clip": clip_fixture,
+    fixtures = {"schedules": schedule_fixture, "adamw": adamw_fixture,
+                "skip_step_adamw": skip_step_adamw_fixture, "clip": clip_fixture,
                 "skip_step": skip_step_fixture, "loss_normalization": loss_normalization_fixture}
     for name, make in fixtures.items():
         if args.only in (None, name):

@@ -19,6 +19,7 @@ TEST(OptimConfig, DefaultsAreTheOlmo3Recipe) {
   EXPECT_EQ(c.adamw.eps, 1e-8);
   EXPECT_EQ(c.adamw.weight_decay, 0.1);
   EXPECT_TRUE(c.skip_step);
+  EXPECT_EQ(c.adamw.arithmetic, kernels::AdamWArithmetic::olmo_core_foreach);
   EXPECT_EQ(c.skip.rolling_interval_length, 128);
   EXPECT_EQ(c.skip.sigma_factor, 6.0);
   EXPECT_EQ(c.max_grad_norm, 1.0);
@@ -31,6 +32,7 @@ TEST(OptimConfig, ReadsEveryKey) {
       " rolling_interval_length: 64, sigma_factor: 4, max_grad_norm: null,"
       " z_loss_multiplier: null}");
   EXPECT_FALSE(c.skip_step);
+  EXPECT_EQ(c.adamw.arithmetic, kernels::AdamWArithmetic::torch_adamw);
   EXPECT_EQ(c.lr, 2.0712e-4);
   EXPECT_EQ(c.adamw.beta1, 0.8);
   EXPECT_EQ(c.adamw.beta2, 0.99);
@@ -53,6 +55,9 @@ TEST(OptimConfig, ErrorsNameTheKey) {
     }
   };
   expect_error("{name: sgd}", "unknown optimiser 'sgd'");
+  EXPECT_EQ(parse("{foreach: true}").adamw.arithmetic, kernels::AdamWArithmetic::olmo_core_foreach);
+  expect_error("{foreach: false}", "optim.foreach': foreach: false (SkipStepAdamW's single-tensor");
+  expect_error("{name: adamw, foreach: true}", "optim.foreach");
   expect_error("{lr: 1e-3, weight_decya: 0.1}", "optim.weight_decya");
   expect_error("{betas: [0.9]}", "optim.betas");
   expect_error("{betas: [0.9, 1.5]}", "beta2");

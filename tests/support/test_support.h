@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/kernels/cpu/cpu_backend.h"
+#include "tandem/optim/adamw.h"
 
 namespace tandem::testing {
 
@@ -230,16 +231,15 @@ inline kernels::Backend& cpu_backend() {
 
 // The fp32 scalars of AdamW's update number `step` (1, 2, ...) as the optimiser forms them, for the
 // kernel tests: lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 where `decay`.
-inline kernels::AdamWScalars adamw_scalars(int step, bool decay) {
-  const double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, wd = 0.1;
-  kernels::AdamWScalars s;
-  s.neg_step_size = static_cast<float>(-(lr / (1 - std::pow(beta1, step))));
-  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(beta2, step)));
-  s.decay_factor = static_cast<float>(1 - lr * wd);
-  s.one_minus_beta1 = static_cast<float>(1 - beta1);
-  s.beta2 = static_cast<float>(beta2);
-  s.one_minus_beta2 = static_cast<float>(1 - beta2);
-  s.eps = 1e-8f;
+inline kernels::AdamWScalars adamw_scalars(
+    int step, bool decay,
+    kernels::AdamWArithmetic arithmetic = kernels::AdamWArithmetic::torch_adamw) {
+  optim::ParamHyper h;
+  h.beta1 = 0.9;
+  h.beta2 = 0.95;
+  h.eps = 1e-8;
+  h.weight_decay = 0.1;
+  kernels::AdamWScalars s = optim::adamw_scalars(arithmetic, h, 1e-3, step);
   s.decay = decay;
   return s;
 }

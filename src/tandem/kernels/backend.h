@@ -35,12 +35,24 @@ struct LossSums {
   std::int64_t count = 0;
 };
 
-// The fp32 scalars of one AdamW update (formed in double by the optimiser, rounded once, as torch
-// does with Python scalars). See optim/adamw.h for the arithmetic.
+// Whose operations an AdamW element update repeats, in fp32, one rounding each:
+//   torch_adamw        torch.optim.AdamW(foreach=False): m = lerp(m, g, 1 - beta1) (one fused
+//                      multiply-add), v = v * beta2 + ((1 - beta2) * g) * g,
+//                      p = p * decay + (-step_size * m) / denom;
+//   olmo_core_foreach  OLMo-core's SkipStepAdamW(foreach=True) (foreach_adamw_step):
+//                      m = m * beta1 + g * (1 - beta1), v = v * beta2 + (g * g) * (1 - beta2),
+//                      p = p * decay + (m / denom) * -step_size.
+// Both: denom = sqrt(v) / sqrt(bias_correction2) + eps. optim::adamw_scalars forms the scalars as
+// each reference does (see optim/adamw.h).
+enum class AdamWArithmetic : std::uint8_t { torch_adamw, olmo_core_foreach };
+
+// The fp32 scalars of one AdamW update.
 struct AdamWScalars {
+  AdamWArithmetic arithmetic = AdamWArithmetic::torch_adamw;
   float neg_step_size = 0.0f;  // -(lr / (1 - beta1^t))
   float bias_correction2_sqrt = 1.0f;
   float decay_factor = 1.0f;  // 1 - lr * weight_decay
+  float beta1 = 0.0f;         // m's factor (olmo_core_foreach only)
   float one_minus_beta1 = 0.0f;
   float beta2 = 0.0f;
   float one_minus_beta2 = 0.0f;

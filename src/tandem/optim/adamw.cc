@@ -81,6 +81,40 @@ void AdamW::add_to_update_call(const ParamHyper& h, std::size_t param) {
   calls_.push_back({h, {param}});
 }
 
+kernels::AdamWScalars adamw_scalars(kernels::AdamWArithmetic arithmetic, const ParamHyper& h,
+                                    double lr, std::int64_t t) {
+  TANDEM_CHECK(t >= 1, "AdamW: update number {} (counted from 1)", t);
+  kernels::AdamWScalars k;
+  k.arithmetic = arithmetic;
+  k.eps = static_cast<float>(h.eps);
+  if (arithmetic == kernels::AdamWArithmetic::olmo_core_foreach) {
+    // fp32 tensors throughout; the step count is fp32 in OLMo-core too (exact below 2^24).
+    const auto tf = static_cast<float>(t);
+    const auto w1 = static_cast<float>(1.0 - h.beta1), w2 = static_cast<float>(1.0 - h.beta2);
+    const float bias_correction1 = 1.0f - std::pow(static_cast<float>(h.beta1), tf);
+    const float bias_correction2 = 1.0f - std::pow(static_cast<float>(h.beta2), tf);
+    k.neg_step_size = -((1.0f / bias_correction1) * static_cast<float>(lr));
+    k.bias_correction2_sqrt = std::sqrt(bias_correction2);
+    k.beta1 = 1.0f - w1;
+    k.one_minus_beta1 = w1;
+    k.beta2 = 1.0f - w2;
+    k.one_minus_beta2 = w2;
+    k.decay_factor = 1.0f - static_cast<float>(lr * h.weight_decay);
+    return k;
+  }
+  // Scalars are formed in double and rounded to fp32 once, as torch does with Python scalars.
+  const auto td = static_cast<double>(t);
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, td);
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, td);
+  k.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  k.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  k.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
+  k.beta2 = static_cast<float>(h.beta2);
+  k.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
+  k.decay_factor = static_cast<float>(1.0 - lr * h.weight_decay);
+  return k;
+}
+
 void AdamW::step(std::span<const double> lrs) { step_range(lrs, 0, total_size()); }
 
 void AdamW::step(double lr) {
@@ -97,23 +131,11 @@ void AdamW::step_range(std::span<const double> lrs, std::size_t begin, std::size
     TANDEM_CHECK(std::isfinite(lr) && lr >= 0.0, "AdamW: learning rate must be >= 0, got {}", lr);
   TANDEM_CHECK(begin <= end && end <= total_size(), "AdamW: range [{}, {}) outside [0, {})", begin,
                end, total_size());
-  const double t = static_cast<double>(step_ + 1);
   // Every parameter's part of [begin, end) in one op (one launch on the CUDA backend) per update
   // call: one for the OLMo 3 recipe.
   for (const UpdateCall& call : calls_) {
-    const ParamHyper& h = call.hyper;
-    const double lr = lrs[h.lr_slot];
-    // Scalars are formed in double and rounded to fp32 once, as torch does with Python scalars.
-    const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
-    const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
-    kernels::AdamWScalars k;
-    k.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-    k.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-    k.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
-    k.beta2 = static_cast<float>(h.beta2);
-    k.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
-    k.eps = static_cast<float>(h.eps);
-    k.decay_factor = static_cast<float>(1.0 - lr * h.weight_decay);
+    const kernels::AdamWScalars k =
+        adamw_scalars(hyper_.arithmetic, call.hyper, lrs[call.hyper.lr_slot], step_ + 1);
     std::vector<kernels::AdamWRun> runs;
     for (std::size_t i : call.params) {
       const std::size_t lo = std::max(begin, offsets_[i]);

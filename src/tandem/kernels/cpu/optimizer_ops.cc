@@ -1,6 +1,6 @@
 // The optimiser's arithmetic on the CPU: the deterministic sum of squares behind gradient norms
 // and the AdamW element update. This file is compiled without FMA contraction (CMakeLists.txt):
-// the update reproduces torch's AdamW operation by operation.
+// the update reproduces its reference's AdamW (torch's or OLMo-core's) operation by operation.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -55,13 +55,20 @@ void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const Ada
     float pk = p[k];
     const float gk = g[k];
     if (c.decay) pk = pk * c.decay_factor;
-    // torch's lerp kernel: m + w * (g - m) as one fused multiply-add.
-    const float mk = std::fma(c.one_minus_beta1, gk - m[k], m[k]);
-    // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
-    const float vk = v[k] * c.beta2 + c.one_minus_beta2 * gk * gk;
+    float mk, vk;
+    if (c.foreach) {
+      // OLMo-core's foreach ops: _foreach_mul_ then _foreach_add_ of _foreach_mul.
+      mk = m[k] * c.beta1 + gk * c.one_minus_beta1;
+      vk = v[k] * c.beta2 + (gk * gk) * c.one_minus_beta2;
+    } else {
+      // torch's lerp kernel: m + w * (g - m) as one fused multiply-add.
+      mk = std::fma(c.one_minus_beta1, gk - m[k], m[k]);
+      // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
+      vk = v[k] * c.beta2 + c.one_minus_beta2 * gk * gk;
+    }
     const float denom = std::sqrt(vk) / c.bias_correction2_sqrt + c.eps;
-    // torch's addcdiv_: p + (value * m) / denom.
-    p[k] = pk + c.neg_step_size * mk / denom;
+    // torch's addcdiv_: p + (value * m) / denom; OLMo-core's p + (m / denom) * value.
+    p[k] = c.foreach ? pk + (mk / denom) * c.neg_step_size : pk + c.neg_step_size * mk / denom;
     m[k] = mk;
     v[k] = vk;
   }

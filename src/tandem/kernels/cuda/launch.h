@@ -141,8 +141,9 @@ constexpr i64 sum_of_squares_chunks(i64 n) {
 void sum_of_squares_tensors(const SumOfSquaresTensor* tensors, int count, i64 chunks,
                             double* partials, cudaStream_t stream);
 struct AdamWArgs {
-  float neg_step_size, bias_correction2_sqrt, decay_factor, one_minus_beta1, beta2, one_minus_beta2,
-      eps;
+  float neg_step_size, bias_correction2_sqrt, decay_factor, beta1, one_minus_beta1, beta2,
+      one_minus_beta2, eps;
+  int foreach;  // kernels::AdamWArithmetic: 0 torch_adamw, 1 olmo_core_foreach
 };
 // One tensor of a multi-tensor AdamW update: its operands (f32, n elements each), whether weight
 // decay applies, and its first block in the launch (blocks of kAdamWBlockElems elements of one
@@ -159,8 +160,9 @@ struct AdamWTensor {
 };
 constexpr i64 kAdamWBlockElems = 2048;
 constexpr i64 adamw_blocks(i64 n) { return (n + kAdamWBlockElems - 1) / kAdamWBlockElems; }
-// torch's AdamW element update with the CPU kernel's exact operations (no contraction but the
-// lerp's fused multiply-add), so p, m and v equal the CPU's bit for bit, on every tensor of the
+// AdamW's element update (torch's or OLMo-core's foreach arithmetic, AdamWArgs::foreach) with the
+// CPU kernel's exact operations (no contraction but torch's lerp's fused multiply-add), so p, m
+// and v equal the CPU's bit for bit, on every tensor of the
 // device table `tensors` (count entries, `blocks` blocks in all) in one launch.
 void adamw_update_tensors(const AdamWTensor* tensors, int count, i64 blocks, const AdamWArgs& a,
                           cudaStream_t stream);

@@ -71,7 +71,7 @@ __global__ void sum_of_squares_kernel(const SumOfSquaresTensor* tensors, int cou
   }
 }
 
-// torch's AdamW on W consecutive elements of one tensor from i.
+// AdamW on W consecutive elements of one tensor from i, in the CPU kernel's operations.
 template <int W>
 __device__ __forceinline__ void adamw_elements(const AdamWTensor& t, i64 i, const AdamWArgs& a) {
   Floats<W> pv = load_floats<W>(t.p, i), mv = load_floats<W>(t.m, i), vv = load_floats<W>(t.v, i);
@@ -80,14 +80,21 @@ __device__ __forceinline__ void adamw_elements(const AdamWTensor& t, i64 i, cons
     float pk = pv.v[e];
     const float gk = gv.v[e];
     if (t.decay != 0) pk = __fmul_rn(pk, a.decay_factor);
-    // torch's lerp: m + w * (g - m) as one fused multiply-add.
-    const float mk = __fmaf_rn(a.one_minus_beta1, __fsub_rn(gk, mv.v[e]), mv.v[e]);
-    // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
-    const float vk =
-        __fadd_rn(__fmul_rn(vv.v[e], a.beta2), __fmul_rn(__fmul_rn(a.one_minus_beta2, gk), gk));
+    float mk, vk;
+    if (a.foreach != 0) {
+      // OLMo-core's foreach ops: m * beta1 + g * (1 - beta1), v * beta2 + (g * g) * (1 - beta2).
+      mk = __fadd_rn(__fmul_rn(mv.v[e], a.beta1), __fmul_rn(gk, a.one_minus_beta1));
+      vk = __fadd_rn(__fmul_rn(vv.v[e], a.beta2), __fmul_rn(__fmul_rn(gk, gk), a.one_minus_beta2));
+    } else {
+      // torch's lerp: m + w * (g - m) as one fused multiply-add.
+      mk = __fmaf_rn(a.one_minus_beta1, __fsub_rn(gk, mv.v[e]), mv.v[e]);
+      // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
+      vk = __fadd_rn(__fmul_rn(vv.v[e], a.beta2), __fmul_rn(__fmul_rn(a.one_minus_beta2, gk), gk));
+    }
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vk), a.bias_correction2_sqrt), a.eps);
-    // torch's addcdiv_: p + (value * m) / denom.
-    pv.v[e] = __fadd_rn(pk, __fdiv_rn(__fmul_rn(a.neg_step_size, mk), denom));
+    // torch's addcdiv_: p + (value * m) / denom; OLMo-core's p + (m / denom) * value.
+    pv.v[e] = a.foreach != 0 ? __fadd_rn(pk, __fmul_rn(__fdiv_rn(mk, denom), a.neg_step_size))
+                             : __fadd_rn(pk, __fdiv_rn(__fmul_rn(a.neg_step_size, mk), denom));
     mv.v[e] = mk;
     vv.v[e] = vk;
   }
