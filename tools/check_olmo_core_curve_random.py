@@ -17,9 +17,11 @@ composable with override decays), a fifth of them counted in tokens; weight deca
 eps, clipping at 0.1 to 1 or none (OLMo-core then logs no grad norm and its skip rule reads the
 loss only), z-loss 1e-5, 1e-4 or none, and group_overrides (AI2's, none, weight decay groups
 by parameter patterns, or groups with their own lr, weight decay, betas or eps); the rest keep
-AI2's. The run's length (a stream of its own, draw_duration) is OLMo-core's max_duration in tokens
-for 30% of the recipes (part of a batch past whole ones) and a hard stop before the duration's end
-for 30%. For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
+AI2's. A quarter of the recipes (a stream of their own) train with OLMo-core's plain AdamW
+(AdamWConfig, torch.optim.AdamW's arithmetic, no skip rule) instead of SkipStepAdamW (whose
+foreach arithmetic tandem's skip_step_adamw follows). The run's length (a stream of its own,
+draw_duration) is OLMo-core's max_duration in tokens for 30% of the recipes (part of a batch past
+whole ones) and a hard stop before the duration's end for 30%. For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
 its lr (and each group's own) within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
 its skip decision OLMo-core's, and at the end every weight tensor within 1e-4 relative L2
 (the fixture test's bound; weight decay shows there first).
@@ -285,6 +287,10 @@ def check_in(binary, seed, index, steps, threads, out):
     case.update(draw_optimisation(random.Random(f"curve optimisation {seed} {index}"), case,
                                   steps))
     case.update(draw_duration(random.Random(f"curve duration {seed} {index}"), case, steps))
+    # OLMo-core's optimiser (a stream of its own): a quarter of the recipes take plain AdamW
+    # (AdamWConfig: torch.optim.AdamW, no skip rule) instead of SkipStepAdamW.
+    case["OPTIMIZER"] = ("adamw" if random.Random(f"curve optimizer {seed} {index}").random() < 0.25
+                         else "skip_step_adamw")
     for key, value in case.items():  # STEPS too: the duration (the run ends at `steps`)
         setattr(recipe, key, value)
     recipe.curve(types.SimpleNamespace(out=out, threads=threads))

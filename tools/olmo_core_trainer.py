@@ -22,7 +22,9 @@ single-process gloo process group.
               With --duration-tokens 25000 --hard-stop 30 --optim JSON --out
               tests/fixtures/olmo_core_duration: max_duration in tokens, a hard stop; with
               --duration-epochs 2 --hard-stop 90 --optim JSON --out
-              tests/fixtures/olmo_core_epochs: in epochs.
+              tests/fixtures/olmo_core_epochs: in epochs. With --optim '{"optimizer": "adamw",
+              "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0.05}' --steps 40 --out
+              tests/fixtures/olmo_core_adamw: OLMo-core's plain AdamW (no skip rule).
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -94,8 +96,11 @@ LABEL_MASKS = False
 # files 0 and 1 (downsampled), source b file 3 (max_repetition_ratio 2: upsampled when it needs
 # more than its 11500 tokens), file 2 unused. Fixed windows without label masks only.
 MIXTURE = None
-# The optimisation (AI2's OLMo 3 values). SCHEDULER: tandem's `scheduler:` section (OLMo-core's
-# field names); None = CosWithWarmup(WARMUP, ALPHA_F). MAX_GRAD_NORM / Z_LOSS None: turned off.
+# The optimisation (AI2's OLMo 3 values). OPTIMIZER: OLMo-core's optimiser config by its name,
+# skip_step_adamw (SkipStepAdamWConfig, foreach by default) or adamw (AdamWConfig:
+# torch.optim.AdamW, no skip rule). SCHEDULER: tandem's `scheduler:` section (OLMo-core's field
+# names); None = CosWithWarmup(WARMUP, ALPHA_F). MAX_GRAD_NORM / Z_LOSS None: turned off.
+OPTIMIZER = "skip_step_adamw"
 SCHEDULER = None
 WEIGHT_DECAY = 0.1
 BETAS = (0.9, 0.95)
@@ -169,7 +174,6 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
     from olmo_core.data.numpy_dataset import InstanceFilterConfig
     from olmo_core.nn.attention import AttentionBackendName, SlidingWindowAttentionConfig
     from olmo_core.nn.transformer import TransformerConfig
-    from olmo_core.optim import OptimGroupOverride, SkipStepAdamWConfig
     from olmo_core.train import Duration, TrainerConfig
     from olmo_core.train.train_module import TransformerTrainModuleConfig
 
@@ -214,11 +218,7 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
     train_module = TransformerTrainModuleConfig(
         rank_microbatch_size=MICRO_BATCH_INSTANCES * SEQ,
         max_sequence_length=SEQ,
-        optim=SkipStepAdamWConfig(
-            lr=LR, weight_decay=WEIGHT_DECAY, betas=tuple(BETAS), eps=EPS,
-            rolling_interval_length=SKIP_WINDOW, sigma_factor=SKIP_SIGMA,
-            group_overrides=[OptimGroupOverride(params=g["params"], opts=torch_options(g["opts"]))
-                             for g in group_overrides()]),
+        optim=optimiser_config(),
         scheduler=olmo_scheduler(scheduler_section()),
         z_loss_multiplier=Z_LOSS,
         max_grad_norm=MAX_GRAD_NORM)
@@ -229,6 +229,20 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
                             metrics_collect_interval=1,
                             cancel_check_interval=1000)
     return model, dataset, loader, train_module, trainer
+
+
+def optimiser_config():
+    """OLMo-core's config of the OPTIMIZER, as AI2's scripts build it (defaults for the rest)."""
+    from olmo_core.optim import AdamWConfig, OptimGroupOverride, SkipStepAdamWConfig
+
+    common = dict(lr=LR, weight_decay=WEIGHT_DECAY, betas=tuple(BETAS), eps=EPS,
+                  group_overrides=[OptimGroupOverride(params=g["params"],
+                                                      opts=torch_options(g["opts"]))
+                                   for g in group_overrides()])
+    if OPTIMIZER == "adamw":
+        return AdamWConfig(**common)
+    return SkipStepAdamWConfig(**common, rolling_interval_length=SKIP_WINDOW,
+                               sigma_factor=SKIP_SIGMA)
 
 
 def group_overrides():
@@ -278,7 +292,8 @@ class StepRecorder:
                     "train/z_loss": optional_float(metrics.get("train/Z loss")),
                     "train/grad_norm": optional_float(metrics.get("optim/total grad norm")),
                     **group_lrs(metrics),
-                    "skipped": bool(float(metrics["optim/step skipped"]) > 0.5),
+                    # plain AdamW logs no skip decision
+                    "skipped": bool(float(metrics.get("optim/step skipped", 0.0)) > 0.5),
                     "masked_instances": float(metrics.get("train/masked instances (%)", 0.0)),
                 })
 
@@ -391,7 +406,7 @@ def tandem_run_config(model_section, data_files, steps):
             **({"dataset": "packed", "long_doc_strategy": "fragment"} if PACKED else {}),
             **({"label_mask_paths": [os.path.basename(mask_path("", i))
                                      for i in range(len(data_files))]} if LABEL_MASKS else {})},
-        "optim": {"name": "skip_step_adamw", "lr": LR, "betas": list(BETAS), "eps": EPS,
+        "optim": {"name": OPTIMIZER, "lr": LR, "betas": list(BETAS), "eps": EPS,
                   "weight_decay": WEIGHT_DECAY, "max_grad_norm": MAX_GRAD_NORM,
                   "z_loss_multiplier": Z_LOSS,
                   **({} if GROUP_OVERRIDES is None else {"group_overrides": GROUP_OVERRIDES}),
@@ -410,7 +425,10 @@ def tandem_run_config(model_section, data_files, steps):
 
 def skip_margins(records):
     """How far each active step was from the skip threshold, relative to the loss: a decision
-    this close could flip with last-digit differences, so the fixture reports the closest."""
+    this close could flip with last-digit differences, so the fixture reports the closest. None
+    without a skip rule."""
+    if OPTIMIZER != "skip_step_adamw":
+        return None
     out = []
     losses, norms = [], []
     for r in records:
@@ -467,7 +485,8 @@ def curve(a):
         dataset = ("NumpyPackedFSLDataset (stable sort)" if PACKED else
                    "NumpyFSLDatasetMixture" if MIXTURE else "NumpyFSLDataset")
         scheduler = type(olmo_scheduler(scheduler_section())).__name__
-        json.dump({"reference": f"OLMo-core Trainer + TransformerTrainModule + SkipStepAdamW + "
+        optimiser = "SkipStepAdamW" if OPTIMIZER == "skip_step_adamw" else "AdamW"
+        json.dump({"reference": f"OLMo-core Trainer + TransformerTrainModule + {optimiser} + "
                                 f"{scheduler} + {dataset}/NumpyDataLoader (CPU, fp32, "
                                 "single-process gloo group)",
                    "versions": versions(), "steps": records,
@@ -617,11 +636,14 @@ def checkpoint(a):
 
 def set_optimisation(settings):
     """The recipe's optimisation from --optim's keys (the others keep AI2's values)."""
-    global SCHEDULER, WEIGHT_DECAY, BETAS, EPS, MAX_GRAD_NORM, Z_LOSS, GROUP_OVERRIDES
-    unknown = set(settings) - {"scheduler", "weight_decay", "betas", "eps", "max_grad_norm",
-                               "z_loss", "group_overrides"}
+    global OPTIMIZER, SCHEDULER, WEIGHT_DECAY, BETAS, EPS, MAX_GRAD_NORM, Z_LOSS, GROUP_OVERRIDES
+    unknown = set(settings) - {"optimizer", "scheduler", "weight_decay", "betas", "eps",
+                               "max_grad_norm", "z_loss", "group_overrides"}
     if unknown:
         sys.exit(f"--optim: unknown keys {sorted(unknown)}")
+    OPTIMIZER = settings.get("optimizer", OPTIMIZER)
+    if OPTIMIZER not in ("skip_step_adamw", "adamw"):
+        sys.exit(f"--optim: optimizer {OPTIMIZER!r}: skip_step_adamw or adamw")
     SCHEDULER = settings.get("scheduler", SCHEDULER)
     WEIGHT_DECAY = settings.get("weight_decay", WEIGHT_DECAY)
     BETAS = tuple(settings.get("betas", BETAS))
@@ -658,6 +680,7 @@ def main():
                     help="curve: OLMo-core's hard_stop, in steps (the schedule keeps its horizon)")
     ap.add_argument("--optim", default=None, metavar="JSON",
                     help="curve: the optimisation instead of AI2's, as JSON with any of "
+                    "optimizer (skip_step_adamw or adamw), "
                     "scheduler (a tandem scheduler section), weight_decay, betas, eps, "
                     "max_grad_norm and z_loss (null: off), group_overrides (opts: lr, "
                     "weight_decay, betas, eps)")

@@ -90,9 +90,11 @@ void expect_final_weights_match(const std::string& model_dir, const std::string&
 
 // tandem trains the fixture's curve.yaml from its init/: every step as OLMo-core's (loss within
 // 1e-6 relative), then the final weights at its last step. Every fixture's skip decisions are
-// clear of the threshold (none on a knife-edge).
+// clear of the threshold (none on a knife-edge); a run without a skip rule (plain AdamW) has none.
 void train_and_compare(const std::string& fx, const nlohmann::json& ref, const std::string& name) {
-  ASSERT_GT(ref["closest_skip_margin_rel"].get<double>(), 1e-3);
+  if (!ref["closest_skip_margin_rel"].is_null()) {
+    ASSERT_GT(ref["closest_skip_margin_rel"].get<double>(), 1e-3);
+  }
   const std::string last_step =
       train::checkpoint_dir_name(static_cast<std::int64_t>(ref["steps"].size()));
   const std::string run = testing::temp_dir(name);
@@ -170,6 +172,20 @@ TEST(OlmoCoreCurve, ParameterGroupsWithTheirOwnOptionsMatchOlmoCoresTrainer) {
   ASSERT_TRUE(ref["steps"][0].contains("lr/group_overrides[2]"));
   ASSERT_FALSE(ref["steps"][0].contains("lr/group_overrides[1]"));  // no lr of its own
   train_and_compare(fx, ref, "olmo_core_curve_groups");
+}
+
+// OLMo-core's plain AdamW (AdamWConfig: torch.optim.AdamW, no skip rule), 40 steps with betas
+// (0.9, 0.999), eps 1e-6 and weight decay 0.05 (tests/fixtures/olmo_core_adamw): tandem's `adamw`
+// trains without a skip rule, as OLMo-core's. Its arithmetic (torch's) is AdamWParity's check: in
+// SkipStepAdamW's foreach arithmetic this run ends 5.4e-6 from OLMo-core's weights instead of
+// 5.0e-7, inside this test's bounds.
+TEST(OlmoCoreCurve, PlainAdamWMatchesOlmoCoresTrainer) {
+  const std::string fx = testing::fixture("olmo_core_adamw");
+  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
+  ASSERT_EQ(ref["steps"].size(), 40u);
+  ASSERT_NE(ref["reference"].get<std::string>().find("+ AdamW +"), std::string::npos);
+  ASSERT_TRUE(ref["skipped_steps"].empty());
+  train_and_compare(fx, ref, "olmo_core_curve_adamw");
 }
 
 // OLMo-core's max_duration in tokens (25,000: 49 batches of 512 reach it) with a hard_stop at step
