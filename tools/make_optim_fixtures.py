@@ -267,20 +267,20 @@ def adamw_fixture(out_dir):
 
 
 # ---------------------------------------------------------------------------------------------
-# OLMo-core's SkipStepAdamW with its default foreach path (the OLMo 3 recipe's optimiser), whose
-# fp32 arithmetic differs from torch.optim.AdamW's: fp32 bias corrections, m and v by separate
-# multiplies and adds, the update as (m / denom) * -step_size. Every step is taken (fewer losses
-# than the skip rule needs).
+# OLMo-core's SkipStepAdamW on its default foreach path (the OLMo 3 recipe's optimiser) and on its
+# single-tensor path, whose fp32 arithmetic differs from torch.optim.AdamW's: fp32 bias
+# corrections; on the foreach path m and v by separate multiplies and adds, the update as
+# (m / denom) * -step_size. Every step is taken (fewer losses than the skip rule needs).
 
 
-def skip_step_adamw_case(name, betas, eps, weight_decay, lrs, seed):
+def skip_step_adamw_case(name, betas, eps, weight_decay, lrs, seed, foreach=True):
     gen = torch.Generator().manual_seed(seed)
     params = [torch.randn(n, generator=gen, dtype=torch.float32) for _, n in PARAM_SHAPES]
     initial = [p.clone() for p in params]
     groups = [{"params": [params[0]], "weight_decay": 0.0},
               {"params": params[1:], "weight_decay": weight_decay}]
     opt = SkipStepAdamW(groups, lr=lrs[0], betas=betas, eps=eps, weight_decay=weight_decay,
-                        rolling_interval_length=128, foreach=True)
+                        rolling_interval_length=128, foreach=foreach)
     steps = []
     for i, lr in enumerate(lrs):
         grads = [torch.randn(n, generator=gen, dtype=torch.float32) * (0.1 ** (i % 4))
@@ -301,8 +301,8 @@ def skip_step_adamw_case(name, betas, eps, weight_decay, lrs, seed):
             "exp_avg": [opt.state[p]["exp_avg"].tolist() for p in params],
             "exp_avg_sq": [opt.state[p]["exp_avg_sq"].tolist() for p in params],
         })
-    return {"name": name, "betas": list(betas), "eps": eps, "weight_decay": weight_decay,
-            "param_names": [n for n, _ in PARAM_SHAPES],
+    return {"name": name, "foreach": foreach, "betas": list(betas), "eps": eps,
+            "weight_decay": weight_decay, "param_names": [n for n, _ in PARAM_SHAPES],
             "weight_decay_applies": [False, True, True],
             "initial_params": [p.tolist() for p in initial], "steps": steps}
 
@@ -310,10 +310,15 @@ def skip_step_adamw_case(name, betas, eps, weight_decay, lrs, seed):
 def skip_step_adamw_fixture(out_dir):
     lrs = [1e-3, 2e-3, 3e-3, 2.5e-3, 1e-3, 0.0, 5e-4] + [4e-4 * 0.9 ** k for k in range(13)]
     write(out_dir, "skip_step_adamw.json", {
-        "reference": "olmo_core.optim.SkipStepAdamW(foreach=True), fp32",
+        "reference": "olmo_core.optim.SkipStepAdamW(foreach=True or False), fp32",
         "cases": [skip_step_adamw_case("olmo3_betas", (0.9, 0.95), 1e-8, 0.1, lrs, 21),
                   skip_step_adamw_case("betas_0.8_0.99", (0.8, 0.99), 1e-6, 0.3, lrs, 22),
-                  skip_step_adamw_case("betas_0.9_0.999", (0.9, 0.999), 1e-6, 0.0, lrs, 23)]})
+                  skip_step_adamw_case("betas_0.9_0.999", (0.9, 0.999), 1e-6, 0.0, lrs, 23),
+                  skip_step_adamw_case("single_olmo3_betas", (0.9, 0.95), 1e-8, 0.1, lrs, 24,
+                                       foreach=False),
+                  # beta1 0.3: torch's lerp takes its other formula (weight 0.7 >= 0.5)
+                  skip_step_adamw_case("single_betas_0.3_0.99", (0.3, 0.99), 1e-6, 0.3, lrs, 25,
+                                       foreach=False)]})
 
 
 # ---------------------------------------------------------------------------------------------

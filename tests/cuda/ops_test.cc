@@ -410,26 +410,31 @@ TEST(CudaOps, SumOfSquaresAndAdamWMatchCpuBitForBit) {
   const std::int64_t n = 10007;
   std::vector<float> v0 = normal(n, 43);
   for (float& x : v0) x = x * x * 1e-4f;  // second moments are non-negative
+  // Every arithmetic, with beta1 0.9 and 0.3 (torch's lerp at a weight >= 0.5).
   for (const kernels::AdamWArithmetic arithmetic :
-       {kernels::AdamWArithmetic::torch_adamw, kernels::AdamWArithmetic::olmo_core_foreach}) {
-    for (bool decay : {false, true}) {
-      Both p = both(gpu, Shape{n}, normal(n, 40)), g = both(gpu, Shape{n}, normal(n, 41, 0.01f));
-      Both m = both(gpu, Shape{n}, normal(n, 42, 0.001f)), v = both(gpu, Shape{n}, v0);
-      const kernels::AdamWScalars s = testing::adamw_scalars(2, decay, arithmetic);
-      testing::cpu_backend().adamw_update(p.c, g.c, m.c, v.c, s);
-      gpu.adamw_update(p.g, g.g, m.g, v.g, s);
-      const int foreach = arithmetic == kernels::AdamWArithmetic::olmo_core_foreach;
-      EXPECT_TRUE(bit_identical(get(gpu, p.g), get(testing::cpu_backend(), p.c)))
-          << "decay " << decay << ", foreach " << foreach;
-      EXPECT_TRUE(bit_identical(get(gpu, m.g), get(testing::cpu_backend(), m.c))) << foreach;
-      EXPECT_TRUE(bit_identical(get(gpu, v.g), get(testing::cpu_backend(), v.c))) << foreach;
+       {kernels::AdamWArithmetic::torch_adamw, kernels::AdamWArithmetic::olmo_core_foreach,
+        kernels::AdamWArithmetic::olmo_core_single}) {
+    for (const double beta1 : {0.9, 0.3}) {
+      for (bool decay : {false, true}) {
+        Both p = both(gpu, Shape{n}, normal(n, 40)), g = both(gpu, Shape{n}, normal(n, 41, 0.01f));
+        Both m = both(gpu, Shape{n}, normal(n, 42, 0.001f)), v = both(gpu, Shape{n}, v0);
+        const kernels::AdamWScalars s = testing::adamw_scalars(2, decay, arithmetic, beta1);
+        testing::cpu_backend().adamw_update(p.c, g.c, m.c, v.c, s);
+        gpu.adamw_update(p.g, g.g, m.g, v.g, s);
+        const std::string what = "arithmetic " + std::to_string(static_cast<int>(arithmetic)) +
+                                 ", beta1 " + std::to_string(beta1) + ", decay " +
+                                 std::to_string(decay);
+        EXPECT_TRUE(bit_identical(get(gpu, p.g), get(testing::cpu_backend(), p.c))) << what;
+        EXPECT_TRUE(bit_identical(get(gpu, m.g), get(testing::cpu_backend(), m.c))) << what;
+        EXPECT_TRUE(bit_identical(get(gpu, v.g), get(testing::cpu_backend(), v.c))) << what;
+      }
     }
   }
 }
 
 // Every parameter tensor's update in one launch (blocks of 2048 elements of one tensor): tensors
 // smaller than a block, one block exactly, one element past it, several blocks with a tail, one
-// at an odd offset (element by element) and decay on some: the CPU's bits, in both arithmetics.
+// at an odd offset (element by element) and decay on some: the CPU's bits, in every arithmetic.
 TEST(CudaOps, AdamWOverManyTensorsInOneLaunchMatchesCpuBitForBit) {
   REQUIRE_CUDA(gpu);
   const std::vector<std::int64_t> sizes = {1, 7, 2048, 2049, 3 * 2048 + 5, 10007};
@@ -455,12 +460,11 @@ TEST(CudaOps, AdamWOverManyTensorsInOneLaunchMatchesCpuBitForBit) {
     on_gpu.push_back({g_views[0], g_views[1], g_views[2], g_views[3], decay});
     on_cpu.push_back({c_views[0], c_views[1], c_views[2], c_views[3], decay});
   }
-  // Steps 1-2 in torch's arithmetic, 3-4 in OLMo-core's foreach arithmetic.
-  for (int step = 1; step <= 4; ++step) {
+  // Steps 1-2 in torch's arithmetic, 3-4 in OLMo-core's foreach one, 5-6 in its single-tensor one.
+  for (int step = 1; step <= 6; ++step) {
     const kernels::AdamWScalars s =
         testing::adamw_scalars(step, false,  // the runs' decay
-                               step <= 2 ? kernels::AdamWArithmetic::torch_adamw
-                                         : kernels::AdamWArithmetic::olmo_core_foreach);
+                               static_cast<kernels::AdamWArithmetic>((step - 1) / 2));
     gpu.adamw_updates(on_gpu, s);
     testing::cpu_backend().adamw_updates(on_cpu, s);
     for (std::size_t i = 0; i < sizes.size(); ++i) {

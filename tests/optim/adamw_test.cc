@@ -108,25 +108,31 @@ Mismatch replay(const nlohmann::json& c, kernels::AdamWArithmetic arithmetic, bo
   return m;
 }
 
+// torch.optim.AdamW(foreach=False) (the fixture made by torch 2.13 on an AVX-512 CPU): every value
+// bit for bit (torch 2.10's fixture differed from this arithmetic in 5 of 5,166 values).
 TEST(AdamWParity, MatchesTorchAdamWElementwise) {
   nlohmann::json fixture = testing::load_fixture("adamw.json");
   for (const auto& c : fixture["cases"]) {
     const Mismatch m = replay(c, kernels::AdamWArithmetic::torch_adamw, true);
+    EXPECT_EQ(m.not_bit_equal, 0u) << c["name"];
     std::printf("[ adamw %s ] %zu values, %zu not bit-identical to torch, worst rel %.3g\n",
                 c["name"].get<std::string>().c_str(), m.total, m.not_bit_equal, m.worst_rel);
   }
 }
 
-// OLMo-core's SkipStepAdamW(foreach=True) (20 steps, betas (0.9, 0.95), (0.8, 0.99) and
-// (0.9, 0.999)): its fp32 arithmetic repeated bit for bit. torch's AdamW arithmetic on the same
+// OLMo-core's SkipStepAdamW, 20 steps: foreach=True (its default) with betas (0.9, 0.95),
+// (0.8, 0.99) and (0.9, 0.999), foreach=False with (0.9, 0.95) and (0.3, 0.99) (torch's lerp at a
+// weight >= 0.5): its fp32 arithmetic repeated bit for bit. torch's AdamW arithmetic on the same
 // steps is not (fp32 bias corrections: 1 - 0.999f is 1.3e-5 from 1 - 0.999).
-TEST(AdamWParity, MatchesOlmoCoreForeachSkipStepAdamWBitForBit) {
+TEST(AdamWParity, MatchesOlmoCoreSkipStepAdamWBitForBit) {
   nlohmann::json fixture = testing::load_fixture("skip_step_adamw.json");
   for (const auto& c : fixture["cases"]) {
-    const Mismatch m = replay(c, kernels::AdamWArithmetic::olmo_core_foreach, true);
+    const auto arithmetic = c["foreach"].get<bool>() ? kernels::AdamWArithmetic::olmo_core_foreach
+                                                     : kernels::AdamWArithmetic::olmo_core_single;
+    const Mismatch m = replay(c, arithmetic, true);
     EXPECT_EQ(m.not_bit_equal, 0u) << c["name"];
     const Mismatch torch = replay(c, kernels::AdamWArithmetic::torch_adamw, false);
-    EXPECT_GT(torch.not_bit_equal, m.total / 10) << c["name"];
+    EXPECT_GT(torch.not_bit_equal, 0u) << c["name"];  // the case tells the arithmetics apart
     std::printf(
         "[ skip_step_adamw %s ] %zu values, %zu not bit-identical to OLMo-core (torch's "
         "arithmetic: %zu, worst rel %.3g)\n",

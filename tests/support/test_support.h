@@ -230,12 +230,13 @@ inline kernels::Backend& cpu_backend() {
 }
 
 // The fp32 scalars of AdamW's update number `step` (1, 2, ...) as the optimiser forms them, for the
-// kernel tests: lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 where `decay`.
+// kernel tests: lr 1e-3, betas (beta1, 0.95), eps 1e-8, weight decay 0.1 where `decay`.
 inline kernels::AdamWScalars adamw_scalars(
     int step, bool decay,
-    kernels::AdamWArithmetic arithmetic = kernels::AdamWArithmetic::torch_adamw) {
+    kernels::AdamWArithmetic arithmetic = kernels::AdamWArithmetic::torch_adamw,
+    double beta1 = 0.9) {
   optim::ParamHyper h;
-  h.beta1 = 0.9;
+  h.beta1 = beta1;
   h.beta2 = 0.95;
   h.eps = 1e-8;
   h.weight_decay = 0.1;

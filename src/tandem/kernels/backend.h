@@ -36,15 +36,19 @@ struct LossSums {
 };
 
 // Whose operations an AdamW element update repeats, in fp32, one rounding each:
-//   torch_adamw        torch.optim.AdamW(foreach=False): m = lerp(m, g, 1 - beta1) (one fused
-//                      multiply-add), v = v * beta2 + ((1 - beta2) * g) * g,
+//   torch_adamw        torch.optim.AdamW(foreach=False): m = lerp(m, g, 1 - beta1),
+//                      v = v * beta2 + ((1 - beta2) * g) * g (addcmul_: the add fused),
 //                      p = p * decay + (-step_size * m) / denom;
 //   olmo_core_foreach  OLMo-core's SkipStepAdamW(foreach=True) (foreach_adamw_step):
 //                      m = m * beta1 + g * (1 - beta1), v = v * beta2 + (g * g) * (1 - beta2),
-//                      p = p * decay + (m / denom) * -step_size.
-// Both: denom = sqrt(v) / sqrt(bias_correction2) + eps. optim::adamw_scalars forms the scalars as
-// each reference does (see optim/adamw.h).
-enum class AdamWArithmetic : std::uint8_t { torch_adamw, olmo_core_foreach };
+//                      p = p * decay + (m / denom) * -step_size;
+//   olmo_core_single   OLMo-core's SkipStepAdamW(foreach=False) (adamw_step): m = lerp(m, g,
+//                      1 - beta1), v = v * beta2 + (g * g) * (1 - beta2) as one fused
+//                      multiply-add (add_ with alpha), p = p * decay + -step_size * (m / denom).
+// torch's lerp(m, g, w) is m + w * (g - m) for w < 0.5, else g - (g - m) * (1 - w), each one
+// fused multiply-add. All: denom = sqrt(v) / sqrt(bias_correction2) + eps. optim::adamw_scalars
+// forms the scalars as each reference does (see optim/adamw.h).
+enum class AdamWArithmetic : std::uint8_t { torch_adamw, olmo_core_foreach, olmo_core_single };
 
 // The fp32 scalars of one AdamW update.
 struct AdamWScalars {
@@ -52,7 +56,7 @@ struct AdamWScalars {
   float neg_step_size = 0.0f;  // -(lr / (1 - beta1^t))
   float bias_correction2_sqrt = 1.0f;
   float decay_factor = 1.0f;  // 1 - lr * weight_decay
-  float beta1 = 0.0f;         // m's factor (olmo_core_foreach only)
+  float beta1 = 0.0f;         // fp32 1 - (1 - beta1): m's factor, lerp's 1 - w
   float one_minus_beta1 = 0.0f;
   float beta2 = 0.0f;
   float one_minus_beta2 = 0.0f;

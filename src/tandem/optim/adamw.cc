@@ -87,7 +87,7 @@ kernels::AdamWScalars adamw_scalars(kernels::AdamWArithmetic arithmetic, const P
   kernels::AdamWScalars k;
   k.arithmetic = arithmetic;
   k.eps = static_cast<float>(h.eps);
-  if (arithmetic == kernels::AdamWArithmetic::olmo_core_foreach) {
+  if (arithmetic != kernels::AdamWArithmetic::torch_adamw) {  // OLMo-core's, both paths
     // fp32 tensors throughout; the step count is fp32 in OLMo-core too (exact below 2^24).
     const auto tf = static_cast<float>(t);
     const auto w1 = static_cast<float>(1.0 - h.beta1), w2 = static_cast<float>(1.0 - h.beta2);
@@ -109,6 +109,7 @@ kernels::AdamWScalars adamw_scalars(kernels::AdamWArithmetic arithmetic, const P
   k.neg_step_size = static_cast<float>(-(lr / bias_correction1));
   k.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   k.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
+  k.beta1 = 1.0f - k.one_minus_beta1;  // the lerp's 1 - w, in fp32 as torch's kernel
   k.beta2 = static_cast<float>(h.beta2);
   k.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
   k.decay_factor = static_cast<float>(1.0 - lr * h.weight_decay);

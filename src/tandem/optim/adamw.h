@@ -1,11 +1,11 @@
 // AdamW over named fp32 parameter tensors of a backend, with OLMo-core's semantics: decoupled
 // decay p *= 1 - lr * wd, bias-corrected moments, eps added after the square root of the
 // bias-corrected second moment; in the fp32 arithmetic of OLMo-core's SkipStepAdamW (its default
-// foreach path, the OLMo 3 recipe's) or of torch.optim.AdamW (OLMo-core's `adamw`), operation for
-// operation (kernels::AdamWArithmetic, adamw_scalars). The element update is the backend's
-// adamw_updates op (every tensor in one). The optimiser owns the moments, stored flat on the
-// backend (parameters laid end to end in registration order) so checkpoints can save them per
-// parameter and ZeRO-1 can shard them by flat ranges.
+// foreach path, the OLMo 3 recipe's, or its single-tensor path) or of torch.optim.AdamW
+// (OLMo-core's `adamw`), operation for operation (kernels::AdamWArithmetic, adamw_scalars). The
+// element update is the backend's adamw_updates op (every tensor in one). The optimiser owns the
+// moments, stored flat on the backend (parameters laid end to end in registration order) so
+// checkpoints can save them per parameter and ZeRO-1 can shard them by flat ranges.
 //
 // Deterministic: every element is updated independently, so results do not depend on the thread
 // count.
@@ -69,7 +69,8 @@ struct ParamHyper {
 // options `h`, formed as the arithmetic's reference forms them:
 //   torch_adamw        torch.optim.AdamW: each scalar computed in double (Python floats) and
 //                      rounded to fp32 once;
-//   olmo_core_foreach  OLMo-core's foreach_adamw_step, whose step counts are fp32 tensors: the
+//   olmo_core_foreach  OLMo-core's foreach_adamw_step (and olmo_core_single its adamw_step,
+//                      the same scalars), whose step counts are fp32 tensors: the
 //                      bias corrections are 1 - powf(beta, t) in fp32 (glibc's powf, torch's
 //                      scalar pow on the CPU; its vectorised pow differs by one ulp at some t),
 //                      the step size is (1 / bc1) * lr (torch's `lr / tensor` is reciprocal() *
@@ -87,7 +88,7 @@ struct AdamWHyper {
   // recipe: `weight_decay` where the ParamBuffer's flag says so (every parameter but the
   // embedding).
   std::optional<std::vector<ParamGroupOverride>> groups;
-  // OLMo-core's skip_step_adamw (foreach, its default) or adamw (torch.optim.AdamW).
+  // OLMo-core's skip_step_adamw (foreach, its default, or not) or adamw (torch.optim.AdamW).
   kernels::AdamWArithmetic arithmetic = kernels::AdamWArithmetic::olmo_core_foreach;
   void validate() const;  // throws tandem::core::Error on out-of-range values
 

@@ -96,16 +96,12 @@ OptimConfig read_optim_config(io::ConfigSection s) {
                "{}: unknown optimiser '{}' (expected skip_step_adamw or adamw)", s.where("name"),
                name);
   c.skip_step = name == "skip_step_adamw";
-  // Each name's reference arithmetic: OLMo-core's SkipStepAdamW with its default foreach path, or
-  // torch.optim.AdamW's single-tensor path.
-  c.adamw.arithmetic = c.skip_step ? kernels::AdamWArithmetic::olmo_core_foreach
-                                   : kernels::AdamWArithmetic::torch_adamw;
-  if (c.skip_step) {
-    TANDEM_CHECK(s.get_bool("foreach", true),
-                 "{}: foreach: false (SkipStepAdamW's single-tensor arithmetic) is not supported; "
-                 "tandem updates as OLMo-core's default foreach path does",
-                 s.where("foreach"));
-  }
+  // Each name's reference arithmetic: OLMo-core's SkipStepAdamW on its foreach path (its default)
+  // or its single-tensor one, or torch.optim.AdamW's single-tensor path.
+  c.adamw.arithmetic = kernels::AdamWArithmetic::torch_adamw;
+  if (c.skip_step)
+    c.adamw.arithmetic = s.get_bool("foreach", true) ? kernels::AdamWArithmetic::olmo_core_foreach
+                                                     : kernels::AdamWArithmetic::olmo_core_single;
   c.lr = s.get_double("lr", c.lr);
   TANDEM_CHECK(c.lr >= 0.0 && std::isfinite(c.lr), "{} must be >= 0, got {}", s.where("lr"), c.lr);
   if (s.has("betas")) std::tie(c.adamw.beta1, c.adamw.beta2) = read_betas(s, "betas");

@@ -116,14 +116,14 @@ void token_log_probs(const float* logits, const std::int64_t* targets, i64 n, i6
 // depend on the thread count.
 double sum_of_squares(const float* x, i64 n);
 
-// One AdamW update per element, in the arithmetic `foreach` names (kernels::AdamWArithmetic:
-// false torch.optim.AdamW's, true OLMo-core's foreach SkipStepAdamW's); compiled without FMA
-// contraction so it matches the reference bit for bit.
+// One AdamW update per element, in `arithmetic` (kernels::AdamWArithmetic's values: 0 torch's,
+// 1 OLMo-core's foreach, 2 OLMo-core's single-tensor); compiled without FMA contraction so that
+// the fused multiply-adds are exactly the reference's.
 struct AdamWConstants {
   float neg_step_size, bias_correction2_sqrt, decay_factor, beta1, one_minus_beta1, beta2,
       one_minus_beta2, eps;
   bool decay;
-  bool foreach;
+  int arithmetic;
 };
 void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const AdamWConstants& c);
 

@@ -49,6 +49,17 @@ double sum_of_squares(const float* x, i64 n) {
   return s;
 }
 
+namespace {
+
+// torch's lerp kernel: m + w * (g - m) for w < 0.5, else g - (g - m) * (1 - w), one fused
+// multiply-add each (`one_minus_w` is fp32 1 - w).
+float torch_lerp(float m, float g, float w, float one_minus_w) {
+  const float d = g - m;
+  return w < 0.5f ? std::fma(w, d, m) : std::fma(-d, one_minus_w, g);
+}
+
+}  // namespace
+
 void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const AdamWConstants& c) {
 #pragma omp parallel for schedule(static)
   for (i64 k = 0; k < n; ++k) {
@@ -56,19 +67,22 @@ void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const Ada
     const float gk = g[k];
     if (c.decay) pk = pk * c.decay_factor;
     float mk, vk;
-    if (c.foreach) {
-      // OLMo-core's foreach ops: _foreach_mul_ then _foreach_add_ of _foreach_mul.
-      mk = m[k] * c.beta1 + gk * c.one_minus_beta1;
-      vk = v[k] * c.beta2 + (gk * gk) * c.one_minus_beta2;
-    } else {
-      // torch's lerp kernel: m + w * (g - m) as one fused multiply-add.
-      mk = std::fma(c.one_minus_beta1, gk - m[k], m[k]);
-      // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
-      vk = v[k] * c.beta2 + c.one_minus_beta2 * gk * gk;
+    switch (c.arithmetic) {
+      case 1:  // OLMo-core's foreach ops: _foreach_mul_, then _foreach_add_ of a _foreach_mul
+        mk = m[k] * c.beta1 + gk * c.one_minus_beta1;
+        vk = v[k] * c.beta2 + (gk * gk) * c.one_minus_beta2;
+        p[k] = pk + (mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps)) * c.neg_step_size;
+        break;
+      case 2:  // OLMo-core's adamw_step: lerp_, mul_ then add_(g * g, alpha) (a fused add)
+        mk = torch_lerp(m[k], gk, c.one_minus_beta1, c.beta1);
+        vk = std::fma(gk * gk, c.one_minus_beta2, v[k] * c.beta2);
+        p[k] = pk + c.neg_step_size * (mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps));
+        break;
+      default:  // torch's AdamW: lerp_, mul_ then addcmul_ (a fused (value * g) * g + v), addcdiv_
+        mk = torch_lerp(m[k], gk, c.one_minus_beta1, c.beta1);
+        vk = std::fma(c.one_minus_beta2 * gk, gk, v[k] * c.beta2);
+        p[k] = pk + c.neg_step_size * mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps);
     }
-    const float denom = std::sqrt(vk) / c.bias_correction2_sqrt + c.eps;
-    // torch's addcdiv_: p + (value * m) / denom; OLMo-core's p + (m / denom) * value.
-    p[k] = c.foreach ? pk + (mk / denom) * c.neg_step_size : pk + c.neg_step_size * mk / denom;
     m[k] = mk;
     v[k] = vk;
   }

@@ -644,7 +644,7 @@ void CudaBackend::do_adamw_updates(std::span<const AdamWRun> runs, const AdamWSc
                           s.beta2,
                           s.one_minus_beta2,
                           s.eps,
-                          s.arithmetic == AdamWArithmetic::olmo_core_foreach ? 1 : 0};
+                          static_cast<int>(s.arithmetic)};
   cuda::adamw_update_tensors(device_table.as<cuda::AdamWTensor>(), static_cast<int>(table.size()),
                              blocks, a, s_->stream);
 }

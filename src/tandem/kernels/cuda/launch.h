@@ -143,7 +143,7 @@ void sum_of_squares_tensors(const SumOfSquaresTensor* tensors, int count, i64 ch
 struct AdamWArgs {
   float neg_step_size, bias_correction2_sqrt, decay_factor, beta1, one_minus_beta1, beta2,
       one_minus_beta2, eps;
-  int foreach;  // kernels::AdamWArithmetic: 0 torch_adamw, 1 olmo_core_foreach
+  int arithmetic;  // kernels::AdamWArithmetic: 0 torch_adamw, 1 olmo_core_foreach, 2 ..._single
 };
 // One tensor of a multi-tensor AdamW update: its operands (f32, n elements each), whether weight
 // decay applies, and its first block in the launch (blocks of kAdamWBlockElems elements of one
@@ -160,9 +160,9 @@ struct AdamWTensor {
 };
 constexpr i64 kAdamWBlockElems = 2048;
 constexpr i64 adamw_blocks(i64 n) { return (n + kAdamWBlockElems - 1) / kAdamWBlockElems; }
-// AdamW's element update (torch's or OLMo-core's foreach arithmetic, AdamWArgs::foreach) with the
-// CPU kernel's exact operations (no contraction but torch's lerp's fused multiply-add), so p, m
-// and v equal the CPU's bit for bit, on every tensor of the
+// AdamW's element update (AdamWArgs::arithmetic: torch's, OLMo-core's foreach or single-tensor)
+// with the CPU kernel's exact operations (no contraction but the references' fused multiply-adds),
+// so p, m and v equal the CPU's bit for bit, on every tensor of the
 // device table `tensors` (count entries, `blocks` blocks in all) in one launch.
 void adamw_update_tensors(const AdamWTensor* tensors, int count, i64 blocks, const AdamWArgs& a,
                           cudaStream_t stream);

@@ -71,6 +71,13 @@ __global__ void sum_of_squares_kernel(const SumOfSquaresTensor* tensors, int cou
   }
 }
 
+// torch's lerp: m + w * (g - m) for w < 0.5, else g - (g - m) * (1 - w), one fused multiply-add
+// each (`one_minus_w` is fp32 1 - w), as the CPU kernel.
+__device__ __forceinline__ float torch_lerp(float m, float g, float w, float one_minus_w) {
+  const float d = __fsub_rn(g, m);
+  return w < 0.5f ? __fmaf_rn(w, d, m) : __fmaf_rn(-d, one_minus_w, g);
+}
+
 // AdamW on W consecutive elements of one tensor from i, in the CPU kernel's operations.
 template <int W>
 __device__ __forceinline__ void adamw_elements(const AdamWTensor& t, i64 i, const AdamWArgs& a) {
@@ -80,21 +87,27 @@ __device__ __forceinline__ void adamw_elements(const AdamWTensor& t, i64 i, cons
     float pk = pv.v[e];
     const float gk = gv.v[e];
     if (t.decay != 0) pk = __fmul_rn(pk, a.decay_factor);
-    float mk, vk;
-    if (a.foreach != 0) {
-      // OLMo-core's foreach ops: m * beta1 + g * (1 - beta1), v * beta2 + (g * g) * (1 - beta2).
+    float mk, vk, step;
+    if (a.arithmetic == 1) {
+      // OLMo-core's foreach ops: m * beta1 + g * (1 - beta1), v * beta2 + (g * g) * (1 - beta2),
+      // p + (m / denom) * -step_size.
       mk = __fadd_rn(__fmul_rn(mv.v[e], a.beta1), __fmul_rn(gk, a.one_minus_beta1));
       vk = __fadd_rn(__fmul_rn(vv.v[e], a.beta2), __fmul_rn(__fmul_rn(gk, gk), a.one_minus_beta2));
+    } else if (a.arithmetic == 2) {
+      // OLMo-core's adamw_step: lerp_, mul_ then add_(g * g, alpha) (a fused add).
+      mk = torch_lerp(mv.v[e], gk, a.one_minus_beta1, a.beta1);
+      vk = __fmaf_rn(__fmul_rn(gk, gk), a.one_minus_beta2, __fmul_rn(vv.v[e], a.beta2));
     } else {
-      // torch's lerp: m + w * (g - m) as one fused multiply-add.
-      mk = __fmaf_rn(a.one_minus_beta1, __fsub_rn(gk, mv.v[e]), mv.v[e]);
-      // torch's mul_ then addcmul_: v * beta2 + ((1 - beta2) * g) * g.
-      vk = __fadd_rn(__fmul_rn(vv.v[e], a.beta2), __fmul_rn(__fmul_rn(a.one_minus_beta2, gk), gk));
+      // torch's AdamW: lerp_, mul_ then addcmul_: ((1 - beta2) * g) * g + v * beta2, fused.
+      mk = torch_lerp(mv.v[e], gk, a.one_minus_beta1, a.beta1);
+      vk = __fmaf_rn(__fmul_rn(a.one_minus_beta2, gk), gk, __fmul_rn(vv.v[e], a.beta2));
     }
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vk), a.bias_correction2_sqrt), a.eps);
-    // torch's addcdiv_: p + (value * m) / denom; OLMo-core's p + (m / denom) * value.
-    pv.v[e] = a.foreach != 0 ? __fadd_rn(pk, __fmul_rn(__fdiv_rn(mk, denom), a.neg_step_size))
-                             : __fadd_rn(pk, __fdiv_rn(__fmul_rn(a.neg_step_size, mk), denom));
+    if (a.arithmetic == 0)  // torch's addcdiv_: p + (value * m) / denom
+      step = __fdiv_rn(__fmul_rn(a.neg_step_size, mk), denom);
+    else  // OLMo-core: (m / denom) times -step_size
+      step = __fmul_rn(__fdiv_rn(mk, denom), a.neg_step_size);
+    pv.v[e] = __fadd_rn(pk, step);
     mv.v[e] = mk;
     vv.v[e] = vk;
   }
