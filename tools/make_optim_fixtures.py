@@ -226,17 +226,19 @@ PARAM_SHAPES = [("embeddings.weight", 40), ("blocks.0.attention.w_q.weight", 64)
                 ("blocks.0.attention_norm.weight", 19)]
 
 
-def adamw_case(name, weight_decay, lrs, seed):
+def optimiser_case(name, make, betas, eps, weight_decay, lrs, seed, period, info=None):
+    """One optimiser's steps from seed: PARAM_SHAPES' parameters (the embedding in a no-decay group,
+    as OLMo-core's recipe), one step per lr with random gradients scaled by 0.1 ** (i % period)
+    and an all-zero gradient at step 3; every parameter and moment after every step. `make` builds
+    the optimiser from the param groups."""
     gen = torch.Generator().manual_seed(seed)
     params = [torch.randn(n, generator=gen, dtype=torch.float32) for _, n in PARAM_SHAPES]
     initial = [p.clone() for p in params]
-    groups = [{"params": [params[0]], "weight_decay": 0.0},
-              {"params": params[1:], "weight_decay": weight_decay}]
-    opt = torch.optim.AdamW(groups, lr=lrs[0], betas=(0.9, 0.95), eps=1e-8,
-                            foreach=False, fused=False)
+    opt = make([{"params": [params[0]], "weight_decay": 0.0},
+                {"params": params[1:], "weight_decay": weight_decay}])
     steps = []
     for i, lr in enumerate(lrs):
-        grads = [torch.randn(n, generator=gen, dtype=torch.float32) * (0.1 ** (i % 3))
+        grads = [torch.randn(n, generator=gen, dtype=torch.float32) * (0.1 ** (i % period))
                  for _, n in PARAM_SHAPES]
         if i == 2:
             grads[2].zero_()  # an all-zero gradient mid-run
@@ -244,7 +246,10 @@ def adamw_case(name, weight_decay, lrs, seed):
             p.grad = g.clone()
         for group in opt.param_groups:
             group["lr"] = lr
+        if isinstance(opt, SkipStepAdamW):
+            opt.latest_loss = torch.tensor(1.0)  # fewer losses than the rule needs: never skips
         opt.step()
+        assert not isinstance(opt, SkipStepAdamW) or opt.step_skipped.item() == 0.0
         steps.append({
             "lr": lr,
             "grads": [g.tolist() for g in grads],
@@ -252,10 +257,17 @@ def adamw_case(name, weight_decay, lrs, seed):
             "exp_avg": [opt.state[p]["exp_avg"].tolist() for p in params],
             "exp_avg_sq": [opt.state[p]["exp_avg_sq"].tolist() for p in params],
         })
-    return {"name": name, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": weight_decay,
-            "param_names": [n for n, _ in PARAM_SHAPES],
+    return {"name": name, **(info or {}), "betas": list(betas), "eps": eps,
+            "weight_decay": weight_decay, "param_names": [n for n, _ in PARAM_SHAPES],
             "weight_decay_applies": [False, True, True],
             "initial_params": [p.tolist() for p in initial], "steps": steps}
+
+
+def adamw_case(name, weight_decay, lrs, seed):
+    return optimiser_case(
+        name, lambda groups: torch.optim.AdamW(groups, lr=lrs[0], betas=(0.9, 0.95), eps=1e-8,
+                                               foreach=False, fused=False),
+        (0.9, 0.95), 1e-8, weight_decay, lrs, seed, period=3)
 
 
 def adamw_fixture(out_dir):
@@ -274,37 +286,11 @@ def adamw_fixture(out_dir):
 
 
 def skip_step_adamw_case(name, betas, eps, weight_decay, lrs, seed, foreach=True):
-    gen = torch.Generator().manual_seed(seed)
-    params = [torch.randn(n, generator=gen, dtype=torch.float32) for _, n in PARAM_SHAPES]
-    initial = [p.clone() for p in params]
-    groups = [{"params": [params[0]], "weight_decay": 0.0},
-              {"params": params[1:], "weight_decay": weight_decay}]
-    opt = SkipStepAdamW(groups, lr=lrs[0], betas=betas, eps=eps, weight_decay=weight_decay,
-                        rolling_interval_length=128, foreach=foreach)
-    steps = []
-    for i, lr in enumerate(lrs):
-        grads = [torch.randn(n, generator=gen, dtype=torch.float32) * (0.1 ** (i % 4))
-                 for _, n in PARAM_SHAPES]
-        if i == 2:
-            grads[2].zero_()  # an all-zero gradient mid-run
-        for p, g in zip(params, grads):
-            p.grad = g.clone()
-        for group in opt.param_groups:
-            group["lr"] = lr
-        opt.latest_loss = torch.tensor(1.0)
-        opt.step()
-        assert opt.step_skipped.item() == 0.0
-        steps.append({
-            "lr": lr,
-            "grads": [g.tolist() for g in grads],
-            "params": [p.detach().tolist() for p in params],
-            "exp_avg": [opt.state[p]["exp_avg"].tolist() for p in params],
-            "exp_avg_sq": [opt.state[p]["exp_avg_sq"].tolist() for p in params],
-        })
-    return {"name": name, "foreach": foreach, "betas": list(betas), "eps": eps,
-            "weight_decay": weight_decay, "param_names": [n for n, _ in PARAM_SHAPES],
-            "weight_decay_applies": [False, True, True],
-            "initial_params": [p.tolist() for p in initial], "steps": steps}
+    return optimiser_case(
+        name, lambda groups: SkipStepAdamW(groups, lr=lrs[0], betas=betas, eps=eps,
+                                           weight_decay=weight_decay, rolling_interval_length=128,
+                                           foreach=foreach),
+        betas, eps, weight_decay, lrs, seed, period=4, info={"foreach": foreach})
 
 
 def skip_step_adamw_fixture(out_dir):
