@@ -21,10 +21,11 @@ AI2's. A quarter of the recipes (a stream of their own) train with OLMo-core's p
 (AdamWConfig, torch.optim.AdamW's arithmetic, no skip rule) instead of SkipStepAdamW (whose
 foreach arithmetic tandem's skip_step_adamw follows). The run's length (a stream of its own,
 draw_duration) is OLMo-core's max_duration in tokens for 30% of the recipes (part of a batch past
-whole ones) and a hard stop before the duration's end for 30%. For every step, tandem's loss must be within 1e-4 relative (the issue's bound),
-its lr (and each group's own) within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound) and
-its skip decision OLMo-core's, and at the end every weight tensor within 1e-4 relative L2
-(the fixture test's bound; weight decay shows there first).
+whole ones) and a hard stop before the duration's end for 30%. For every step, tandem's loss must
+be within 1e-4 relative (the issue's bound), its lr (and each group's own) within 1e-12
+relative, its grad norm within 1e-3 relative (the fixture test's bound) and its skip decision
+OLMo-core's, and at the end every weight tensor within 1e-4 relative L2 (the fixture test's
+bound; weight decay shows there first).
 
 A bound is judged only where the recipe itself determines the quantity to a tenth of it: each
 recipe is also trained by tandem from its initial weights multiplied by (1 + 1e-7 N(0, 1)), and a
