@@ -88,10 +88,23 @@ void expect_final_weights_match(const std::string& model_dir, const std::string&
   }
 }
 
+// A curve fixture of tools/olmo_core_trainer.py: its folder and OLMo-core's curve_reference.json.
+struct CurveFixture {
+  std::string dir;
+  nlohmann::json ref;
+};
+
+CurveFixture curve_fixture(const std::string& name) {
+  const std::string dir = testing::fixture(name);
+  return {dir, read_json(dir + "/curve_reference.json")};
+}
+
 // tandem trains the fixture's curve.yaml from its init/: every step as OLMo-core's (loss within
 // 1e-6 relative), then the final weights at its last step. Every fixture's skip decisions are
 // clear of the threshold (none on a knife-edge); a run without a skip rule (plain AdamW) has none.
-void train_and_compare(const std::string& fx, const nlohmann::json& ref, const std::string& name) {
+void train_and_compare(const CurveFixture& f, const std::string& name) {
+  const std::string& fx = f.dir;
+  const nlohmann::json& ref = f.ref;
   if (ref["reference"].get<std::string>().find("SkipStepAdamW") != std::string::npos) {
     ASSERT_GT(ref["closest_skip_margin_rel"].get<double>(), 1e-3);
   } else {
@@ -112,28 +125,26 @@ void train_and_compare(const std::string& fx, const nlohmann::json& ref, const s
 }
 
 TEST(OlmoCoreCurve, HundredStepsMatchOlmoCoresTrainer) {
-  const std::string fx = testing::fixture("olmo_core");
-  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
+  const CurveFixture f = curve_fixture("olmo_core");
   // The fixture exercises what it claims to.
-  ASSERT_EQ(ref["steps"].size(), 100u);
-  ASSERT_FALSE(ref["steps_with_rejected_instances"].empty());
-  ASSERT_FALSE(ref["skipped_steps"].empty());
+  ASSERT_EQ(f.ref["steps"].size(), 100u);
+  ASSERT_FALSE(f.ref["steps_with_rejected_instances"].empty());
+  ASSERT_FALSE(f.ref["skipped_steps"].empty());
 
   // The training step's loss divisor is OLMo-core's (kept labels + seq_len per instance the filter
   // rejects): with the filter on, every step's loss within 1e-6 relative (measured 1e-7; counting
   // only kept labels, as tandem did before, is off by up to 25% on steps with a rejection).
-  train_and_compare(fx, ref, "olmo_core_curve");
+  train_and_compare(f, "olmo_core_curve");
 }
 
 // OLMo-core's NumpyPackedFSLDataset (documents fragmented at 64 tokens and packed whole, with a
 // stable sort; padding masked out of the labels) and label-mask files masking runs of labels, the
 // same recipe otherwise, 60 steps (tests/fixtures/olmo_core_packed).
 TEST(OlmoCoreCurve, PackedDocumentsWithLabelMasksMatchOlmoCoresTrainer) {
-  const std::string fx = testing::fixture("olmo_core_packed");
-  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
-  ASSERT_EQ(ref["steps"].size(), 60u);
-  ASSERT_FALSE(ref["steps_with_rejected_instances"].empty());
-  train_and_compare(fx, ref, "olmo_core_curve_packed");
+  const CurveFixture f = curve_fixture("olmo_core_packed");
+  ASSERT_EQ(f.ref["steps"].size(), 60u);
+  ASSERT_FALSE(f.ref["steps_with_rejected_instances"].empty());
+  train_and_compare(f, "olmo_core_curve_packed");
 }
 
 // OLMo-core's source mixture (NumpyFSLDatasetConfig.from_src_mix: source a = files 0 and 1 at
@@ -141,11 +152,11 @@ TEST(OlmoCoreCurve, PackedDocumentsWithLabelMasksMatchOlmoCoresTrainer) {
 // NumpyFSLDatasetMixture), the same recipe otherwise, 40 steps
 // (tests/fixtures/olmo_core_mixture).
 TEST(OlmoCoreCurve, SourceMixtureMatchesOlmoCoresTrainer) {
-  const std::string fx = testing::fixture("olmo_core_mixture");
-  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
-  ASSERT_EQ(ref["steps"].size(), 40u);
-  ASSERT_NE(ref["reference"].get<std::string>().find("NumpyFSLDatasetMixture"), std::string::npos);
-  train_and_compare(fx, ref, "olmo_core_curve_mixture");
+  const CurveFixture f = curve_fixture("olmo_core_mixture");
+  ASSERT_EQ(f.ref["steps"].size(), 40u);
+  ASSERT_NE(f.ref["reference"].get<std::string>().find("NumpyFSLDatasetMixture"),
+            std::string::npos);
+  train_and_compare(f, "olmo_core_curve_mixture");
 }
 
 // Another optimisation, the same recipe otherwise, 40 steps (tests/fixtures/olmo_core_schedule):
@@ -154,12 +165,11 @@ TEST(OlmoCoreCurve, SourceMixtureMatchesOlmoCoresTrainer) {
 // then reads the loss only), z-loss 1e-4, weight decay 0.05 with group overrides (embedding and
 // norms 0, feed-forward weights 0.5), betas (0.9, 0.999), eps 1e-6.
 TEST(OlmoCoreCurve, ScheduleAndOptimiserSettingsMatchOlmoCoresTrainer) {
-  const std::string fx = testing::fixture("olmo_core_schedule");
-  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
-  ASSERT_EQ(ref["steps"].size(), 40u);
-  ASSERT_NE(ref["reference"].get<std::string>().find("SequentialScheduler"), std::string::npos);
-  ASSERT_TRUE(ref["steps"][0]["train/grad_norm"].is_null());  // clipping off
-  train_and_compare(fx, ref, "olmo_core_curve_schedule");
+  const CurveFixture f = curve_fixture("olmo_core_schedule");
+  ASSERT_EQ(f.ref["steps"].size(), 40u);
+  ASSERT_NE(f.ref["reference"].get<std::string>().find("SequentialScheduler"), std::string::npos);
+  ASSERT_TRUE(f.ref["steps"][0]["train/grad_norm"].is_null());  // clipping off
+  train_and_compare(f, "olmo_core_curve_schedule");
 }
 
 // Parameter groups with their own AdamW options, 40 steps (tests/fixtures/olmo_core_groups):
@@ -167,13 +177,12 @@ TEST(OlmoCoreCurve, ScheduleAndOptimiserSettingsMatchOlmoCoresTrainer) {
 // the embedding at lr 2e-3 with betas (0.8, 0.99) and no decay, the norms with eps 1e-5 and no
 // decay, the output projection at lr 1e-4 with decay 0.2, the rest at lr 5e-4 with decay 0.1.
 TEST(OlmoCoreCurve, ParameterGroupsWithTheirOwnOptionsMatchOlmoCoresTrainer) {
-  const std::string fx = testing::fixture("olmo_core_groups");
-  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
-  ASSERT_EQ(ref["steps"].size(), 40u);
-  ASSERT_TRUE(ref["steps"][0].contains("lr/group_overrides[0]"));
-  ASSERT_TRUE(ref["steps"][0].contains("lr/group_overrides[2]"));
-  ASSERT_FALSE(ref["steps"][0].contains("lr/group_overrides[1]"));  // no lr of its own
-  train_and_compare(fx, ref, "olmo_core_curve_groups");
+  const CurveFixture f = curve_fixture("olmo_core_groups");
+  ASSERT_EQ(f.ref["steps"].size(), 40u);
+  ASSERT_TRUE(f.ref["steps"][0].contains("lr/group_overrides[0]"));
+  ASSERT_TRUE(f.ref["steps"][0].contains("lr/group_overrides[2]"));
+  ASSERT_FALSE(f.ref["steps"][0].contains("lr/group_overrides[1]"));  // no lr of its own
+  train_and_compare(f, "olmo_core_curve_groups");
 }
 
 // OLMo-core's plain AdamW (AdamWConfig: torch.optim.AdamW, no skip rule), 40 steps with betas
@@ -182,32 +191,29 @@ TEST(OlmoCoreCurve, ParameterGroupsWithTheirOwnOptionsMatchOlmoCoresTrainer) {
 // SkipStepAdamW's foreach arithmetic this run ends 5.4e-6 from OLMo-core's weights instead of
 // 7.0e-7, inside this test's bounds.
 TEST(OlmoCoreCurve, PlainAdamWMatchesOlmoCoresTrainer) {
-  const std::string fx = testing::fixture("olmo_core_adamw");
-  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
-  ASSERT_EQ(ref["steps"].size(), 40u);
-  ASSERT_NE(ref["reference"].get<std::string>().find("+ AdamW +"), std::string::npos);
-  ASSERT_TRUE(ref["skipped_steps"].empty());
-  train_and_compare(fx, ref, "olmo_core_curve_adamw");
+  const CurveFixture f = curve_fixture("olmo_core_adamw");
+  ASSERT_EQ(f.ref["steps"].size(), 40u);
+  ASSERT_NE(f.ref["reference"].get<std::string>().find("+ AdamW +"), std::string::npos);
+  ASSERT_TRUE(f.ref["skipped_steps"].empty());
+  train_and_compare(f, "olmo_core_curve_adamw");
 }
 
 // OLMo-core's max_duration in tokens (25,000: 49 batches of 512 reach it) with a hard_stop at step
 // 30 (tests/fixtures/olmo_core_duration): the run ends at the hard stop, and the token schedule's
 // t_max is the duration's 25,000 tokens, not 49 whole batches (the lr at every step tells).
 TEST(OlmoCoreCurve, TokenDurationAndHardStopMatchOlmoCoresTrainer) {
-  const std::string fx = testing::fixture("olmo_core_duration");
-  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
-  ASSERT_EQ(ref["steps"].size(), 30u);
-  train_and_compare(fx, ref, "olmo_core_curve_duration");
+  const CurveFixture f = curve_fixture("olmo_core_duration");
+  ASSERT_EQ(f.ref["steps"].size(), 30u);
+  train_and_compare(f, "olmo_core_curve_duration");
 }
 
 // OLMo-core's max_duration in epochs (2 of the data's 79 batches) with a hard stop at step 90, in
 // the second epoch (tests/fixtures/olmo_core_epochs): the cosine's t_max is the two epochs' 158
 // steps, which only the data's size gives.
 TEST(OlmoCoreCurve, EpochDurationMatchesOlmoCoresTrainer) {
-  const std::string fx = testing::fixture("olmo_core_epochs");
-  const nlohmann::json ref = read_json(fx + "/curve_reference.json");
-  ASSERT_EQ(ref["steps"].size(), 90u);
-  train_and_compare(fx, ref, "olmo_core_curve_epochs");
+  const CurveFixture f = curve_fixture("olmo_core_epochs");
+  ASSERT_EQ(f.ref["steps"].size(), 90u);
+  train_and_compare(f, "olmo_core_curve_epochs");
 }
 
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.

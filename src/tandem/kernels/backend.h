@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/kernels/adamw_arithmetic.h"
 #include "tandem/kernels/op_profile.h"
 #include "tandem/kernels/tensor.h"
 
@@ -34,21 +35,6 @@ struct LossSums {
   double z_sum = 0.0;   // sum of logsumexp(logits)^2
   std::int64_t count = 0;
 };
-
-// Whose operations an AdamW element update repeats, in fp32, one rounding each:
-//   torch_adamw        torch.optim.AdamW(foreach=False): m = lerp(m, g, 1 - beta1),
-//                      v = v * beta2 + ((1 - beta2) * g) * g (addcmul_: the add fused),
-//                      p = p * decay + (-step_size * m) / denom;
-//   olmo_core_foreach  OLMo-core's SkipStepAdamW(foreach=True) (foreach_adamw_step):
-//                      m = m * beta1 + g * (1 - beta1), v = v * beta2 + (g * g) * (1 - beta2),
-//                      p = p * decay + (m / denom) * -step_size;
-//   olmo_core_single   OLMo-core's SkipStepAdamW(foreach=False) (adamw_step): m = lerp(m, g,
-//                      1 - beta1), v = v * beta2 + (g * g) * (1 - beta2) as one fused
-//                      multiply-add (add_ with alpha), p = p * decay + -step_size * (m / denom).
-// torch's lerp(m, g, w) is m + w * (g - m) for w < 0.5, else g - (g - m) * (1 - w), each one
-// fused multiply-add. All: denom = sqrt(v) / sqrt(bias_correction2) + eps. optim::adamw_scalars
-// forms the scalars as each reference does (see optim/adamw.h).
-enum class AdamWArithmetic : std::uint8_t { torch_adamw, olmo_core_foreach, olmo_core_single };
 
 // The fp32 scalars of one AdamW update.
 struct AdamWScalars {

@@ -399,11 +399,9 @@ double CpuBackend::do_sum_of_squares(const Tensor& x) {
 
 void CpuBackend::do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                                  const AdamWScalars& s) {
-  const cpu::AdamWConstants c{s.neg_step_size,   s.bias_correction2_sqrt,
-                              s.decay_factor,    s.beta1,
-                              s.one_minus_beta1, s.beta2,
-                              s.one_minus_beta2, s.eps,
-                              s.decay,           static_cast<int>(s.arithmetic)};
+  const cpu::AdamWConstants c{
+      s.neg_step_size, s.bias_correction2_sqrt, s.decay_factor, s.beta1, s.one_minus_beta1,
+      s.beta2,         s.one_minus_beta2,       s.eps,          s.decay, s.arithmetic};
   cpu::adamw_update(f32_or_null(p), f32_or_null(g), f32_or_null(m), f32_or_null(v), p.numel(), c);
 }
 

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "tandem/kernels/adamw_arithmetic.h"
+
 namespace tandem::kernels::cpu {
 
 using i64 = std::int64_t;
@@ -116,14 +118,13 @@ void token_log_probs(const float* logits, const std::int64_t* targets, i64 n, i6
 // depend on the thread count.
 double sum_of_squares(const float* x, i64 n);
 
-// One AdamW update per element, in `arithmetic` (kernels::AdamWArithmetic's values: 0 torch's,
-// 1 OLMo-core's foreach, 2 OLMo-core's single-tensor); compiled without FMA contraction so that
-// the fused multiply-adds are exactly the reference's.
+// One AdamW update per element, in `arithmetic`'s operations; compiled without FMA contraction so
+// that the fused multiply-adds are exactly the reference's.
 struct AdamWConstants {
   float neg_step_size, bias_correction2_sqrt, decay_factor, beta1, one_minus_beta1, beta2,
       one_minus_beta2, eps;
   bool decay;
-  int arithmetic;
+  AdamWArithmetic arithmetic;
 };
 void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const AdamWConstants& c);
 

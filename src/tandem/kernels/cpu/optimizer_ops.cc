@@ -66,22 +66,26 @@ void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const Ada
     float pk = p[k];
     const float gk = g[k];
     if (c.decay) pk = pk * c.decay_factor;
-    float mk, vk;
+    float mk = 0.0f, vk = 0.0f;
     switch (c.arithmetic) {
-      case 1:  // OLMo-core's foreach ops: _foreach_mul_, then _foreach_add_ of a _foreach_mul
+      // OLMo-core's foreach ops: _foreach_mul_, then _foreach_add_ of a _foreach_mul.
+      case AdamWArithmetic::olmo_core_foreach:
         mk = m[k] * c.beta1 + gk * c.one_minus_beta1;
         vk = v[k] * c.beta2 + (gk * gk) * c.one_minus_beta2;
         p[k] = pk + (mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps)) * c.neg_step_size;
         break;
-      case 2:  // OLMo-core's adamw_step: lerp_, mul_ then add_(g * g, alpha) (a fused add)
+      // OLMo-core's adamw_step: lerp_, mul_ then add_(g * g, alpha) (a fused add).
+      case AdamWArithmetic::olmo_core_single:
         mk = torch_lerp(m[k], gk, c.one_minus_beta1, c.beta1);
         vk = std::fma(gk * gk, c.one_minus_beta2, v[k] * c.beta2);
         p[k] = pk + c.neg_step_size * (mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps));
         break;
-      default:  // torch's AdamW: lerp_, mul_ then addcmul_ (a fused (value * g) * g + v), addcdiv_
+      // torch's AdamW: lerp_, mul_ then addcmul_ (a fused (value * g) * g + v), addcdiv_.
+      case AdamWArithmetic::torch_adamw:
         mk = torch_lerp(m[k], gk, c.one_minus_beta1, c.beta1);
         vk = std::fma(c.one_minus_beta2 * gk, gk, v[k] * c.beta2);
         p[k] = pk + c.neg_step_size * mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps);
+        break;
     }
     m[k] = mk;
     v[k] = vk;

@@ -636,15 +636,9 @@ void CudaBackend::do_adamw_updates(std::span<const AdamWRun> runs, const AdamWSc
   check(
       cudaMemcpyAsync(device_table.get(), table.data(), bytes, cudaMemcpyHostToDevice, s_->stream),
       "adamw_update (tensor table)");
-  const cuda::AdamWArgs a{s.neg_step_size,
-                          s.bias_correction2_sqrt,
-                          s.decay_factor,
-                          s.beta1,
-                          s.one_minus_beta1,
-                          s.beta2,
-                          s.one_minus_beta2,
-                          s.eps,
-                          static_cast<int>(s.arithmetic)};
+  const cuda::AdamWArgs a{
+      s.neg_step_size, s.bias_correction2_sqrt, s.decay_factor, s.beta1,     s.one_minus_beta1,
+      s.beta2,         s.one_minus_beta2,       s.eps,          s.arithmetic};
   cuda::adamw_update_tensors(device_table.as<cuda::AdamWTensor>(), static_cast<int>(table.size()),
                              blocks, a, s_->stream);
 }

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tandem/kernels/adamw_arithmetic.h"
+
 namespace tandem::kernels::cuda {
 
 using i64 = std::int64_t;
@@ -143,7 +145,7 @@ void sum_of_squares_tensors(const SumOfSquaresTensor* tensors, int count, i64 ch
 struct AdamWArgs {
   float neg_step_size, bias_correction2_sqrt, decay_factor, beta1, one_minus_beta1, beta2,
       one_minus_beta2, eps;
-  int arithmetic;  // kernels::AdamWArithmetic: 0 torch_adamw, 1 olmo_core_foreach, 2 ..._single
+  AdamWArithmetic arithmetic;
 };
 // One tensor of a multi-tensor AdamW update: its operands (f32, n elements each), whether weight
 // decay applies, and its first block in the launch (blocks of kAdamWBlockElems elements of one

@@ -88,12 +88,12 @@ __device__ __forceinline__ void adamw_elements(const AdamWTensor& t, i64 i, cons
     const float gk = gv.v[e];
     if (t.decay != 0) pk = __fmul_rn(pk, a.decay_factor);
     float mk, vk, step;
-    if (a.arithmetic == 1) {
+    if (a.arithmetic == AdamWArithmetic::olmo_core_foreach) {
       // OLMo-core's foreach ops: m * beta1 + g * (1 - beta1), v * beta2 + (g * g) * (1 - beta2),
       // p + (m / denom) * -step_size.
       mk = __fadd_rn(__fmul_rn(mv.v[e], a.beta1), __fmul_rn(gk, a.one_minus_beta1));
       vk = __fadd_rn(__fmul_rn(vv.v[e], a.beta2), __fmul_rn(__fmul_rn(gk, gk), a.one_minus_beta2));
-    } else if (a.arithmetic == 2) {
+    } else if (a.arithmetic == AdamWArithmetic::olmo_core_single) {
       // OLMo-core's adamw_step: lerp_, mul_ then add_(g * g, alpha) (a fused add).
       mk = torch_lerp(mv.v[e], gk, a.one_minus_beta1, a.beta1);
       vk = __fmaf_rn(__fmul_rn(gk, gk), a.one_minus_beta2, __fmul_rn(vv.v[e], a.beta2));
@@ -103,7 +103,7 @@ __device__ __forceinline__ void adamw_elements(const AdamWTensor& t, i64 i, cons
       vk = __fmaf_rn(__fmul_rn(a.one_minus_beta2, gk), gk, __fmul_rn(vv.v[e], a.beta2));
     }
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vk), a.bias_correction2_sqrt), a.eps);
-    if (a.arithmetic == 0)  // torch's addcdiv_: p + (value * m) / denom
+    if (a.arithmetic == AdamWArithmetic::torch_adamw)  // torch's addcdiv_: p + (value * m) / denom
       step = __fdiv_rn(__fmul_rn(a.neg_step_size, mk), denom);
     else  // OLMo-core: (m / denom) times -step_size
       step = __fmul_rn(__fdiv_rn(mk, denom), a.neg_step_size);
