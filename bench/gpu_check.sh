@@ -24,12 +24,12 @@
 #      step under torch.compile (its strongest configuration, for the tokens/s ratio), the 1B
 #      step with 4 micro-batches, on tandem's own tensor-core attention instead of cuDNN's, and
 #      with every access element by element (what the 16-byte accesses bring, op by op).
-# Files in $OUT: gpu_check.json (the summary), gpu_check.log, test_cuda.part0.json and
-# test_cuda_training.part0.json (GoogleTest's; part1, ... after a crash, with the crashed tests in
-# *.crashed.json), hf_parity.json, bench_1b.json, bench_7b_stack.json, hf_1b.json,
-# bench_attention.json, and when time is left for them hf_1b_compiled.json,
-# bench_1b_accumulated.json, bench_1b_flash.json, bench_1b_unpacked.json and
-# sanitizer_{memcheck,racecheck}.log. Exit status 0 only when the tests and the HF comparison
+# Files in $OUT: gpu_check.json (the summary), gpu_check.log and gpu_check_results.tar.gz, which
+# holds the summary again, test_cuda.part0.json and test_cuda_training.part0.json (GoogleTest's;
+# part1, ... after a crash, with the crashed tests in *.crashed.json), hf_parity.json,
+# bench_1b.json, bench_7b_stack.json, hf_1b.json, bench_attention.json, and when time is left for
+# them hf_1b_compiled.json, bench_1b_accumulated.json, bench_1b_flash.json, bench_1b_unpacked.json
+# and sanitizer_{memcheck,racecheck}.log. Exit status 0 only when the tests and the HF comparison
 # passed, the benchmarks ran (the optional last ones aside) and compute-sanitizer found nothing.
 #
 # Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
@@ -41,12 +41,37 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/gpu_check_out}"
 mkdir -p "$out"
+# The device tool brings back at most 8 files from $OUT: the log and the summary go there, every
+# other result into $res, packed into $out/gpu_check_results.tar.gz at each step's start and at the
+# end, so that a call cut short still brings back what its finished steps wrote.
+res="${GPU_CHECK_RESULTS:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_results.XXXXXX")}"
+mkdir -p "$res"
 exec > >(tee "$out/gpu_check.log") 2>&1
 budget="${GPU_CHECK_BUDGET_S:-480}"
 start=$SECONDS
 python="$(command -v python3 || command -v python)"
 
-step() { printf '\n== %s (t=%ds)\n' "$*" $((SECONDS - start)); }
+# Packs $res into $out (a file over the tool's 16 MiB, the sanitizers' logs being the likely ones,
+# is packed cut to its first and last 2 MiB instead).
+pack() {
+  local tmp="$out/.gpu_check_results.tmp" f
+  tar -C "$res" -czf "$tmp" . 2>/dev/null || return
+  if (($(stat -c %s "$tmp") > 15 * 1024 * 1024)); then
+    for f in "$res"/*; do
+      if (($(stat -c %s "$f") > 4 * 1024 * 1024)); then
+        { head -c 2097152 "$f"; printf '\n[... cut by gpu_check.sh to fit the device tool ...]\n'
+          tail -c 2097152 "$f"; } >"$f.cut" && mv -f "$f.cut" "$f"
+      fi
+    done
+    tar -C "$res" -czf "$tmp" . 2>/dev/null || return
+  fi
+  mv -f "$tmp" "$out/gpu_check_results.tar.gz"
+}
+trap pack EXIT
+step() {
+  pack
+  printf '\n== %s (t=%ds)\n' "$*" $((SECONDS - start))
+}
 left() { echo $((budget - (SECONDS - start))); }
 # Runs a command with at most $1 seconds (and never past the budget).
 bounded() {
@@ -90,7 +115,7 @@ if command -v nvidia-smi >/dev/null; then
 else
   echo "nvidia-smi: not found (no NVIDIA driver here)"
 fi
-"$python" - <<'PY' 2>&1 | tee "$out/torch_info.txt"
+"$python" - <<'PY' 2>&1 | tee "$res/torch_info.txt"
 try:
     import torch
     print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), cuDNN {torch.backends.cudnn.version()}, "
@@ -174,7 +199,7 @@ step "test_cuda: ops (fp32 and bf16), determinism, model parity, downstream eval
 # Through gtest_resumable.py: a test that kills the process is recorded as crashed and the tests
 # after it run in a new process, so one crash cannot lose the rest of this one device call.
 if wanted tests; then
-  bounded 120 "$python" bench/gtest_resumable.py --prefix "$out/test_cuda" --seconds 110 -- \
+  bounded 120 "$python" bench/gtest_resumable.py --prefix "$res/test_cuda" --seconds 110 -- \
     "${ours[@]}" "$bin/test_cuda" --gtest_filter='-CudaTraining.*' 2>&1 |
     filter_test_output
   status[tests]=${PIPESTATUS[0]}
@@ -182,7 +207,7 @@ fi
 
 step "test_cuda: training (fp32 and bf16) against the CPU backend and the reference, resumes"
 if wanted tests_training; then
-  bounded 150 "$python" bench/gtest_resumable.py --prefix "$out/test_cuda_training" \
+  bounded 150 "$python" bench/gtest_resumable.py --prefix "$res/test_cuda_training" \
     --seconds 140 -- "${ours[@]}" "$bin/test_cuda" --gtest_filter='CudaTraining.*' 2>&1 |
     filter_test_output
   status[tests_training]=${PIPESTATUS[0]}
@@ -197,7 +222,7 @@ step "model on the GPU vs HF transformers on the GPU: fresh random configs, fp32
 # `tandem parity --backend cuda` against HF's logits and gradients computed on the same GPU.
 if gpu_step hf_parity; then
   bounded 90 "$python" tools/gpu_hf_parity.py --tandem "$bin/tandem" --tandem-ld-path "$ours_path" \
-    --configs 4 --json "$out/hf_parity.json" 2>&1 | grep -v Warning | tail -12
+    --configs 4 --json "$res/hf_parity.json" 2>&1 | grep -v Warning | tail -12
   status[hf_parity]=${PIPESTATUS[0]}
 fi
 
@@ -205,14 +230,14 @@ step "tandem: OLMo 3-shaped 1B, full training step in bf16, seq 8192"
 if gpu_step bench_1b; then
   bounded 80 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-1b.yaml --label tandem-1b \
     --precision bf16 --profile \
-    --batch 1 --seq 8192 --steps 3 --warmup 1 --json "$out/bench_1b.json" | grep -v '^{'
+    --batch 1 --seq 8192 --steps 3 --warmup 1 --json "$res/bench_1b.json" | grep -v '^{'
   status[bench_1b]=${PIPESTATUS[0]}
 fi
 
 step "HF transformers Olmo3ForCausalLM: same config, batch and sequence"
 if gpu_step hf_1b; then
   bounded 100 "$python" tools/bench_hf_gpu_train_step.py --config configs/models/olmo3-1b.yaml \
-    --batch 1 --seq 8192 --steps 3 --attn sdpa,flex_attention --json "$out/hf_1b.json" |
+    --batch 1 --seq 8192 --steps 3 --attn sdpa,flex_attention --json "$res/hf_1b.json" |
     grep -v '^{"torch"' | cut -c1-300
   status[hf_1b]=${PIPESTATUS[0]}
 fi
@@ -224,7 +249,7 @@ if gpu_step bench_7b; then
   bounded 90 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-7b.yaml --layers fit \
     --precision bf16 \
     --label tandem-7b-stack --batch 1 --seq 8192 --steps 2 --warmup 1 --profile \
-    --json "$out/bench_7b_stack.json" | grep -v '^{'
+    --json "$res/bench_7b_stack.json" | grep -v '^{'
   status[bench_7b]=${PIPESTATUS[0]}
 fi
 
@@ -233,7 +258,7 @@ step "attention alone, path by path: cuDNN, tensor-core kernels, plain (bf16), p
 # documents (bench/gpu_attention.cc): what the step profiles above cannot show, the paths they did
 # not take. Informative: not in the exit status.
 if gpu_step bench_attention; then
-  bounded 45 "${ours[@]}" "$bin/bench_gpu_attention" --repeats 5 --json "$out/bench_attention.json" |
+  bounded 45 "${ours[@]}" "$bin/bench_gpu_attention" --repeats 5 --json "$res/bench_attention.json" |
     grep -v '^{'
   status[bench_attention]=${PIPESTATUS[0]}
 fi
@@ -248,11 +273,11 @@ step "compute-sanitizer on the attention kernels: memcheck, then racecheck (when
 # would skip for want of a backend and exit 0), the step says unavailable: neither a pass that
 # checked nothing nor a failure of tandem's.
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
-# sanitize TOOL SECONDS FILTER: runs test_cuda under the tool, its log in $out, and prints the
+# sanitize TOOL SECONDS FILTER: runs test_cuda under the tool, its log in $res, and prints the
 # step's status: 1 on a finding or a failed test, unavailable where the tool could not run the
 # GPU, 124/137 when cut short, else the tool's exit status.
 sanitize() {
-  local tool=$1 seconds=$2 filter=$3 log="$out/sanitizer_$1.log" rc
+  local tool=$1 seconds=$2 filter=$3 log="$res/sanitizer_$1.log" rc
   bounded "$seconds" "${ours[@]}" "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin/test_cuda" \
     --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
@@ -295,7 +320,7 @@ if gpu_step hf_1b_compiled; then
   ((hf_compile_s < 1)) && hf_compile_s=1
   bounded 200 "$python" tools/bench_hf_gpu_train_step.py --config configs/models/olmo3-1b.yaml \
     --batch 1 --seq 8192 --steps 3 --attn flex_attention,sdpa --compiled yes \
-    --compile-budget "$hf_compile_s" --json "$out/hf_1b_compiled.json" |
+    --compile-budget "$hf_compile_s" --json "$res/hf_1b_compiled.json" |
     grep -v '^{"torch"' | cut -c1-300
   status[hf_1b_compiled]=${PIPESTATUS[0]}
 fi
@@ -306,7 +331,7 @@ step "tandem: OLMo 3-shaped 1B, 4 micro-batches of 8192 tokens per step (optiona
 if gpu_step bench_1b_accumulated; then
   bounded 45 "${ours[@]}" "$bin/bench_gpu_train_step" --config configs/models/olmo3-1b.yaml \
     --label tandem-1b-4-micro-batches --precision bf16 --batch 4 --micro-batch 1 --seq 8192 \
-    --steps 2 --warmup 1 --json "$out/bench_1b_accumulated.json" | grep -v '^{'
+    --steps 2 --warmup 1 --json "$res/bench_1b_accumulated.json" | grep -v '^{'
   status[bench_1b_accumulated]=${PIPESTATUS[0]}
 fi
 
@@ -316,7 +341,7 @@ step "tandem: OLMo 3-shaped 1B on its own tensor-core attention (optional, last)
 if gpu_step bench_1b_flash; then
   bounded 40 "${ours[@]}" TANDEM_CUDA_ATTENTION=flash "$bin/bench_gpu_train_step" \
     --config configs/models/olmo3-1b.yaml --label tandem-1b-flash-attention --precision bf16 \
-    --batch 1 --seq 8192 --steps 2 --warmup 1 --profile --json "$out/bench_1b_flash.json" |
+    --batch 1 --seq 8192 --steps 2 --warmup 1 --profile --json "$res/bench_1b_flash.json" |
     grep -v '^{'
   status[bench_1b_flash]=${PIPESTATUS[0]}
 fi
@@ -328,14 +353,14 @@ step "tandem: OLMo 3-shaped 1B with every access element by element (optional, l
 if gpu_step bench_1b_unpacked; then
   bounded 40 "${ours[@]}" TANDEM_CUDA_PACKED_ACCESS=0 "$bin/bench_gpu_train_step" \
     --config configs/models/olmo3-1b.yaml --label tandem-1b-unpacked --precision bf16 \
-    --batch 1 --seq 8192 --steps 2 --warmup 1 --profile --json "$out/bench_1b_unpacked.json" |
+    --batch 1 --seq 8192 --steps 2 --warmup 1 --profile --json "$res/bench_1b_unpacked.json" |
     grep -v '^{'
   status[bench_1b_unpacked]=${PIPESTATUS[0]}
 fi
 
 step "summary"
-for k in "${!status[@]}"; do echo "$k=${status[$k]}"; done >"$out/status.txt"
-"$python" - "$out" <<'PY'
+for k in "${!status[@]}"; do echo "$k=${status[$k]}"; done >"$res/status.txt"
+"$python" - "$res" <<'PY'
 import glob, json, os, sys
 out = sys.argv[1]
 def load(name):
@@ -443,7 +468,8 @@ if "tandem_over_hf_tokens_per_s" in summary:
     print(f"tandem / HF tokens/s: {summary['tandem_over_hf_tokens_per_s']:.2f}x (HF's fastest: "
           f"{hf_best['attn_implementation']}, compiled={hf_best['compiled']})")
 PY
-echo "gpu_check: done in $((SECONDS - start)) s; results in $out"
+cp -f "$res/gpu_check.json" "$out/" 2>/dev/null
+echo "gpu_check: done in $((SECONDS - start)) s; results in $out (gpu_check.json, gpu_check.log, gpu_check_results.tar.gz)"
 ok=0
 for k in tests tests_training; do
   [[ "${status[$k]}" == 0 || "${status[$k]}" == not_selected ]] || ok=1
