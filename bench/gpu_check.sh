@@ -32,7 +32,8 @@
 # and sanitizer_{memcheck,racecheck}.log. Exit status 0 only when the tests and the HF comparison
 # passed, the benchmarks ran (the optional last ones aside) and compute-sanitizer found nothing.
 #
-# Usage (device machine, repo root; `run` with carry [".gpu-carry"]): bash bench/gpu_check.sh
+# Usage (device machine, repo root; `run` with kind nvidia-h200 and carry [".gpu-carry"]):
+# bash bench/gpu_check.sh.
 # GPU_CHECK_BUDGET_S (default 480) bounds the whole; GPU_CHECK_STEPS='bench_1b hf_1b' runs only
 # those steps (keys of the summary's status; the end of the log names the steps cut short so).
 # Here (no GPU) the same command rehearses everything up to the GPU: unpacking, library
@@ -50,6 +51,8 @@ exec > >(tee "$out/gpu_check.log") 2>&1
 budget="${GPU_CHECK_BUDGET_S:-480}"
 start=$SECONDS
 python="$(command -v python3 || command -v python)"
+# Python's output unbuffered, so that a step cut short by its bound still leaves its lines in the log.
+export PYTHONUNBUFFERED=1
 
 # Packs $res into $out (a file over the tool's 16 MiB, the sanitizers' logs being the likely ones,
 # is packed cut to its first and last 2 MiB instead).
