@@ -21,7 +21,12 @@ AI2's. A quarter of the recipes (a stream of their own) train with OLMo-core's p
 (AdamWConfig, torch.optim.AdamW's arithmetic, no skip rule) instead of SkipStepAdamW (whose
 foreach arithmetic tandem's skip_step_adamw follows). The run's length (a stream of its own,
 draw_duration) is OLMo-core's max_duration in tokens for 30% of the recipes (part of a batch past
-whole ones) and a hard stop before the duration's end for 30%. For every step, tandem's loss must
+whole ones) and a hard stop before the duration's end for 30%. 40% of the recipes whose batch
+splits into whole micro-batches on 2, 3 or 4 ranks train on one of those (a stream of its own):
+OLMo-core under torchrun with its DDP, tandem under mpirun. A recipe OLMo-core fails on is
+reported as refused by the reference only where the failure is known (its SequentialScheduler's
+assertion at a last step past t_max in tokens) and tandem's run completes; any other failure
+differs. For every step, tandem's loss must
 be within 1e-4 relative (the issue's bound), its lr (and each group's own) within 1e-12
 relative, its grad norm within 1e-3 relative (the fixture test's bound) and its skip decision
 OLMo-core's, and at the end every weight tensor within 1e-4 relative L2 (the fixture test's
@@ -39,7 +44,8 @@ chaotic recipe); one lr 1e-3 recipe agreed within 6.8e-4 while its own sensitivi
 
 Usage: python3 tools/check_olmo_core_curve_random.py TANDEM_BINARY [--seed S] [--cases N]
        [--steps 30]
-Needs ai2-olmo-core (torch) and pyyaml; runs OLMo-core on the CPU with one thread.
+Needs ai2-olmo-core (torch) and pyyaml, and OpenMPI's mpirun for the multi-rank recipes; runs
+OLMo-core on the CPU with one thread a rank.
 """
 import json
 import os
@@ -47,6 +53,7 @@ import random
 import subprocess
 import sys
 import shutil
+import socket
 import tempfile
 import types
 
@@ -56,6 +63,7 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from random_checks import argument_parser, run_cases  # noqa: E402
 import olmo_core_trainer as recipe  # noqa: E402
+from olmo_core_checkpoint import read_tandem_checkpoint  # noqa: E402
 
 
 def draw(rng):
@@ -292,12 +300,38 @@ def check_in(binary, seed, index, steps, threads, out):
     # (AdamWConfig: torch.optim.AdamW, no skip rule) instead of SkipStepAdamW.
     case["OPTIMIZER"] = ("adamw" if random.Random(f"curve optimizer {seed} {index}").random() < 0.25
                          else "skip_step_adamw")
+    # Data-parallel ranks (a stream of their own): 40% of the recipes whose batch splits into
+    # whole micro-batches on 2, 3 or 4 ranks train on one of those, OLMo-core under torchrun with
+    # its DDP, tandem under mpirun.
+    ranks = random.Random(f"curve world {seed} {index}")
+    worlds = [w for w in (2, 3, 4)
+              if case["INSTANCES_PER_BATCH"] % (w * case["MICRO_BATCH_INSTANCES"]) == 0]
+    world = ranks.choice(worlds) if worlds and ranks.random() < 0.4 else 1
     for key, value in case.items():  # STEPS too: the duration (the run ends at `steps`)
         setattr(recipe, key, value)
-    recipe.curve(types.SimpleNamespace(out=out, threads=threads))
+    problem = None
+    if world == 1:
+        try:
+            recipe.curve(types.SimpleNamespace(out=out, threads=threads))
+        except AssertionError as e:
+            problem = f"OLMo-core failed: AssertionError {e}"
+    else:
+        problem = olmo_core_on_ranks(case, world, out, threads)
+    case["WORLD"] = world
+    if problem and sequential_past_its_horizon(case):
+        # OLMo-core's SequentialScheduler asserts current <= t_max, and a duration in tokens that
+        # ends inside the last batch puts the last step's tokens past it; tandem holds the lr at
+        # t_max there (docs/optimizer.md). Its run must still complete.
+        ours = tandem_train(binary, out, os.path.join(out, "init"), "tandem-run", world)
+        if isinstance(ours, str):
+            return False, case, None, ours
+        return None, case, None, ("OLMo-core's SequentialScheduler asserts at the last step "
+                                  "(tokens past t_max); tandem ran the recipe to its end")
+    if problem:
+        return False, case, None, problem
     with open(os.path.join(out, "curve_reference.json")) as f:
         ref = json.load(f)
-    ours = tandem_train(binary, out, os.path.join(out, "init"), "tandem-run")
+    ours = tandem_train(binary, out, os.path.join(out, "init"), "tandem-run", world)
     if isinstance(ours, str):
         return False, case, ref, ours
     # The recipe's own sensitivity: tandem from the initial weights perturbed by 1e-7 relative.
@@ -307,7 +341,7 @@ def check_in(binary, seed, index, steps, threads, out):
     g = torch.Generator().manual_seed(seed * 1000 + index)
     save_file({k: (v * (1 + 1e-7 * torch.randn(v.shape, generator=g))).contiguous()
                for k, v in load_file(weights).items()}, weights)
-    moved = tandem_train(binary, out, perturbed, "tandem-run-perturbed")
+    moved = tandem_train(binary, out, perturbed, "tandem-run-perturbed", world)
     if isinstance(moved, str):
         return False, case, ref, moved
     sens_loss, sens_norm = worst_gap(moved, ours, "train/loss"), worst_gap(moved, ours,
@@ -316,9 +350,9 @@ def check_in(binary, seed, index, steps, threads, out):
     worst_loss, worst_norm, problem = compare(ours, ref, judge_loss, judge_norm)
     # Final weights (what weight decay moves most): every tensor within 1e-4 relative L2 of
     # OLMo-core's, judged where the perturbation moved tandem's own by less than a tenth of that.
-    last = f"checkpoints/step-{steps:06d}/model/model.safetensors"
-    final = load_file(os.path.join(out, "tandem-run", last))
-    sens_weights = weights_gap(load_file(os.path.join(out, "tandem-run-perturbed", last)), final)
+    last = f"checkpoints/step-{steps:06d}"
+    final = final_weights(os.path.join(out, "tandem-run", last))
+    sens_weights = weights_gap(final_weights(os.path.join(out, "tandem-run-perturbed", last)), final)
     worst_weights = weights_gap(final, load_file(os.path.join(out, "curve_final.safetensors")))
     judge_weights = sens_weights < WEIGHTS_BOUND / 10
     if problem is None and judge_weights and worst_weights > WEIGHTS_BOUND:
@@ -333,11 +367,45 @@ def check_in(binary, seed, index, steps, threads, out):
     return problem is None, case, ref, (problem + "; " + summary) if problem else summary
 
 
-def tandem_train(binary, out, init, name):
-    """tandem's metrics of the recipe in `out` from `init`, or why it failed."""
+def olmo_core_on_ranks(case, world, out, threads):
+    """OLMo-core's curve of the recipe on `world` ranks (torchrun, gloo, its DDP), or why it
+    failed."""
+    with open(os.path.join(out, "recipe.json"), "w") as f:
+        json.dump(case, f)
+    with socket.socket() as s:  # a free port for torchrun's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}",
+                        f"--master-port={port}", recipe.__file__, "curve", "--out", out,
+                        "--recipe", os.path.join(out, "recipe.json"), "--threads", str(threads)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"OLMo-core on {world} ranks failed: {(p.stdout + p.stderr).strip()[-600:]}"
+    return None
+
+
+def sequential_past_its_horizon(case):
+    """Whether OLMo-core's SequentialScheduler meets tokens past its t_max: counted in tokens,
+    with a duration in tokens that ends inside the last batch, and no hard stop before it."""
+    s = case.get("SCHEDULER") or {}
+    return (s.get("name") == "sequential" and s.get("units") == "tokens"
+            and case.get("DURATION_TOKENS") is not None and case.get("HARD_STOP") is None
+            and case["DURATION_TOKENS"] % (case["INSTANCES_PER_BATCH"] * recipe.SEQ) != 0)
+
+
+def final_weights(checkpoint):
+    """A tandem checkpoint's weights (the manifest verified), whole or from the ranks' shards."""
+    return read_tandem_checkpoint(checkpoint)[1]
+
+
+def tandem_train(binary, out, init, name, world=1):
+    """tandem's metrics of the recipe in `out` from `init` on `world` ranks (mpirun, one thread
+    each), or why it failed."""
     run = os.path.join(out, name)
-    p = subprocess.run([binary, "train", os.path.join(out, "curve.yaml"),
-                        f"trainer.init_from={init}", f"trainer.save_folder={run}"],
+    launcher = [] if world == 1 else ["mpirun", "--oversubscribe", "--allow-run-as-root", "-x",
+                                      "OMP_NUM_THREADS=1", "-np", str(world)]
+    p = subprocess.run(launcher + [binary, "train", os.path.join(out, "curve.yaml"),
+                                   f"trainer.init_from={init}", f"trainer.save_folder={run}"],
                        capture_output=True, text=True)
     if p.returncode != 0:
         return f"tandem train failed: {p.stderr.strip()[-300:]}"

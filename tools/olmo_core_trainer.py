@@ -24,14 +24,19 @@ single-process gloo process group.
               --duration-epochs 2 --hard-stop 90 --optim JSON --out
               tests/fixtures/olmo_core_epochs: in epochs. With --optim '{"optimizer": "adamw",
               "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0.05}' --steps 40 --out
-              tests/fixtures/olmo_core_adamw: OLMo-core's plain AdamW (no skip rule).
+              tests/fixtures/olmo_core_adamw: OLMo-core's plain AdamW (no skip rule). Under
+              `torchrun --nproc-per-node 2` with --packed --label-masks --steps 40 --out
+              tests/fixtures/olmo_core_ddp: two ranks of a gloo group with OLMo-core's DDP
+              (each rank's loss over its own label count, the ranks averaged); rank 0 writes.
+              --recipe FILE sets any of the recipe's settings by name (the random check's way).
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
 
 Every piece named above is OLMo-core's own class; what differs from AI2's GPU runs:
 - the process group: OLMo-core's scripts initialise NCCL; prepare_training_environment(
-  backend="gloo") makes a one-rank CPU group (OLMo-core bootstraps the single-process rendezvous);
+  backend="gloo") makes a CPU group (one rank: OLMo-core bootstraps the single-process rendezvous;
+  under torchrun, its ranks);
 - attention: OLMo 3's config names flash_2; on a CPU OLMo-core itself falls back ("Backend is set
   to flash_2, but GPUs are not available. Defaulting to torch.") to its torch backend (SDPA with its
   own sliding-window mask), which this script names directly;
@@ -221,7 +226,8 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
         optim=optimiser_config(),
         scheduler=olmo_scheduler(scheduler_section()),
         z_loss_multiplier=Z_LOSS,
-        max_grad_norm=MAX_GRAD_NORM)
+        max_grad_norm=MAX_GRAD_NORM,
+        dp_config=data_parallel_config())
     trainer = TrainerConfig(save_folder=save_folder, work_dir=work_dir, save_overwrite=True,
                             max_duration=(Duration.tokens(DURATION_TOKENS) if DURATION_TOKENS
                                           else Duration.epochs(DURATION_EPOCHS) if DURATION_EPOCHS
@@ -229,6 +235,21 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
                             metrics_collect_interval=1,
                             cancel_check_interval=1000)
     return model, dataset, loader, train_module, trainer
+
+
+def world_size():
+    """The ranks torchrun started (1 without it)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def data_parallel_config():
+    """Under torchrun with several ranks: OLMo-core's DDP (its all-reduce of the gradients after
+    the last micro-batch, in fp32), as AI2's data-parallel runs configure it; none on one rank."""
+    if world_size() == 1:
+        return None
+    from olmo_core.distributed.parallel import DataParallelType
+    from olmo_core.train.train_module import TransformerDataParallelConfig
+    return TransformerDataParallelConfig(name=DataParallelType.ddp)
 
 
 def optimiser_config():
@@ -445,26 +466,57 @@ def skip_margins(records):
     return min(out) if out else None
 
 
-def curve(a):
+def write_curve_yaml(model_section, paths):
     import yaml
+
+    with open(os.path.join(OUT, "curve.yaml"), "w") as f:
+        f.write("# Written by tools/olmo_core_trainer.py curve: the recipe OLMo-core's trainer ran\n"
+                "# for curve_reference.json, for tandem (init_from: init/).\n")
+        yaml.safe_dump(tandem_run_config(model_section, [os.path.basename(p) for p in paths],
+                                         STEPS), f, sort_keys=False, default_flow_style=None)
+
+
+def curve(a):
     from olmo_core.train import prepare_training_environment, teardown_training_environment
 
     global OUT
     OUT = a.out or OUT
     torch.set_num_threads(a.threads)
     os.makedirs(OUT, exist_ok=True)
-    paths = write_token_files(OUT)
     prepare_training_environment(seed=INIT_SEED, backend="gloo")
-    with tempfile.TemporaryDirectory() as tmp:
+    # Under torchrun every rank reads the files rank 0 writes, and OLMo-core's work and save
+    # folders are shared (rank 0 makes them), as on a cluster's shared file system. (A broadcast
+    # is also a barrier: the files are there when the other ranks go on.)
+    rank = torch.distributed.get_rank()
+    shared = [tempfile.mkdtemp(prefix="olmo_core_curve_work_") if rank == 0 else None]
+    if rank == 0:
+        write_token_files(OUT)
+    torch.distributed.broadcast_object_list(shared)
+    shared = shared[0]
+    paths = [os.path.join(OUT, f"part-{i:02d}.npy") for i in range(len(FILE_TOKENS))]
+    try:
         trainer, tm, recorder, model_cfg = build_trainer(
-            paths, os.path.join(tmp, "work"), os.path.join(tmp, "save"), STEPS,
+            paths, os.path.join(shared, "work"), os.path.join(shared, "save"), STEPS,
             hard_stop=HARD_STOP)
         model_section = tandem_model_yaml(model_cfg)
         batches_per_epoch = trainer.data_loader.total_batches
-        write_tandem_model(os.path.join(OUT, "init"), model_section, tm.model.state_dict())
+        if rank == 0:
+            write_tandem_model(os.path.join(OUT, "init"), model_section, tm.model.state_dict())
+            write_curve_yaml(model_section, paths)
         trainer.fit()
         final = {k: v.detach().float().contiguous() for k, v in tm.model.state_dict().items()}
+        torch.distributed.barrier()
+    except BaseException:
+        # A recipe OLMo-core fails on leaves no process group behind (the random check goes on
+        # to its next recipe in this process).
+        teardown_training_environment()
+        if rank == 0:
+            shutil.rmtree(shared, ignore_errors=True)
+        raise
     teardown_training_environment()
+    if rank != 0:
+        return
+    shutil.rmtree(shared, ignore_errors=True)
     save_file(final, os.path.join(OUT, "curve_final.safetensors"))
     records = recorder.records
     steps = STEPS
@@ -476,19 +528,16 @@ def curve(a):
     assert [r["step"] for r in records] == list(range(1, steps + 1)), [r["step"] for r in records]
     rejected_steps = [r["step"] for r in records if r["masked_instances"] > 0]
     skipped = [r["step"] for r in records if r["skipped"]]
-    with open(os.path.join(OUT, "curve.yaml"), "w") as f:
-        f.write("# Written by tools/olmo_core_trainer.py curve: the recipe OLMo-core's trainer ran\n"
-                "# for curve_reference.json, for tandem (init_from: init/).\n")
-        yaml.safe_dump(tandem_run_config(model_section, [os.path.basename(p) for p in paths],
-                                         STEPS), f, sort_keys=False, default_flow_style=None)
     with open(os.path.join(OUT, "curve_reference.json"), "w") as f:
         dataset = ("NumpyPackedFSLDataset (stable sort)" if PACKED else
                    "NumpyFSLDatasetMixture" if MIXTURE else "NumpyFSLDataset")
         scheduler = type(olmo_scheduler(scheduler_section())).__name__
         optimiser = "SkipStepAdamW" if OPTIMIZER == "skip_step_adamw" else "AdamW"
+        group = ("single-process gloo group" if world_size() == 1 else
+                 f"{world_size()}-rank gloo group under torchrun, DDP")
         json.dump({"reference": f"OLMo-core Trainer + TransformerTrainModule + {optimiser} + "
-                                f"{scheduler} + {dataset}/NumpyDataLoader (CPU, fp32, "
-                                "single-process gloo group)",
+                                f"{scheduler} + {dataset}/NumpyDataLoader (CPU, fp32, {group})",
+                   **({} if world_size() == 1 else {"world_size": world_size()}),
                    "versions": versions(), "steps": records,
                    "steps_with_rejected_instances": rejected_steps, "skipped_steps": skipped,
                    "closest_skip_margin_rel": skip_margins(records)}, f, indent=1)
@@ -653,6 +702,23 @@ def set_optimisation(settings):
     GROUP_OVERRIDES = settings.get("group_overrides", GROUP_OVERRIDES)
 
 
+# The settings a recipe file may give (the module's own names for them).
+RECIPE_KEYS = {"LR", "WARMUP", "ALPHA_F", "INSTANCES_PER_BATCH", "MICRO_BATCH_INSTANCES",
+               "DATA_SEED", "INIT_SEED", "WINDOW", "SKIP_WINDOW", "SKIP_SIGMA", "PACKED",
+               "LABEL_MASKS", "MIXTURE", "SCHEDULER", "WEIGHT_DECAY", "BETAS", "EPS",
+               "MAX_GRAD_NORM", "Z_LOSS", "GROUP_OVERRIDES", "STEPS", "DURATION_TOKENS",
+               "DURATION_EPOCHS", "HARD_STOP", "OPTIMIZER"}
+
+
+def set_recipe(settings):
+    """The recipe's settings by name (--recipe), over the module's defaults."""
+    unknown = set(settings) - RECIPE_KEYS
+    if unknown:
+        sys.exit(f"--recipe: unknown settings {sorted(unknown)}")
+    for key, value in settings.items():
+        globals()[key] = tuple(value) if key == "BETAS" else value
+
+
 def main():
     global PACKED, LABEL_MASKS, STEPS, MIXTURE, DURATION_TOKENS, DURATION_EPOCHS, HARD_STOP
     ap = argparse.ArgumentParser()
@@ -684,6 +750,10 @@ def main():
                     "scheduler (a tandem scheduler section), weight_decay, betas, eps, "
                     "max_grad_norm and z_loss (null: off), group_overrides (opts: lr, "
                     "weight_decay, betas, eps)")
+    ap.add_argument("--recipe", default=None, metavar="JSON_FILE",
+                    help="curve: the recipe's settings by their names here (LR, PACKED, ...), "
+                    "as tools/check_olmo_core_curve_random.py draws them; after the options "
+                    "above. Run under torchrun --nproc-per-node W for W data-parallel ranks")
     a = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if a.what == "curve":
@@ -695,6 +765,9 @@ def main():
         if a.mixture:
             ratio, requested = a.mixture.split(":")
             MIXTURE = {"ratio": float(ratio), "requested": int(requested)}
+        if a.recipe:
+            with open(a.recipe) as f:
+                set_recipe(json.load(f))
         curve(a)
     else:
         checkpoint(a)
