@@ -53,6 +53,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -506,9 +507,16 @@ def curve(a):
         trainer.fit()
         final = {k: v.detach().float().contiguous() for k, v in tm.model.state_dict().items()}
         torch.distributed.barrier()
-    except BaseException:
+    except BaseException as e:
         # A recipe OLMo-core fails on leaves no process group behind (the random check goes on
-        # to its next recipe in this process).
+        # to its next recipe in this process). Where its trainer stops on a NaN loss (a rank's
+        # batch without a label: 0/0), curve_stopped.json records where, for tandem's tests.
+        nan = re.search(r"nan loss encountered at step (\d+)", f"{e} {e.__cause__}")
+        if rank == 0 and nan:
+            with open(os.path.join(OUT, "curve_stopped.json"), "w") as f:
+                json.dump({"reference": "OLMo-core's Trainer stopped: a NaN loss",
+                           "world_size": world_size(), "step": int(nan.group(1)),
+                           "error": nan.group(0), "versions": versions()}, f, indent=1)
         teardown_training_environment()
         if rank == 0:
             shutil.rmtree(shared, ignore_errors=True)

@@ -40,5 +40,30 @@ TEST(OlmoCoreDdp, ZeroOneAndFsdpRanksMatchOlmoCoresDdpTrainer) {
   train_and_compare(f, "olmo_core_ddp_fsdp", "dist.strategy=fsdp");
 }
 
+// On four ranks the same recipe gives rank 3 a batch of two instances whose every label is masked
+// at step 3: OLMo-core's loss there is 0/0 and its trainer stops ("nan loss encountered at step
+// 3", curve_stopped.json, written by the tool under torchrun --nproc-per-node 4). tandem stops at
+// the same step, naming the rank and the reason, after the same steps before it.
+TEST(OlmoCoreDdp, ARankBatchWithoutALabelStopsAtOlmoCoresStep) {
+  const std::string fx = testing::fixture("olmo_core_ddp");
+  const nlohmann::json stopped = testing::read_json(fx + "/curve_stopped.json");
+  const int world = stopped["world_size"].get<int>();
+  const auto step = stopped["step"].get<std::int64_t>();
+  ASSERT_EQ(world, 4);
+  const std::string run = testing::temp_dir("olmo_core_ddp_stop");
+  const testing::CommandResult r = testing::run_shell(
+      "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np " + std::to_string(world) +
+      " " + testing::tandem_binary() + " train " + fx + "/curve.yaml trainer.init_from=" + fx +
+      "/init trainer.save_folder=" + run);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("training step " + std::to_string(step) + ": the batch of rank"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("has no label to learn from"), std::string::npos) << r.output;
+  const auto metrics = testing::read_metrics(run + "/metrics.jsonl");
+  ASSERT_EQ(static_cast<std::int64_t>(metrics.size()), step - 1);
+  EXPECT_EQ(metrics.back()["step"].get<std::int64_t>(), step - 1);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -109,8 +109,8 @@ TEST(Schedule, LinearAndWsdBoundaries) {
   EXPECT_DOUBLE_EQ(wsd->lr(1.0, 79, 100), 1.0);
   EXPECT_DOUBLE_EQ(wsd->lr(1.0, 90, 100), 0.55);
   EXPECT_DOUBLE_EQ(wsd->lr(1.0, 100, 100), 0.1);
-  // Past t_max OLMo-core would go below decay_min_lr (negative here); we hold it.
-  EXPECT_DOUBLE_EQ(wsd->lr(1.0, 130, 100), 0.1);
+  // Past t_max it goes on below decay_min_lr (negative here), as OLMo-core's does.
+  EXPECT_DOUBLE_EQ(wsd->lr(1.0, 130, 100), 0.1 - 0.9 * 30 / 20);
   auto constant = from_yaml("{name: constant}");
   EXPECT_EQ(constant->lr(3e-4, 0, 10), 3e-4);
   EXPECT_EQ(constant->lr(3e-4, 99, 10), 3e-4);
@@ -182,21 +182,39 @@ TEST(ScheduleConfig, ErrorsNameTheKey) {
   expect_config_error("{name: constant, units: epochs}", "scheduler.units");
 }
 
-// The schedules whose linear decay OLMo-core extrapolates past t_max (or, sequential, asserts
-// there) hold their value at t_max.
-TEST(Schedule, DecayTailsHoldTheirValuePastTMax) {
-  for (const char* yaml :
-       {"{name: power_lr, warmup: 10, decay: 20, decay_min_lr: 1e-4}",
-        "{name: cos_with_warmup_and_linear_decay, warmup: 10, decay: 20, decay_min_lr: 1e-4}",
-        "{name: sequential, schedulers_max: [30],"
-        " schedulers: [{name: constant_with_warmup, warmup: 10}, {name: linear}]}"}) {
-    SCOPED_TRACE(yaml);
-    auto s = from_yaml(yaml);
-    const double at_end = s->lr(1e-2, 100, 100);
-    EXPECT_GE(at_end, 0.0);
-    EXPECT_EQ(s->lr(1e-2, 101, 100), at_end);
-    EXPECT_EQ(s->lr(1e-2, 500, 100), at_end);
+// Past t_max (the last step of a duration in tokens that ends inside its batch) OLMo-core's linear
+// decay tails go on below decay_min_lr, to negative lrs: tandem takes the same values. Expected:
+// OLMo-core 3.0's WSD, PowerLR and CosWithWarmupAndLinearDecay (warmup 10, decay 20, decay_min_lr
+// 1e-4) get_lr(1e-2, current, 100) at current 100, 101 and 110.
+TEST(Schedule, DecayTailsGoOnPastTMaxAsOlmoCoresDo) {
+  const struct {
+    const char* yaml;
+    double at_100, at_101, at_110;
+  } cases[] = {
+      {"{name: wsd, warmup: 10, decay: 20, decay_min_lr: 1e-4}", 1e-4, -0.000395, -0.00485},
+      {"{name: power_lr, warmup: 10, decay: 20, decay_min_lr: 1e-4}", 1e-4, -6.813868351386559e-05,
+       -0.0015813868351386557},
+      {"{name: cos_with_warmup_and_linear_decay, warmup: 10, decay: 20, decay_min_lr: 1e-4}", 1e-4,
+       2.3599997017700376e-06, -0.0008764000029822996},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    auto s = from_yaml(c.yaml);
+    EXPECT_DOUBLE_EQ(s->lr(1e-2, 100, 100), c.at_100);
+    EXPECT_DOUBLE_EQ(s->lr(1e-2, 101, 100), c.at_101);
+    EXPECT_DOUBLE_EQ(s->lr(1e-2, 110, 100), c.at_110);
   }
+}
+
+// OLMo-core's sequential schedule asserts current <= t_max; tandem holds the value at t_max.
+TEST(Schedule, SequentialHoldsItsValuePastTMax) {
+  auto s = from_yaml(
+      "{name: sequential, schedulers_max: [30],"
+      " schedulers: [{name: constant_with_warmup, warmup: 10}, {name: linear}]}");
+  const double at_end = s->lr(1e-2, 100, 100);
+  EXPECT_GE(at_end, 0.0);
+  EXPECT_EQ(s->lr(1e-2, 101, 100), at_end);
+  EXPECT_EQ(s->lr(1e-2, 500, 100), at_end);
 }
 
 TEST(Schedule, PowerLawNeedsAWarmup) {

@@ -48,7 +48,7 @@ inline double expect_same_steps(const std::vector<nlohmann::json>& ours,
         ADD_FAILURE() << "step " << step << ": tandem logs no " << key;
         continue;
       }
-      EXPECT_NEAR(a[key].get<double>(), want.get<double>(), 1e-12 * want.get<double>())
+      EXPECT_NEAR(a[key].get<double>(), want.get<double>(), 1e-12 * std::fabs(want.get<double>()))
           << "step " << step << ": " << key;
     }
     // OLMo-core logs the grad norm only when it clips.

@@ -128,8 +128,10 @@ void AdamW::step(double lr) {
 void AdamW::step_range(std::span<const double> lrs, std::size_t begin, std::size_t end) {
   TANDEM_CHECK(lrs.size() == hyper_.lr_slots(), "AdamW: {} learning rate(s) given, {} expected",
                lrs.size(), hyper_.lr_slots());
+  // Finite, not necessarily >= 0: a schedule's linear decay goes below its floor past t_max, as
+  // OLMo-core's does (optim/schedule.cc); configured lrs are checked >= 0 where they are read.
   for (double lr : lrs)
-    TANDEM_CHECK(std::isfinite(lr) && lr >= 0.0, "AdamW: learning rate must be >= 0, got {}", lr);
+    TANDEM_CHECK(std::isfinite(lr), "AdamW: learning rate must be finite, got {}", lr);
   TANDEM_CHECK(begin <= end && end <= total_size(), "AdamW: range [{}, {}) outside [0, {})", begin,
                end, total_size());
   // Every parameter's part of [begin, end) in one op (one launch on the CUDA backend) per update

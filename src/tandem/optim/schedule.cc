@@ -25,8 +25,10 @@ double linear_decay(double initial_lr, std::int64_t steps_from_end, std::int64_t
   TANDEM_CHECK(min_lr <= initial_lr, "schedule: decay_min_lr {} is above the peak lr {}", min_lr,
                initial_lr);
   if (decay <= 0) return min_lr;
-  // Past t_max OLMo-core would extrapolate below min_lr (even negative); we hold min_lr.
-  steps_from_end = std::clamp<std::int64_t>(steps_from_end, 0, decay);
+  // OLMo-core's min(step_from_end, decay): past t_max (the last step of a duration in tokens that
+  // ends inside its batch, counted in tokens) the decay goes on below min_lr, negative even. AI2's
+  // runs take that last update, so tandem does too.
+  steps_from_end = std::min(steps_from_end, decay);
   return min_lr +
          (initial_lr - min_lr) * static_cast<double>(steps_from_end) / static_cast<double>(decay);
 }

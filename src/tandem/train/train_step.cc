@@ -34,7 +34,15 @@ StepResult TrainStep::run(const data::Batch& batch, std::int64_t step) {
       optim::make_labels(batch.input_ids.data(), rows, T, keep,
                          batch.label_mask.empty() ? nullptr : batch.label_mask.data());
   const double z_multiplier = optim_.z_loss_multiplier.value_or(0.0);
-  optim::BatchLoss loss(optim::loss_divisor(labels.data(), rows, T, keep), z_multiplier);
+  const std::int64_t divisor = optim::loss_divisor(labels.data(), rows, T, keep);
+  // OLMo-core divides by this rank's count too: 0/0, a NaN loss, and its trainer stops ("nan loss
+  // encountered at step N").
+  TANDEM_CHECK(divisor > 0,
+               "training step {}: the batch of rank {} ({} instances) has no label to learn from "
+               "(every label masked or ignored); OLMo-core's loss is 0/0 here and its trainer "
+               "stops too",
+               step, comm_.rank(), rows);
+  optim::BatchLoss loss(divisor, z_multiplier);
 
   model_.zero_grads();
   model_.begin_step();
