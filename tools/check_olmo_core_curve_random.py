@@ -24,9 +24,10 @@ draw_duration) is OLMo-core's max_duration in tokens for 30% of the recipes (par
 whole ones) and a hard stop before the duration's end for 30%. 40% of the recipes whose batch
 splits into whole micro-batches on 2, 3 or 4 ranks train on one of those (a stream of its own):
 OLMo-core under torchrun with its DDP, tandem under mpirun. A recipe OLMo-core fails on is
-reported as refused by the reference only where the failure is known (its SequentialScheduler's
-assertion at a last step past t_max in tokens) and tandem's run completes; any other failure
-differs. For every step, tandem's loss must
+reported as refused by the reference only where the failure is known and tandem then does what it
+should: its SequentialScheduler's assertion at a last step past t_max in tokens (tandem's run
+must complete), or its trainer's stop on a NaN loss where a rank's batch has no label (tandem must
+stop at the same step, saying why); any other failure differs. For every step, tandem's loss must
 be within 1e-4 relative (the issue's bound), its lr (and each group's own) within 1e-12
 relative, its grad norm within 1e-3 relative (the fixture test's bound) and its skip decision
 OLMo-core's, and at the end every weight tensor within 1e-4 relative L2 (the fixture test's
