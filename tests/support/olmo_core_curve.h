@@ -78,6 +78,14 @@ inline void expect_final_weights_match(const std::string& model_dir, const std::
   }
 }
 
+// `tandem ARGS` on `world` ranks: the plain binary for one, else under mpirun with one thread a
+// rank (this machine has fewer cores than some tests' ranks).
+inline testing::CommandResult run_tandem_on(int world, const std::string& args) {
+  if (world == 1) return testing::run_tandem(args);
+  return testing::run_shell("OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np " +
+                            std::to_string(world) + " " + testing::tandem_binary() + " " + args);
+}
+
 // A curve fixture of tools/olmo_core_trainer.py: its folder and OLMo-core's curve_reference.json.
 struct CurveFixture {
   std::string dir;
@@ -109,12 +117,7 @@ inline void train_and_compare(const CurveFixture& f, const std::string& name,
   const std::string run = testing::temp_dir(name);
   const std::string args = "train " + fx + "/curve.yaml trainer.init_from=" + fx +
                            "/init trainer.save_folder=" + run + " " + overrides;
-  const testing::CommandResult r =
-      world == 1 ? testing::run_tandem(args)
-                 : testing::run_shell(
-                       "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root"
-                       " -np " +
-                       std::to_string(world) + " " + testing::tandem_binary() + " " + args);
+  const testing::CommandResult r = run_tandem_on(world, args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const double worst =
       expect_same_steps(testing::read_metrics(run + "/metrics.jsonl"), ref["steps"]);
