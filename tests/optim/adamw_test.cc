@@ -133,7 +133,10 @@ TEST(AdamWParity, MatchesOlmoCoreSkipStepAdamWBitForBit) {
     const Mismatch m = replay(c, arithmetic, true);
     EXPECT_EQ(m.not_bit_equal, 0u) << c["name"];
     const Mismatch torch = replay(c, kernels::AdamWArithmetic::torch_adamw, false);
-    EXPECT_GT(torch.not_bit_equal, 0u) << c["name"];  // the case tells the arithmetics apart
+    // The case tells the arithmetics apart: torch's differs in at least 5% of the values
+    // (measured: 9.5% and 15% on the single-tensor cases, whose lerp is torch's; 33% to 54% on
+    // the foreach ones).
+    EXPECT_GT(torch.not_bit_equal, m.total / 20) << c["name"];
     std::printf(
         "[ skip_step_adamw %s ] %zu values, %zu not bit-identical to OLMo-core (torch's "
         "arithmetic: %zu, worst rel %.3g)\n",

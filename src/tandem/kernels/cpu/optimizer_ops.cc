@@ -72,21 +72,22 @@ void adamw_update(float* p, const float* g, float* m, float* v, i64 n, const Ada
       case AdamWArithmetic::olmo_core_foreach:
         mk = m[k] * c.beta1 + gk * c.one_minus_beta1;
         vk = v[k] * c.beta2 + (gk * gk) * c.one_minus_beta2;
-        p[k] = pk + (mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps)) * c.neg_step_size;
         break;
       // OLMo-core's adamw_step: lerp_, mul_ then add_(g * g, alpha) (a fused add).
       case AdamWArithmetic::olmo_core_single:
         mk = torch_lerp(m[k], gk, c.one_minus_beta1, c.beta1);
         vk = std::fma(gk * gk, c.one_minus_beta2, v[k] * c.beta2);
-        p[k] = pk + c.neg_step_size * (mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps));
         break;
-      // torch's AdamW: lerp_, mul_ then addcmul_ (a fused (value * g) * g + v), addcdiv_.
+      // torch's AdamW: lerp_, mul_ then addcmul_ (a fused (value * g) * g + v).
       case AdamWArithmetic::torch_adamw:
         mk = torch_lerp(m[k], gk, c.one_minus_beta1, c.beta1);
         vk = std::fma(c.one_minus_beta2 * gk, gk, v[k] * c.beta2);
-        p[k] = pk + c.neg_step_size * mk / (std::sqrt(vk) / c.bias_correction2_sqrt + c.eps);
         break;
     }
+    const float denom = std::sqrt(vk) / c.bias_correction2_sqrt + c.eps;
+    // torch's addcdiv_: p + (value * m) / denom; OLMo-core's p + (m / denom) * value.
+    p[k] = c.arithmetic == AdamWArithmetic::torch_adamw ? pk + c.neg_step_size * mk / denom
+                                                        : pk + (mk / denom) * c.neg_step_size;
     m[k] = mk;
     v[k] = vk;
   }
