@@ -100,6 +100,84 @@ TEST(CudaOps, EmbeddingMatchesCpuBitForBit) {
   EXPECT_THROW(gpu.embedding_forward(bad, table.g, out.g), core::Error);
 }
 
+// The backward's device sort over OLMo's vocabulary (17 bits: three radix passes) and several
+// tiles of 256 tokens: ids that agree in their low bytes and differ above, each id repeated
+// tens of times, so that a wrong order within an id's tokens changes the bits of its sum.
+TEST(CudaOps, EmbeddingBackwardSortsAnOlmoVocabularyInTokenOrder) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t V = 100352, d = 40, T = 1000;
+  const std::vector<std::int64_t> favourites = {
+      0, 5, 5 + 256, 5 + 65536, 5 + 65792, 70000, 100351, 256, 65536 + 255, 99999, 1 << 16, 300};
+  std::mt19937_64 rng(21);
+  std::vector<std::int64_t> ids(T);
+  for (auto& id : ids)
+    id = rng() % 4 ? favourites[rng() % favourites.size()] : static_cast<std::int64_t>(rng() % V);
+  Both id = both_i64(gpu, Shape{T}, ids);
+  Both dout = both(gpu, Shape{T, d}, normal(T * d, 31));
+  Both dtable = both(gpu, Shape{V, d}, normal(V * d, 32, 0.01f));
+  testing::cpu_backend().embedding_backward(id.c, dout.c, dtable.c);
+  gpu.embedding_backward(id.g, dout.g, dtable.g);
+  EXPECT_TRUE(bit_identical(get(gpu, dtable.g), get(testing::cpu_backend(), dtable.c)))
+      << "rel L2 " << diff(gpu, dtable);
+}
+
+// Runs of one id longer than the backward's shared-memory tile of 256 token indices: one of
+// exactly two tiles (the next tile holds none of it), one of 300, one of 256 ending the sorted
+// order, shuffled among a few singletons, over a width whose second column chunk is partial.
+TEST(CudaOps, EmbeddingBackwardAddsLongRunsInTokenOrder) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t V = 64, d = 300;
+  std::vector<std::int64_t> ids;
+  for (auto [id, count] : {std::pair{3, 512}, {9, 300}, {63, 256}})
+    ids.insert(ids.end(), count, id);
+  for (std::int64_t id = 10; id < 42; ++id) ids.push_back(id);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(22));
+  const auto T = static_cast<std::int64_t>(ids.size());
+  Both id = both_i64(gpu, Shape{T}, ids);
+  Both dout = both(gpu, Shape{T, d}, normal(T * d, 51));
+  Both dtable = both(gpu, Shape{V, d}, normal(V * d, 52));
+  testing::cpu_backend().embedding_backward(id.c, dout.c, dtable.c);
+  gpu.embedding_backward(id.g, dout.g, dtable.g);
+  EXPECT_TRUE(bit_identical(get(gpu, dtable.g), get(testing::cpu_backend(), dtable.c)))
+      << "rel L2 " << diff(gpu, dtable);
+}
+
+// A bad id in the backward (the forward refuses it first) adds nothing and is raised at the
+// next synchronisation, naming the id; the other ids' rows are the CPU's over the good tokens.
+TEST(CudaOps, EmbeddingBackwardRaisesABadIdAtTheNextSynchronisation) {
+  REQUIRE_CUDA(gpu);
+  const std::int64_t V = 600, d = 20, T = 600, bad_at = 417;
+  std::vector<std::int64_t> ids(T);
+  for (std::int64_t t = 0; t < T; ++t) ids[t] = (t * 31) % 7 + (t % 3) * 256;
+  const std::vector<float> dout_values = normal(T * d, 41), table_values = normal(V * d, 42);
+  std::vector<std::int64_t> good_ids;
+  std::vector<float> good_dout;
+  for (std::int64_t t = 0; t < T; ++t) {
+    if (t == bad_at) continue;
+    good_ids.push_back(ids[t]);
+    good_dout.insert(good_dout.end(), dout_values.begin() + t * d,
+                     dout_values.begin() + (t + 1) * d);
+  }
+  ids[bad_at] = V + 1000;
+  Buffer id = put_i64(gpu, Shape{T}, ids), dout = put(gpu, Shape{T, d}, dout_values);
+  Buffer dtable = put(gpu, Shape{V, d}, table_values);
+  EXPECT_NO_THROW(gpu.embedding_backward(id, dout, dtable));
+  try {
+    gpu.synchronize();
+    ADD_FAILURE() << "a bad id in the backward was never raised";
+  } catch (const core::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("token id 1600 at position 417"), std::string::npos) << what;
+  }
+  Backend& cpu = testing::cpu_backend();
+  const auto kept = static_cast<std::int64_t>(good_ids.size());
+  Buffer cpu_ids = put_i64(cpu, Shape{kept}, good_ids);
+  Buffer cpu_dout = put(cpu, Shape{kept, d}, good_dout);
+  Buffer cpu_dtable = put(cpu, Shape{V, d}, table_values);
+  cpu.embedding_backward(cpu_ids, cpu_dout, cpu_dtable);
+  EXPECT_TRUE(bit_identical(get(gpu, dtable), get(cpu, cpu_dtable)));
+}
+
 TEST(CudaOps, RmsNormMatchesCpu) {
   REQUIRE_CUDA(gpu);
   for (std::int64_t d : {13, 512}) {  // a model width and an odd one

@@ -1,7 +1,7 @@
 // `tandem plan --device h200` against the CUDA backend's own measure: the planned backend memory
 // (the model's buffers as the CPU plan counts them, plus the CUDA kernels' scratch: cuBLASLt's
-// workspace and the larger of the fused loss's logits chunk and the attention backward's
-// workspace, kernels/cuda/scratch_sizes.h) is the caching allocator's peak in the first training
+// workspace and the largest of the fused loss's logits chunk, the attention backward's
+// workspace and the embedding backward's sort, kernels/cuda/scratch_sizes.h) is the caching allocator's peak in the first training
 // step, up to the allocator's rounding. Three shapes: fp32 and bf16 where the logits chunk is the
 // larger scratch, and bf16 with 8 heads of 128 tokens where cuDNN's deterministic attention
 // backward workspace is. The planner sizes that workspace by cuDNN 9's formula for Hopper, which

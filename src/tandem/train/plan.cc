@@ -313,10 +313,14 @@ Plan make_plan(const PlanInput& in) {
             "fit: the backend falls back to tandem's attention kernels (slower)",
             bytes_text(cudnn)));
     }
-    p.memory.push_back({"kernel scratch", gemm + std::max(ce, attention),
-                        fmt::format("cuBLASLt's workspace and the larger of the fused loss's "
-                                    "logits chunk ({}) and the attention backward's {} ({})",
-                                    bytes_text(ce), path, bytes_text(attention)),
+    // The embedding backward's sort (after the loss and every attention backward) is far smaller
+    // than either, but counted.
+    const auto sort = static_cast<double>(kc::embedding_backward_scratch_bytes(tokens));
+    p.memory.push_back({"kernel scratch", gemm + std::max({ce, attention, sort}),
+                        fmt::format("cuBLASLt's workspace and the largest of the fused loss's "
+                                    "logits chunk ({}), the attention backward's {} ({}) and the "
+                                    "embedding backward's sort ({})",
+                                    bytes_text(ce), path, bytes_text(attention), bytes_text(sort)),
                         true});
   } else {
     const double ce_rows = std::max(1.0, std::floor(kCrossEntropyChunkBytes / (V * 4)));

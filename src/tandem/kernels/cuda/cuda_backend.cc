@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <span>
 #include <vector>
 
@@ -372,35 +371,17 @@ void CudaBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
                                         const Tensor& dtable) {
   const i64 T = ids.dim(0), d = dtable.dim(1), V = dtable.dim(0);
   if (T == 0 || d == 0) return;
-  // Token indices stably sorted by id and each id's segment: one owner per table row, rows
-  // summed in token order (the CPU's order) with no atomics.
-  const std::vector<std::int64_t> host_ids =
-      s_->to_host<std::int64_t>(ids.data(), static_cast<std::size_t>(T), "embedding_backward");
-  std::vector<int> order(static_cast<std::size_t>(T));
-  std::iota(order.begin(), order.end(), 0);
-  for (i64 t = 0; t < T; ++t)
-    TANDEM_CHECK(host_ids[t] >= 0 && host_ids[t] < V,
-                 "embedding: token id {} at position {} is outside the vocabulary [0, {})",
-                 host_ids[t], t, V);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return host_ids[a] < host_ids[b]; });
-  std::vector<int> starts;
-  for (i64 k = 0; k < T; ++k)
-    if (k == 0 || host_ids[order[k]] != host_ids[order[k - 1]])
-      starts.push_back(static_cast<int>(k));
-  const i64 segments = static_cast<i64>(starts.size());
-  starts.push_back(static_cast<int>(T));
-  cuda::Scratch order_d(s_->memory, order.size() * sizeof(int));
-  cuda::Scratch starts_d(s_->memory, starts.size() * sizeof(int));
-  check(cudaMemcpyAsync(order_d.get(), order.data(), order.size() * sizeof(int),
-                        cudaMemcpyHostToDevice, s_->stream),
-        "embedding_backward upload");
-  check(cudaMemcpyAsync(starts_d.get(), starts.data(), starts.size() * sizeof(int),
-                        cudaMemcpyHostToDevice, s_->stream),
-        "embedding_backward upload");
+  // The sort's keys and token indices are ints (a bad id's key is V itself).
+  TANDEM_CHECK(T < std::numeric_limits<int>::max() && V < std::numeric_limits<int>::max(),
+               "embedding_backward: {} tokens over a vocabulary of {}: the device sort takes "
+               "fewer than 2^31 - 1 of each",
+               T, V);
+  // Sorted on the device with no synchronisation; a bad id (which the forward has already
+  // refused) is raised at the next synchronisation point and adds nothing.
+  cuda::Scratch scratch(s_->memory,
+                        static_cast<std::size_t>(cuda::embedding_backward_scratch_bytes(T)));
   cuda::embedding_backward(elem_of(dout, "embedding_backward"), i64_or_null(ids), dout.data(),
-                           f32_or_null(dtable), d, order_d.as<int>(), starts_d.as<int>(), segments,
-                           s_->stream);
+                           f32_or_null(dtable), T, d, V, scratch.get(), s_->error, s_->stream);
 }
 
 // ---- normalisation ----

@@ -58,13 +58,13 @@ void cast(Elem from, Elem to, const void* src, void* dst, i64 n, cudaStream_t st
 // rounded as it is looked up, the bits of a lookup in the table cast to bf16).
 void embedding_forward(Elem table_t, Elem out_t, const i64* ids, const void* table, void* out,
                        i64 T, i64 d, i64 V, DeviceError* error, cudaStream_t stream);
-// dtable[id, :] += sum of dout rows with that id, added in token order. `order` holds the token
-// indices stably sorted by id and `segment_start` the first position in `order` of each distinct
-// id (n_segments + 1 entries, the last = T); the host makes both (cuda_backend.cc).
-// dout is f32 or bf16 (`dout_t`), the table's gradient always f32.
-void embedding_backward(Elem dout_t, const i64* ids, const void* dout, float* dtable, i64 d,
-                        const int* order, const int* segment_start, i64 n_segments,
-                        cudaStream_t stream);
+// dtable[id, :] += sum of dout rows with that id, added in token order (the CPU kernel's order):
+// the token indices are stably sorted by id on the device (integer radix passes through
+// `scratch`, embedding_backward_scratch_bytes(T) of scratch_sizes.h), then one block per distinct
+// id and column chunk adds its rows. An id outside [0, V) sets the error and adds nothing.
+// dout is f32 or bf16 (`dout_t`), the table's gradient always f32. T and V below 2^31 - 1.
+void embedding_backward(Elem dout_t, const i64* ids, const void* dout, float* dtable, i64 T, i64 d,
+                        i64 V, void* scratch, DeviceError* error, cudaStream_t stream);
 
 // ---- RMSNorm (rmsnorm.cu) ----
 // x, w, y (and dy, dx) share the storage type `t`; rstd and dw are f32.

@@ -25,6 +25,12 @@ inline std::int64_t cross_entropy_scratch_bytes(std::int64_t N, std::int64_t V,
   return std::min(N, logits_chunk_rows(V, element_bytes)) * V * element_bytes + 16 * N;
 }
 
+// The embedding backward's device sort of T token indices by id: keys and token indices twice
+// (each radix pass reads one pair and writes the other) and one count per (digit, tile of 256).
+inline std::int64_t embedding_backward_scratch_bytes(std::int64_t T) {
+  return 4 * (4 * T + (T + 255) / 256 * 256);
+}
+
 // cuDNN's fused SDPA backward with its deterministic algorithm, as cuDNN 9's frontend sizes its
 // workspace on Hopper (the CUDA emulator reproduces it): dQ accumulated in fp32 and a dP buffer of
 // 2 bytes per query-key pair, the sequence rounded up to 64. The run's figure is cuDNN's own
