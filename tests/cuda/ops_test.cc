@@ -100,25 +100,33 @@ TEST(CudaOps, EmbeddingMatchesCpuBitForBit) {
   EXPECT_THROW(gpu.embedding_forward(bad, table.g, out.g), core::Error);
 }
 
+// The embedding backward on both backends from the same dout and table (drawn from `seed`):
+// the GPU's table gradient must be the CPU's bit for bit.
+void expect_embedding_backward_matches_cpu(Backend& gpu, const std::vector<std::int64_t>& ids,
+                                           std::int64_t V, std::int64_t d, std::uint64_t seed) {
+  const auto T = static_cast<std::int64_t>(ids.size());
+  Both id = both_i64(gpu, Shape{T}, ids);
+  Both dout = both(gpu, Shape{T, d}, normal(T * d, seed));
+  Both dtable = both(gpu, Shape{V, d}, normal(V * d, seed + 1, 0.01f));
+  testing::cpu_backend().embedding_backward(id.c, dout.c, dtable.c);
+  gpu.embedding_backward(id.g, dout.g, dtable.g);
+  EXPECT_TRUE(bit_identical(get(gpu, dtable.g), get(testing::cpu_backend(), dtable.c)))
+      << "rel L2 " << diff(gpu, dtable);
+}
+
 // The backward's device sort over OLMo's vocabulary (17 bits: three radix passes) and several
 // tiles of 256 tokens: ids that agree in their low bytes and differ above, each id repeated
 // tens of times, so that a wrong order within an id's tokens changes the bits of its sum.
 TEST(CudaOps, EmbeddingBackwardSortsAnOlmoVocabularyInTokenOrder) {
   REQUIRE_CUDA(gpu);
-  const std::int64_t V = 100352, d = 40, T = 1000;
+  const std::int64_t V = 100352, d = 40;
   const std::vector<std::int64_t> favourites = {
       0, 5, 5 + 256, 5 + 65536, 5 + 65792, 70000, 100351, 256, 65536 + 255, 99999, 1 << 16, 300};
   std::mt19937_64 rng(21);
-  std::vector<std::int64_t> ids(T);
+  std::vector<std::int64_t> ids(1000);
   for (auto& id : ids)
     id = rng() % 4 ? favourites[rng() % favourites.size()] : static_cast<std::int64_t>(rng() % V);
-  Both id = both_i64(gpu, Shape{T}, ids);
-  Both dout = both(gpu, Shape{T, d}, normal(T * d, 31));
-  Both dtable = both(gpu, Shape{V, d}, normal(V * d, 32, 0.01f));
-  testing::cpu_backend().embedding_backward(id.c, dout.c, dtable.c);
-  gpu.embedding_backward(id.g, dout.g, dtable.g);
-  EXPECT_TRUE(bit_identical(get(gpu, dtable.g), get(testing::cpu_backend(), dtable.c)))
-      << "rel L2 " << diff(gpu, dtable);
+  expect_embedding_backward_matches_cpu(gpu, ids, V, d, 31);
 }
 
 // Runs of one id longer than the backward's shared-memory tile of 256 token indices: one of
@@ -132,14 +140,7 @@ TEST(CudaOps, EmbeddingBackwardAddsLongRunsInTokenOrder) {
     ids.insert(ids.end(), count, id);
   for (std::int64_t id = 10; id < 42; ++id) ids.push_back(id);
   std::shuffle(ids.begin(), ids.end(), std::mt19937_64(22));
-  const auto T = static_cast<std::int64_t>(ids.size());
-  Both id = both_i64(gpu, Shape{T}, ids);
-  Both dout = both(gpu, Shape{T, d}, normal(T * d, 51));
-  Both dtable = both(gpu, Shape{V, d}, normal(V * d, 52));
-  testing::cpu_backend().embedding_backward(id.c, dout.c, dtable.c);
-  gpu.embedding_backward(id.g, dout.g, dtable.g);
-  EXPECT_TRUE(bit_identical(get(gpu, dtable.g), get(testing::cpu_backend(), dtable.c)))
-      << "rel L2 " << diff(gpu, dtable);
+  expect_embedding_backward_matches_cpu(gpu, ids, V, d, 51);
 }
 
 // A bad id in the backward (the forward refuses it first) adds nothing and is raised at the
