@@ -279,7 +279,8 @@ Plan make_plan(const PlanInput& in) {
     p.memory.push_back({"communication buffers", comm_buffers, comm_detail + " (host)", false});
   if (in.device.backend == "cuda") {
     // Device memory from the CUDA backend's allocator: cuBLASLt's workspace throughout, and at the
-    // peak the larger of the fused loss's logits chunk and the attention backward's workspace.
+    // peak the largest of the fused loss's logits chunk, the attention backward's workspace and the
+    // embedding backward's sort.
     // The backend's choice of attention path, as it makes it: cuDNN's deterministic SDPA for bf16
     // without documents, unless its workspace finds no room (then, as for fp32 and documents,
     // tandem's kernels and their row sums).
