@@ -37,7 +37,7 @@ std::vector<float> run_all() {
   std::vector<std::int64_t> ids(N), labels(N);
   for (i64 n = 0; n < N; ++n) ids[n] = (n * 7919) % V, labels[n] = n % 5 ? (n * 31) % V : -100;
   std::vector<float> dtable(V * d, 0.0f);
-  embedding_backward(ids.data(), dy.data(), dtable.data(), N, d);
+  embedding_backward(ids.data(), dy.data(), dtable.data(), N, d, V);
   append(dtable);
 
   auto lm = random_floats(V * d, 8, 0.1f);

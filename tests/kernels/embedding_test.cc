@@ -48,12 +48,32 @@ TEST(Embedding, BackwardMatchesFiniteDifferences) {
   };
   auto numeric = numeric_gradient(ref, to_double(table));
   std::vector<float> dtable(vocab * d, 0.0f);
-  embedding_backward(ids.data(), dout.data(), dtable.data(), T, d);
+  embedding_backward(ids.data(), dout.data(), dtable.data(), T, d, vocab);
   EXPECT_LT(max_scaled_gradient_error(dtable, numeric), kGradTolerance);
   // Accumulates.
   auto twice = dtable;
-  embedding_backward(ids.data(), dout.data(), twice.data(), T, d);
+  embedding_backward(ids.data(), dout.data(), twice.data(), T, d, vocab);
   for (std::size_t i = 0; i < twice.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * dtable[i]);
+}
+
+// The backward refuses a bad id before adding anything (it would otherwise write outside the
+// table's gradient), naming it and its position as the forward does.
+TEST(Embedding, BackwardRefusesAnOutOfRangeIdBeforeAddingAnything) {
+  const i64 d = 3, vocab = 10;
+  const auto dout = random_floats(4 * d, 4);
+  for (std::int64_t bad : {std::int64_t{10}, std::int64_t{-1}}) {
+    std::vector<std::int64_t> ids = {1, 2, 1, bad};
+    std::vector<float> dtable(vocab * d, 0.5f);
+    try {
+      embedding_backward(ids.data(), dout.data(), dtable.data(), 4, d, vocab);
+      FAIL() << "no error for id " << bad;
+    } catch (const tandem::core::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::to_string(bad)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("position 3"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(dtable, std::vector<float>(vocab * d, 0.5f));
+  }
 }
 
 }  // namespace

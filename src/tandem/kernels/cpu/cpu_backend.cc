@@ -222,7 +222,7 @@ void CpuBackend::do_embedding_forward(const Tensor& ids, const Tensor& table, co
 void CpuBackend::do_embedding_backward(const Tensor& ids, const Tensor& dout,
                                        const Tensor& dtable) {
   cpu::embedding_backward(i64_or_null(ids), in(dout, 0), f32_or_null(dtable), ids.dim(0),
-                          dtable.dim(1));
+                          dtable.dim(1), dtable.dim(0));
 }
 
 void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,

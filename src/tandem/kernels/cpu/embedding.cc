@@ -50,7 +50,9 @@ void embedding_forward(const std::int64_t* ids, const float* table, std::uint16_
   }
 }
 
-void embedding_backward(const std::int64_t* ids, const float* dout, float* dtable, i64 T, i64 d) {
+void embedding_backward(const std::int64_t* ids, const float* dout, float* dtable, i64 T, i64 d,
+                        i64 vocab) {
+  check_ids(ids, T, vocab);  // the forward checked them too; here a bad id would write outside
   // Each thread owns a block of columns and walks the tokens in order, so every element's sum has
   // the order t = 0, 1, ... whatever the thread count, and no two threads touch the same float.
   constexpr i64 kColumnBlock = 64;

@@ -36,8 +36,10 @@ void embedding_forward(const std::int64_t* ids, const std::uint16_t* table, std:
 // bf16, without a bf16 copy of the whole table.
 void embedding_forward(const std::int64_t* ids, const float* table, std::uint16_t* out, i64 T,
                        i64 d, i64 vocab);
-// dtable[ids[t], :] += dout[t, :] (accumulate; deterministic: rows summed in order of t).
-void embedding_backward(const std::int64_t* ids, const float* dout, float* dtable, i64 T, i64 d);
+// dtable[ids[t], :] += dout[t, :] (accumulate; deterministic: rows summed in order of t). An id
+// outside [0, vocab) is an error raised before anything is added.
+void embedding_backward(const std::int64_t* ids, const float* dout, float* dtable, i64 T, i64 d,
+                        i64 vocab);
 
 // RMSNorm over rows of width d: y = w * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps), computed in
 // fp32 with the weight applied last (HF order). rstd[rows] is saved for backward.
