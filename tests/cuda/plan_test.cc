@@ -1,14 +1,15 @@
 // `tandem plan --device h200` against the CUDA backend's own measure: the planned backend memory
 // (the model's buffers as the CPU plan counts them, plus the CUDA kernels' scratch: cuBLASLt's
 // workspace and the largest of the fused loss's logits chunk, the attention backward's
-// workspace and the embedding backward's sort, kernels/cuda/scratch_sizes.h) is the caching allocator's peak in the first training
-// step, up to the allocator's rounding. Three shapes: fp32 and bf16 where the logits chunk is the
-// larger scratch, and bf16 with 8 heads of 128 tokens where cuDNN's deterministic attention
-// backward workspace is. The planner sizes that workspace by cuDNN 9's formula for Hopper, which
-// the CUDA emulator reproduces; on a GPU the workspace is the installed cuDNN's own, so there the
-// cuDNN cases record planned and measured (RecordProperty) and only the fp32 case is held to the
-// bound. The trainer's start-up check (train/memory_preflight.h) counts the same and, on the
-// emulator, warns a run without room before it starts, with what would fit.
+// workspace and the embedding backward's sort, kernels/cuda/scratch_sizes.h) is the caching
+// allocator's peak in the first training step, up to the allocator's rounding. Three shapes: fp32
+// and bf16 where the logits chunk is the largest scratch, and bf16 with 8 heads of 128 tokens where
+// cuDNN's deterministic attention backward workspace is. The planner sizes that workspace by cuDNN
+// 9's formula for Hopper, which the CUDA emulator reproduces; on a GPU the workspace is the
+// installed cuDNN's own, so there the cuDNN cases record planned and measured (RecordProperty) and
+// only the fp32 case is held to the bound. The trainer's start-up check (train/memory_preflight.h)
+// counts the same and, on the emulator, warns a run without room before it starts, with what would
+// fit.
 #include <gtest/gtest.h>
 
 #include <regex>
