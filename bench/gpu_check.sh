@@ -20,17 +20,18 @@
 #      with one more step profiled op by op (device time, TFLOP/s, time between ops), so that one
 #      call shows where it goes;
 #      then attention alone on each of its paths (bench/gpu_attention.cc);
-#      with time left, compute-sanitizer's memcheck and racecheck on the attention tests, HF's
-#      step under torch.compile (its strongest configuration, for the tokens/s ratio), the 1B
-#      step with 4 micro-batches, on tandem's own tensor-core attention instead of cuDNN's, and
-#      with every access element by element (what the 16-byte accesses bring, op by op).
+#      with time left, compute-sanitizer's memcheck and racecheck on the attention tests and the
+#      other kernels that share memory between threads, HF's step under torch.compile (its
+#      strongest configuration, for the tokens/s ratio), the 1B step with 4 micro-batches, on
+#      tandem's own tensor-core attention instead of cuDNN's, and with every access element by
+#      element (what the 16-byte accesses bring, op by op).
 # Files in $OUT: gpu_check.json (the summary), gpu_check.log and gpu_check_results.tar.gz, which
 # holds the summary again, test_cuda.part0.json and test_cuda_training.part0.json (GoogleTest's;
 # part1, ... after a crash, with the crashed tests in *.crashed.json), hf_parity.json,
 # bench_1b.json, bench_7b_stack.json, hf_1b.json, bench_attention.json, and when time is left for
 # them hf_1b_compiled.json, bench_1b_accumulated.json, bench_1b_flash.json, bench_1b_unpacked.json
-# and sanitizer_{memcheck,racecheck}.log. Exit status 0 only when the tests and the HF comparison
-# passed, the benchmarks ran (the optional last ones aside) and compute-sanitizer found nothing.
+# and sanitizer_{memcheck,racecheck,racecheck_ops}.log. Exit status 0 only when the tests and the
+# HF comparison passed, the benchmarks ran (the optional last ones aside) and compute-sanitizer found nothing.
 #
 # Usage (device machine, repo root; `run` with kind nvidia-h200 and carry [".gpu-carry"]):
 # bash bench/gpu_check.sh.
@@ -266,7 +267,7 @@ if gpu_step bench_attention; then
   status[bench_attention]=${PIPESTATUS[0]}
 fi
 
-step "compute-sanitizer on the attention kernels: memcheck, then racecheck (when time is left)"
+step "compute-sanitizer on the attention and shared-memory kernels: memcheck, then racecheck (when time is left)"
 # What the emulator cannot see on real hardware: out-of-bounds or misaligned device accesses
 # (memcheck) and shared-memory hazards between threads (racecheck), on the bf16 attention tests
 # (the tensor-core kernels, cuDNN's path, the plain kernels; the random problems' odd lengths and
@@ -276,11 +277,12 @@ step "compute-sanitizer on the attention kernels: memcheck, then racecheck (when
 # would skip for want of a backend and exit 0), the step says unavailable: neither a pass that
 # checked nothing nor a failure of tandem's.
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
-# sanitize TOOL SECONDS FILTER: runs test_cuda under the tool, its log in $res, and prints the
-# step's status: 1 on a finding or a failed test, unavailable where the tool could not run the
-# GPU, 124/137 when cut short, else the tool's exit status.
+# sanitize TOOL SECONDS FILTER [NAME]: runs test_cuda under the tool, its log in $res
+# (sanitizer_NAME.log, NAME the tool's by default), and prints the step's status: 1 on a finding
+# or a failed test, unavailable where the tool could not run the GPU, 124/137 when cut short,
+# else the tool's exit status.
 sanitize() {
-  local tool=$1 seconds=$2 filter=$3 log="$res/sanitizer_$1.log" rc
+  local tool=$1 seconds=$2 filter=$3 log="$res/sanitizer_${4:-$1}.log" rc
   bounded "$seconds" "${ours[@]}" "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin/test_cuda" \
     --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
@@ -301,14 +303,23 @@ if gpu_step sanitizer; then
     echo "compute-sanitizer: not found on this machine: skipped"
     status[sanitizer]=skipped
   else
-    status[sanitizer]=$(sanitize memcheck 45 \
-      '*CudaBf16Attention*:CudaBf16.TensorCore*:CudaBf16.AttentionOnRandomProblems')
+    # The attention tests, then the other kernels that share memory between threads: the
+    # embedding backward's device sort (counts, scan, ranks, runs), the block reductions of
+    # RMSNorm, cross-entropy, log-probs and the grad norm.
+    ops='CudaOps.Embedding*:CudaOps.RmsNorm*:CudaOps.FusedCrossEntropy*:CudaOps.TokenLogProbs*'
+    ops+=':CudaOps.SumOfSquares*:CudaBf16.RmsNorm*:CudaBf16.FusedCrossEntropy*'
+    status[sanitizer]=$(sanitize memcheck 60 \
+      "*CudaBf16Attention*:CudaBf16.TensorCore*:CudaBf16.AttentionOnRandomProblems:$ops")
     echo "memcheck: ${status[sanitizer]}"
     if [[ "${status[sanitizer]}" == 0 ]]; then
       # Two shapes: head_dim 128 without documents, 32 with documents and a window.
       status[sanitizer]=$(sanitize racecheck 40 \
         '*.TensorCoreKernelsMatchTheCpu/2:*.TensorCoreKernelsMatchTheCpu/3')
-      echo "racecheck: ${status[sanitizer]}"
+      echo "racecheck (attention): ${status[sanitizer]}"
+    fi
+    if [[ "${status[sanitizer]}" == 0 ]]; then
+      status[sanitizer]=$(sanitize racecheck 40 "$ops" racecheck_ops)
+      echo "racecheck (other kernels): ${status[sanitizer]}"
     fi
   fi
 fi
