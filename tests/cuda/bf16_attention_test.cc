@@ -318,57 +318,51 @@ AttentionGrads attention_grads(kernels::Backend& b, const SavedAttention& s) {
   return run.grads(b);
 }
 
-// Where cuDNN's backward workspace finds no room, the backward runs on tandem's tensor-core
-// kernels from cuDNN's saved output and lse (`tandem plan` counts on this for runs whose workspace
-// does not fit): the refusal is said in describe(), the gradients are those kernels' own, bit for
-// bit, and with room again cuDNN's backward resumes (its own gradients, bit for bit). The room is
-// taken as another process would take it: an allocation on a GPU, on the emulator
-// TANDEM_CUDA_EMULATOR_HELD_BYTES (filling its 8 GiB would take that much host memory).
-TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
-  REQUIRE_CUDA(gpu);
-  if (gpu.describe().find("fused SDPA") == std::string::npos)
-    GTEST_SKIP() << "cuDNN's attention is not on this backend: " << gpu.describe();
-  const bool emulated = gpu.describe().find("CUDA emulator") != std::string::npos;
-  // Emulated, a small problem (its cuDNN's workspace: 768 KiB) and 128 KiB of room; on a GPU one
-  // whose deterministic backward needs an fp32 dQ accumulator of 32 MiB alone, and 8 MiB.
-  const std::int64_t T = emulated ? 256 : 8192, Hq = emulated ? 4 : 8, D = emulated ? 64 : 128;
-  const std::int64_t room = emulated ? std::int64_t{128} << 10 : std::int64_t{8} << 20;
+bool is_emulated(kernels::Backend& gpu) {
+  return gpu.describe().find("CUDA emulator") != std::string::npos;
+}
+
+// A bf16 problem of random inputs and the default path's forward of it, saved for backwards.
+SavedAttention saved_attention(kernels::Backend& gpu, std::int64_t B, std::int64_t T,
+                               std::int64_t Hq, std::int64_t Hkv, std::int64_t D,
+                               std::int64_t window, std::uint64_t seed) {
   SavedAttention s;
-  s.qs = Shape{1, T, Hq, D};
-  s.ks = Shape{1, T, Hq / 2, D};
-  s.ls = Shape{1, Hq, T};
-  s.window = T / 3;
+  s.qs = Shape{B, T, Hq, D};
+  s.ks = Shape{B, T, Hkv, D};
+  s.ls = Shape{B, Hq, T};
+  s.window = window;
   s.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  auto random_bits = [](Shape shape, std::uint64_t seed) {
+  auto random_bits = [](Shape shape, std::uint64_t from) {
     std::vector<std::uint16_t> out;
-    for (float x : bf16_values(static_cast<std::size_t>(shape.numel()), seed))
+    for (float x : bf16_values(static_cast<std::size_t>(shape.numel()), from))
       out.push_back(to_bits(x));
     return out;
   };
-  s.q = random_bits(s.qs, 81);
-  s.k = random_bits(s.ks, 82);
-  s.v = random_bits(s.ks, 83);
-  s.dout = random_bits(s.qs, 84);
-  {
-    Buffer q = bf16_bits_on(gpu, s.qs, s.q), k = bf16_bits_on(gpu, s.ks, s.k),
-           v = bf16_bits_on(gpu, s.ks, s.v), o = gpu.allocate(DType::bf16, s.qs),
-           lse = gpu.allocate(DType::f32, s.ls);
-    gpu.attention_forward(q, k, v, o, lse, s.window, s.scale, Tensor());
-    s.o = bits(gpu, o);
-    s.lse = get(gpu, lse);
-  }
-  // With room: cuDNN's backward (its graph built here, not under the shortage).
-  const AttentionGrads cudnn = attention_grads(gpu, s);
-  ASSERT_EQ(gpu.describe().find("cuDNN refused attention"), std::string::npos) << gpu.describe();
+  s.q = random_bits(s.qs, seed);
+  s.k = random_bits(s.ks, seed + 1);
+  s.v = random_bits(s.ks, seed + 2);
+  s.dout = random_bits(s.qs, seed + 3);
+  Buffer q = bf16_bits_on(gpu, s.qs, s.q), k = bf16_bits_on(gpu, s.ks, s.k),
+         v = bf16_bits_on(gpu, s.ks, s.v), o = gpu.allocate(DType::bf16, s.qs),
+         lse = gpu.allocate(DType::f32, s.ls);
+  gpu.attention_forward(q, k, v, o, lse, s.window, s.scale, Tensor());
+  s.o = bits(gpu, o);
+  s.lse = get(gpu, lse);
+  return s;
+}
 
+// The backward of `s` with `room` bytes of device memory left to tandem beyond its operands. The
+// room is taken as another process would take it: an allocation on a GPU, on the emulator
+// TANDEM_CUDA_EMULATOR_HELD_BYTES (filling its 8 GiB would take that much host memory).
+AttentionGrads grads_with_room(kernels::Backend& gpu, const SavedAttention& s, std::int64_t room) {
   AttentionBackward short_of_room(gpu, s);
   {
     gpu.release_cached_memory();
     const kernels::MemoryStats m = gpu.memory_stats();
-    ASSERT_GT(m.device_free, room);
+    EXPECT_GT(m.device_free, room);
     std::optional<testing::ScopedEnv> held;
     std::vector<Buffer> fillers;  // on a GPU: what the device has but `room`, in a few pieces
-    if (emulated) {
+    if (is_emulated(gpu)) {
       held.emplace("TANDEM_CUDA_EMULATOR_HELD_BYTES", std::to_string(m.device_free - room).c_str());
     } else {
       for (int piece = 0; piece < 16; ++piece) {
@@ -383,9 +377,32 @@ TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
     }
     short_of_room.run(gpu, s);
   }
-  // The fillers went back to the allocator's cache: to the device, for the backends below.
+  // The fillers went back to the allocator's cache: to the device, for what follows.
   gpu.release_cached_memory();
-  const AttentionGrads without_room = short_of_room.grads(gpu);
+  return short_of_room.grads(gpu);
+}
+
+// Where cuDNN's backward workspace finds no room, not even for one batch entry and one kv head,
+// the backward runs on tandem's tensor-core kernels from cuDNN's saved output and lse (`tandem
+// plan` counts on this for runs whose workspace does not fit): the refusal is said in describe(),
+// the gradients are those kernels' own, bit for bit, and with room again cuDNN's backward resumes
+// (its own gradients, bit for bit).
+TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
+  REQUIRE_CUDA(gpu);
+  if (gpu.describe().find("fused SDPA") == std::string::npos)
+    GTEST_SKIP() << "cuDNN's attention is not on this backend: " << gpu.describe();
+  const bool emulated = is_emulated(gpu);
+  // Emulated, a small problem (its cuDNN's workspace: 768 KiB, a kv head's 384 KiB) and 128 KiB
+  // of room; on a GPU one whose deterministic backward needs an fp32 dQ accumulator of 32 MiB
+  // alone (8 MiB for one kv head's two query heads, with 256 MiB of dP), and 8 MiB.
+  const std::int64_t T = emulated ? 256 : 8192, Hq = emulated ? 4 : 8, D = emulated ? 64 : 128;
+  const std::int64_t room = emulated ? std::int64_t{128} << 10 : std::int64_t{8} << 20;
+  const SavedAttention s = saved_attention(gpu, 1, T, Hq, Hq / 2, D, T / 3, 81);
+  // With room: cuDNN's backward (its graph built here, not under the shortage).
+  const AttentionGrads cudnn = attention_grads(gpu, s);
+  ASSERT_EQ(gpu.describe().find("cuDNN refused attention"), std::string::npos) << gpu.describe();
+
+  const AttentionGrads without_room = grads_with_room(gpu, s, room);
   const std::string said = gpu.describe();
   if (!emulated && said.find("no room for cuDNN's") == std::string::npos)
     GTEST_SKIP() << "this cuDNN's backward workspace for the problem fit in the " << (room >> 20)
@@ -408,6 +425,91 @@ TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
   EXPECT_EQ(again.dq, cudnn.dq);
   EXPECT_EQ(again.dk, cudnn.dk);
   EXPECT_EQ(again.dv, cudnn.dv);
+}
+
+// Where cuDNN's backward workspace has no room for the whole problem but has for a piece of it,
+// the backward stays on cuDNN, in the largest pieces (batch entries x kv heads with their query
+// heads) that have room, one after another: said in describe(), repeated bit for bit, and the
+// whole problem's gradients: on the emulator bit for bit (each piece's arithmetic is the whole's on
+// its heads); on a GPU, where cuDNN may tile a smaller problem otherwise, each gradient within
+// twice the bound that both keep to the CPU's bf16 op (DefaultPathMatchesTheCpu's). With room
+// again the whole problem runs at once.
+TEST(CudaBf16, CudnnBackwardWithoutRoomForTheWholeRunsInPieces) {
+  REQUIRE_CUDA(gpu);
+  if (gpu.describe().find("fused SDPA") == std::string::npos)
+    GTEST_SKIP() << "cuDNN's attention is not on this backend: " << gpu.describe();
+  const bool emulated = is_emulated(gpu);
+  // Two batch entries of four query heads on two kv heads. Emulated (T = 256, D = 64) the
+  // workspace is 1.5 MiB whole, 768 KiB for one entry's two kv heads (or both entries' one) and
+  // 384 KiB for one entry's one; on a GPU (T = 1024, D = 128) cuDNN's dP alone is 16, 8 and 4 MiB.
+  const std::int64_t B = 2, Hq = 4, Hkv = 2, T = emulated ? 256 : 1024, D = emulated ? 64 : 128;
+  const std::int64_t unit = emulated ? std::int64_t{1} << 10 : std::int64_t{12} << 10;
+  const SavedAttention s = saved_attention(gpu, B, T, Hq, Hkv, D, T / 3, 91);
+  const AttentionGrads whole = attention_grads(gpu, s);
+  ASSERT_EQ(gpu.describe().find("pieces"), std::string::npos) << gpu.describe();
+  const double bound = 4 * kBf16U + reduction_bound(2 * D + (Hq / Hkv) * T);
+  // Room for one entry's two kv heads (2 pieces), then for one kv head (4 pieces).
+  for (const auto& [room, pieces, shape] :
+       {std::tuple{1000 * unit, 2, "1 batch entries x 2 kv heads"},
+        std::tuple{500 * unit, 4, "1 batch entries x 1 kv heads"}}) {
+    SCOPED_TRACE("room " + std::to_string(room) + " B");
+    const AttentionGrads in_pieces = grads_with_room(gpu, s, room);
+    const std::string said = gpu.describe();
+    if (!emulated && said.find("pieces") == std::string::npos)
+      GTEST_SKIP() << "this cuDNN's backward workspace for the problem fit in " << room
+                   << " B: " << said;
+    ASSERT_EQ(said.find("cuDNN refused attention backward"), std::string::npos) << said;
+    if (emulated) {
+      EXPECT_NE(said.find(fmt::format("ran in {} pieces of {}", pieces, shape)), std::string::npos)
+          << said;
+      EXPECT_EQ(in_pieces.dq, whole.dq);
+      EXPECT_EQ(in_pieces.dk, whole.dk);
+      EXPECT_EQ(in_pieces.dv, whole.dv);
+    } else {
+      EXPECT_NE(said.find("ran in"), std::string::npos) << said;
+      auto widen = [](const std::vector<std::uint16_t>& bits) {
+        std::vector<float> out;
+        for (std::uint16_t b : bits) out.push_back(core::bf16_bits_to_f32(b));
+        return out;
+      };
+      EXPECT_LE(rel_l2(widen(in_pieces.dq), widen(whole.dq)), 2 * bound) << "dq";
+      EXPECT_LE(rel_l2(widen(in_pieces.dk), widen(whole.dk)), 2 * bound) << "dk";
+      EXPECT_LE(rel_l2(widen(in_pieces.dv), widen(whole.dv)), 2 * bound) << "dv";
+    }
+    const AttentionGrads again = grads_with_room(gpu, s, room);
+    EXPECT_EQ(again.dq, in_pieces.dq);
+    EXPECT_EQ(again.dk, in_pieces.dk);
+    EXPECT_EQ(again.dv, in_pieces.dv);
+  }
+  const AttentionGrads with_room = attention_grads(gpu, s);
+  EXPECT_EQ(with_room.dq, whole.dq);
+  EXPECT_EQ(with_room.dk, whole.dk);
+  EXPECT_EQ(with_room.dv, whole.dv);
+}
+
+// Pieces whose lse would start off the 16 bytes cuDNN's tensors are declared with are not taken
+// (an odd T): with room only for one kv head's piece, which would, the backward falls back to the
+// tensor-core kernels for want of room; with room for one batch entry's piece (its lse 16-byte
+// aligned), it runs in those pieces. Emulated only: the emulator's cuDNN checks every pointer
+// against the 16 bytes, and the sizes are its own.
+TEST(CudaBf16, CudnnBackwardPiecesKeepTheirLseSixteenByteAligned) {
+  REQUIRE_CUDA(gpu);
+  if (!is_emulated(gpu)) GTEST_SKIP() << "the workspace sizes here are the CUDA emulator's";
+  // T = 255: whole 1.5 MiB, one entry's two kv heads 767 KiB, one entry's kv head 384 KiB (its
+  // lse at 2040-byte steps).
+  const SavedAttention s = saved_attention(gpu, 2, 255, 4, 2, 64, 85, 95);
+  const AttentionGrads whole = attention_grads(gpu, s);
+  const AttentionGrads in_pieces = grads_with_room(gpu, s, std::int64_t{1000} << 10);
+  EXPECT_NE(gpu.describe().find("ran in 2 pieces of 1 batch entries x 2 kv heads"),
+            std::string::npos)
+      << gpu.describe();
+  EXPECT_EQ(in_pieces.dq, whole.dq);
+  EXPECT_EQ(in_pieces.dk, whole.dk);
+  EXPECT_EQ(in_pieces.dv, whole.dv);
+  grads_with_room(gpu, s, std::int64_t{500} << 10);
+  const std::string said = gpu.describe();
+  EXPECT_NE(said.find("no room for cuDNN's"), std::string::npos) << said;
+  EXPECT_EQ(said.find("aligned"), std::string::npos) << said;
 }
 
 TEST(CudaBf16, AnUnknownAttentionChoiceIsRefused) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -381,6 +382,12 @@ error_t Graph::execute(cudnnHandle_t handle,
           p.views[i].name + " (uid " + std::to_string(p.uids[i]) + ") is not in the pack");
     const std::size_t bytes = static_cast<std::size_t>(p.views[i].extent()) *
                               (p.views[i].type == DataType_t::FLOAT ? 4 : 2);
+    // The frontend declares every tensor to the backend with its default 16-byte alignment, which
+    // the backend may then assume of the pointer (the frontend itself checks Q, K, V and O's).
+    if (reinterpret_cast<std::uintptr_t>(found->second) % 16 != 0)
+      return refuse(error_code_t::INVALID_VARIANT_PACK,
+                    p.views[i].name + " (uid " + std::to_string(p.uids[i]) +
+                        "): device pointer is not aligned to the tensor's 16-byte alignment");
     if (!cuda_emulator::detail::device_range(found->second, bytes))
       return refuse(error_code_t::INVALID_VARIANT_PACK,
                     p.views[i].name + ": its " + std::to_string(bytes) +

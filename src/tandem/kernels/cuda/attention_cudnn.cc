@@ -29,25 +29,28 @@ using i64 = std::int64_t;
 
 enum Uid : fe::graph::Tensor_attributes::uid_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
-// (B, T, Hq, Hkv, D, window, scale bits)
-using Key = std::tuple<i64, i64, i64, i64, i64, i64, std::uint32_t>;
+// (B, T, Hq, Hkv, D, window, scale bits, Hq and Hkv of the rows): a piece of a larger problem
+// (attention_cudnn.h) takes B of its batch entries and Hq, Hkv of its heads, in rows of the whole
+// problem's heads.
+using Key = std::tuple<i64, i64, i64, i64, i64, i64, std::uint32_t, i64, i64>;
 
-Key key_of(i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale) {
+Key key_of(i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale, i64 Hq_rows,
+           i64 Hkv_rows) {
   std::uint32_t bits = 0;
   std::memcpy(&bits, &scale, sizeof bits);
   // A window covering the whole sequence is plain causal attention.
   if (window >= T) window = 0;
-  return {B, T, Hq, Hkv, D, window > 0 ? window : 0, bits};
+  return {B, T, Hq, Hkv, D, window > 0 ? window : 0, bits, Hq_rows, Hkv_rows};
 }
 
-// [B, T, H, D] memory as cuDNN's logical [B, H, T, D].
+// [B, T, H_rows, D] memory (H of its heads) as cuDNN's logical [B, H, T, D].
 std::shared_ptr<fe::graph::Tensor_attributes> bthd(fe::graph::Graph& g, const char* name, Uid uid,
-                                                   i64 B, i64 T, i64 H, i64 D) {
+                                                   i64 B, i64 T, i64 H, i64 D, i64 H_rows) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
                       .set_dim({B, H, T, D})
-                      .set_stride({T * H * D, D, H * D, 1}));
+                      .set_stride({T * H_rows * D, D, H_rows * D, 1}));
 }
 
 float scale_of(std::uint32_t bits) {
@@ -74,15 +77,16 @@ struct CudnnAttention::Impl {
   // status.
   template <typename Describe>
   Entry build(const Key& key, Describe describe) {
-    const auto [B, T, Hq, Hkv, D, window, scale_bits] = key;
+    const auto [B, T, Hq, Hkv, D, window, scale_bits, Hq_rows, Hkv_rows] = key;
     Entry e;
     try {
       auto g = std::make_shared<fe::graph::Graph>();
       g->set_io_data_type(fe::DataType_t::BFLOAT16)
           .set_intermediate_data_type(fe::DataType_t::FLOAT)
           .set_compute_data_type(fe::DataType_t::FLOAT);
-      describe(*g, bthd(*g, "Q", kQ, B, T, Hq, D), bthd(*g, "K", kK, B, T, Hkv, D),
-               bthd(*g, "V", kV, B, T, Hkv, D));
+      describe(*g, bthd(*g, "Q", kQ, B, T, Hq, D, Hq_rows),
+               bthd(*g, "K", kK, B, T, Hkv, D, Hkv_rows),
+               bthd(*g, "V", kV, B, T, Hkv, D, Hkv_rows));
       auto status = g->build(handle, {fe::HeurMode_t::A});
       std::int64_t ws = 0;
       if (status.is_good()) status = g->get_workspace_size(ws);
@@ -101,7 +105,7 @@ struct CudnnAttention::Impl {
   const Entry& build_forward(const Key& key) {
     auto found = forward.find(key);
     if (found != forward.end()) return found->second;
-    const auto [B, T, Hq, Hkv, D, window, scale_bits] = key;
+    const auto [B, T, Hq, Hkv, D, window, scale_bits, Hq_rows, Hkv_rows] = key;
     Entry e = build(key, [&](fe::graph::Graph& g, auto q, auto k, auto v) {
       auto options = fe::graph::SDPA_attributes()
                          .set_name("tandem_attention")
@@ -110,12 +114,15 @@ struct CudnnAttention::Impl {
                          .set_causal_mask(true);
       if (window > 0) options.set_sliding_window_length(static_cast<int>(window));
       auto [o, stats] = g.sdpa(q, k, v, options);
-      o->set_output(true).set_uid(kO).set_dim({B, Hq, T, D}).set_stride({T * Hq * D, D, Hq * D, 1});
+      o->set_output(true)
+          .set_uid(kO)
+          .set_dim({B, Hq, T, D})
+          .set_stride({T * Hq_rows * D, D, Hq_rows * D, 1});
       stats->set_output(true)
           .set_uid(kStats)
           .set_data_type(fe::DataType_t::FLOAT)
           .set_dim({B, Hq, T, 1})
-          .set_stride({Hq * T, T, 1, 1});
+          .set_stride({Hq_rows * T, T, 1, 1});
     });
     return forward.emplace(key, std::move(e)).first->second;
   }
@@ -123,15 +130,15 @@ struct CudnnAttention::Impl {
   const Entry& build_backward(const Key& key) {
     auto found = backward.find(key);
     if (found != backward.end()) return found->second;
-    const auto [B, T, Hq, Hkv, D, window, scale_bits] = key;
+    const auto [B, T, Hq, Hkv, D, window, scale_bits, Hq_rows, Hkv_rows] = key;
     Entry e = build(key, [&](fe::graph::Graph& g, auto q, auto k, auto v) {
-      auto o = bthd(g, "O", kO, B, T, Hq, D);
-      auto d_o = bthd(g, "dO", kDO, B, T, Hq, D);
+      auto o = bthd(g, "O", kO, B, T, Hq, D, Hq_rows);
+      auto d_o = bthd(g, "dO", kDO, B, T, Hq, D, Hq_rows);
       auto stats = g.tensor(fe::graph::Tensor_attributes()
                                 .set_name("Stats")
                                 .set_uid(kStats)
                                 .set_dim({B, Hq, T, 1})
-                                .set_stride({Hq * T, T, 1, 1})
+                                .set_stride({Hq_rows * T, T, 1, 1})
                                 .set_data_type(fe::DataType_t::FLOAT));
       auto options = fe::graph::SDPA_backward_attributes()
                          .set_name("tandem_attention_backward")
@@ -143,40 +150,54 @@ struct CudnnAttention::Impl {
       dq->set_output(true)
           .set_uid(kDQ)
           .set_dim({B, Hq, T, D})
-          .set_stride({T * Hq * D, D, Hq * D, 1});
+          .set_stride({T * Hq_rows * D, D, Hq_rows * D, 1});
       dk->set_output(true)
           .set_uid(kDK)
           .set_dim({B, Hkv, T, D})
-          .set_stride({T * Hkv * D, D, Hkv * D, 1});
+          .set_stride({T * Hkv_rows * D, D, Hkv_rows * D, 1});
       dv->set_output(true)
           .set_uid(kDV)
           .set_dim({B, Hkv, T, D})
-          .set_stride({T * Hkv * D, D, Hkv * D, 1});
+          .set_stride({T * Hkv_rows * D, D, Hkv_rows * D, 1});
     });
     return backward.emplace(key, std::move(e)).first->second;
   }
 
-  bool run(const Entry& e, std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*>& pack,
-           std::string* refusal) {
-    // The deterministic backward's workspace grows with B x H x T^2 (17 GB at B = 4, 32 heads,
-    // T = 8192 with cuDNN before 9.25): when it does not fit, the plain kernels run instead of the
-    // step failing.
-    void* workspace = nullptr;
-    if (e.workspace > 0) {
-      try {
-        workspace = memory->allocate(static_cast<std::size_t>(e.workspace));
-      } catch (const core::OutOfMemory& ex) {
-        *refusal = fmt::format("no room for cuDNN's {} B workspace: {}", e.workspace, ex.what());
-        return false;
-      }
+  // The workspace of `bytes` (null for none), or false where the device has no room for it (the
+  // allocator's message in `why`). Any other error propagates.
+  bool reserve(std::int64_t bytes, void** workspace, std::string* why) {
+    *workspace = nullptr;
+    if (bytes <= 0) return true;
+    try {
+      *workspace = memory->allocate(static_cast<std::size_t>(bytes));
+    } catch (const core::OutOfMemory& ex) {
+      *why = ex.what();
+      return false;
     }
+    return true;
+  }
+
+  bool execute(const Entry& e, std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*>& pack,
+               void* workspace, std::string* refusal) {
     auto status = e.graph->execute(handle, pack, workspace);
-    if (workspace) memory->free(workspace);  // stream-ordered: safe to reuse after this call
     if (status.is_bad()) {
       *refusal = status.get_message();
       return false;
     }
     return true;
+  }
+
+  bool run(const Entry& e, std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*>& pack,
+           std::string* refusal) {
+    void* workspace = nullptr;
+    std::string why;
+    if (!reserve(e.workspace, &workspace, &why)) {
+      *refusal = fmt::format("no room for cuDNN's {} B workspace: {}", e.workspace, why);
+      return false;
+    }
+    const bool ok = execute(e, pack, workspace, refusal);
+    if (workspace) memory->free(workspace);  // stream-ordered: safe to reuse after this call
+    return ok;
   }
 };
 
@@ -236,7 +257,7 @@ std::string CudnnAttention::version() const {
 
 bool CudnnAttention::forward(const void* q, const void* k, const void* v, void* out, float* lse,
                              i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale) {
-  const Impl::Entry& e = impl_->build_forward(key_of(B, T, Hq, Hkv, D, window, scale));
+  const Impl::Entry& e = impl_->build_forward(key_of(B, T, Hq, Hkv, D, window, scale, Hq, Hkv));
   if (!e.graph) {
     refusal_ = e.refusal;
     return false;
@@ -252,22 +273,67 @@ bool CudnnAttention::forward(const void* q, const void* k, const void* v, void* 
 bool CudnnAttention::backward(const void* q, const void* k, const void* v, const void* out,
                               const float* lse, const void* dout, void* dq, void* dk, void* dv,
                               i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale) {
-  const Impl::Entry& e = impl_->build_backward(key_of(B, T, Hq, Hkv, D, window, scale));
-  if (!e.graph) {
-    refusal_ = e.refusal;
+  pieces_ = AttentionPiece{B, Hkv};
+  const Impl::Entry& whole =
+      impl_->build_backward(key_of(B, T, Hq, Hkv, D, window, scale, Hq, Hkv));
+  if (!whole.graph) {
+    refusal_ = whole.refusal;
     return false;
   }
-  std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack = {
-      {kQ, const_cast<void*>(q)},
-      {kK, const_cast<void*>(k)},
-      {kV, const_cast<void*>(v)},
-      {kO, const_cast<void*>(out)},
-      {kStats, const_cast<float*>(lse)},
-      {kDO, const_cast<void*>(dout)},
-      {kDQ, dq},
-      {kDK, dk},
-      {kDV, dv}};
-  return impl_->run(e, pack, &refusal_);
+  std::unordered_map<fe::graph::Tensor_attributes::uid_t, void*> pack;
+  // The piece of `b0` batch entries on and kv heads from `h0` (with their query heads): each
+  // operand at its first element of the piece, in the whole problem's rows.
+  const i64 group = Hq / Hkv;
+  auto point_at = [&](i64 b0, i64 h0) {
+    const auto bf16_at = [](const void* p, i64 element) {
+      return const_cast<char*>(static_cast<const char*>(p)) + element * 2;
+    };
+    const i64 q_at = (b0 * T * Hq + h0 * group) * D, kv_at = (b0 * T * Hkv + h0) * D;
+    pack = {{kQ, bf16_at(q, q_at)},
+            {kK, bf16_at(k, kv_at)},
+            {kV, bf16_at(v, kv_at)},
+            {kO, bf16_at(out, q_at)},
+            {kStats, const_cast<float*>(lse) + b0 * Hq * T + h0 * group * T},
+            {kDO, bf16_at(dout, q_at)},
+            {kDQ, bf16_at(dq, q_at)},
+            {kDK, bf16_at(dk, kv_at)},
+            {kDV, bf16_at(dv, kv_at)}};
+  };
+  // The deterministic backward's workspace grows with B x H x T^2 (17 GB at B = 4, 32 heads,
+  // T = 8192 with cuDNN before 9.25): where the whole has no room, the largest pieces that have
+  // run one after another (each piece's arithmetic is the whole's on its heads), and where none
+  // has, tandem's kernels run instead of the step failing.
+  void* workspace = nullptr;
+  std::string why;
+  if (impl_->reserve(whole.workspace, &workspace, &why)) {
+    point_at(0, 0);
+    const bool ok = impl_->execute(whole, pack, workspace, &refusal_);
+    if (workspace) impl_->memory->free(workspace);  // stream-ordered: safe to reuse after this call
+    return ok;
+  }
+  std::int64_t smallest = whole.workspace;
+  for (const AttentionPiece& piece : cudnn_backward_pieces(B, T, Hq, Hkv)) {
+    if (piece.batch == B && piece.kv_heads == Hkv) continue;  // the whole, tried above
+    const Impl::Entry& e = impl_->build_backward(
+        key_of(piece.batch, T, piece.kv_heads * group, piece.kv_heads, D, window, scale, Hq, Hkv));
+    if (!e.graph) continue;
+    smallest = std::min(smallest, e.workspace);
+    std::string piece_why;
+    if (!impl_->reserve(e.workspace, &workspace, &piece_why)) continue;
+    bool ok = true;
+    for (i64 b0 = 0; ok && b0 < B; b0 += piece.batch)
+      for (i64 h0 = 0; ok && h0 < Hkv; h0 += piece.kv_heads) {
+        point_at(b0, h0);
+        ok = impl_->execute(e, pack, workspace, &refusal_);
+      }
+    if (workspace) impl_->memory->free(workspace);
+    pieces_ = piece;
+    return ok;
+  }
+  refusal_ =
+      fmt::format("no room for cuDNN's {} B workspace, nor for its smallest piece's ({} B): {}",
+                  whole.workspace, smallest, why);
+  return false;
 }
 
 }  // namespace tandem::kernels::cuda

@@ -2,8 +2,10 @@
 // sliding window (cuDNN's diagonal band: key j visible to query i iff i - window < j <= i), GQA,
 // lse saved as cuDNN's softmax stats (the natural-log log-sum-exp of the scaled scores, the same
 // quantity the plain kernels save, so either backward can follow either forward). The backward
-// asks for cuDNN's deterministic algorithm; intra-document masking is not expressed here (the
-// backend uses the plain kernels for it).
+// asks for cuDNN's deterministic algorithm, whose workspace grows with batch x heads x T^2: where
+// the device has no room for it, the backward runs in pieces of batch entries and kv heads
+// (scratch_sizes.h's cudnn_backward_pieces, the largest that have room). Intra-document masking is
+// not expressed here (the backend uses its own kernels for it).
 //
 // libcudnn is opened at run time (the frontend's dynamic loading), so a binary built with this
 // file runs where cuDNN is missing; open() then says why and the backend keeps its own kernels.
@@ -14,6 +16,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "tandem/kernels/cuda/scratch_sizes.h"
 
 namespace tandem::kernels::cuda {
 
@@ -35,18 +39,22 @@ class CudnnAttention {
   bool forward(const void* q, const void* k, const void* v, void* out, float* lse, std::int64_t B,
                std::int64_t T, std::int64_t Hq, std::int64_t Hkv, std::int64_t D,
                std::int64_t window, float scale);
+  // False also where not even the smallest piece's workspace has room.
   bool backward(const void* q, const void* k, const void* v, const void* out, const float* lse,
                 const void* dout, void* dq, void* dk, void* dv, std::int64_t B, std::int64_t T,
                 std::int64_t Hq, std::int64_t Hkv, std::int64_t D, std::int64_t window,
                 float scale);
   // Why the last forward or backward returned false.
   const std::string& last_refusal() const { return refusal_; }
+  // The piece the last backward that ran was cut into ({B, Hkv}: the whole problem at once).
+  const AttentionPiece& last_pieces() const { return pieces_; }
 
  private:
   struct Impl;
   explicit CudnnAttention(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
   std::string refusal_;
+  AttentionPiece pieces_;
 };
 
 }  // namespace tandem::kernels::cuda

@@ -73,6 +73,25 @@ void AttentionPaths::note_refusal(const char* pass, const AttentionProblem& p) {
 #endif
 }
 
+void AttentionPaths::note_pieces(const AttentionProblem& p) {
+#ifdef TANDEM_HAVE_CUDNN_FRONTEND
+  // Said when it changes (every layer of a run cuts alike): on stderr and in the note.
+  const AttentionPiece& piece = cudnn_->last_pieces();
+  if (piece.batch == p.B && piece.kv_heads == p.Hkv) return;
+  const std::string line = fmt::format(
+      "cuDNN's attention backward for B={} T={} Hq={} Hkv={} D={} window={} ran in {} pieces of {} "
+      "batch entries x {} kv heads (no room for its workspace at once)",
+      p.B, p.T, p.Hq, p.Hkv, p.D, p.window, (p.B / piece.batch) * (p.Hkv / piece.kv_heads),
+      piece.batch, piece.kv_heads);
+  if (line == pieces_reported_) return;
+  pieces_reported_ = line;
+  fmt::print(stderr, "cuda: {}\n", line);
+  note_ += "; " + line;
+#else
+  (void)p;
+#endif
+}
+
 void AttentionPaths::forward(Elem e, const void* q, const void* k, const void* v, void* out,
                              float* lse, const AttentionProblem& p) {
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
@@ -100,8 +119,10 @@ void AttentionPaths::backward(Elem e, const void* q, const void* k, const void* 
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
   if (e == Elem::bf16 && !p.doc_start && cudnn_) {
     if (cudnn_->backward(q, k, v, out, lse, dout, dq, dk, dv, p.B, p.T, p.Hq, p.Hkv, p.D, p.window,
-                         p.scale))
+                         p.scale)) {
+      note_pieces(p);
       return;
+    }
     note_refusal("backward", p);
   }
 #endif

@@ -38,7 +38,8 @@ class AttentionPaths {
   AttentionPaths(const AttentionPaths&) = delete;
   AttentionPaths& operator=(const AttentionPaths&) = delete;
 
-  // The paths in words, with the first problem cuDNN refused (for describe()).
+  // The paths in words, with the first problem cuDNN refused and each change of the pieces its
+  // backward ran in for want of room (for describe()).
   const std::string& note() const { return note_; }
 
   void forward(Elem e, const void* q, const void* k, const void* v, void* out, float* lse,
@@ -50,12 +51,14 @@ class AttentionPaths {
  private:
   bool on_tensor_cores(Elem e, i64 D) const;
   void note_refusal(const char* pass, const AttentionProblem& p);
+  void note_pieces(const AttentionProblem& p);
 
   cudaStream_t stream_;
   CachingAllocator& memory_;
   bool flash_;  // bf16 on the tensor-core kernels where cuDNN's does not run
   std::string note_;
   bool refusal_reported_ = false;
+  std::string pieces_reported_;  // the last pieces said ("" for none)
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
   std::unique_ptr<CudnnAttention> cudnn_;  // null: not opened or not loadable
 #endif

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace tandem::kernels::cuda {
 
@@ -39,6 +40,35 @@ inline std::int64_t cudnn_attention_backward_workspace_bytes(std::int64_t B, std
                                                              std::int64_t T, std::int64_t D) {
   const std::int64_t rounded = (T + 63) / 64 * 64;
   return B * H * T * D * 4 + B * H * rounded * rounded * 2;
+}
+
+// Where cuDNN's backward workspace has no room for the whole problem, the backend runs it in
+// pieces: `batch` batch entries by `kv_heads` kv heads (with the query heads that share them), all
+// pieces one shape, so that the workspace (which grows with batch x heads) shrinks with the piece.
+// Every piece shape of a [B, T, Hq, Hkv] problem, largest first (more kv heads first among
+// equals), the whole problem first; the backend takes the first whose workspace it can allocate,
+// the planner the first whose estimate fits. A shape is left out where a piece's lse (fp32
+// [B, Hq, T]) would start off the 16 bytes that the cuDNN frontend declares for every tensor (an
+// odd T, say); q, k and v rows are 16-byte multiples wherever cuDNN takes head_dim (a multiple
+// of 8).
+struct AttentionPiece {
+  std::int64_t batch = 1, kv_heads = 1;
+};
+inline std::vector<AttentionPiece> cudnn_backward_pieces(std::int64_t B, std::int64_t T,
+                                                         std::int64_t Hq, std::int64_t Hkv) {
+  const std::int64_t group = Hq / Hkv;
+  std::vector<AttentionPiece> pieces;
+  for (std::int64_t b = 1; b <= B; ++b)
+    for (std::int64_t h = 1; h <= Hkv; ++h) {
+      if (B % b != 0 || Hkv % h != 0) continue;
+      const bool aligned = (h == Hkv || h * group * T % 4 == 0) && (b == B || b * Hq * T % 4 == 0);
+      if (aligned) pieces.push_back({b, h});
+    }
+  std::sort(pieces.begin(), pieces.end(), [](const AttentionPiece& x, const AttentionPiece& y) {
+    const std::int64_t a = x.batch * x.kv_heads, c = y.batch * y.kv_heads;
+    return a != c ? a > c : x.kv_heads > y.kv_heads;
+  });
+  return pieces;
 }
 
 // tandem's own attention backward (tensor-core or plain kernels): delta, one float per query row.
