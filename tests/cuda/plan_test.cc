@@ -16,6 +16,7 @@
 
 #include "../support/test_support.h"
 #include "cuda_test_util.h"
+#include "tandem/kernels/cuda/scratch_sizes.h"
 
 namespace tandem {
 namespace {
@@ -141,6 +142,51 @@ TEST(CudaPlan, ARunWithoutRoomSaysSoAtStartUpAndWhatWouldFit) {
   auto recompute = train("trainer.recompute=full");
   EXPECT_EQ(recompute.exit_code, 0) << recompute.output;
   EXPECT_EQ(preflight_planned(recompute.output), std::llround(full));
+}
+
+// A bf16 run whose device has room for cuDNN's attention backward workspace in pieces but not at
+// once: the start-up check plans the pieces (`tandem plan`'s figure with the largest piece that
+// fits) and says so, the backward runs in them, and the run is the run with room, bit for bit (the
+// first step's gradient norm, the second step's loss). Emulated only (the room is set by
+// TANDEM_CUDA_EMULATOR_HELD_BYTES): 8 heads of 8 on 2 kv heads, 2 sequences of 128 per
+// micro-batch, so that the workspace (576 KiB whole, 288 KiB for one sequence's two kv heads) is
+// the largest scratch, the room half way between the two.
+TEST(CudaPlan, ARunWithRoomForCudnnsWorkspaceOnlyInPiecesRunsThem) {
+  REQUIRE_CUDA(gpu);
+  if (gpu.describe().find("CUDA emulator") == std::string::npos)
+    GTEST_SKIP() << "the device's free memory is set only on the CUDA emulator";
+  const std::string shape =
+      "model.d_model=64 model.n_heads=8 data.sequence_length=128 data.micro_batch_size=2";
+  namespace kc = kernels::cuda;
+  const std::int64_t whole_ws = kc::cudnn_attention_backward_workspace_bytes(2, 8, 128, 8);
+  const std::int64_t piece_ws = kc::cudnn_attention_backward_workspace_bytes(1, 8, 128, 8);
+  const double whole = planned_backend_memory(shape + " --precision bf16");
+  const auto room = static_cast<std::int64_t>(whole) - (whole_ws - piece_ws) / 2;
+  auto train = [&](const std::string& held, const std::string& name) {
+    const std::string dir = testing::temp_dir("cuda_plan_pieces_" + name);
+    auto r = testing::run_shell(
+        held + testing::tandem_binary() + " train " + fixture("train/parity.yaml") + " " + shape +
+        " backend=cuda precision=bf16 trainer.save_folder=" + dir +
+        " trainer.max_steps=2 trainer.progress=false evaluation.interval=0");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return std::pair{r.output, testing::read_metrics(dir + "/metrics.jsonl")};
+  };
+  const auto [roomy_log, roomy] = train("", "roomy");
+  EXPECT_EQ(preflight_planned(roomy_log), std::llround(whole));
+  EXPECT_EQ(roomy_log.find("pieces"), std::string::npos) << roomy_log;
+  const std::int64_t held = gpu.memory_stats().device_total - room;
+  const auto [tight_log, tight] =
+      train("TANDEM_CUDA_EMULATOR_HELD_BYTES=" + std::to_string(held) + " ", "tight");
+  EXPECT_EQ(preflight_planned(tight_log), std::llround(whole) - (whole_ws - piece_ws));
+  EXPECT_NE(tight_log.find("workspace at once: the backward runs in 2 pieces"), std::string::npos)
+      << tight_log;
+  EXPECT_NE(tight_log.find("ran in 2 pieces of 1 batch entries x 2 kv heads"), std::string::npos)
+      << tight_log;
+  EXPECT_EQ(tight_log.find("WARNING"), std::string::npos) << tight_log;
+  ASSERT_EQ(roomy.size(), 2u);
+  ASSERT_EQ(tight.size(), 2u);
+  EXPECT_EQ(tight[0]["train/grad_norm"].get<double>(), roomy[0]["train/grad_norm"].get<double>());
+  EXPECT_EQ(tight[1]["train/loss"].get<double>(), roomy[1]["train/loss"].get<double>());
 }
 
 // A run the device has no room for ends with the allocator's out-of-memory error and the pointer

@@ -14,6 +14,7 @@
 
 #include "../support/test_support.h"
 #include "tandem/core/error.h"
+#include "tandem/kernels/cuda/scratch_sizes.h"
 #include "tandem/train/memory_preflight.h"
 #include "tandem/train/plan.h"
 
@@ -117,8 +118,10 @@ TEST(Plan, StrategiesAndRecomputeOnOlmo3_7B) {
 
 // On the CUDA backend (--device h200) the kernel scratch follows the attention path the backend
 // takes: cuDNN's deterministic SDPA backward for bf16 (dQ in fp32 and 2 bytes per query-key pair),
-// tandem's kernels (a float of row sums per query row) for fp32, under intra-document masking, and
-// where cuDNN's workspace would not fit (with a note). Each figure is cuBLASLt's 32 MiB plus the
+// tandem's kernels (a float of row sums per query row) for fp32 and under intra-document masking;
+// where cuDNN's workspace would not fit at once, cuDNN's in the largest pieces (batch entries x kv
+// heads) that fit, and tandem's kernels where not even one entry and kv head's would (each with a
+// note). Each figure is cuBLASLt's 32 MiB plus the
 // larger of that and the logits chunk (2674 rows of 100,352 bf16 logits, or 1337 in fp32, plus
 // 16 bytes per token), worked out by hand for the 7B recipe (32 heads of 128, 8192 tokens, micro-
 // batches of 2): 33,554,432 + 2 x 32 x 8192 x 128 x 4 + 2 x 32 x 8192^2 x 2 = 8,891,924,480 B with
@@ -135,14 +138,33 @@ TEST(Plan, CudaKernelScratchFollowsTheAttentionPath) {
   train::PlanInput fp32 = in;
   fp32.bf16 = false;
   EXPECT_EQ(item(train::make_plan(fp32), "kernel scratch"), 570499072.0);
-  // 65,536 tokens in micro-batches of one: cuDNN would want 276 GB; the logits chunk is larger
-  // than the row sums (8 MiB), so the scratch is 33,554,432 + 536,682,496 + 16 x 65,536 B.
+  // 65,536 tokens in micro-batches of one: cuDNN would want 276 GB at once, so the backward runs
+  // in the largest pieces that fit, 4 of 8 kv heads: 33,554,432 + 8 x 65,536 x 128 x 4 +
+  // 8 x 65,536^2 x 2 B.
   train::PlanInput longer = in;
   longer.model.max_sequence_length = 65536;
   longer.sequence_length = 65536;
   longer.micro_batch_instances = 1;
-  const train::Plan fallback = train::make_plan(longer);
+  const train::Plan pieces = train::make_plan(longer);
+  EXPECT_EQ(item(pieces, "kernel scratch"), 69021466624.0);
+  EXPECT_EQ(pieces.attention_backward_pieces, 4);
+  EXPECT_FALSE(pieces.attention_falls_back);
+  ASSERT_FALSE(pieces.notes.empty());
+  EXPECT_NE(pieces.notes.front().find("in 4 pieces of 1 batch entries x 8 kv heads"),
+            std::string::npos)
+      << pieces.notes.front();
+  // A device 4 GB larger than the run needs with tandem's kernels: one kv head's workspace (8.6 GB,
+  // 8 GB more than the logits chunk) does not fit, so the backend falls back to its kernels; the
+  // logits chunk is larger than their row sums (8 MiB), so the scratch is 33,554,432 +
+  // 536,682,496 + 16 x 65,536 B.
+  train::PlanInput longest = longer;
+  longest.device.memory_bytes =
+      pieces.total_bytes - item(pieces, "kernel scratch") + 571285504.0 + 4e9;
+  const train::Plan fallback = train::make_plan(longest);
   EXPECT_EQ(item(fallback, "kernel scratch"), 571285504.0);
+  EXPECT_TRUE(fallback.fits);
+  EXPECT_TRUE(fallback.attention_falls_back);
+  EXPECT_EQ(fallback.attention_backward_pieces, 1);
   ASSERT_FALSE(fallback.notes.empty());
   EXPECT_NE(fallback.notes.front().find("falls back to tandem's attention kernels"),
             std::string::npos)
@@ -151,6 +173,28 @@ TEST(Plan, CudaKernelScratchFollowsTheAttentionPath) {
   EXPECT_TRUE(train::read_plan_input(
                   std::string(TANDEM_SOURCE_DIR) + "/configs/olmo3-7b-long-context.yaml", {})
                   .intra_document);
+}
+
+// The pieces the CUDA backend cuts cuDNN's attention backward into where its workspace has no room
+// at once (and the planner with it): every shape of equal pieces of a [B, T, Hq, Hkv] problem, the
+// whole first, then by size, more kv heads first among pieces of one size; a shape whose pieces'
+// lse would start off 16 bytes is left out.
+TEST(Plan, CudnnBackwardPiecesGoFromTheWholeDownToOneEntryAndKvHead) {
+  auto shapes = [](std::int64_t B, std::int64_t T, std::int64_t Hq, std::int64_t Hkv) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> got;
+    for (const kernels::cuda::AttentionPiece& p :
+         kernels::cuda::cudnn_backward_pieces(B, T, Hq, Hkv))
+      got.emplace_back(p.batch, p.kv_heads);
+    return got;
+  };
+  using Shapes = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  EXPECT_EQ(shapes(2, 64, 12, 6),
+            (Shapes{{2, 6}, {1, 6}, {2, 3}, {2, 2}, {1, 3}, {1, 2}, {2, 1}, {1, 1}}));
+  EXPECT_EQ(shapes(1, 8192, 1, 1), (Shapes{{1, 1}}));
+  // T = 255: one query head's lse is 1020 bytes, so pieces of one batch entry (four query heads,
+  // 4080 bytes) keep to 16 bytes and pieces of one kv head (two query heads, 2040 bytes) do not.
+  EXPECT_EQ(shapes(2, 255, 4, 2), (Shapes{{2, 2}, {1, 2}}));
+  EXPECT_EQ(shapes(3, 256, 4, 1).back(), std::make_pair(std::int64_t{1}, std::int64_t{1}));
 }
 
 // --device h100: the H200's Hopper node (peaks, links, reserve, backend) with 80 GB per GPU. The

@@ -125,6 +125,11 @@ std::vector<std::string> check_device_memory(const RunConfig& config,
     lines.push_back(
         "memory plan: no room for cuDNN's deterministic attention backward workspace: the "
         "attention runs on tandem's kernels (slower)");
+  if (plan.attention_backward_pieces > 1)
+    lines.push_back(fmt::format(
+        "memory plan: no room for cuDNN's deterministic attention backward workspace at once: "
+        "the backward runs in {} pieces",
+        plan.attention_backward_pieces));
   if (plan.backend_bytes <= device.memory_bytes) return lines;
   std::string warning = fmt::format(
       "WARNING: this run needs {} more device memory per rank than the device has room for: "

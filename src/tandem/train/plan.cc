@@ -282,26 +282,57 @@ Plan make_plan(const PlanInput& in) {
     // peak the largest of the fused loss's logits chunk, the attention backward's workspace and the
     // embedding backward's sort.
     // The backend's choice of attention path, as it makes it: cuDNN's deterministic SDPA for bf16
-    // without documents, unless its workspace finds no room (then, as for fp32 and documents,
+    // without documents, as a whole or else in the largest pieces (batch entries x kv heads) whose
+    // workspace has room, unless not even the smallest has (then, as for fp32 and documents,
     // tandem's kernels and their row sums).
     namespace kc = kernels::cuda;
     const std::int64_t tokens = p.micro_batch_tokens, esize = in.bf16 ? 2 : 4;
     const auto ce =
         static_cast<double>(kc::cross_entropy_scratch_bytes(tokens, c.embedding_size, esize));
     const auto gemm = static_cast<double>(kc::kGemmWorkspaceBytes);
-    const auto cudnn = static_cast<double>(
+    const auto whole = static_cast<double>(
         kc::cudnn_attention_backward_workspace_bytes(mb, c.n_heads, T, c.head_dim));
     double held = in.device.reserve_bytes;
     for (const MemoryItem& m : p.memory) held += m.bytes;
+    const auto fits = [&](double scratch) {
+      return held + gemm + std::max(ce, scratch) <= in.device.memory_bytes;
+    };
     const auto row_sums =
         static_cast<double>(kc::attention_backward_scratch_bytes(mb, c.n_heads, T));
     const bool cudnn_path = in.bf16 && !in.intra_document;
-    // A run that fits with tandem's kernels but not with cuDNN's workspace falls back; one that
-    // fits neither way is planned on the default path.
-    const bool cudnn_room = held + gemm + std::max(ce, cudnn) <= in.device.memory_bytes;
-    const bool kernels_room = held + gemm + std::max(ce, row_sums) <= in.device.memory_bytes;
+    double cudnn = whole;
+    bool cudnn_room = false;
+    kc::AttentionPiece piece{mb, c.n_kv_heads};
+    double smallest = whole;  // the last piece tried: the smallest where none fits
+    for (const kc::AttentionPiece& candidate :
+         kc::cudnn_backward_pieces(mb, T, c.n_heads, c.n_kv_heads)) {
+      const auto bytes = static_cast<double>(kc::cudnn_attention_backward_workspace_bytes(
+          candidate.batch, candidate.kv_heads * (c.n_heads / c.n_kv_heads), T, c.head_dim));
+      smallest = bytes;
+      if (fits(bytes)) {
+        cudnn = bytes;
+        piece = candidate;
+        cudnn_room = true;
+        break;
+      }
+    }
+    // A run that fits with tandem's kernels but not with any piece of cuDNN's workspace falls
+    // back; one that fits neither way is planned on the default path (the whole at once).
+    const bool kernels_room = fits(row_sums);
+    if (!cudnn_room) cudnn = whole;
     std::string path = "cuDNN workspace";
     double attention = cudnn;
+    if (cudnn_path && cudnn_room && (piece.batch != mb || piece.kv_heads != c.n_kv_heads)) {
+      p.attention_backward_pieces = (mb / piece.batch) * (c.n_kv_heads / piece.kv_heads);
+      path = fmt::format("cuDNN workspace, in {} pieces of {} batch entries x {} kv heads",
+                         p.attention_backward_pieces, piece.batch, piece.kv_heads);
+      p.notes.push_back(fmt::format(
+          "cuDNN's deterministic attention backward would need {} of workspace at once, which "
+          "does not fit: the backend runs it in {} pieces of {} batch entries x {} kv heads ({} "
+          "each)",
+          bytes_text(whole), p.attention_backward_pieces, piece.batch, piece.kv_heads,
+          bytes_text(cudnn)));
+    }
     if (!cudnn_path || (!cudnn_room && kernels_room)) {
       attention = row_sums;
       path = !in.bf16            ? "row sums"
@@ -311,8 +342,9 @@ Plan make_plan(const PlanInput& in) {
       if (cudnn_path)
         p.notes.push_back(fmt::format(
             "cuDNN's deterministic attention backward would need {} of workspace, which does not "
-            "fit: the backend falls back to tandem's attention kernels (slower)",
-            bytes_text(cudnn)));
+            "fit, nor does its smallest piece's ({}): the backend falls back to tandem's "
+            "attention kernels (slower)",
+            bytes_text(whole), bytes_text(smallest)));
     }
     // The embedding backward's sort (after the loss and every attention backward) is far smaller
     // than either, but counted.

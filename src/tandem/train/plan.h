@@ -96,8 +96,11 @@ struct Plan {
   double checkpoint_bytes = 0;
   int checkpoint_writers = 1;
   double checkpoint_bytes_per_writer = 0;
-  // CUDA: no room for cuDNN's attention backward workspace, so tandem's kernels are planned.
+  // CUDA: no room for cuDNN's attention backward workspace, not even for its smallest piece, so
+  // tandem's kernels are planned.
   bool attention_falls_back = false;
+  // CUDA: cuDNN's attention backward runs in this many pieces, for want of room for the whole.
+  std::int64_t attention_backward_pieces = 1;
   std::vector<std::string> notes;
 };
 
