@@ -9,7 +9,8 @@
 // installed cuDNN's own, so there the cuDNN cases record planned and measured (RecordProperty) and
 // only the fp32 case is held to the bound. The trainer's start-up check (train/memory_preflight.h)
 // counts the same and, on the emulator, warns a run without room before it starts, with what would
-// fit.
+// fit, and plans cuDNN's attention backward in the pieces the backend runs it in where its whole
+// workspace has no room.
 #include <gtest/gtest.h>
 
 #include <regex>

@@ -301,8 +301,8 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
   };
   // The deterministic backward's workspace grows with B x H x T^2 (17 GB at B = 4, 32 heads,
   // T = 8192 with cuDNN before 9.25): where the whole has no room, the largest pieces that have
-  // run one after another (each piece's arithmetic is the whole's on its heads), and where none
-  // has, tandem's kernels run instead of the step failing.
+  // run one after another (each computes the gradients of its own heads and entries, from their
+  // operands alone), and where none has, tandem's kernels run instead of the step failing.
   void* workspace = nullptr;
   std::string why;
   if (impl_->reserve(whole.workspace, &workspace, &why)) {
