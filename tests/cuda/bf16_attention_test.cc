@@ -318,6 +318,13 @@ AttentionGrads attention_grads(kernels::Backend& b, const SavedAttention& s) {
   return run.grads(b);
 }
 
+// Two backwards' gradients, bit for bit.
+void expect_same_bits(const AttentionGrads& a, const AttentionGrads& b) {
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dk, b.dk);
+  EXPECT_EQ(a.dv, b.dv);
+}
+
 bool is_emulated(kernels::Backend& gpu) {
   return gpu.describe().find("CUDA emulator") != std::string::npos;
 }
@@ -416,15 +423,11 @@ TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
     REQUIRE_CUDA(flash_gpu);
     tensor_cores = attention_grads(flash_gpu, s);
   }
-  EXPECT_EQ(without_room.dq, tensor_cores.dq);
-  EXPECT_EQ(without_room.dk, tensor_cores.dk);
-  EXPECT_EQ(without_room.dv, tensor_cores.dv);
+  expect_same_bits(without_room, tensor_cores);
   // The two paths round differently (cuDNN's own kernels), so the last check can tell them apart.
   EXPECT_NE(cudnn.dq, tensor_cores.dq);
   const AttentionGrads again = attention_grads(gpu, s);
-  EXPECT_EQ(again.dq, cudnn.dq);
-  EXPECT_EQ(again.dk, cudnn.dk);
-  EXPECT_EQ(again.dv, cudnn.dv);
+  expect_same_bits(again, cudnn);
 }
 
 // Where cuDNN's backward workspace has no room for the whole problem but has for a piece of it,
@@ -462,9 +465,7 @@ TEST(CudaBf16, CudnnBackwardWithoutRoomForTheWholeRunsInPieces) {
     if (emulated) {
       EXPECT_NE(said.find(fmt::format("ran in {} pieces of {}", pieces, shape)), std::string::npos)
           << said;
-      EXPECT_EQ(in_pieces.dq, whole.dq);
-      EXPECT_EQ(in_pieces.dk, whole.dk);
-      EXPECT_EQ(in_pieces.dv, whole.dv);
+      expect_same_bits(in_pieces, whole);
     } else {
       EXPECT_NE(said.find("ran in"), std::string::npos) << said;
       auto widen = [](const std::vector<std::uint16_t>& bits) {
@@ -477,14 +478,10 @@ TEST(CudaBf16, CudnnBackwardWithoutRoomForTheWholeRunsInPieces) {
       EXPECT_LE(rel_l2(widen(in_pieces.dv), widen(whole.dv)), 2 * bound) << "dv";
     }
     const AttentionGrads again = grads_with_room(gpu, s, room);
-    EXPECT_EQ(again.dq, in_pieces.dq);
-    EXPECT_EQ(again.dk, in_pieces.dk);
-    EXPECT_EQ(again.dv, in_pieces.dv);
+    expect_same_bits(again, in_pieces);
   }
   const AttentionGrads with_room = attention_grads(gpu, s);
-  EXPECT_EQ(with_room.dq, whole.dq);
-  EXPECT_EQ(with_room.dk, whole.dk);
-  EXPECT_EQ(with_room.dv, whole.dv);
+  expect_same_bits(with_room, whole);
 }
 
 // Pieces whose lse would start off the 16 bytes cuDNN's tensors are declared with are not taken
@@ -503,9 +500,7 @@ TEST(CudaBf16, CudnnBackwardPiecesKeepTheirLseSixteenByteAligned) {
   EXPECT_NE(gpu.describe().find("ran in 2 pieces of 1 batch entries x 2 kv heads"),
             std::string::npos)
       << gpu.describe();
-  EXPECT_EQ(in_pieces.dq, whole.dq);
-  EXPECT_EQ(in_pieces.dk, whole.dk);
-  EXPECT_EQ(in_pieces.dv, whole.dv);
+  expect_same_bits(in_pieces, whole);
   grads_with_room(gpu, s, std::int64_t{500} << 10);
   const std::string said = gpu.describe();
   EXPECT_NE(said.find("no room for cuDNN's"), std::string::npos) << said;
