@@ -2,13 +2,15 @@
 // backend's attention paths on OLMo 3's attention shapes, so that a device call shows what each
 // path gives where a training step's profile shows only the one it took. Paths (chosen by
 // TANDEM_CUDA_ATTENTION before the backend is made): `default` (cuDNN's fused SDPA where it
-// serves), `flash` (tandem's tensor-core kernels) and `plain`, in bf16; `plain` in fp32 (the
-// parity path). Shapes: the 1B benchmark's (16 heads of 128, seq 8192) with its window (4096) and
-// full, and 7B's (32 heads of 128) with its window; each also with documents (a start every 1024
-// tokens: cuDNN does not take them, so `default` is then the tensor-core kernels); and one
-// downstream scoring batch (13 queries of 311 tokens), a shape of the kind evaluation meets by the
-// hundred. Each row also gives the first call's time: less the median, what a new shape costs
-// before it runs (cuDNN builds a graph and plan per shape and keeps them).
+// serves), `pieces` (the same with cuDNN's backward cut into one piece per kv head and batch entry,
+// TANDEM_CUDA_CUDNN_BACKWARD_PIECES: what the backend does where the device has no room for the
+// whole workspace; the problems without documents), `flash` (tandem's tensor-core kernels) and
+// `plain`, in bf16; `plain` in fp32 (the parity path). Shapes: the 1B benchmark's (16 heads of 128,
+// seq 8192) with its window (4096) and full, and 7B's (32 heads of 128) with its window; each also
+// with documents (a start every 1024 tokens: cuDNN does not take them, so `default` is then the
+// tensor-core kernels); and one downstream scoring batch (13 queries of 311 tokens), a shape of the
+// kind evaluation meets by the hundred. Each row also gives the first call's time: less the median,
+// what a new shape costs before it runs (cuDNN builds a graph and plan per shape and keeps them).
 // TFLOP/s two ways: `counted`, the MFU's convention (kernels/op_profile.h: every query over
 // min(window, T) keys, causality and documents not discounted), and `actual`, the query-key
 // pairs the mask lets through (4 D FLOPs each forward, 8 D backward), i.e. the arithmetic the
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
   };
   const std::vector<Path> paths =
       backend_name == "cuda" ? std::vector<Path>{{"default", DType::bf16},
+                                                 {"pieces", DType::bf16},
                                                  {"flash", DType::bf16},
                                                  {"plain", DType::bf16},
                                                  {"plain", DType::f32}}
@@ -186,15 +189,23 @@ int main(int argc, char** argv) {
   nlohmann::json results = nlohmann::json::array();
   try {
     for (const Path& path : paths) {
-      if (std::string(path.name) == "default")
+      const std::string name = path.name;
+      if (name == "default" || name == "pieces")
         unsetenv("TANDEM_CUDA_ATTENTION");
       else
         setenv("TANDEM_CUDA_ATTENTION", path.name, 1);
+      // As many pieces as there are: one per kv head and batch entry.
+      if (name == "pieces")
+        setenv("TANDEM_CUDA_CUDNN_BACKWARD_PIECES", "1048576", 1);
+      else
+        unsetenv("TANDEM_CUDA_CUDNN_BACKWARD_PIECES");
       std::unique_ptr<Backend> be = tandem::kernels::make_backend(backend_name);
       for (const Problem& p : problems) {
         // The plain kernels (fp32 arithmetic on CUDA cores) on the full 7B shapes would take
         // most of a device call's budget for a number the 1B rows already give.
-        if (std::string(path.name) == "plain" && p.Hq > 16 && !quick) continue;
+        if (name == "plain" && p.Hq > 16 && !quick) continue;
+        // cuDNN takes no documents, and evaluation's batches never lack room.
+        if (name == "pieces" && (p.doc_length > 0 || p.B > 1)) continue;
         nlohmann::json j = measure(*be, p, path.dtype, repeats);
         j["path"] = path.name;
         j["dtype"] = path.dtype == DType::f32 ? "fp32" : "bf16";
@@ -222,6 +233,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   unsetenv("TANDEM_CUDA_ATTENTION");
+  unsetenv("TANDEM_CUDA_CUDNN_BACKWARD_PIECES");
   const nlohmann::json summary = {{"results", results}, {"repeats", repeats}};
   if (!json_out.empty()) std::ofstream(json_out) << summary.dump(2) << "\n";
   fmt::print("{}\n", summary.dump());

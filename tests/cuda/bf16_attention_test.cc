@@ -318,12 +318,42 @@ AttentionGrads attention_grads(kernels::Backend& b, const SavedAttention& s) {
   return run.grads(b);
 }
 
+// bf16 bits as floats.
+std::vector<float> widened(const std::vector<std::uint16_t>& bits) {
+  std::vector<float> out;
+  for (std::uint16_t b : bits) out.push_back(core::bf16_bits_to_f32(b));
+  return out;
+}
+
 // Two backwards' gradients, bit for bit.
 void expect_same_bits(const AttentionGrads& a, const AttentionGrads& b) {
   EXPECT_EQ(a.dq, b.dq);
   EXPECT_EQ(a.dk, b.dk);
   EXPECT_EQ(a.dv, b.dv);
 }
+
+// A backward in pieces against the same problem's whole: on the emulator bit for bit (each piece
+// computes its heads' gradients from their operands alone); on a GPU, where cuDNN may tile a
+// smaller problem otherwise, each gradient within twice the bound that both keep to the CPU's bf16
+// op (DefaultPathMatchesTheCpu's: 4u plus the reduction over 2 D + group x T terms).
+void expect_the_wholes_gradients(const AttentionGrads& in_pieces, const AttentionGrads& whole,
+                                 const SavedAttention& s, bool emulated) {
+  if (emulated) {
+    expect_same_bits(in_pieces, whole);
+    return;
+  }
+  const std::int64_t T = s.qs[1], D = s.qs[3], group = s.qs[2] / s.ks[2];
+  const double bound = 4 * kBf16U + reduction_bound(static_cast<double>(2 * D + group * T));
+  EXPECT_LE(rel_l2(widened(in_pieces.dq), widened(whole.dq)), 2 * bound) << "dq";
+  EXPECT_LE(rel_l2(widened(in_pieces.dk), widened(whole.dk)), 2 * bound) << "dk";
+  EXPECT_LE(rel_l2(widened(in_pieces.dv), widened(whole.dv)), 2 * bound) << "dv";
+}
+
+// In a test body: the CUDA backend `name`, whose bf16 attention is cuDNN's (else the test skips).
+#define REQUIRE_CUDNN_ATTENTION(name)                          \
+  REQUIRE_CUDA(name);                                          \
+  if (name.describe().find("fused SDPA") == std::string::npos) \
+  GTEST_SKIP() << "cuDNN's attention is not on this backend: " << name.describe()
 
 bool is_emulated(kernels::Backend& gpu) {
   return gpu.describe().find("CUDA emulator") != std::string::npos;
@@ -395,9 +425,7 @@ AttentionGrads grads_with_room(kernels::Backend& gpu, const SavedAttention& s, s
 // the gradients are those kernels' own, bit for bit, and with room again cuDNN's backward resumes
 // (its own gradients, bit for bit).
 TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
-  REQUIRE_CUDA(gpu);
-  if (gpu.describe().find("fused SDPA") == std::string::npos)
-    GTEST_SKIP() << "cuDNN's attention is not on this backend: " << gpu.describe();
+  REQUIRE_CUDNN_ATTENTION(gpu);
   const bool emulated = is_emulated(gpu);
   // Emulated, a small problem (its cuDNN's workspace: 768 KiB, a kv head's 384 KiB) and 128 KiB
   // of room; on a GPU one whose deterministic backward needs an fp32 dQ accumulator of 32 MiB
@@ -433,14 +461,10 @@ TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
 // Where cuDNN's backward workspace has no room for the whole problem but has for a piece of it,
 // the backward stays on cuDNN, in the largest pieces (batch entries x kv heads with their query
 // heads) that have room, one after another: said in describe(), repeated bit for bit, and the
-// whole problem's gradients: on the emulator bit for bit (each piece's arithmetic is the whole's on
-// its heads); on a GPU, where cuDNN may tile a smaller problem otherwise, each gradient within
-// twice the bound that both keep to the CPU's bf16 op (DefaultPathMatchesTheCpu's). With room
-// again the whole problem runs at once.
+// whole problem's gradients (expect_the_wholes_gradients). With room again the whole problem runs
+// at once.
 TEST(CudaBf16, CudnnBackwardWithoutRoomForTheWholeRunsInPieces) {
-  REQUIRE_CUDA(gpu);
-  if (gpu.describe().find("fused SDPA") == std::string::npos)
-    GTEST_SKIP() << "cuDNN's attention is not on this backend: " << gpu.describe();
+  REQUIRE_CUDNN_ATTENTION(gpu);
   const bool emulated = is_emulated(gpu);
   // Two batch entries of four query heads on two kv heads. Emulated (T = 256, D = 64) the
   // workspace is 1.5 MiB whole, 768 KiB for one entry's two kv heads (or both entries' one) and
@@ -450,7 +474,6 @@ TEST(CudaBf16, CudnnBackwardWithoutRoomForTheWholeRunsInPieces) {
   const SavedAttention s = saved_attention(gpu, B, T, Hq, Hkv, D, T / 3, 91);
   const AttentionGrads whole = attention_grads(gpu, s);
   ASSERT_EQ(gpu.describe().find("pieces"), std::string::npos) << gpu.describe();
-  const double bound = 4 * kBf16U + reduction_bound(2 * D + (Hq / Hkv) * T);
   // Room for one entry's two kv heads (2 pieces), then for one kv head (4 pieces).
   for (const auto& [room, pieces, shape] :
        {std::tuple{1000 * unit, 2, "1 batch entries x 2 kv heads"},
@@ -462,26 +485,48 @@ TEST(CudaBf16, CudnnBackwardWithoutRoomForTheWholeRunsInPieces) {
       GTEST_SKIP() << "this cuDNN's backward workspace for the problem fit in " << room
                    << " B: " << said;
     ASSERT_EQ(said.find("cuDNN refused attention backward"), std::string::npos) << said;
-    if (emulated) {
-      EXPECT_NE(said.find(fmt::format("ran in {} pieces of {}", pieces, shape)), std::string::npos)
-          << said;
-      expect_same_bits(in_pieces, whole);
-    } else {
-      EXPECT_NE(said.find("ran in"), std::string::npos) << said;
-      auto widen = [](const std::vector<std::uint16_t>& bits) {
-        std::vector<float> out;
-        for (std::uint16_t b : bits) out.push_back(core::bf16_bits_to_f32(b));
-        return out;
-      };
-      EXPECT_LE(rel_l2(widen(in_pieces.dq), widen(whole.dq)), 2 * bound) << "dq";
-      EXPECT_LE(rel_l2(widen(in_pieces.dk), widen(whole.dk)), 2 * bound) << "dk";
-      EXPECT_LE(rel_l2(widen(in_pieces.dv), widen(whole.dv)), 2 * bound) << "dv";
-    }
+    // The emulator's sizes are known; a GPU's cuDNN sizes its own.
+    EXPECT_NE(said.find(emulated ? fmt::format("ran in {} pieces of {}", pieces, shape) : "ran in"),
+              std::string::npos)
+        << said;
+    expect_the_wholes_gradients(in_pieces, whole, s, emulated);
     const AttentionGrads again = grads_with_room(gpu, s, room);
     expect_same_bits(again, in_pieces);
   }
   const AttentionGrads with_room = attention_grads(gpu, s);
   expect_same_bits(with_room, whole);
+}
+
+// TANDEM_CUDA_CUDNN_BACKWARD_PIECES=N cuts cuDNN's backward into N pieces or more where the whole
+// has room (the attention benchmark times it so), or into the most there are: the gradients are the
+// whole's as above. Anything but a whole number from 1 is refused when the backend is made.
+TEST(CudaBf16, CudnnBackwardPiecesCanBeAskedFor) {
+  REQUIRE_CUDNN_ATTENTION(gpu);
+  const bool emulated = is_emulated(gpu);
+  const std::int64_t B = 2, Hq = 4, Hkv = 2, T = 128, D = 64;
+  const SavedAttention s = saved_attention(gpu, B, T, Hq, Hkv, D, 50, 97);
+  const AttentionGrads whole = attention_grads(gpu, s);
+  for (const auto& [asked, said] :
+       {std::pair{"2", "ran in 2 pieces of 1 batch entries x 2 kv heads"},
+        std::pair{"3", "ran in 4 pieces of 1 batch entries x 1 kv heads"},
+        std::pair{"100", "ran in 4 pieces of 1 batch entries x 1 kv heads"}}) {
+    SCOPED_TRACE(std::string("TANDEM_CUDA_CUDNN_BACKWARD_PIECES=") + asked);
+    const testing::ScopedEnv pieces("TANDEM_CUDA_CUDNN_BACKWARD_PIECES", asked);
+    REQUIRE_CUDA(cut);
+    const AttentionGrads in_pieces = attention_grads(cut, s);
+    EXPECT_NE(cut.describe().find(said), std::string::npos) << cut.describe();
+    expect_the_wholes_gradients(in_pieces, whole, s, emulated);
+  }
+  for (const char* bad : {"0", "two", "-1"}) {
+    const testing::ScopedEnv pieces("TANDEM_CUDA_CUDNN_BACKWARD_PIECES", bad);
+    try {
+      kernels::make_backend("cuda");
+      ADD_FAILURE() << "TANDEM_CUDA_CUDNN_BACKWARD_PIECES=" << bad << " was accepted";
+    } catch (const core::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected a whole number of pieces"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Pieces whose lse would start off the 16 bytes cuDNN's tensors are declared with are not taken

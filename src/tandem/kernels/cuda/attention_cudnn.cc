@@ -8,10 +8,12 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/kernels/cuda/caching_allocator.h"
@@ -53,6 +55,19 @@ std::shared_ptr<fe::graph::Tensor_attributes> bthd(fe::graph::Graph& g, const ch
                       .set_stride({T * H_rows * D, D, H_rows * D, 1}));
 }
 
+// TANDEM_CUDA_CUDNN_BACKWARD_PIECES=N (a benchmark's and a test's knob): the backward in at least
+// N pieces even where the whole has room (1, or unset: the whole where it has room).
+std::int64_t backward_pieces_from_env() {
+  const char* value = std::getenv("TANDEM_CUDA_CUDNN_BACKWARD_PIECES");
+  if (value == nullptr || *value == '\0') return 1;
+  char* end = nullptr;
+  const long long n = std::strtoll(value, &end, 10);
+  TANDEM_CHECK(*end == '\0' && n >= 1,
+               "TANDEM_CUDA_CUDNN_BACKWARD_PIECES={}: expected a whole number of pieces, 1 or more",
+               value);
+  return n;
+}
+
 float scale_of(std::uint32_t bits) {
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
@@ -65,6 +80,7 @@ struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
   CachingAllocator* memory = nullptr;
+  std::int64_t min_pieces = 1;  // TANDEM_CUDA_CUDNN_BACKWARD_PIECES
   struct Entry {
     std::shared_ptr<fe::graph::Graph> graph;  // null: refused
     std::string refusal;
@@ -228,6 +244,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, Cachin
   auto impl = std::make_unique<Impl>();
   impl->stream = stream;
   impl->memory = &memory;
+  impl->min_pieces = backward_pieces_from_env();
   try {
     const std::size_t version = fe::detail::get_backend_version();
     if (version < 90200) {
@@ -245,6 +262,8 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, Cachin
   }
   return std::unique_ptr<CudnnAttention>(new CudnnAttention(std::move(impl)));
 }
+
+std::int64_t CudnnAttention::pieces_asked() const { return impl_->min_pieces; }
 
 std::string CudnnAttention::version() const {
   const std::size_t v = fe::detail::get_backend_version();
@@ -305,21 +324,25 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
   // operands alone), and where none has, tandem's kernels run instead of the step failing.
   void* workspace = nullptr;
   std::string why;
-  if (impl_->reserve(whole.workspace, &workspace, &why)) {
+  const std::vector<AttentionPiece> pieces = cudnn_backward_pieces(B, T, Hq, Hkv);
+  // At least min_pieces pieces, or the most there are.
+  const auto count = [&](const AttentionPiece& p) { return (B / p.batch) * (Hkv / p.kv_heads); };
+  const std::int64_t at_least = std::min(impl_->min_pieces, count(pieces.back()));
+  if (at_least <= 1 && impl_->reserve(whole.workspace, &workspace, &why)) {
     point_at(0, 0);
     const bool ok = impl_->execute(whole, pack, workspace, &refusal_);
     if (workspace) impl_->memory->free(workspace);  // stream-ordered: safe to reuse after this call
     return ok;
   }
   std::int64_t smallest = whole.workspace;
-  for (const AttentionPiece& piece : cudnn_backward_pieces(B, T, Hq, Hkv)) {
-    if (piece.batch == B && piece.kv_heads == Hkv) continue;  // the whole, tried above
+  for (const AttentionPiece& piece : pieces) {
+    // The whole was tried above (or is not asked for).
+    if (count(piece) < std::max<std::int64_t>(2, at_least)) continue;
     const Impl::Entry& e = impl_->build_backward(
         key_of(piece.batch, T, piece.kv_heads * group, piece.kv_heads, D, window, scale, Hq, Hkv));
     if (!e.graph) continue;
     smallest = std::min(smallest, e.workspace);
-    std::string piece_why;
-    if (!impl_->reserve(e.workspace, &workspace, &piece_why)) continue;
+    if (!impl_->reserve(e.workspace, &workspace, &why)) continue;
     bool ok = true;
     for (i64 b0 = 0; ok && b0 < B; b0 += piece.batch)
       for (i64 h0 = 0; ok && h0 < Hkv; h0 += piece.kv_heads) {
@@ -330,9 +353,15 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
     pieces_ = piece;
     return ok;
   }
-  refusal_ =
-      fmt::format("no room for cuDNN's {} B workspace, nor for its smallest piece's ({} B): {}",
-                  whole.workspace, smallest, why);
+  refusal_ = at_least > 1
+                 ? fmt::format(
+                       "no room for cuDNN's workspace in {} pieces or more "
+                       "(TANDEM_CUDA_CUDNN_BACKWARD_PIECES), the smallest piece's {} B: {}",
+                       at_least, smallest, why)
+                 : fmt::format(
+                       "no room for cuDNN's {} B workspace, nor for its smallest piece's "
+                       "({} B): {}",
+                       whole.workspace, smallest, why);
   return false;
 }
 

@@ -4,8 +4,10 @@
 // quantity the plain kernels save, so either backward can follow either forward). The backward
 // asks for cuDNN's deterministic algorithm, whose workspace grows with batch x heads x T^2: where
 // the device has no room for it, the backward runs in pieces of batch entries and kv heads
-// (scratch_sizes.h's cudnn_backward_pieces, the largest that have room). Intra-document masking is
-// not expressed here (the backend uses its own kernels for it).
+// (scratch_sizes.h's cudnn_backward_pieces, the largest that have room);
+// TANDEM_CUDA_CUDNN_BACKWARD_PIECES=N asks for N pieces or more even where the whole has room
+// (the attention benchmark's and the tests' knob; anything but a whole number from 1 is refused).
+// Intra-document masking is not expressed here (the backend uses its own kernels for it).
 //
 // libcudnn is opened at run time (the frontend's dynamic loading), so a binary built with this
 // file runs where cuDNN is missing; open() then says why and the backend keeps its own kernels.
@@ -25,7 +27,8 @@ class CachingAllocator;
 
 class CudnnAttention {
  public:
-  // Null (and `why` filled) when libcudnn cannot be opened or is older than the frontend needs.
+  // Null (and `why` filled) when libcudnn cannot be opened or is older than the frontend needs;
+  // throws on a bad TANDEM_CUDA_CUDNN_BACKWARD_PIECES.
   static std::unique_ptr<CudnnAttention> open(cudaStream_t stream, CachingAllocator& memory,
                                               std::string* why);
   ~CudnnAttention();
@@ -48,6 +51,8 @@ class CudnnAttention {
   const std::string& last_refusal() const { return refusal_; }
   // The piece the last backward that ran was cut into ({B, Hkv}: the whole problem at once).
   const AttentionPiece& last_pieces() const { return pieces_; }
+  // TANDEM_CUDA_CUDNN_BACKWARD_PIECES (1 where unset).
+  std::int64_t pieces_asked() const;
 
  private:
   struct Impl;

@@ -78,11 +78,15 @@ void AttentionPaths::note_pieces(const AttentionProblem& p) {
   // Said when it changes (every layer of a run cuts alike): on stderr and in the note.
   const AttentionPiece& piece = cudnn_->last_pieces();
   if (piece.batch == p.B && piece.kv_heads == p.Hkv) return;
+  const std::string why =
+      cudnn_->pieces_asked() > 1
+          ? fmt::format("TANDEM_CUDA_CUDNN_BACKWARD_PIECES={}", cudnn_->pieces_asked())
+          : std::string("no room for its workspace at once");
   const std::string line = fmt::format(
       "cuDNN's attention backward for B={} T={} Hq={} Hkv={} D={} window={} ran in {} pieces of {} "
-      "batch entries x {} kv heads (no room for its workspace at once)",
+      "batch entries x {} kv heads ({})",
       p.B, p.T, p.Hq, p.Hkv, p.D, p.window, (p.B / piece.batch) * (p.Hkv / piece.kv_heads),
-      piece.batch, piece.kv_heads);
+      piece.batch, piece.kv_heads, why);
   if (line == pieces_reported_) return;
   pieces_reported_ = line;
   fmt::print(stderr, "cuda: {}\n", line);
