@@ -428,8 +428,8 @@ TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
   REQUIRE_CUDNN_ATTENTION(gpu);
   const bool emulated = is_emulated(gpu);
   // Emulated, a small problem (its cuDNN's workspace: 768 KiB, a kv head's 384 KiB) and 128 KiB
-  // of room; on a GPU one whose deterministic backward needs an fp32 dQ accumulator of 32 MiB
-  // alone (8 MiB for one kv head's two query heads, with 256 MiB of dP), and 8 MiB.
+  // of room; on a GPU one whose deterministic backward's dP workspace alone is 1 GiB (256 MiB for
+  // one kv head's two query heads), and 8 MiB.
   const std::int64_t T = emulated ? 256 : 8192, Hq = emulated ? 4 : 8, D = emulated ? 64 : 128;
   const std::int64_t room = emulated ? std::int64_t{128} << 10 : std::int64_t{8} << 20;
   const SavedAttention s = saved_attention(gpu, 1, T, Hq, Hq / 2, D, T / 3, 81);
