@@ -31,7 +31,8 @@
 # bench_1b.json, bench_7b_stack.json, hf_1b.json, bench_attention.json, and when time is left for
 # them hf_1b_compiled.json, bench_1b_accumulated.json, bench_1b_flash.json, bench_1b_unpacked.json
 # and sanitizer_{memcheck,racecheck,racecheck_ops}.log. Exit status 0 only when the tests and the
-# HF comparison passed, the benchmarks ran (the optional last ones aside) and compute-sanitizer found nothing.
+# HF comparison passed, the benchmarks ran (the optional last ones aside) and compute-sanitizer
+# found nothing.
 #
 # Usage (device machine, repo root; `run` with kind nvidia-h200 and carry [".gpu-carry"]):
 # bash bench/gpu_check.sh.
