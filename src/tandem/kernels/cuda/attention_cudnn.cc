@@ -55,19 +55,6 @@ std::shared_ptr<fe::graph::Tensor_attributes> bthd(fe::graph::Graph& g, const ch
                       .set_stride({T * H_rows * D, D, H_rows * D, 1}));
 }
 
-// TANDEM_CUDA_CUDNN_BACKWARD_PIECES=N (a benchmark's and a test's knob): the backward in at least
-// N pieces even where the whole has room (1, or unset: the whole where it has room).
-std::int64_t backward_pieces_from_env() {
-  const char* value = std::getenv("TANDEM_CUDA_CUDNN_BACKWARD_PIECES");
-  if (value == nullptr || *value == '\0') return 1;
-  char* end = nullptr;
-  const long long n = std::strtoll(value, &end, 10);
-  TANDEM_CHECK(*end == '\0' && n >= 1,
-               "TANDEM_CUDA_CUDNN_BACKWARD_PIECES={}: expected a whole number of pieces, 1 or more",
-               value);
-  return n;
-}
-
 float scale_of(std::uint32_t bits) {
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
@@ -228,6 +215,7 @@ CudnnAttention::~CudnnAttention() {
 }
 
 std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, CachingAllocator& memory,
+                                                     std::int64_t backward_pieces,
                                                      std::string* why) {
 #ifndef TANDEM_EMULATED_CUDNN  // the CUDA emulator's frontend runs on the CPU: nothing to load
   if (fe::cudnn_dlhandle == nullptr) {
@@ -244,7 +232,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(cudaStream_t stream, Cachin
   auto impl = std::make_unique<Impl>();
   impl->stream = stream;
   impl->memory = &memory;
-  impl->min_pieces = backward_pieces_from_env();
+  impl->min_pieces = std::max<std::int64_t>(1, backward_pieces);
   try {
     const std::size_t version = fe::detail::get_backend_version();
     if (version < 90200) {

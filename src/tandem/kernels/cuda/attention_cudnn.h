@@ -6,7 +6,7 @@
 // the device has no room for it, the backward runs in pieces of batch entries and kv heads
 // (scratch_sizes.h's cudnn_backward_pieces, the largest that have room);
 // TANDEM_CUDA_CUDNN_BACKWARD_PIECES=N asks for N pieces or more even where the whole has room
-// (the attention benchmark's and the tests' knob; anything but a whole number from 1 is refused).
+// (the attention benchmark's and the tests' knob, read by attention_paths.h).
 // Intra-document masking is not expressed here (the backend uses its own kernels for it).
 //
 // libcudnn is opened at run time (the frontend's dynamic loading), so a binary built with this
@@ -27,10 +27,10 @@ class CachingAllocator;
 
 class CudnnAttention {
  public:
-  // Null (and `why` filled) when libcudnn cannot be opened or is older than the frontend needs;
-  // throws on a bad TANDEM_CUDA_CUDNN_BACKWARD_PIECES.
+  // Null (and `why` filled) when libcudnn cannot be opened or is older than the frontend needs.
+  // `backward_pieces`: TANDEM_CUDA_CUDNN_BACKWARD_PIECES's value (attention_paths.h).
   static std::unique_ptr<CudnnAttention> open(cudaStream_t stream, CachingAllocator& memory,
-                                              std::string* why);
+                                              std::int64_t backward_pieces, std::string* why);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;

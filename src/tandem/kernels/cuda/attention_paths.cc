@@ -24,8 +24,19 @@ AttentionChoice attention_choice_from_env() {
                              : AttentionChoice::automatic;
 }
 
-AttentionPaths::AttentionPaths(AttentionChoice choice, cudaStream_t stream,
-                               CachingAllocator& memory)
+std::int64_t cudnn_backward_pieces_from_env() {
+  const char* value = std::getenv("TANDEM_CUDA_CUDNN_BACKWARD_PIECES");
+  if (value == nullptr || *value == '\0') return 1;
+  char* end = nullptr;
+  const long long n = std::strtoll(value, &end, 10);
+  TANDEM_CHECK(*end == '\0' && n >= 1,
+               "TANDEM_CUDA_CUDNN_BACKWARD_PIECES={}: expected a whole number of pieces, 1 or more",
+               value);
+  return n;
+}
+
+AttentionPaths::AttentionPaths(AttentionChoice choice, std::int64_t cudnn_backward_pieces,
+                               cudaStream_t stream, CachingAllocator& memory)
     : stream_(stream), memory_(memory), flash_(choice != AttentionChoice::plain) {
   const std::string fallback = fmt::format(
       "tensor-core kernels for bf16 up to head_dim {}, plain kernels for fp32 and larger heads",
@@ -37,13 +48,14 @@ AttentionPaths::AttentionPaths(AttentionChoice choice, cudaStream_t stream,
   } else {
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
     std::string reason;
-    cudnn_ = CudnnAttention::open(stream_, memory_, &reason);
+    cudnn_ = CudnnAttention::open(stream_, memory_, cudnn_backward_pieces, &reason);
     note_ = cudnn_ ? fmt::format(
                          "cuDNN {} fused SDPA for bf16 (deterministic backward); {} where cuDNN "
                          "does not apply (documents, refused shapes)",
                          cudnn_->version(), fallback)
                    : fmt::format("{} (cuDNN unavailable: {})", fallback, reason);
 #else
+    (void)cudnn_backward_pieces;
     note_ = fallback + " (built without the cuDNN frontend)";
 #endif
   }

@@ -20,6 +20,10 @@ class CudnnAttention;
 enum class AttentionChoice { automatic, flash, plain };
 // TANDEM_CUDA_ATTENTION (unset: automatic); any other value than plain or flash is refused.
 AttentionChoice attention_choice_from_env();
+// TANDEM_CUDA_CUDNN_BACKWARD_PIECES (unset: 1): cuDNN's attention backward in at least this many
+// pieces even where its whole workspace has room (attention_cudnn.h; the attention benchmark's and
+// the tests' knob); anything but a whole number from 1 is refused.
+std::int64_t cudnn_backward_pieces_from_env();
 
 // q [B, T, Hq, D], k and v [B, T, Hkv, D]; doc_start (a document start per token) null for none,
 // already checked by the caller.
@@ -32,8 +36,9 @@ struct AttentionProblem {
 class AttentionPaths {
  public:
   // Opens cuDNN (automatic choice, built with the frontend) on `stream`, its workspace and the
-  // backward's scratch from `memory`.
-  AttentionPaths(AttentionChoice choice, cudaStream_t stream, CachingAllocator& memory);
+  // backward's scratch from `memory`; `cudnn_backward_pieces` as cudnn_backward_pieces_from_env.
+  AttentionPaths(AttentionChoice choice, std::int64_t cudnn_backward_pieces, cudaStream_t stream,
+                 CachingAllocator& memory);
   ~AttentionPaths();
   AttentionPaths(const AttentionPaths&) = delete;
   AttentionPaths& operator=(const AttentionPaths&) = delete;

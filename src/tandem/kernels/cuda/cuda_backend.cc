@@ -125,8 +125,10 @@ struct CudaBackend::State {
 };
 
 CudaBackend::CudaBackend() : s_(std::make_unique<State>()) {
-  // An unknown TANDEM_CUDA_ATTENTION fails before the device is touched.
+  // An unknown TANDEM_CUDA_ATTENTION or a bad TANDEM_CUDA_CUDNN_BACKWARD_PIECES fails before the
+  // device is touched.
   const cuda::AttentionChoice attention = cuda::attention_choice_from_env();
+  const std::int64_t cudnn_backward_pieces = cuda::cudnn_backward_pieces_from_env();
   std::string why;
   TANDEM_CHECK(cuda_device_count(&why) > 0, "backend 'cuda': no CUDA GPU is visible ({})", why);
   check(cudaGetDevice(&s_->device), "cudaGetDevice");
@@ -141,7 +143,8 @@ CudaBackend::CudaBackend() : s_(std::make_unique<State>()) {
   const auto gemm_workspace_bytes = static_cast<std::size_t>(cuda::kGemmWorkspaceBytes);
   s_->gemm_workspace = s_->memory.allocate(gemm_workspace_bytes);
   s_->gemm = std::make_unique<cuda::LtGemm>(s_->stream, s_->gemm_workspace, gemm_workspace_bytes);
-  s_->attention = std::make_unique<cuda::AttentionPaths>(attention, s_->stream, s_->memory);
+  s_->attention = std::make_unique<cuda::AttentionPaths>(attention, cudnn_backward_pieces,
+                                                         s_->stream, s_->memory);
   s_->sync("creating the CUDA backend");
 }
 
