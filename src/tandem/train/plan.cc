@@ -319,11 +319,10 @@ Plan make_plan(const PlanInput& in) {
     // A run that fits with tandem's kernels but not with any piece of cuDNN's workspace falls
     // back; one that fits neither way is planned on the default path (the whole at once).
     const bool kernels_room = fits(row_sums);
-    if (!cudnn_room) cudnn = whole;
     std::string path = "cuDNN workspace";
     double attention = cudnn;
     if (cudnn_path && cudnn_room && (piece.batch != mb || piece.kv_heads != c.n_kv_heads)) {
-      p.attention_backward_pieces = (mb / piece.batch) * (c.n_kv_heads / piece.kv_heads);
+      p.attention_backward_pieces = piece.count(mb, c.n_kv_heads);
       path = fmt::format("cuDNN workspace, in {} pieces of {} batch entries x {} kv heads",
                          p.attention_backward_pieces, piece.batch, piece.kv_heads);
       p.notes.push_back(fmt::format(

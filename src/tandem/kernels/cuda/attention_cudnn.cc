@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -310,36 +311,38 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
   // T = 8192 with cuDNN before 9.25): where the whole has no room, the largest pieces that have
   // run one after another (each computes the gradients of its own heads and entries, from their
   // operands alone), and where none has, tandem's kernels run instead of the step failing.
-  void* workspace = nullptr;
+  // Runs the problem in pieces of `piece`'s shape with `e`'s graph; nullopt where its workspace
+  // has no room (the allocator's message in `why`).
   std::string why;
-  const std::vector<AttentionPiece> pieces = cudnn_backward_pieces(B, T, Hq, Hkv);
-  // At least min_pieces pieces, or the most there are.
-  const auto count = [&](const AttentionPiece& p) { return (B / p.batch) * (Hkv / p.kv_heads); };
-  const std::int64_t at_least = std::min(impl_->min_pieces, count(pieces.back()));
-  if (at_least <= 1 && impl_->reserve(whole.workspace, &workspace, &why)) {
-    point_at(0, 0);
-    const bool ok = impl_->execute(whole, pack, workspace, &refusal_);
-    if (workspace) impl_->memory->free(workspace);  // stream-ordered: safe to reuse after this call
-    return ok;
-  }
-  std::int64_t smallest = whole.workspace;
-  for (const AttentionPiece& piece : pieces) {
-    // The whole was tried above (or is not asked for).
-    if (count(piece) < std::max<std::int64_t>(2, at_least)) continue;
-    const Impl::Entry& e = impl_->build_backward(
-        key_of(piece.batch, T, piece.kv_heads * group, piece.kv_heads, D, window, scale, Hq, Hkv));
-    if (!e.graph) continue;
-    smallest = std::min(smallest, e.workspace);
-    if (!impl_->reserve(e.workspace, &workspace, &why)) continue;
+  auto run_in = [&](const AttentionPiece& piece, const Impl::Entry& e) -> std::optional<bool> {
+    void* workspace = nullptr;
+    if (!impl_->reserve(e.workspace, &workspace, &why)) return std::nullopt;
     bool ok = true;
     for (i64 b0 = 0; ok && b0 < B; b0 += piece.batch)
       for (i64 h0 = 0; ok && h0 < Hkv; h0 += piece.kv_heads) {
         point_at(b0, h0);
         ok = impl_->execute(e, pack, workspace, &refusal_);
       }
-    if (workspace) impl_->memory->free(workspace);
+    if (workspace) impl_->memory->free(workspace);  // stream-ordered: safe to reuse after this call
     pieces_ = piece;
     return ok;
+  };
+  // The whole first, without listing pieces (every layer's backward comes here), unless pieces
+  // are asked for.
+  if (impl_->min_pieces <= 1)
+    if (const std::optional<bool> ok = run_in(AttentionPiece{B, Hkv}, whole)) return *ok;
+  const std::vector<AttentionPiece> pieces = cudnn_backward_pieces(B, T, Hq, Hkv);
+  // At least min_pieces pieces (or the most there are); more than one where the whole was tried.
+  const std::int64_t at_least = std::min(impl_->min_pieces, pieces.back().count(B, Hkv));
+  const std::int64_t fewest = impl_->min_pieces <= 1 ? 2 : at_least;
+  std::int64_t smallest = whole.workspace;
+  for (const AttentionPiece& piece : pieces) {
+    if (piece.count(B, Hkv) < fewest) continue;
+    const Impl::Entry& e = impl_->build_backward(
+        key_of(piece.batch, T, piece.kv_heads * group, piece.kv_heads, D, window, scale, Hq, Hkv));
+    if (!e.graph) continue;
+    smallest = std::min(smallest, e.workspace);
+    if (const std::optional<bool> ok = run_in(piece, e)) return *ok;
   }
   refusal_ = at_least > 1
                  ? fmt::format(

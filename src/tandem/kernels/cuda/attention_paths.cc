@@ -97,8 +97,8 @@ void AttentionPaths::note_pieces(const AttentionProblem& p) {
   const std::string line = fmt::format(
       "cuDNN's attention backward for B={} T={} Hq={} Hkv={} D={} window={} ran in {} pieces of {} "
       "batch entries x {} kv heads ({})",
-      p.B, p.T, p.Hq, p.Hkv, p.D, p.window, (p.B / piece.batch) * (p.Hkv / piece.kv_heads),
-      piece.batch, piece.kv_heads, why);
+      p.B, p.T, p.Hq, p.Hkv, p.D, p.window, piece.count(p.B, p.Hkv), piece.batch, piece.kv_heads,
+      why);
   if (line == pieces_reported_) return;
   pieces_reported_ = line;
   fmt::print(stderr, "cuda: {}\n", line);

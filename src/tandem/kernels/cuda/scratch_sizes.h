@@ -53,6 +53,10 @@ inline std::int64_t cudnn_attention_backward_workspace_bytes(std::int64_t B, std
 // of 8).
 struct AttentionPiece {
   std::int64_t batch = 1, kv_heads = 1;
+  // How many such pieces a [B, ..., Hkv] problem is cut into.
+  std::int64_t count(std::int64_t B, std::int64_t Hkv) const {
+    return (B / batch) * (Hkv / kv_heads);
+  }
 };
 inline std::vector<AttentionPiece> cudnn_backward_pieces(std::int64_t B, std::int64_t T,
                                                          std::int64_t Hq, std::int64_t Hkv) {
