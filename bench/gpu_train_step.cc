@@ -265,6 +265,7 @@ int main(int argc, char** argv) {
     }
     const std::int64_t B = a.batch, T = a.seq, M = a.micro_batch;
     backend->reset_peak_memory();
+    const kernels::MemoryStats before_timed = backend->memory_stats();
     std::vector<double> times;
     for (std::int64_t s = 0; s < a.steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -305,6 +306,10 @@ int main(int argc, char** argv) {
     j["peak_memory_in_use_gib"] = gib(mem.peak_in_use);
     j["peak_memory_reserved_gib"] = gib(mem.peak_reserved);
     j["device_memory_total_gib"] = gib(mem.device_total);
+    // The allocator's calls to the driver in the timed steps: none where every buffer comes from
+    // its cache, as after the warm-up it should (docs/cuda.md, Memory).
+    j["timed_steps_cuda_mallocs"] = mem.driver_allocations - before_timed.driver_allocations;
+    j["timed_steps_cache_releases"] = mem.cache_releases - before_timed.cache_releases;
     // `tandem plan`'s count of the same step (its backend memory: buffers and, on the CUDA
     // backend, the kernels' scratch), against the peak measured over the timed steps.
     {
@@ -339,10 +344,11 @@ int main(int argc, char** argv) {
         "{} ({}): {:.0f} tokens/s, {:.3f} s/step (median of {}), {:.1f} TFLOP/s = MFU {:.1f}% of "
         "the "
         "bf16 peak ({:.0f} TFLOP/s), {:.1f}% of the fp32 peak; peak memory {:.1f} GiB in use, "
-        "{:.1f} GiB reserved; loss {:.4f}\n",
+        "{:.1f} GiB reserved, {} cudaMalloc call(s) in the timed steps; loss {:.4f}\n",
         a.label.empty() ? a.config : a.label, model::precision_name(precision), tokens_per_s,
         step_s, a.steps, achieved / 1e12, 100.0 * achieved / peak_bf16, peak_bf16 / 1e12,
-        100.0 * achieved / peak_fp32, gib(mem.peak_in_use), gib(mem.peak_reserved), timed_loss);
+        100.0 * achieved / peak_fp32, gib(mem.peak_in_use), gib(mem.peak_reserved),
+        j["timed_steps_cuda_mallocs"].get<std::int64_t>(), timed_loss);
     if (!a.json_out.empty()) std::ofstream(a.json_out) << j.dump(2) << "\n";
     fmt::print("{}\n", j.dump());
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -391,7 +392,10 @@ SavedAttention saved_attention(kernels::Backend& gpu, std::int64_t B, std::int64
 // The backward of `s` with `room` bytes of device memory left to tandem beyond its operands. The
 // room is taken as another process would take it: an allocation on a GPU, on the emulator
 // TANDEM_CUDA_EMULATOR_HELD_BYTES (filling its 8 GiB would take that much host memory).
-AttentionGrads grads_with_room(kernels::Backend& gpu, const SavedAttention& s, std::int64_t room) {
+// `then`, where given, runs after the backward with the room still so (the grads returned are
+// those after it).
+AttentionGrads grads_with_room(kernels::Backend& gpu, const SavedAttention& s, std::int64_t room,
+                               const std::function<void(AttentionBackward&)>& then = {}) {
   AttentionBackward short_of_room(gpu, s);
   {
     gpu.release_cached_memory();
@@ -413,6 +417,7 @@ AttentionGrads grads_with_room(kernels::Backend& gpu, const SavedAttention& s, s
       }
     }
     short_of_room.run(gpu, s);
+    if (then) then(short_of_room);
   }
   // The fillers went back to the allocator's cache: to the device, for what follows.
   gpu.release_cached_memory();
@@ -422,7 +427,8 @@ AttentionGrads grads_with_room(kernels::Backend& gpu, const SavedAttention& s, s
 // Where cuDNN's backward workspace finds no room, not even for one batch entry and one kv head,
 // the backward runs on tandem's tensor-core kernels from cuDNN's saved output and lse (`tandem
 // plan` counts on this for runs whose workspace does not fit): the refusal is said in describe(),
-// the gradients are those kernels' own, bit for bit, and with room again cuDNN's backward resumes
+// the gradients are those kernels' own, bit for bit, a second backward short of room goes there
+// without giving the allocator's cache back again, and with room again cuDNN's backward resumes
 // (its own gradients, bit for bit).
 TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
   REQUIRE_CUDNN_ATTENTION(gpu);
@@ -437,13 +443,24 @@ TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
   const AttentionGrads cudnn = attention_grads(gpu, s);
   ASSERT_EQ(gpu.describe().find("cuDNN refused attention"), std::string::npos) << gpu.describe();
 
-  const AttentionGrads without_room = grads_with_room(gpu, s, room);
+  kernels::MemoryStats before, after;
+  AttentionGrads first;
+  const AttentionGrads without_room =
+      grads_with_room(gpu, s, room, [&](AttentionBackward& backward) {
+        first = backward.grads(gpu);
+        before = gpu.memory_stats();
+        backward.run(gpu, s);
+        after = gpu.memory_stats();
+      });
   const std::string said = gpu.describe();
   if (!emulated && said.find("no room for cuDNN's") == std::string::npos)
     GTEST_SKIP() << "this cuDNN's backward workspace for the problem fit in the " << (room >> 20)
                  << " MiB left: " << said;
   EXPECT_NE(said.find("no room for cuDNN's"), std::string::npos) << said;
   EXPECT_NE(said.find("tensor-core kernels run instead"), std::string::npos) << said;
+  EXPECT_EQ(after.cache_releases, before.cache_releases);
+  EXPECT_EQ(after.driver_allocations, before.driver_allocations);
+  expect_same_bits(without_room, first);
 
   AttentionGrads tensor_cores;
   {
@@ -463,15 +480,24 @@ TEST(CudaBf16, CudnnWorkspaceWithoutRoomFallsBackToTheTensorCoreKernels) {
 // heads) that have room, one after another: said in describe(), repeated bit for bit, and the
 // whole problem's gradients (expect_the_wholes_gradients). With room again the whole problem runs
 // at once.
+// The pieces tests' problem: two batch entries of four query heads on two kv heads. Emulated
+// (T = 256, D = 64) the workspace is 1.5 MiB whole, 768 KiB for one entry's two kv heads (or both
+// entries' one) and 384 KiB for one entry's one; on a GPU (T = 1024, D = 128) cuDNN's dP alone is
+// 16, 8 and 4 MiB. So 1000 of pieces_room_unit() hold two pieces' workspace, 500 four's.
+SavedAttention pieces_problem(kernels::Backend& gpu, std::uint64_t seed) {
+  const bool emulated = is_emulated(gpu);
+  const std::int64_t T = emulated ? 256 : 1024, D = emulated ? 64 : 128;
+  return saved_attention(gpu, 2, T, 4, 2, D, T / 3, seed);
+}
+std::int64_t pieces_room_unit(kernels::Backend& gpu) {
+  return is_emulated(gpu) ? std::int64_t{1} << 10 : std::int64_t{12} << 10;
+}
+
 TEST(CudaBf16, CudnnBackwardWithoutRoomForTheWholeRunsInPieces) {
   REQUIRE_CUDNN_ATTENTION(gpu);
   const bool emulated = is_emulated(gpu);
-  // Two batch entries of four query heads on two kv heads. Emulated (T = 256, D = 64) the
-  // workspace is 1.5 MiB whole, 768 KiB for one entry's two kv heads (or both entries' one) and
-  // 384 KiB for one entry's one; on a GPU (T = 1024, D = 128) cuDNN's dP alone is 16, 8 and 4 MiB.
-  const std::int64_t B = 2, Hq = 4, Hkv = 2, T = emulated ? 256 : 1024, D = emulated ? 64 : 128;
-  const std::int64_t unit = emulated ? std::int64_t{1} << 10 : std::int64_t{12} << 10;
-  const SavedAttention s = saved_attention(gpu, B, T, Hq, Hkv, D, T / 3, 91);
+  const std::int64_t unit = pieces_room_unit(gpu);
+  const SavedAttention s = pieces_problem(gpu, 91);
   const AttentionGrads whole = attention_grads(gpu, s);
   ASSERT_EQ(gpu.describe().find("pieces"), std::string::npos) << gpu.describe();
   // Room for one entry's two kv heads (2 pieces), then for one kv head (4 pieces).
@@ -495,6 +521,36 @@ TEST(CudaBf16, CudnnBackwardWithoutRoomForTheWholeRunsInPieces) {
   }
   const AttentionGrads with_room = attention_grads(gpu, s);
   expect_same_bits(with_room, whole);
+}
+
+// Under memory pressure every layer's backward meets the same shortage: once one has run in
+// pieces, the next takes the pieces' workspace from the allocator's cache, with no cudaMalloc and
+// without giving the cache back (a device synchronisation, then cudaMalloc again for every block
+// it held, on every layer's backward).
+TEST(CudaBf16, CudnnBackwardInPiecesKeepsTheAllocatorsCache) {
+  REQUIRE_CUDNN_ATTENTION(gpu);
+  const bool emulated = is_emulated(gpu);
+  const std::int64_t room = 1000 * pieces_room_unit(gpu);  // two pieces' workspace
+  const SavedAttention s = pieces_problem(gpu, 93);
+  const AttentionGrads whole = attention_grads(gpu, s);
+  kernels::MemoryStats before, after;
+  std::string first_said;
+  const AttentionGrads second = grads_with_room(gpu, s, room, [&](AttentionBackward& backward) {
+    first_said = gpu.describe();
+    before = gpu.memory_stats();
+    backward.run(gpu, s);
+    after = gpu.memory_stats();
+  });
+  if (!emulated && first_said.find("pieces") == std::string::npos)
+    GTEST_SKIP() << "this cuDNN's backward workspace for the problem fit in " << room
+                 << " B: " << first_said;
+  EXPECT_NE(first_said.find(emulated ? "ran in 2 pieces" : "ran in"), std::string::npos)
+      << first_said;
+  EXPECT_NE(gpu.describe().find(emulated ? "ran in 2 pieces" : "ran in"), std::string::npos)
+      << gpu.describe();
+  EXPECT_EQ(after.driver_allocations, before.driver_allocations);
+  EXPECT_EQ(after.cache_releases, before.cache_releases);
+  expect_the_wholes_gradients(second, whole, s, emulated);
 }
 
 // TANDEM_CUDA_CUDNN_BACKWARD_PIECES=N cuts cuDNN's backward into N pieces or more where the whole

@@ -148,7 +148,8 @@ TEST(CudaPlan, ARunWithoutRoomSaysSoAtStartUpAndWhatWouldFit) {
 // A bf16 run whose device has room for cuDNN's attention backward workspace in pieces but not at
 // once: the start-up check plans the pieces (`tandem plan`'s figure with the largest piece that
 // fits) and says so, the backward runs in them, and the run is the run with room, bit for bit (the
-// first step's gradient norm, the second step's loss). Emulated only (the room is set by
+// first step's gradient norm, the second step's loss), its second step without a cudaMalloc or a
+// release of the allocator's cache. Emulated only (the room is set by
 // TANDEM_CUDA_EMULATOR_HELD_BYTES): 8 heads of 8 on 2 kv heads, 2 sequences of 128 per
 // micro-batch, so that the workspace (576 KiB whole, 288 KiB for one sequence's two kv heads) is
 // the largest scratch, the room half way between the two.
@@ -184,6 +185,12 @@ TEST(CudaPlan, ARunWithRoomForCudnnsWorkspaceOnlyInPiecesRunsThem) {
   EXPECT_NE(tight_log.find("ran in 2 pieces of 1 batch entries x 2 kv heads"), std::string::npos)
       << tight_log;
   EXPECT_EQ(tight_log.find("WARNING"), std::string::npos) << tight_log;
+  // The second step takes every buffer, the pieces' workspace too, from the allocator's cache.
+  for (const std::string* log : {&roomy_log, &tight_log})
+    EXPECT_NE(log->find("device allocator in the training steps after the first: 0 cudaMalloc "
+                        "call(s), 0 cache release(s)"),
+              std::string::npos)
+        << *log;
   ASSERT_EQ(roomy.size(), 2u);
   ASSERT_EQ(tight.size(), 2u);
   EXPECT_EQ(tight[0]["train/grad_norm"].get<double>(), roomy[0]["train/grad_norm"].get<double>());

@@ -68,6 +68,10 @@ struct MemoryStats {
   std::int64_t peak_reserved = 0;
   std::int64_t device_free = 0;
   std::int64_t device_total = 0;
+  // A caching device allocator's calls to the driver: allocations it made, and the times it gave
+  // its cache back (when the device was full). Both stay put in a steady training step.
+  std::int64_t driver_allocations = 0;
+  std::int64_t cache_releases = 0;
 };
 
 class Backend {

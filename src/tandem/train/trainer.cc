@@ -286,6 +286,9 @@ int Trainer::run() {
     metrics_callback.write(record);
   }
   double step_seconds = 0.0, step_comm_seconds = 0.0, step_busy_seconds = 0.0;
+  // A device allocator's driver calls in the training steps after the first (evaluation and
+  // checkpoints between them left out): none in a steady run.
+  std::int64_t later_steps_driver_allocations = 0, later_steps_cache_releases = 0;
   while (counters_.step < max_steps) {
     int stop_signal = core::stop_signal_received();
     if (comm_.world_size() > 1) {
@@ -310,8 +313,15 @@ int Trainer::run() {
                                             static_cast<std::uint64_t>(comm_.world_size()));
     const bool profiled = counters_.step + 1 == config_.trainer.profile_step;
     if (profiled) backend_->start_op_profile();
+    const kernels::MemoryStats memory_before = backend_->memory_stats();
     StepResult r = train_step_->run(batch, counters_.step + 1);
     backend_->synchronize();
+    if (counters_.step > first_step) {
+      const kernels::MemoryStats memory_after = backend_->memory_stats();
+      later_steps_driver_allocations +=
+          memory_after.driver_allocations - memory_before.driver_allocations;
+      later_steps_cache_releases += memory_after.cache_releases - memory_before.cache_releases;
+    }
     if (profiled)  // this rank's ops, over its share of the step's tokens
       write_op_profile(backend_->finish_op_profile(), counters_.step + 1,
                        r.tokens / comm_.world_size());
@@ -366,9 +376,17 @@ int Trainer::run() {
     checkpoints_->on_step_end(event);
   }
   checkpoints_->save(CheckpointCallback::SaveKind::kFinal);
-  if (const kernels::MemoryStats m = backend_->memory_stats(); m.peak_reserved > 0)
+  if (const kernels::MemoryStats m = backend_->memory_stats(); m.peak_reserved > 0) {
     log(fmt::format("device memory: peak {} in use, peak {} reserved (caching allocator)",
                     bytes(m.peak_in_use), bytes(m.peak_reserved)));
+    // Steady steps take every buffer from the allocator's cache; a release means the device was
+    // full (each a device synchronisation, then cudaMalloc again for every block the cache held).
+    if (counters_.step > first_step + 1)
+      log(
+          fmt::format("device allocator in the training steps after the first: {} cudaMalloc "
+                      "call(s), {} cache release(s)",
+                      later_steps_driver_allocations, later_steps_cache_releases));
+  }
   const std::int64_t steps_this_run = counters_.step - first_step;
   if ((comm_.world_size() > 1 || sharded_) && steps_this_run > 0) {
     // Step time and the share spent in collectives (bench/dist_step.sh reads this line).

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -75,6 +76,10 @@ struct CudnnAttention::Impl {
     std::int64_t workspace = 0;
   };
   std::map<Key, Entry> forward, backward;
+  // How many pieces each backward problem last ran in (absent: the whole, or not run yet;
+  // kNoPieceFit: not even its smallest piece had room with the allocator's cache given back).
+  std::map<Key, std::int64_t> pieces_ran;
+  static constexpr std::int64_t kNoPieceFit = std::numeric_limits<std::int64_t>::max();
 
   // A graph of `key`'s q, k, v that `describe` completes, built into plans. What the frontend
   // throws (no implementation fits the graph, a symbol libcudnn lacks) is a refusal like a bad
@@ -168,10 +173,15 @@ struct CudnnAttention::Impl {
   }
 
   // The workspace of `bytes` (null for none), or false where the device has no room for it (the
-  // allocator's message in `why`). Any other error propagates.
-  bool reserve(std::int64_t bytes, void** workspace, std::string* why) {
+  // allocator's message in `why`). Without `may_release` the allocator's cache is kept (and `why`
+  // left as it was). Any other error propagates.
+  bool reserve(std::int64_t bytes, void** workspace, std::string* why, bool may_release = true) {
     *workspace = nullptr;
     if (bytes <= 0) return true;
+    if (!may_release) {
+      *workspace = memory->try_allocate(static_cast<std::size_t>(bytes));
+      return *workspace != nullptr;
+    }
     try {
       *workspace = memory->allocate(static_cast<std::size_t>(bytes));
     } catch (const core::OutOfMemory& ex) {
@@ -312,11 +322,12 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
   // run one after another (each computes the gradients of its own heads and entries, from their
   // operands alone), and where none has, tandem's kernels run instead of the step failing.
   // Runs the problem in pieces of `piece`'s shape with `e`'s graph; nullopt where its workspace
-  // has no room (the allocator's message in `why`).
+  // has no room (with `may_release`, the allocator's message in `why`).
   std::string why;
-  auto run_in = [&](const AttentionPiece& piece, const Impl::Entry& e) -> std::optional<bool> {
+  auto run_in = [&](const AttentionPiece& piece, const Impl::Entry& e,
+                    bool may_release) -> std::optional<bool> {
     void* workspace = nullptr;
-    if (!impl_->reserve(e.workspace, &workspace, &why)) return std::nullopt;
+    if (!impl_->reserve(e.workspace, &workspace, &why, may_release)) return std::nullopt;
     bool ok = true;
     for (i64 b0 = 0; ok && b0 < B; b0 += piece.batch)
       for (i64 h0 = 0; ok && h0 < Hkv; h0 += piece.kv_heads) {
@@ -327,22 +338,58 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
     pieces_ = piece;
     return ok;
   };
-  // The whole first, without listing pieces (every layer's backward comes here), unless pieces
-  // are asked for.
-  if (impl_->min_pieces <= 1)
-    if (const std::optional<bool> ok = run_in(AttentionPiece{B, Hkv}, whole)) return *ok;
+  // Every layer's backward comes here, so each try is first made with what the allocator holds
+  // and the driver has free, keeping the allocator's cache: under memory pressure, giving the
+  // cache back on every call (a device synchronisation, then cudaMalloc again for every block it
+  // held) would cost more than the pieces. Kept so, the whole and the pieces down to as many as
+  // this problem last ran in (the first time: the whole only); only where none of those fits is
+  // the cache given back and every one tried once more, from the whole down. So the pieces are
+  // those that fit with the cache given back, as `tandem plan` counts them, later calls take
+  // their workspace from the cache, and a problem for which not even that left room goes on to
+  // tandem's kernels without giving the cache back again. The whole first, without listing
+  // pieces, unless pieces are asked for.
+  const Key key = key_of(B, T, Hq, Hkv, D, window, scale, Hq, Hkv);
+  const bool whole_allowed = impl_->min_pieces <= 1;
+  if (whole_allowed)
+    if (const std::optional<bool> ok = run_in(AttentionPiece{B, Hkv}, whole, false)) {
+      impl_->pieces_ran.erase(key);
+      return *ok;
+    }
   const std::vector<AttentionPiece> pieces = cudnn_backward_pieces(B, T, Hq, Hkv);
   // At least min_pieces pieces (or the most there are); more than one where the whole was tried.
   const std::int64_t at_least = std::min(impl_->min_pieces, pieces.back().count(B, Hkv));
-  const std::int64_t fewest = impl_->min_pieces <= 1 ? 2 : at_least;
+  const std::int64_t fewest = whole_allowed ? 2 : at_least;
   std::int64_t smallest = whole.workspace;
+  std::vector<std::pair<AttentionPiece, const Impl::Entry*>> tries;
   for (const AttentionPiece& piece : pieces) {
     if (piece.count(B, Hkv) < fewest) continue;
     const Impl::Entry& e = impl_->build_backward(
         key_of(piece.batch, T, piece.kv_heads * group, piece.kv_heads, D, window, scale, Hq, Hkv));
     if (!e.graph) continue;
     smallest = std::min(smallest, e.workspace);
-    if (const std::optional<bool> ok = run_in(piece, e)) return *ok;
+    tries.emplace_back(piece, &e);
+  }
+  auto ran = [&](const AttentionPiece& piece, bool ok) {
+    impl_->pieces_ran[key] = piece.count(B, Hkv);
+    return ok;
+  };
+  const auto last = impl_->pieces_ran.find(key);
+  const std::int64_t most_kept = last == impl_->pieces_ran.end() ? 0 : last->second;
+  for (const auto& [piece, e] : tries) {
+    if (piece.count(B, Hkv) > most_kept) break;
+    if (const std::optional<bool> ok = run_in(piece, *e, false)) return ran(piece, *ok);
+  }
+  if (most_kept == Impl::kNoPieceFit) {
+    why = "none had room when the allocator's cache was given back for this problem";
+  } else {
+    if (whole_allowed)
+      if (const std::optional<bool> ok = run_in(AttentionPiece{B, Hkv}, whole, true)) {
+        impl_->pieces_ran.erase(key);
+        return *ok;
+      }
+    for (const auto& [piece, e] : tries)
+      if (const std::optional<bool> ok = run_in(piece, *e, true)) return ran(piece, *ok);
+    impl_->pieces_ran[key] = Impl::kNoPieceFit;
   }
   refusal_ = at_least > 1
                  ? fmt::format(

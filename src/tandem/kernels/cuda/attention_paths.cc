@@ -87,7 +87,8 @@ void AttentionPaths::note_refusal(const char* pass, const AttentionProblem& p) {
 
 void AttentionPaths::note_pieces(const AttentionProblem& p) {
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
-  // Said when it changes (every layer of a run cuts alike): on stderr and in the note.
+  // Each problem's pieces said once, on stderr and in the note: a run's layers take turns (windowed
+  // and full), and say the same at every micro-batch.
   const AttentionPiece& piece = cudnn_->last_pieces();
   if (piece.batch == p.B && piece.kv_heads == p.Hkv) return;
   const std::string why =
@@ -99,8 +100,7 @@ void AttentionPaths::note_pieces(const AttentionProblem& p) {
       "batch entries x {} kv heads ({})",
       p.B, p.T, p.Hq, p.Hkv, p.D, p.window, piece.count(p.B, p.Hkv), piece.batch, piece.kv_heads,
       why);
-  if (line == pieces_reported_) return;
-  pieces_reported_ = line;
+  if (!pieces_reported_.insert(line).second) return;
   fmt::print(stderr, "cuda: {}\n", line);
   note_ += "; " + line;
 #else

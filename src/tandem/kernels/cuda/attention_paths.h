@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "tandem/kernels/cuda/launch.h"
@@ -43,8 +44,8 @@ class AttentionPaths {
   AttentionPaths(const AttentionPaths&) = delete;
   AttentionPaths& operator=(const AttentionPaths&) = delete;
 
-  // The paths in words, with the first problem cuDNN refused and each change of the pieces its
-  // backward ran in for want of room (for describe()).
+  // The paths in words, with the first problem cuDNN refused and each problem's pieces its
+  // backward ran in for want of room, each once (for describe()).
   const std::string& note() const { return note_; }
 
   void forward(Elem e, const void* q, const void* k, const void* v, void* out, float* lse,
@@ -63,7 +64,7 @@ class AttentionPaths {
   bool flash_;  // bf16 on the tensor-core kernels where cuDNN's does not run
   std::string note_;
   bool refusal_reported_ = false;
-  std::string pieces_reported_;  // the last pieces said ("" for none)
+  std::set<std::string> pieces_reported_;  // the pieces lines said
 #ifdef TANDEM_HAVE_CUDNN_FRONTEND
   std::unique_ptr<CudnnAttention> cudnn_;  // null: not opened or not loadable
 #endif

@@ -22,6 +22,18 @@ std::string amount(std::int64_t bytes) {
   return fmt::format("{:.3f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
 
+// The error for a request of `size` bytes the driver refused with `rc`.
+std::string cannot_allocate(std::size_t size, cudaError_t rc, const MemoryCounters& counters) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  return fmt::format(
+      "cuda: cannot allocate {} of device memory ({}): {:.3f} GiB in use by tandem, "
+      "{:.3f} GiB reserved, {:.3f} of {:.3f} GiB free on the device",
+      amount(static_cast<std::int64_t>(size)), cudaGetErrorString(rc), gib(counters.in_use),
+      gib(counters.reserved), gib(static_cast<std::int64_t>(free_bytes)),
+      gib(static_cast<std::int64_t>(total_bytes)));
+}
+
 }  // namespace
 
 std::size_t CachingAllocator::round_size(std::size_t bytes) {
@@ -35,7 +47,7 @@ CachingAllocator::~CachingAllocator() {
   for (auto& [p, size] : live_) cudaFree(p);
 }
 
-void* CachingAllocator::allocate(std::size_t bytes) {
+void* CachingAllocator::take(std::size_t bytes, bool release_when_full) {
   const std::size_t size = round_size(bytes);
   auto it = free_blocks_.lower_bound(size);
   void* p = nullptr;
@@ -46,25 +58,17 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     free_blocks_.erase(it);
   } else {
     cudaError_t rc = cudaMalloc(&p, size);
-    if (rc == cudaErrorMemoryAllocation) {
+    if (rc == cudaErrorMemoryAllocation && release_when_full && !free_blocks_.empty()) {
       cudaGetLastError();  // clear the sticky-free error state of the failed call
       release_cached();
       rc = cudaMalloc(&p, size);
     }
     if (rc != cudaSuccess) {
       cudaGetLastError();
-      std::size_t free_bytes = 0, total_bytes = 0;
-      cudaMemGetInfo(&free_bytes, &total_bytes);
-      const std::string message = fmt::format(
-          "cuda: cannot allocate {} of device memory ({}): {:.3f} GiB in use by tandem, "
-          "{:.3f} GiB reserved, {:.3f} of {:.3f} GiB free on the device",
-          amount(static_cast<std::int64_t>(size)), cudaGetErrorString(rc), gib(counters_.in_use),
-          gib(counters_.reserved), gib(static_cast<std::int64_t>(free_bytes)),
-          gib(static_cast<std::int64_t>(total_bytes)));
-      // Only the driver's "no room" is out of memory; any other failure (a sticky error from an
-      // earlier fault, a bad device) is an error to report, never a reason to fall back.
-      if (rc == cudaErrorMemoryAllocation) throw core::OutOfMemory(message);
-      throw core::Error(message);
+      // Only the driver's "no room" is the caller's to answer; any other failure (a sticky error
+      // from an earlier fault, a bad device) is an error to report, never a reason to fall back.
+      if (rc == cudaErrorMemoryAllocation) return nullptr;
+      throw core::Error(cannot_allocate(size, rc, counters_));
     }
     counters_.reserved += static_cast<std::int64_t>(size);
     counters_.peak_reserved = std::max(counters_.peak_reserved, counters_.reserved);
@@ -75,6 +79,16 @@ void* CachingAllocator::allocate(std::size_t bytes) {
   counters_.peak_in_use = std::max(counters_.peak_in_use, counters_.in_use);
   return p;
 }
+
+void* CachingAllocator::allocate(std::size_t bytes) {
+  void* p = take(bytes, true);
+  if (!p)
+    throw core::OutOfMemory(
+        cannot_allocate(round_size(bytes), cudaErrorMemoryAllocation, counters_));
+  return p;
+}
+
+void* CachingAllocator::try_allocate(std::size_t bytes) { return take(bytes, false); }
 
 void CachingAllocator::free(void* p) {
   auto it = live_.find(p);
@@ -93,6 +107,7 @@ void CachingAllocator::release_cached() {
     counters_.reserved -= static_cast<std::int64_t>(size);
   }
   free_blocks_.clear();
+  ++counters_.cache_releases;
 }
 
 }  // namespace tandem::kernels::cuda

@@ -16,7 +16,8 @@ struct MemoryCounters {
   std::int64_t peak_in_use = 0;
   std::int64_t reserved = 0;  // bytes obtained from cudaMalloc
   std::int64_t peak_reserved = 0;
-  std::int64_t driver_allocations = 0;  // cudaMalloc calls so far
+  std::int64_t driver_allocations = 0;  // cudaMalloc calls that succeeded so far
+  std::int64_t cache_releases = 0;      // times the cached blocks went back to the driver
 };
 
 class CachingAllocator {
@@ -29,6 +30,11 @@ class CachingAllocator {
   // A block of at least `bytes` (256-byte aligned). When the device is full, the cached free
   // blocks are released and the allocation tried once more; then it throws naming the sizes.
   void* allocate(std::size_t bytes);
+  // A block from the cache or the driver as allocate() gives it, or null where neither has room:
+  // the cache is kept. For a caller with a smaller alternative (cuDNN's workspace in pieces), whom
+  // a release on every call (a device synchronisation, then cudaMalloc again for every block the
+  // cache held) would cost more than the alternative.
+  void* try_allocate(std::size_t bytes);
   void free(void* p);
   // Returns every cached (free) block to the driver.
   void release_cached();
@@ -43,6 +49,10 @@ class CachingAllocator {
   static std::size_t round_size(std::size_t bytes);
 
  private:
+  // A block for `bytes`, or null where the driver has no room (the cache released first and the
+  // driver asked again when `release_when_full`); any other failure throws.
+  void* take(std::size_t bytes, bool release_when_full);
+
   std::multimap<std::size_t, void*> free_blocks_;  // size -> block
   std::unordered_map<void*, std::size_t> live_;    // block -> size
   MemoryCounters counters_;

@@ -249,7 +249,9 @@ MemoryStats CudaBackend::memory_stats() const {
           c.reserved,
           c.peak_reserved,
           static_cast<std::int64_t>(free_bytes),
-          static_cast<std::int64_t>(total_bytes)};
+          static_cast<std::int64_t>(total_bytes),
+          c.driver_allocations,
+          c.cache_releases};
 }
 
 void CudaBackend::reset_peak_memory() { s_->memory.reset_peak(); }
