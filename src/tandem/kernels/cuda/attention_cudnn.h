@@ -4,7 +4,8 @@
 // quantity the plain kernels save, so either backward can follow either forward). The backward
 // asks for cuDNN's deterministic algorithm, whose workspace grows with batch x heads x T^2: where
 // the device has no room for it, the backward runs in pieces of batch entries and kv heads
-// (scratch_sizes.h's cudnn_backward_pieces, the largest that have room);
+// (scratch_sizes.h's cudnn_backward_pieces, the largest that have room, sought first without
+// giving the allocator's cache back);
 // TANDEM_CUDA_CUDNN_BACKWARD_PIECES=N asks for N pieces or more even where the whole has room
 // (the attention benchmark's and the tests' knob, read by attention_paths.h).
 // Intra-document masking is not expressed here (the backend uses its own kernels for it).
