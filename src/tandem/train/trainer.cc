@@ -313,10 +313,12 @@ int Trainer::run() {
                                             static_cast<std::uint64_t>(comm_.world_size()));
     const bool profiled = counters_.step + 1 == config_.trainer.profile_step;
     if (profiled) backend_->start_op_profile();
-    const kernels::MemoryStats memory_before = backend_->memory_stats();
+    const bool counts_driver_calls = counters_.step > first_step;
+    const kernels::MemoryStats memory_before =
+        counts_driver_calls ? backend_->memory_stats() : kernels::MemoryStats{};
     StepResult r = train_step_->run(batch, counters_.step + 1);
     backend_->synchronize();
-    if (counters_.step > first_step) {
+    if (counts_driver_calls) {
       const kernels::MemoryStats memory_after = backend_->memory_stats();
       later_steps_driver_allocations +=
           memory_after.driver_allocations - memory_before.driver_allocations;

@@ -292,8 +292,8 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
                               const float* lse, const void* dout, void* dq, void* dk, void* dv,
                               i64 B, i64 T, i64 Hq, i64 Hkv, i64 D, i64 window, float scale) {
   pieces_ = AttentionPiece{B, Hkv};
-  const Impl::Entry& whole =
-      impl_->build_backward(key_of(B, T, Hq, Hkv, D, window, scale, Hq, Hkv));
+  const Key key = key_of(B, T, Hq, Hkv, D, window, scale, Hq, Hkv);
+  const Impl::Entry& whole = impl_->build_backward(key);
   if (!whole.graph) {
     refusal_ = whole.refusal;
     return false;
@@ -338,6 +338,24 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
     pieces_ = piece;
     return ok;
   };
+  // The whole problem, or its pieces from the largest down to `most` of them; the pieces each
+  // problem last ran in are remembered for the next call's tries with the cache kept.
+  auto run_whole = [&](bool may_release) {
+    const std::optional<bool> ok = run_in(AttentionPiece{B, Hkv}, whole, may_release);
+    if (ok) impl_->pieces_ran.erase(key);
+    return ok;
+  };
+  std::vector<std::pair<AttentionPiece, const Impl::Entry*>> tries;  // listed below
+  auto run_pieces = [&](bool may_release, std::int64_t most) -> std::optional<bool> {
+    for (const auto& [piece, e] : tries) {
+      if (piece.count(B, Hkv) > most) break;
+      if (const std::optional<bool> ok = run_in(piece, *e, may_release)) {
+        impl_->pieces_ran[key] = piece.count(B, Hkv);
+        return ok;
+      }
+    }
+    return std::nullopt;
+  };
   // Every layer's backward comes here, so each try is first made with what the allocator holds
   // and the driver has free, keeping the allocator's cache: under memory pressure, giving the
   // cache back on every call (a device synchronisation, then cudaMalloc again for every block it
@@ -348,19 +366,14 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
   // their workspace from the cache, and a problem for which not even that left room goes on to
   // tandem's kernels without giving the cache back again. The whole first, without listing
   // pieces, unless pieces are asked for.
-  const Key key = key_of(B, T, Hq, Hkv, D, window, scale, Hq, Hkv);
   const bool whole_allowed = impl_->min_pieces <= 1;
   if (whole_allowed)
-    if (const std::optional<bool> ok = run_in(AttentionPiece{B, Hkv}, whole, false)) {
-      impl_->pieces_ran.erase(key);
-      return *ok;
-    }
+    if (const std::optional<bool> ok = run_whole(false)) return *ok;
   const std::vector<AttentionPiece> pieces = cudnn_backward_pieces(B, T, Hq, Hkv);
   // At least min_pieces pieces (or the most there are); more than one where the whole was tried.
   const std::int64_t at_least = std::min(impl_->min_pieces, pieces.back().count(B, Hkv));
   const std::int64_t fewest = whole_allowed ? 2 : at_least;
   std::int64_t smallest = whole.workspace;
-  std::vector<std::pair<AttentionPiece, const Impl::Entry*>> tries;
   for (const AttentionPiece& piece : pieces) {
     if (piece.count(B, Hkv) < fewest) continue;
     const Impl::Entry& e = impl_->build_backward(
@@ -369,26 +382,15 @@ bool CudnnAttention::backward(const void* q, const void* k, const void* v, const
     smallest = std::min(smallest, e.workspace);
     tries.emplace_back(piece, &e);
   }
-  auto ran = [&](const AttentionPiece& piece, bool ok) {
-    impl_->pieces_ran[key] = piece.count(B, Hkv);
-    return ok;
-  };
   const auto last = impl_->pieces_ran.find(key);
   const std::int64_t most_kept = last == impl_->pieces_ran.end() ? 0 : last->second;
-  for (const auto& [piece, e] : tries) {
-    if (piece.count(B, Hkv) > most_kept) break;
-    if (const std::optional<bool> ok = run_in(piece, *e, false)) return ran(piece, *ok);
-  }
+  if (const std::optional<bool> ok = run_pieces(false, most_kept)) return *ok;
   if (most_kept == Impl::kNoPieceFit) {
     why = "none had room when the allocator's cache was given back for this problem";
   } else {
     if (whole_allowed)
-      if (const std::optional<bool> ok = run_in(AttentionPiece{B, Hkv}, whole, true)) {
-        impl_->pieces_ran.erase(key);
-        return *ok;
-      }
-    for (const auto& [piece, e] : tries)
-      if (const std::optional<bool> ok = run_in(piece, *e, true)) return ran(piece, *ok);
+      if (const std::optional<bool> ok = run_whole(true)) return *ok;
+    if (const std::optional<bool> ok = run_pieces(true, Impl::kNoPieceFit)) return *ok;
     impl_->pieces_ran[key] = Impl::kNoPieceFit;
   }
   refusal_ = at_least > 1
