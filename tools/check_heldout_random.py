@@ -12,13 +12,16 @@ The reference is OLMo-core's code path end to end: NumpyPaddedFSLDatasetConfig(p
 labels) -> LMEvaluator.from_numpy_dataset -> EvaluatorCallback.perform_eval ->
 TransformerTrainModule.eval_batch (tools/olmo_core_eval_reference.py). tandem runs `tandem eval
 CONFIG --checkpoint MODEL --json` with the same sets under `evaluation.padded.sets` (the same
-`seed` and `batch_size`, and a random `batch_instances`, which must not matter). Every set's loss must
+`seed` and `batch_size`, and a random `batch_instances`, which must not matter). 40% of the cases
+run on 2 or 3 data-parallel ranks: OLMo-core under torchrun with its DDP (a global eval batch of
+the drawn instances per rank x the ranks, each rank reading its share, the metrics all-reduced),
+tandem under mpirun with `batch_size` that global batch. Every set's loss must
 agree within 1e-6 relative (the fixture test's bound; OLMo-core accumulates in float32), its PPL
 = exp(loss) within what that bound allows (1e-6 x |loss| relative, plus float32's rounding of
 OLMo-core's exp); a case OLMo-core refuses must be refused by tandem too.
 
 Usage: python tools/check_heldout_random.py BUILD/tandem [--seed S] [--cases N] [--keep DIR]
-Needs torch and ai2-olmo-core. Exit status 0 when every case agrees.
+Needs torch and ai2-olmo-core (and mpirun). Exit status 0 when every case agrees.
 """
 import json
 import math
@@ -31,12 +34,14 @@ import tempfile
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import olmo_core_eval_reference as ref  # noqa: E402
 import random_checks  # noqa: E402
 
 TOL = 1e-6
+WORKER = "--olmo-core-rank"  # the argument torchrun's ranks are started with
 
 
 def make_file(rng, seq_len, vocab, eos, pad, dtype):
@@ -83,15 +88,19 @@ def draw_case(rng, work):
             "loader_seed": rng.choice([0, rng.randrange(1 << 31)]), "model": model}
 
 
-def build_model(case, work):
-    """The tiny OLMo-core model inside an eval-only train module, written for tandem too."""
+def build_model(case, work, dp_config=None):
+    """The tiny OLMo-core model inside an eval-only train module, written for tandem too (by the
+    single process; under torchrun the ranks load the weights it wrote)."""
     seq, m = case["seq_len"], case["model"]
     vocab_rows = 128 * ((case["vocab"] + 127) // 128)
     train_module, model, meta = ref.tiny_olmo3(
         vocab_rows, rank_microbatch_size=case["batch_instances"] * seq, d_model=m["d_model"],
         n_layers=m["n_layers"], n_heads=m["n_heads"], n_kv_heads=m["n_heads"] // 2,
-        window=m["window"], max_sequence_length=seq, seed=m["seed"])
-    ref.write_tandem_model(model, meta, os.path.join(work, "model"))
+        window=m["window"], max_sequence_length=seq, seed=m["seed"], dp_config=dp_config)
+    if dp_config is None:
+        ref.write_tandem_model(model, meta, os.path.join(work, "model"))
+    else:
+        model.load_state_dict(load_file(os.path.join(work, "model", "model.safetensors")))
     return train_module, meta
 
 
@@ -108,8 +117,12 @@ def olmo_core_metrics(case, work, train_module):
         paths=paths, metadata=metadata, sequence_length=case["seq_len"], tokenizer=tokenizer,
         work_dir=os.path.join(work, "olmo_core_work"),
         dtype=NumpyDatasetDType[case["dtype"]]).build()
+    # OLMo-core's EvaluatorCallbackConfig: a global eval batch of rank_batch_size x the
+    # data-parallel ranks; the loader gives each rank its share of every batch and the metrics
+    # are all-reduced over the default group.
+    world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     evaluator = LMEvaluator.from_numpy_dataset(
-        dataset, name="lm", global_batch_size=train_module.eval_batch_spec.rank_batch_size,
+        dataset, name="lm", global_batch_size=train_module.eval_batch_spec.rank_batch_size * world,
         collator=DataCollator(pad_token_id=case["pad"]), device=torch.device("cpu"),
         seed=case["loader_seed"])
     metrics = ref.run_evaluators(train_module, [evaluator])
@@ -121,8 +134,51 @@ def olmo_core_metrics(case, work, train_module):
     return out, len(dataset)
 
 
+def olmo_core_on_ranks(case, work):
+    """OLMo-core's metrics of the case on case["world"] ranks (torchrun, gloo, its DDP):
+    (metrics, instances, None) or (None, 0, why it failed)."""
+    with open(os.path.join(work, "case.json"), "w") as f:
+        json.dump(case, f)
+    p = random_checks.torchrun(case["world"], os.path.abspath(__file__), [WORKER, work], 600)
+    if p is None:
+        return None, 0, f"OLMo-core on {case['world']} ranks did not finish in 600 s"
+    result = os.path.join(work, "olmo_core.json")
+    if p.returncode != 0 or not os.path.exists(result):
+        lines = [l.strip() for l in (p.stdout + p.stderr).splitlines() if "Error" in l]
+        return None, 0, (f"OLMo-core on {case['world']} ranks failed (exit {p.returncode}): "
+                         f"{' | '.join(dict.fromkeys(lines))[-600:]}")
+    with open(result) as f:
+        out = json.load(f)
+    return out.get("metrics"), out.get("instances", 0), out.get("error")
+
+
+def olmo_core_worker(work):
+    """One rank of olmo_core_on_ranks (started by torchrun): OLMo-core's evaluation of the case
+    in `work` with its DDP; rank 0 writes olmo_core.json (the metrics, or OLMo-core's refusal)."""
+    from olmo_core.distributed.parallel import DataParallelType
+    from olmo_core.train import prepare_training_environment, teardown_training_environment
+    from olmo_core.train.train_module import TransformerDataParallelConfig
+
+    torch.set_num_threads(1)
+    prepare_training_environment(seed=0, backend="gloo")
+    with open(os.path.join(work, "case.json")) as f:
+        case = json.load(f)
+    assert torch.distributed.get_world_size() == case["world"]
+    train_module, _ = build_model(
+        case, work, dp_config=TransformerDataParallelConfig(name=DataParallelType.ddp))
+    try:
+        metrics, instances = olmo_core_metrics(case, work, train_module)
+        out = {"metrics": metrics, "instances": instances}
+    except Exception as e:  # noqa: BLE001 - OLMo-core's refusal, compared with tandem's
+        out = {"error": f"{type(e).__name__}: {e}"}
+    if torch.distributed.get_rank() == 0:
+        with open(os.path.join(work, "olmo_core.json"), "w") as f:
+            json.dump(out, f)
+    teardown_training_environment()
+
+
 def tandem_metrics(binary, case, work, meta):
-    seq = case["seq_len"]
+    seq, world = case["seq_len"], case["world"]
     train = os.path.join(work, "train.npy")
     np.zeros(4 * seq, dtype=case["dtype"]).tofile(train)
     sets = [{"label": s["label"], "paths": s["paths"]} for s in case["sets"]]
@@ -140,17 +196,20 @@ def tandem_metrics(binary, case, work, meta):
         "optim": {"lr": 1e-3}, "scheduler": {"name": "constant"},
         "trainer": {"save_folder": os.path.join(work, "run"), "max_steps": 1},
         "evaluation": {"padded": {"sets": sets, "sequence_length": seq,
-                                  "batch_size": case["batch_instances"] * seq,
+                                  "batch_size": case["batch_instances"] * seq * world,
                                   "seed": case["loader_seed"],
                                   "batch_instances": case["tandem_batch_instances"]}}}
     path = os.path.join(work, "run.yaml")
     with open(path, "w") as f:
         json.dump(config, f)  # JSON is YAML
-    run = subprocess.run([binary, "eval", path, "--checkpoint", os.path.join(work, "model"),
-                          "--json"], capture_output=True, text=True)
-    if run.returncode != 0:
+    run = subprocess.run(random_checks.mpirun(world) + [binary, "eval", path, "--checkpoint",
+                                     os.path.join(work, "model"), "--json"],
+                         capture_output=True, text=True)
+    if run.returncode != 0:  # the error line (under mpirun, not its notices after it)
         lines = [l for l in run.stderr.splitlines() if l.strip()]
-        return None, f"exit {run.returncode}: {lines[-1] if lines else ''}"
+        errors = [l for l in lines if "error" in l.lower()] if world > 1 else []
+        error = errors[0] if errors else lines[-1] if lines else ""
+        return None, f"exit {run.returncode}: {error}"
     held = json.loads(run.stdout[run.stdout.index("{"):]).get("heldout", {})
     return {s["label"]: held.get(s["label"]) for s in case["sets"]}, None
 
@@ -168,14 +227,22 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
         case = draw_case(rng, work)
+        # Data-parallel ranks (a stream of their own, so that the other draws stay those of
+        # earlier seeds): 40% of the cases evaluate on 2 or 3 ranks, OLMo-core under torchrun
+        # with its DDP and tandem under mpirun, the eval batch being batch_instances per rank.
+        ranks = random.Random(f"heldout world {args.seed} {index}")
+        case["world"] = ranks.choice([2, 3]) if ranks.random() < 0.4 else 1
         shape = {k: v for k, v in case.items() if k != "sets"}
         shape["files"] = [len(s["paths"]) for s in case["sets"]]
         train_module, meta = build_model(case, work)
-        try:
-            theirs, n_instances = olmo_core_metrics(case, work, train_module)
-            their_error = None
-        except Exception as e:  # noqa: BLE001 - OLMo-core's refusal, compared with tandem's
-            theirs, n_instances, their_error = None, 0, f"{type(e).__name__}: {e}"
+        if case["world"] > 1:
+            theirs, n_instances, their_error = olmo_core_on_ranks(case, work)
+        else:
+            try:
+                theirs, n_instances = olmo_core_metrics(case, work, train_module)
+                their_error = None
+            except Exception as e:  # noqa: BLE001 - OLMo-core's refusal, compared with tandem's
+                theirs, n_instances, their_error = None, 0, f"{type(e).__name__}: {e}"
         mine, my_error = tandem_metrics(binary, case, work, meta)
         if not args.keep:
             shutil.rmtree(work)
@@ -213,4 +280,6 @@ def main():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == WORKER:
+        sys.exit(olmo_core_worker(sys.argv[2]))
     sys.exit(main())

@@ -14,11 +14,13 @@ from safetensors.torch import save_file
 
 
 def tiny_olmo3(vocab_size, *, rank_microbatch_size, d_model=32, n_layers=2, n_heads=4,
-               n_kv_heads=2, window=16, max_sequence_length=256, seed=7, init_std=0.3):
+               n_kv_heads=2, window=16, max_sequence_length=256, seed=7, init_std=0.3,
+               dp_config=None):
     """An OLMo 3-shaped Transformer (reordered norm, QK-norm, sliding window on all but the last
-    layer) inside an eval-only TransformerTrainModule. The weights are drawn after the train
-    module is built (building it runs the model's init_weights), with a large std so that the
-    distributions are far from uniform. Returns (train_module, model, meta)."""
+    layer) inside an eval-only TransformerTrainModule (with `dp_config`, e.g. OLMo-core's DDP
+    under torchrun, parallelised by it). The weights are drawn after the train module is built
+    (building it runs the model's init_weights), with a large std so that the distributions are
+    far from uniform. Returns (train_module, model, meta)."""
     from olmo_core.nn.attention import AttentionBackendName, SlidingWindowAttentionConfig
     from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig
     from olmo_core.optim import AdamWConfig
@@ -38,7 +40,8 @@ def tiny_olmo3(vocab_size, *, rank_microbatch_size, d_model=32, n_layers=2, n_he
     train_module = TransformerTrainModule(model, optim=AdamWConfig(),
                                           rank_microbatch_size=rank_microbatch_size,
                                           max_sequence_length=max_sequence_length,
-                                          device=torch.device("cpu"), eval_only=True)
+                                          device=torch.device("cpu"), eval_only=True,
+                                          dp_config=dp_config)
     model = train_module.model
     torch.manual_seed(seed)
     with torch.no_grad():

@@ -1,5 +1,9 @@
-"""What the tools/check_*_random.py comparisons share: their command line."""
+"""What the tools/check_*_random.py comparisons share: their command line, and how they start
+the reference (torchrun) and tandem (mpirun) on several data-parallel ranks."""
 import argparse
+import socket
+import subprocess
+import sys
 
 
 def argument_parser(doc, cases):
@@ -9,6 +13,26 @@ def argument_parser(doc, cases):
     ap.add_argument("--seed", type=int, default=1, help="draws the cases")
     ap.add_argument("--cases", type=int, default=cases)
     return ap
+
+
+def mpirun(world):
+    """The launcher of tandem on `world` ranks (none for one): OpenMPI, one thread per rank."""
+    return [] if world == 1 else ["mpirun", "--oversubscribe", "--allow-run-as-root", "-x",
+                                  "OMP_NUM_THREADS=1", "-np", str(world)]
+
+
+def torchrun(world, script, args, timeout=None):
+    """`script args` on `world` ranks under torchrun (a free port for its rendezvous): the
+    finished process (output captured), or None when it ran past `timeout` seconds."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    try:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run",
+                               f"--nproc-per-node={world}", f"--master-port={port}", script,
+                               *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def run_cases(tool, args, check_one, unit="cases"):
