@@ -55,7 +55,6 @@ import re
 import subprocess
 import sys
 import shutil
-import socket
 import tempfile
 import types
 
@@ -63,7 +62,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from random_checks import argument_parser, run_cases  # noqa: E402
+from random_checks import argument_parser, mpirun, run_cases, torchrun  # noqa: E402
 import olmo_core_trainer as recipe  # noqa: E402
 from olmo_core_checkpoint import read_tandem_checkpoint  # noqa: E402
 
@@ -366,13 +365,9 @@ def olmo_core_on_ranks(case, world, out, threads):
     failed."""
     with open(os.path.join(out, "recipe.json"), "w") as f:
         json.dump(case, f)
-    with socket.socket() as s:  # a free port for torchrun's rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}",
-                        f"--master-port={port}", recipe.__file__, "curve", "--out", out,
-                        "--recipe", os.path.join(out, "recipe.json"), "--threads", str(threads)],
-                       capture_output=True, text=True)
+    p = torchrun(world, recipe.__file__, ["curve", "--out", out, "--recipe",
+                                          os.path.join(out, "recipe.json"), "--threads",
+                                          str(threads)])
     if p.returncode != 0:  # the ranks' error lines (known_refusal reads them; shown cut)
         lines = [l.strip() for l in (p.stdout + p.stderr).splitlines()
                  if "Error" in l or "error" in l or "assert" in l]
@@ -426,10 +421,9 @@ def tandem_train(binary, out, init, name, world=1):
     """tandem's metrics of the recipe in `out` from `init` on `world` ranks (mpirun, one thread
     each), or why it failed."""
     run = os.path.join(out, name)
-    launcher = [] if world == 1 else ["mpirun", "--oversubscribe", "--allow-run-as-root", "-x",
-                                      "OMP_NUM_THREADS=1", "-np", str(world)]
-    p = subprocess.run(launcher + [binary, "train", os.path.join(out, "curve.yaml"),
-                                   f"trainer.init_from={init}", f"trainer.save_folder={run}"],
+    p = subprocess.run(mpirun(world) + [binary, "train", os.path.join(out, "curve.yaml"),
+                                        f"trainer.init_from={init}",
+                                        f"trainer.save_folder={run}"],
                        capture_output=True, text=True)
     if p.returncode != 0:  # the error lines (under mpirun, not its notices after them)
         lines = [l for l in (p.stdout + p.stderr).splitlines() if "error" in l.lower()]
