@@ -23,7 +23,10 @@ foreach arithmetic tandem's skip_step_adamw follows). The run's length (a stream
 draw_duration) is OLMo-core's max_duration in tokens for 30% of the recipes (part of a batch past
 whole ones) and a hard stop before the duration's end for 30%. 40% of the recipes whose batch
 splits into whole micro-batches on 2, 3 or 4 ranks train on one of those (a stream of its own):
-OLMo-core under torchrun with its DDP, tandem under mpirun. A recipe OLMo-core fails on is
+OLMo-core under torchrun with its DDP, tandem under mpirun. 40% of the recipes (a stream of their
+own) also evaluate one or two padded held-out sets in the loop every 1 to steps/3 steps:
+OLMo-core's LMEvaluatorCallbackConfig in its trainer against tandem's evaluation.padded (the same
+global eval batch, loader seed 0). A recipe OLMo-core fails on is
 reported as refused by the reference only where the failure is known and tandem then does what it
 should: its SequentialScheduler's assertion at a last step past t_max in tokens (tandem's run
 must complete), or its trainer's stop on a NaN loss where a rank's batch has no label (tandem must
@@ -31,7 +34,10 @@ stop at the same step, saying why); any other failure differs. For every step, t
 be within 1e-4 relative (the issue's bound), its lr (and each group's own) within 1e-12
 relative, its grad norm within 1e-3 relative (the fixture test's bound) and its skip decision
 OLMo-core's, and at the end every weight tensor within 1e-4 relative L2 (the fixture test's
-bound; weight decay shows there first).
+bound; weight decay shows there first). Every in-loop held-out loss OLMo-core's evaluator logs
+must be tandem's at that step within 1e-4 relative too, and, since a small lr moves it by only
+~1e-6 a step, nearer OLMo-core's at that step than half of what OLMo-core's moved per step to its
+neighbouring evaluations (the weights of that step, not another's).
 
 A bound is judged only where the recipe itself determines the quantity to a tenth of it: each
 recipe is also trained by tandem from its initial weights multiplied by (1 + 1e-7 N(0, 1)), and a
@@ -49,6 +55,7 @@ Needs ai2-olmo-core (torch) and pyyaml, and OpenMPI's mpirun for the multi-rank 
 OLMo-core on the CPU with one thread a rank.
 """
 import json
+import math
 import os
 import random
 import re
@@ -272,6 +279,57 @@ def compare(ours, ref, judge_loss, judge_norm):
     return worst_loss, worst_norm, None
 
 
+def compare_evaluations(ours, moved, ref, noise):
+    """OLMo-core's in-loop held-out losses (the steps its evaluator ran at) against tandem's at
+    those steps, within LOSS_BOUND where the perturbed run moved tandem's own by less than a
+    tenth of it. LOSS_BOUND cannot tell one step's weights from the next (a small lr moves a
+    held-out loss by ~1e-6 a step), so the weights' step is judged on its own: each of tandem's
+    losses must be nearer OLMo-core's at that step than half of what OLMo-core's moved per step
+    to its neighbouring evaluations, where that is over ten times the run's own sensitivity and
+    ten times `noise`, the worst training-loss difference of the two runs (their float noise).
+    Returns (worst rel diff, own sensitivity, first problem or None, a summary)."""
+    worst = sens = 0.0
+    problem, points = None, 0
+    series = {}  # key -> [(step, OLMo-core's, tandem's)]
+    for a, p, b in zip(ours, moved, ref["steps"]):
+        for key in sorted(k for k in b if k.startswith("eval/")):
+            points += 1
+            if key not in a or key not in p:
+                problem = problem or f"step {b['step']}: tandem did not evaluate {key}"
+                continue
+            if math.isnan(b[key]) or a[key] is None:  # a set all in the dropped tail
+                if not (math.isnan(b[key]) and a[key] is None):
+                    problem = problem or f"step {b['step']}: {key} {a[key]}, OLMo-core {b[key]}"
+                continue
+            worst = max(worst, abs(a[key] - b[key]) / abs(b[key]))
+            sens = max(sens, math.inf if p[key] is None else abs(p[key] - a[key]) / abs(a[key]))
+            series.setdefault(key, []).append((b["step"], b[key], a[key]))
+    if not points:
+        return 0.0, 0.0, problem, ""
+    judged = sens < LOSS_BOUND / 10
+    if problem is None and judged and worst > LOSS_BOUND:
+        problem = f"in-loop held-out loss {worst:.1e} relative from OLMo-core's"
+    # Each point against half of OLMo-core's per-step move to its neighbouring evaluations (the
+    # smaller of the two), where that is over ten times the run's sensitivity and float noise.
+    floor = 10 * max(sens, math.inf if noise is None else noise)
+    step_judged = 0
+    for key, pts in series.items():
+        for i, (step, theirs, mine) in enumerate(pts):
+            moves = [abs(q[1] - theirs) / abs(theirs) / abs(q[0] - step)
+                     for q in pts[max(0, i - 1):i] + pts[i + 1:i + 2]]
+            half = min(moves, default=0.0) / 2
+            if half <= floor:
+                continue
+            step_judged += 1
+            if problem is None and abs(mine - theirs) / abs(theirs) > half:
+                problem = (f"step {step}: {key} {mine} vs {theirs}, over half OLMo-core's move "
+                           f"per step there ({half:.1e}): the weights of another step?")
+    return worst, sens, problem, (
+        f", in-loop held-out losses ({points} at OLMo-core's evaluation steps) rel {worst:.1e} "
+        f"({'judged' if judged else 'not judged'}: own sensitivity {sens:.1e}; the step's "
+        f"weights judged at {step_judged} of them)")
+
+
 def check(binary, seed, index, steps, threads, keep=False):
     """One recipe: (agrees, the case, OLMo-core's reference, a summary); its files are removed
     unless `keep` (then the summary names their folder)."""
@@ -308,6 +366,14 @@ def check_in(binary, seed, index, steps, threads, out):
     worlds = [w for w in (2, 3, 4)
               if case["INSTANCES_PER_BATCH"] % (w * case["MICRO_BATCH_INSTANCES"]) == 0]
     world = ranks.choice(worlds) if worlds and ranks.random() < 0.4 else 1
+    # In-loop held-out evaluation (a stream of its own): 40% of the recipes evaluate one or two
+    # padded sets every `interval` steps, OLMo-core's LMEvaluatorCallbackConfig in its trainer
+    # against tandem's evaluation.padded at the same interval.
+    evals = random.Random(f"curve evaluation {seed} {index}")
+    case["EVAL"] = None
+    if evals.random() < 0.4:
+        case["EVAL"] = {"interval": evals.randint(1, max(1, steps // 3)),
+                        "sets": evals.randint(1, 2)}
     for key, value in case.items():  # STEPS too: the duration (the run ends at `steps`)
         setattr(recipe, key, value)
     problem = None
@@ -341,6 +407,9 @@ def check_in(binary, seed, index, steps, threads, out):
                                                                            "train/grad_norm")
     judge_loss, judge_norm = sens_loss < LOSS_BOUND / 10, sens_norm < GRAD_NORM_BOUND / 10
     worst_loss, worst_norm, problem = compare(ours, ref, judge_loss, judge_norm)
+    held = compare_evaluations(ours, moved, ref, worst_loss)
+    if problem is None:
+        problem = held[2]
     # Final weights (what weight decay moves most): every tensor within 1e-4 relative L2 of
     # OLMo-core's, judged where the perturbation moved tandem's own by less than a tenth of that.
     last = f"checkpoints/step-{steps:06d}"
@@ -356,7 +425,7 @@ def check_in(binary, seed, index, steps, threads, out):
                f"final weights rel L2 {worst_weights:.1e} "
                f"({'judged' if judge_weights else 'not judged'}: own sensitivity "
                f"{sens_weights:.1e}), skipped {ref['skipped_steps']}, filter-rejected steps "
-               f"{len(ref['steps_with_rejected_instances'])}")
+               f"{len(ref['steps_with_rejected_instances'])}" + held[3])
     return problem is None, case, ref, (problem + "; " + summary) if problem else summary
 
 

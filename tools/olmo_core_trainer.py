@@ -28,7 +28,9 @@ single-process gloo process group.
               `torchrun --nproc-per-node 2` with --packed --label-masks --steps 40 --out
               tests/fixtures/olmo_core_ddp: two ranks of a gloo group with OLMo-core's DDP
               (each rank's loss over its own label count, the ranks averaged); rank 0 writes.
-              --recipe FILE sets any of the recipe's settings by name (the random check's way).
+              --recipe FILE sets any of the recipe's settings by name (the random check's way),
+              EVAL among them: in-loop held-out evaluation (LMEvaluatorCallbackConfig over
+              padded sets it writes) every N steps, its losses recorded per step.
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -116,6 +118,11 @@ Z_LOSS = 1e-5
 # OLMo-core's group_overrides as tandem writes them ([{params: [...], opts: {weight_decay}}]);
 # None: AI2's (the embedding without weight decay), which tandem's config leaves implicit.
 GROUP_OVERRIDES = None
+# EVAL: in-loop held-out evaluation as OLMo-core's trainer runs it (LMEvaluatorCallbackConfig over
+# NumpyPaddedFSLDatasetConfig sets; its loader seed 0, a global eval batch of the rank micro-batch
+# times the ranks), {"interval": steps, "sets": count}: the sets' files are written from
+# DATA_SEED (eval-SS.npy: documents of 1 to 2 x SEQ tokens). None: no evaluation.
+EVAL = None
 
 
 def scheduler_section():
@@ -168,6 +175,37 @@ def write_token_files(folder):
             mask = np.repeat(np.arange(len(runs)) % 2 == 1, runs)[:n]
             mask.astype(np.bool_).tofile(mask_path(folder, i))
     return paths
+
+
+def write_eval_files(folder):
+    """EVAL's held-out sets, one token file each: documents (EOS-ended) of 1 to 2 x SEQ tokens,
+    some longer than an instance (cut) and some a lone EOS, a few trailing tokens in no
+    document. Returns [(label, path)]."""
+    rng = np.random.default_rng(DATA_SEED + 1)
+    out = []
+    for s in range(EVAL["sets"]):
+        toks = []
+        for _ in range(int(rng.integers(8, 24))):
+            length = 0 if rng.random() < 0.1 else int(rng.integers(1, 2 * SEQ))
+            toks += list(rng.integers(2, VOCAB, size=length)) + [EOS]
+        toks += list(rng.integers(2, VOCAB, size=int(rng.integers(0, 5))))
+        path = os.path.join(folder, f"eval-{s:02d}.npy")
+        np.asarray(toks, dtype=np.uint16).tofile(path)
+        out.append((f"heldout{s}-validation", path))
+    return out
+
+
+def eval_callback(eval_sets, work_dir):
+    """OLMo-core's in-loop LM evaluator over EVAL's sets, as AI2's scripts configure it."""
+    from olmo_core.data import NumpyDatasetDType, NumpyPaddedFSLDatasetConfig, TokenizerConfig
+    from olmo_core.train.callbacks import LMEvaluatorCallbackConfig
+
+    return LMEvaluatorCallbackConfig(
+        eval_dataset=NumpyPaddedFSLDatasetConfig(
+            paths=[p for _, p in eval_sets], metadata=[{"label": l} for l, _ in eval_sets],
+            sequence_length=SEQ, dtype=NumpyDatasetDType.uint16, work_dir=work_dir,
+            tokenizer=TokenizerConfig(vocab_size=VOCAB, eos_token_id=EOS, pad_token_id=PAD)),
+        eval_interval=EVAL["interval"])
 
 
 def mask_path(folder, i):
@@ -308,7 +346,11 @@ class StepRecorder:
             def log_metrics(self, step, metrics):
                 if "train/CE loss" not in metrics:
                     return  # e.g. the step-0 checkpoint's timing
-                self.records.append({
+                # The in-loop evaluator's losses, as tandem names them (eval/<label>/loss).
+                held = {f"eval/{k[len('eval/lm/'):-len('/CE loss')]}/loss": float(v)
+                        for k, v in metrics.items()
+                        if k.startswith("eval/lm/") and k.endswith("/CE loss")}
+                self.records.append({**held,
                     "step": step,
                     "train/loss": float(metrics["train/CE loss"]),
                     "train/z_loss": optional_float(metrics.get("train/Z loss")),
@@ -345,7 +387,7 @@ def pack_with_a_stable_sort(dataset):
 
 
 def build_trainer(data_paths, work_dir, save_folder, steps, load_path=None, checkpoint_every=None,
-                  hard_stop=None):
+                  hard_stop=None, eval_sets=None):
     from olmo_core.train import Duration
     from olmo_core.train.callbacks import CheckpointerCallback
     from olmo_core.utils import seed_all
@@ -366,6 +408,8 @@ def build_trainer(data_paths, work_dir, save_folder, steps, load_path=None, chec
     trainer_cfg = trainer_cfg.with_callback("checkpointer", CheckpointerCallback(
         save_interval=checkpoint_every or 10**9, ephemeral_save_interval=None, save_async=False,
         pre_train_checkpoint=checkpoint_every is not None))
+    if eval_sets:
+        trainer_cfg = trainer_cfg.with_callback("lm_evaluator", eval_callback(eval_sets, work_dir))
     seed_all(INIT_SEED)
     model = model_cfg.build(init_device="cpu")
     train_module = tm_cfg.build(model, device=torch.device("cpu"))
@@ -408,8 +452,9 @@ def write_tandem_model(folder, model_section, state_dict):
               os.path.join(folder, "model.safetensors"))
 
 
-def tandem_run_config(model_section, data_files, steps):
-    """tandem's config for the same recipe (relative paths: it lives next to the data)."""
+def tandem_run_config(model_section, data_files, steps, eval_sets=None):
+    """tandem's config for the same recipe (relative paths: it lives next to the data); with
+    eval_sets [(label, file)], EVAL's in-loop evaluation as OLMo-core's callback runs it."""
     if MIXTURE:
         files = {"source_mixture": {"requested_tokens": MIXTURE["requested"], "sources": [
             {"source_name": name, "target_ratio": ratio, "paths": paths,
@@ -441,7 +486,11 @@ def tandem_run_config(model_section, data_files, steps):
                        if DURATION_EPOCHS else {"max_steps": steps}),
                     **({"hard_stop": {"value": HARD_STOP, "unit": "steps"}} if HARD_STOP else {}),
                     "seed": 1, "progress": False},
-        "evaluation": {"interval": 0, "sets": []},
+        "evaluation": ({"interval": EVAL["interval"], "padded": {
+            "sets": [{"label": label, "paths": [path]} for label, path in eval_sets],
+            "sequence_length": SEQ, "seed": 0,
+            "batch_size": MICRO_BATCH_INSTANCES * SEQ * world_size()}}
+            if eval_sets else {"interval": 0, "sets": []}),
     }
 
 
@@ -467,14 +516,16 @@ def skip_margins(records):
     return min(out) if out else None
 
 
-def write_curve_yaml(model_section, paths):
+def write_curve_yaml(model_section, paths, eval_sets=None):
     import yaml
 
     with open(os.path.join(OUT, "curve.yaml"), "w") as f:
         f.write("# Written by tools/olmo_core_trainer.py curve: the recipe OLMo-core's trainer ran\n"
                 "# for curve_reference.json, for tandem (init_from: init/).\n")
-        yaml.safe_dump(tandem_run_config(model_section, [os.path.basename(p) for p in paths],
-                                         STEPS), f, sort_keys=False, default_flow_style=None)
+        yaml.safe_dump(tandem_run_config(
+            model_section, [os.path.basename(p) for p in paths], STEPS,
+            [(label, os.path.basename(p)) for label, p in eval_sets or []]),
+            f, sort_keys=False, default_flow_style=None)
 
 
 def curve(a):
@@ -492,18 +543,23 @@ def curve(a):
     shared = [tempfile.mkdtemp(prefix="olmo_core_curve_work_") if rank == 0 else None]
     if rank == 0:
         write_token_files(OUT)
+    # EVAL's sets: every rank knows their labels and paths, rank 0 writes the files.
+    eval_sets = ([(f"heldout{s}-validation", os.path.join(OUT, f"eval-{s:02d}.npy"))
+                  for s in range(EVAL["sets"])] if EVAL else None)
+    if EVAL and rank == 0:
+        assert write_eval_files(OUT) == eval_sets
     torch.distributed.broadcast_object_list(shared)
     shared = shared[0]
     paths = [os.path.join(OUT, f"part-{i:02d}.npy") for i in range(len(FILE_TOKENS))]
     try:
         trainer, tm, recorder, model_cfg = build_trainer(
             paths, os.path.join(shared, "work"), os.path.join(shared, "save"), STEPS,
-            hard_stop=HARD_STOP)
+            hard_stop=HARD_STOP, eval_sets=eval_sets)
         model_section = tandem_model_yaml(model_cfg)
         batches_per_epoch = trainer.data_loader.total_batches
         if rank == 0:
             write_tandem_model(os.path.join(OUT, "init"), model_section, tm.model.state_dict())
-            write_curve_yaml(model_section, paths)
+            write_curve_yaml(model_section, paths, eval_sets)
         trainer.fit()
         final = {k: v.detach().float().contiguous() for k, v in tm.model.state_dict().items()}
         torch.distributed.barrier()
@@ -715,7 +771,7 @@ RECIPE_KEYS = {"LR", "WARMUP", "ALPHA_F", "INSTANCES_PER_BATCH", "MICRO_BATCH_IN
                "DATA_SEED", "INIT_SEED", "WINDOW", "SKIP_WINDOW", "SKIP_SIGMA", "PACKED",
                "LABEL_MASKS", "MIXTURE", "SCHEDULER", "WEIGHT_DECAY", "BETAS", "EPS",
                "MAX_GRAD_NORM", "Z_LOSS", "GROUP_OVERRIDES", "STEPS", "DURATION_TOKENS",
-               "DURATION_EPOCHS", "HARD_STOP", "OPTIMIZER"}
+               "DURATION_EPOCHS", "HARD_STOP", "OPTIMIZER", "EVAL"}
 
 
 def set_recipe(settings):
