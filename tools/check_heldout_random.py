@@ -15,8 +15,8 @@ CONFIG --checkpoint MODEL --json` with the same sets under `evaluation.padded.se
 `seed` and `batch_size`, and a random `batch_instances`, which must not matter). 40% of the cases
 run on 2 or 3 data-parallel ranks: OLMo-core under torchrun with its DDP (a global eval batch of
 the drawn instances per rank x the ranks, each rank reading its share, the metrics all-reduced),
-tandem under mpirun with `batch_size` that global batch. Every set's loss must
-agree within 1e-6 relative (the fixture test's bound; OLMo-core accumulates in float32), its PPL
+tandem under mpirun with `batch_size` that global batch. Every set's loss must agree within 1e-6
+relative (the fixture test's bound; OLMo-core accumulates in float32), its PPL
 = exp(loss) within what that bound allows (1e-6 x |loss| relative, plus float32's rounding of
 OLMo-core's exp); a case OLMo-core refuses must be refused by tandem too.
 
@@ -202,9 +202,9 @@ def tandem_metrics(binary, case, work, meta):
     path = os.path.join(work, "run.yaml")
     with open(path, "w") as f:
         json.dump(config, f)  # JSON is YAML
-    run = subprocess.run(random_checks.mpirun(world) + [binary, "eval", path, "--checkpoint",
-                                     os.path.join(work, "model"), "--json"],
-                         capture_output=True, text=True)
+    run = subprocess.run(random_checks.mpirun(world) + [
+        binary, "eval", path, "--checkpoint", os.path.join(work, "model"), "--json"],
+        capture_output=True, text=True)
     if run.returncode != 0:  # the error line (under mpirun, not its notices after it)
         lines = [l for l in run.stderr.splitlines() if l.strip()]
         errors = [l for l in lines if "error" in l.lower()] if world > 1 else []

@@ -358,6 +358,8 @@ def main():
         if problem:
             print(f"check_inloop_eval_random: seed {args.seed}: {problem}", flush=True)
             shutil.rmtree(wheel_dir)
+            if not args.keep:
+                shutil.rmtree(work)
             return 1
 
     differ = 0

@@ -177,22 +177,24 @@ def write_token_files(folder):
     return paths
 
 
+def eval_sets_in(folder):
+    """EVAL's held-out sets in `folder`: [(label, token file)]."""
+    return [(f"heldout{s}-validation", os.path.join(folder, f"eval-{s:02d}.npy"))
+            for s in range(EVAL["sets"])]
+
+
 def write_eval_files(folder):
-    """EVAL's held-out sets, one token file each: documents (EOS-ended) of 1 to 2 x SEQ tokens,
-    some longer than an instance (cut) and some a lone EOS, a few trailing tokens in no
-    document. Returns [(label, path)]."""
+    """EVAL's held-out sets, one token file each: 8 to 23 documents (EOS-ended) of up to
+    2 x SEQ tokens, so some longer than an instance (cut) and some a lone EOS, then up to 4
+    tokens in no document."""
     rng = np.random.default_rng(DATA_SEED + 1)
-    out = []
-    for s in range(EVAL["sets"]):
+    for _, path in eval_sets_in(folder):
         toks = []
         for _ in range(int(rng.integers(8, 24))):
             length = 0 if rng.random() < 0.1 else int(rng.integers(1, 2 * SEQ))
             toks += list(rng.integers(2, VOCAB, size=length)) + [EOS]
         toks += list(rng.integers(2, VOCAB, size=int(rng.integers(0, 5))))
-        path = os.path.join(folder, f"eval-{s:02d}.npy")
         np.asarray(toks, dtype=np.uint16).tofile(path)
-        out.append((f"heldout{s}-validation", path))
-    return out
 
 
 def eval_callback(eval_sets, work_dir):
@@ -544,10 +546,9 @@ def curve(a):
     if rank == 0:
         write_token_files(OUT)
     # EVAL's sets: every rank knows their labels and paths, rank 0 writes the files.
-    eval_sets = ([(f"heldout{s}-validation", os.path.join(OUT, f"eval-{s:02d}.npy"))
-                  for s in range(EVAL["sets"])] if EVAL else None)
+    eval_sets = eval_sets_in(OUT) if EVAL else None
     if EVAL and rank == 0:
-        assert write_eval_files(OUT) == eval_sets
+        write_eval_files(OUT)
     torch.distributed.broadcast_object_list(shared)
     shared = shared[0]
     paths = [os.path.join(OUT, f"part-{i:02d}.npy") for i in range(len(FILE_TOKENS))]
