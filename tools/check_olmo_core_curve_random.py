@@ -26,7 +26,8 @@ splits into whole micro-batches on 2, 3 or 4 ranks train on one of those (a stre
 OLMo-core under torchrun with its DDP, tandem under mpirun. 40% of the recipes (a stream of their
 own) also evaluate one or two padded held-out sets in the loop every 1 to steps/3 steps:
 OLMo-core's LMEvaluatorCallbackConfig in its trainer against tandem's evaluation.padded (the same
-global eval batch, loader seed 0). A recipe OLMo-core fails on is
+global eval batch, loader seed 0), half of them also on the initial weights (eval_on_startup,
+tandem's evaluation.on_startup). A recipe OLMo-core fails on is
 reported as refused by the reference only where the failure is known and tandem then does what it
 should: its SequentialScheduler's assertion at a last step past t_max in tokens (tandem's run
 must complete), or its trainer's stop on a NaN loss where a rank's batch has no label (tandem must
@@ -37,7 +38,8 @@ OLMo-core's, and at the end every weight tensor within 1e-4 relative L2 (the fix
 bound; weight decay shows there first). Every in-loop held-out loss OLMo-core's evaluator logs
 must be tandem's at that step within 1e-4 relative too, and, since a small lr moves it by only
 ~1e-6 a step, nearer OLMo-core's at that step than half of what OLMo-core's moved per step to its
-neighbouring evaluations (the weights of that step, not another's).
+neighbouring evaluations (the weights of that step, not another's); the startup evaluation's
+within 1e-6 (the same initial weights: the held-out fixture test's bound).
 
 A bound is judged only where the recipe itself determines the quantity to a tenth of it: each
 recipe is also trained by tandem from its initial weights multiplied by (1 + 1e-7 N(0, 1)), and a
@@ -234,6 +236,9 @@ def draw_group_overrides(rng, lr):
 
 
 LOSS_BOUND, GRAD_NORM_BOUND, WEIGHTS_BOUND = 1e-4, 1e-3, 1e-4
+# The startup evaluation: the same initial weights and sets on both sides, so the held-out
+# fixture test's bound (tests/eval/padded_heldout_test.cc).
+STARTUP_BOUND = 1e-6
 
 
 def weights_gap(a, b):
@@ -330,6 +335,29 @@ def compare_evaluations(ours, moved, ref, noise):
         f"weights judged at {step_judged} of them)")
 
 
+def compare_startup(run, ref):
+    """OLMo-core's eval_on_startup losses (the initial weights) against tandem's
+    evaluation.on_startup record: (first problem or None, a summary)."""
+    if not ref.get("startup_evaluation"):
+        return None, ""
+    theirs = ref["startup_evaluation"][0]
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        mine = [m for m in map(json.loads, filter(str.strip, f)) if m.get("startup")]
+    if len(mine) != 1 or mine[0]["step"] != theirs["step"]:
+        return f"startup evaluation: tandem's {mine}, OLMo-core's {theirs}", ""
+    worst = 0.0
+    for key in (k for k in theirs if k.startswith("eval/")):
+        a, b = mine[0].get(key), theirs[key]
+        if math.isnan(b) and a is None:  # a set all in the dropped tail
+            continue
+        if a is None or math.isnan(b):
+            return f"startup evaluation: {key} {a}, OLMo-core {b}", ""
+        worst = max(worst, abs(a - b) / abs(b))
+    problem = (f"startup evaluation {worst:.1e} relative from OLMo-core's" if worst > STARTUP_BOUND
+               else None)
+    return problem, f", startup held-out losses rel {worst:.1e}"
+
+
 def check(binary, seed, index, steps, threads, keep=False):
     """One recipe: (agrees, the case, OLMo-core's reference, a summary); its files are removed
     unless `keep` (then the summary names their folder)."""
@@ -373,7 +401,7 @@ def check_in(binary, seed, index, steps, threads, out):
     case["EVAL"] = None
     if evals.random() < 0.4:
         case["EVAL"] = {"interval": evals.randint(1, max(1, steps // 3)),
-                        "sets": evals.randint(1, 2)}
+                        "sets": evals.randint(1, 2), "startup": evals.random() < 0.5}
     for key, value in case.items():  # STEPS too: the duration (the run ends at `steps`)
         setattr(recipe, key, value)
     problem = None
@@ -410,6 +438,9 @@ def check_in(binary, seed, index, steps, threads, out):
     held = compare_evaluations(ours, moved, ref, worst_loss)
     if problem is None:
         problem = held[2]
+    startup = compare_startup(os.path.join(out, "tandem-run"), ref)
+    if problem is None:
+        problem = startup[0]
     # Final weights (what weight decay moves most): every tensor within 1e-4 relative L2 of
     # OLMo-core's, judged where the perturbation moved tandem's own by less than a tenth of that.
     last = f"checkpoints/step-{steps:06d}"
@@ -425,7 +456,7 @@ def check_in(binary, seed, index, steps, threads, out):
                f"final weights rel L2 {worst_weights:.1e} "
                f"({'judged' if judge_weights else 'not judged'}: own sensitivity "
                f"{sens_weights:.1e}), skipped {ref['skipped_steps']}, filter-rejected steps "
-               f"{len(ref['steps_with_rejected_instances'])}" + held[3])
+               f"{len(ref['steps_with_rejected_instances'])}" + held[3] + startup[1])
     return problem is None, case, ref, (problem + "; " + summary) if problem else summary
 
 

@@ -120,8 +120,9 @@ Z_LOSS = 1e-5
 GROUP_OVERRIDES = None
 # EVAL: in-loop held-out evaluation as OLMo-core's trainer runs it (LMEvaluatorCallbackConfig over
 # NumpyPaddedFSLDatasetConfig sets; its loader seed 0, a global eval batch of the rank micro-batch
-# times the ranks), {"interval": steps, "sets": count}: the sets' files are written from
-# DATA_SEED (eval-SS.npy: documents of 1 to 2 x SEQ tokens). None: no evaluation.
+# times the ranks), {"interval": steps, "sets": count, "startup": bool (eval_on_startup, tandem's
+# evaluation.on_startup)}: the sets' files are written from DATA_SEED (eval-SS.npy: documents of
+# 1 to 2 x SEQ tokens). None: no evaluation.
 EVAL = None
 
 
@@ -207,7 +208,7 @@ def eval_callback(eval_sets, work_dir):
             paths=[p for _, p in eval_sets], metadata=[{"label": l} for l, _ in eval_sets],
             sequence_length=SEQ, dtype=NumpyDatasetDType.uint16, work_dir=work_dir,
             tokenizer=TokenizerConfig(vocab_size=VOCAB, eos_token_id=EOS, pad_token_id=PAD)),
-        eval_interval=EVAL["interval"])
+        eval_interval=EVAL["interval"], eval_on_startup=bool(EVAL.get("startup")))
 
 
 def mask_path(folder, i):
@@ -344,14 +345,17 @@ class StepRecorder:
             def __init__(self):
                 super().__init__()
                 self.records = []
+                self.startup = []
 
             def log_metrics(self, step, metrics):
-                if "train/CE loss" not in metrics:
-                    return  # e.g. the step-0 checkpoint's timing
                 # The in-loop evaluator's losses, as tandem names them (eval/<label>/loss).
                 held = {f"eval/{k[len('eval/lm/'):-len('/CE loss')]}/loss": float(v)
                         for k, v in metrics.items()
                         if k.startswith("eval/lm/") and k.endswith("/CE loss")}
+                if "train/CE loss" not in metrics:
+                    if held:  # eval_on_startup: the weights the run starts from
+                        self.startup.append({"step": step, **held})
+                    return  # else e.g. the step-0 checkpoint's timing
                 self.records.append({**held,
                     "step": step,
                     "train/loss": float(metrics["train/CE loss"]),
@@ -488,7 +492,8 @@ def tandem_run_config(model_section, data_files, steps, eval_sets=None):
                        if DURATION_EPOCHS else {"max_steps": steps}),
                     **({"hard_stop": {"value": HARD_STOP, "unit": "steps"}} if HARD_STOP else {}),
                     "seed": 1, "progress": False},
-        "evaluation": ({"interval": EVAL["interval"], "padded": {
+        "evaluation": ({"interval": EVAL["interval"], "on_startup": bool(EVAL.get("startup")),
+                        "padded": {
             "sets": [{"label": label, "paths": [path]} for label, path in eval_sets],
             "sequence_length": SEQ, "seed": 0,
             "batch_size": MICRO_BATCH_INSTANCES * SEQ * world_size()}}
@@ -604,6 +609,7 @@ def curve(a):
                                 f"{scheduler} + {dataset}/NumpyDataLoader (CPU, fp32, {group})",
                    **({} if world_size() == 1 else {"world_size": world_size()}),
                    "versions": versions(), "steps": records,
+                   **({"startup_evaluation": recorder.startup} if recorder.startup else {}),
                    "steps_with_rejected_instances": rejected_steps, "skipped_steps": skipped,
                    "closest_skip_margin_rel": skip_margins(records)}, f, indent=1)
     print(f"steps with filter-rejected instances: {rejected_steps}")
