@@ -335,11 +335,14 @@ def compare_evaluations(ours, moved, ref, noise):
         f"weights judged at {step_judged} of them)")
 
 
-def compare_startup(run, ref):
+def compare_startup(run, ref, expected):
     """OLMo-core's eval_on_startup losses (the initial weights) against tandem's
-    evaluation.on_startup record: (first problem or None, a summary)."""
-    if not ref.get("startup_evaluation"):
+    evaluation.on_startup record, where the recipe asked for them (`expected`): (first problem
+    or None, a summary)."""
+    if not expected:
         return None, ""
+    if not ref.get("startup_evaluation"):
+        return "startup evaluation: none in OLMo-core's log", ""
     theirs = ref["startup_evaluation"][0]
     with open(os.path.join(run, "metrics.jsonl")) as f:
         mine = [m for m in map(json.loads, filter(str.strip, f)) if m.get("startup")]
@@ -438,7 +441,8 @@ def check_in(binary, seed, index, steps, threads, out):
     held = compare_evaluations(ours, moved, ref, worst_loss)
     if problem is None:
         problem = held[2]
-    startup = compare_startup(os.path.join(out, "tandem-run"), ref)
+    startup = compare_startup(os.path.join(out, "tandem-run"), ref,
+                              bool((case["EVAL"] or {}).get("startup")))
     if problem is None:
         problem = startup[0]
     # Final weights (what weight decay moves most): every tensor within 1e-4 relative L2 of

@@ -492,13 +492,16 @@ def tandem_run_config(model_section, data_files, steps, eval_sets=None):
                        if DURATION_EPOCHS else {"max_steps": steps}),
                     **({"hard_stop": {"value": HARD_STOP, "unit": "steps"}} if HARD_STOP else {}),
                     "seed": 1, "progress": False},
-        "evaluation": ({"interval": EVAL["interval"], "on_startup": bool(EVAL.get("startup")),
-                        "padded": {
-            "sets": [{"label": label, "paths": [path]} for label, path in eval_sets],
-            "sequence_length": SEQ, "seed": 0,
-            "batch_size": MICRO_BATCH_INSTANCES * SEQ * world_size()}}
-            if eval_sets else {"interval": 0, "sets": []}),
+        "evaluation": in_loop_evaluation(eval_sets) if eval_sets else {"interval": 0, "sets": []},
     }
+
+
+def in_loop_evaluation(eval_sets):
+    """tandem's `evaluation:` for EVAL's sets [(label, file)], as OLMo-core's callback runs it."""
+    return {"interval": EVAL["interval"], "on_startup": bool(EVAL.get("startup")),
+            "padded": {"sets": [{"label": label, "paths": [path]} for label, path in eval_sets],
+                       "sequence_length": SEQ, "seed": 0,
+                       "batch_size": MICRO_BATCH_INSTANCES * SEQ * world_size()}}
 
 
 def skip_margins(records):
