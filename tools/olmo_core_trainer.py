@@ -24,7 +24,9 @@ single-process gloo process group.
               --duration-epochs 2 --hard-stop 90 --optim JSON --out
               tests/fixtures/olmo_core_epochs: in epochs. With --optim '{"optimizer": "adamw",
               "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0.05}' --steps 40 --out
-              tests/fixtures/olmo_core_adamw: OLMo-core's plain AdamW (no skip rule). Under
+              tests/fixtures/olmo_core_adamw: OLMo-core's plain AdamW (no skip rule). With
+              --eval 1:2:startup --steps 30 --out tests/fixtures/olmo_core_eval: in-loop
+              held-out evaluation of two padded sets after every step and at startup. Under
               `torchrun --nproc-per-node 2` with --packed --label-masks --steps 40 --out
               tests/fixtures/olmo_core_ddp: two ranks of a gloo group with OLMo-core's DDP
               (each rank's loss over its own label count, the ranks averaged); rank 0 writes.
@@ -794,7 +796,7 @@ def set_recipe(settings):
 
 
 def main():
-    global PACKED, LABEL_MASKS, STEPS, MIXTURE, DURATION_TOKENS, DURATION_EPOCHS, HARD_STOP
+    global PACKED, LABEL_MASKS, STEPS, MIXTURE, DURATION_TOKENS, DURATION_EPOCHS, HARD_STOP, EVAL
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["curve", "checkpoint"])
     ap.add_argument("--work", default=None, help="checkpoint: where OLMo-core's runs go")
@@ -812,6 +814,9 @@ def main():
                     help="curve: a source mixture (MIXTURE) with source a's target ratio and "
                     "requested_tokens, e.g. 0.3:30000")
     ap.add_argument("--steps", type=int, default=STEPS, help="curve: training steps")
+    ap.add_argument("--eval", default=None, metavar="INTERVAL:SETS[:startup]",
+                    help="curve: in-loop held-out evaluation (EVAL) every INTERVAL steps over "
+                    "SETS padded sets, with :startup also on the initial weights")
     ap.add_argument("--duration-tokens", type=int, default=None,
                     help="curve: OLMo-core's max_duration in tokens instead of --steps")
     ap.add_argument("--duration-epochs", type=int, default=None,
@@ -839,6 +844,9 @@ def main():
         if a.mixture:
             ratio, requested = a.mixture.split(":")
             MIXTURE = {"ratio": float(ratio), "requested": int(requested)}
+        if a.eval:
+            interval, sets, *startup = a.eval.split(":")
+            EVAL = {"interval": int(interval), "sets": int(sets), "startup": startup == ["startup"]}
         if a.recipe:
             with open(a.recipe) as f:
                 set_recipe(json.load(f))

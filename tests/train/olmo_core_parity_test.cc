@@ -14,7 +14,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <utility>
+#include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "../support/olmo_core_curve.h"
@@ -123,6 +127,56 @@ TEST(OlmoCoreCurve, EpochDurationMatchesOlmoCoresTrainer) {
   const CurveFixture f = curve_fixture("olmo_core_epochs");
   ASSERT_EQ(f.ref["steps"].size(), 90u);
   train_and_compare(f, "olmo_core_curve_epochs");
+}
+
+// In-loop held-out evaluation as OLMo-core's trainer runs it (tests/fixtures/olmo_core_eval,
+// `olmo_core_trainer.py curve --eval 1:2:startup --steps 30`: its LMEvaluatorCallbackConfig over
+// two padded sets after every step, never after step 1, and eval_on_startup; tandem's
+// evaluation.interval 1, on_startup and the same sets under evaluation.padded). Every loss
+// OLMo-core's evaluator logged is tandem's at that step within 1e-6 relative (the held-out fixture
+// test's bound; measured 1.9e-7), the startup record's too. A held-out loss moves by only 4e-7 to
+// 9e-5 a step here, so each must also be nearer OLMo-core's at its own step than OLMo-core's at the
+// neighbouring evaluations, wherever those are more than 2e-6 away: a run that evaluated the
+// weights of another step fails that.
+TEST(OlmoCoreCurve, InLoopHeldOutEvaluationMatchesOlmoCoresTrainer) {
+  const CurveFixture f = curve_fixture("olmo_core_eval");
+  ASSERT_EQ(f.ref["steps"].size(), 30u);
+  ASSERT_EQ(f.ref["startup_evaluation"].size(), 1u);
+  std::string run;
+  train_and_compare(f, "olmo_core_curve_eval", "", &run);
+  std::map<std::int64_t, nlohmann::json> ours;  // by step, the startup record at -1
+  for (const nlohmann::json& m : testing::read_metrics(run + "/metrics.jsonl"))
+    ours[m.value("startup", false) ? -1 : m["step"].get<std::int64_t>()] = m;
+  // OLMo-core's evaluations in order: the startup one, then the steps'.
+  std::vector<std::pair<std::int64_t, nlohmann::json>> theirs{{-1, f.ref["startup_evaluation"][0]}};
+  for (const nlohmann::json& s : f.ref["steps"]) theirs.emplace_back(s["step"], s);
+  int points = 0, timed = 0;
+  double worst = 0.0;
+  for (const std::string label : {"heldout0-validation", "heldout1-validation"}) {
+    const std::string key = "eval/" + label + "/loss";
+    for (std::size_t i = 0; i < theirs.size(); ++i) {
+      const auto& [step, b] = theirs[i];
+      if (!b.contains(key)) continue;  // step 1
+      ASSERT_TRUE(ours.count(step) == 1 && ours[step].contains(key)) << key << " at " << step;
+      const double mine = ours[step][key].get<double>(), want = b[key].get<double>();
+      const double rel = std::fabs(mine - want) / std::fabs(want);
+      worst = std::max(worst, rel);
+      ++points;
+      EXPECT_LE(rel, 1e-6) << key << " at step " << step << ": " << mine << " vs " << want;
+      for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps past the end for i = 0
+        if (j >= theirs.size() || !theirs[j].second.contains(key)) continue;
+        const double other = theirs[j].second[key].get<double>();
+        if (std::fabs(other - want) <= 2e-6 * std::fabs(want)) continue;
+        ++timed;
+        EXPECT_LT(std::fabs(mine - want), std::fabs(mine - other))
+            << key << " at step " << step << " is nearer OLMo-core's at step " << theirs[j].first;
+      }
+    }
+  }
+  EXPECT_EQ(points, 2 * 30);  // per set: the startup and steps 2 to 30
+  EXPECT_GE(timed, 90);       // of 116 neighbour pairs: 100 in this fixture
+  RecordProperty("worst_heldout_rel_diff", fmt::format("{:.2e}", worst));
+  RecordProperty("points_judged_for_their_step", timed);
 }
 
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.
