@@ -846,6 +846,8 @@ def main():
             MIXTURE = {"ratio": float(ratio), "requested": int(requested)}
         if a.eval:
             interval, sets, *startup = a.eval.split(":")
+            if startup not in ([], ["startup"]):
+                sys.exit(f"--eval {a.eval}: INTERVAL:SETS or INTERVAL:SETS:startup")
             EVAL = {"interval": int(interval), "sets": int(sets), "startup": startup == ["startup"]}
         if a.recipe:
             with open(a.recipe) as f:

@@ -176,7 +176,7 @@ TEST(OlmoCoreCurve, InLoopHeldOutEvaluationMatchesOlmoCoresTrainer) {
   EXPECT_EQ(points, 2 * 30);  // per set: the startup and steps 2 to 30
   EXPECT_GE(timed, 90);       // of 116 neighbour pairs: 100 in this fixture
   RecordProperty("worst_heldout_rel_diff", fmt::format("{:.2e}", worst));
-  RecordProperty("points_judged_for_their_step", timed);
+  RecordProperty("neighbour_pairs_judged", timed);
 }
 
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.
