@@ -284,6 +284,15 @@ def compare(ours, ref, judge_loss, judge_norm):
     return worst_loss, worst_norm, None
 
 
+def only_one_has_a_value(mine, theirs):
+    """For a held-out loss of tandem's (None: no instance evaluated) and OLMo-core's (NaN so):
+    None where both have one, False where neither has (a set all in the dropped tail: they
+    agree), True where only one has."""
+    if theirs is None or math.isnan(theirs) or mine is None:
+        return not (theirs is not None and math.isnan(theirs) and mine is None)
+    return None
+
+
 def compare_evaluations(ours, moved, ref, noise):
     """OLMo-core's in-loop held-out losses (the steps its evaluator ran at) against tandem's at
     those steps, within LOSS_BOUND where the perturbed run moved tandem's own by less than a
@@ -302,8 +311,9 @@ def compare_evaluations(ours, moved, ref, noise):
             if key not in a or key not in p:
                 problem = problem or f"step {b['step']}: tandem did not evaluate {key}"
                 continue
-            if math.isnan(b[key]) or a[key] is None:  # a set all in the dropped tail
-                if not (math.isnan(b[key]) and a[key] is None):
+            missing = only_one_has_a_value(a[key], b[key])
+            if missing is not None:
+                if missing:
                     problem = problem or f"step {b['step']}: {key} {a[key]}, OLMo-core {b[key]}"
                 continue
             worst = max(worst, abs(a[key] - b[key]) / abs(b[key]))
@@ -351,10 +361,11 @@ def compare_startup(run, ref, expected):
     worst = 0.0
     for key in (k for k in theirs if k.startswith("eval/")):
         a, b = mine[0].get(key), theirs[key]
-        if math.isnan(b) and a is None:  # a set all in the dropped tail
-            continue
-        if a is None or math.isnan(b):
+        missing = only_one_has_a_value(a, b)
+        if missing:
             return f"startup evaluation: {key} {a}, OLMo-core {b}", ""
+        if missing is not None:
+            continue
         worst = max(worst, abs(a - b) / abs(b))
     problem = (f"startup evaluation {worst:.1e} relative from OLMo-core's" if worst > STARTUP_BOUND
                else None)
