@@ -60,6 +60,7 @@ evaluation:
     limit: {6}
     tokenizer: {3}
     tasks_dir: {4}
+    max_length: 256
     batch_tokens: 1024
 )",
                                   dir, run, sets, fixture("eval/tokenizer.json"),
@@ -107,6 +108,22 @@ std::pair<std::int64_t, std::int64_t> logged_share(const std::string& output,
                          std::to_string(world) + R"( ranks \((\d+) on rank 0\))");
   if (!std::regex_search(output, m, share)) return {-1, -1};
   return {std::stoll(m[1]), std::stoll(m[2])};
+}
+
+// A run's downstream queries are cut to its 64-token sequences when max_length is not given (as
+// OLMo-core's trainer cuts them), and piqa's 66-token continuation then cannot be scored: the run
+// says so before its first step, not at its first evaluation.
+TEST(EvalSharding, ADownstreamTaskTheRunCannotScoreStopsItBeforeTraining) {
+  const std::string dir = temp_dir("eval_unfit");
+  auto r = run_shell(tandem_command(
+      1, "train " + write_config(dir, "w1") + " evaluation.downstream.max_length=0"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("task 'piqa:bpb'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("continuation of 66 tokens is longer than max_length 64"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("held-out evaluation"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/w1/metrics.jsonl")) << r.output;
 }
 
 TEST(EvalSharding, EveryWorldSizeAndStrategyEvaluatesAsOneRankBitForBit) {

@@ -90,6 +90,19 @@ TEST(RunConfig, MaxDurationAndHardStopAsOlmoCoreCountsThem) {
   error_with({"trainer.max_steps=20000000000000000"}, "are beyond counting");
 }
 
+// OLMo-core's in-loop downstream evaluator cuts queries to the train module's
+// max_sequence_length, the training sequence length in AI2's scripts: a run's max_length defaults
+// to data.sequence_length (64 here), not the model's 128.
+TEST(RunConfig, DownstreamQueriesDefaultToTheTrainingSequenceLength) {
+  const std::string cfg = testing::fixture("train/parity.yaml");
+  RunConfig c = load_run_config(cfg, {"evaluation.downstream={tasks: [arc_easy:rc]}"});
+  ASSERT_TRUE(c.eval.downstream);
+  EXPECT_EQ(c.model.max_sequence_length, 128);
+  EXPECT_EQ(c.eval.downstream->options.max_length, 64);
+  c = load_run_config(cfg, {"evaluation.downstream={tasks: [arc_easy:rc], max_length: 100}"});
+  EXPECT_EQ(c.eval.downstream->options.max_length, 100);
+}
+
 TEST(RunConfigErrors, FreshStartIsAKnownKey) {
   EXPECT_EQ(config_error({"trainer.fresh_start=true"}), "no error");
 }

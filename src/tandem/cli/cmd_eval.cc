@@ -192,7 +192,10 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "write per-request predictions (JSONL, one line per document, OLMES style)");
   cmd->add_option("--tokenizer", args->tokenizer,
                   "tokenizer.json (default: dolma2 from the cache)");
-  cmd->add_option("--max-length", args->max_length, "query length cap (0 = model's)");
+  cmd->add_option("--max-length", args->max_length,
+                  "query length cap (0: the model's max_sequence_length; unset: the config's "
+                  "evaluation.downstream.max_length or data.sequence_length, without a config "
+                  "the model's)");
   cmd->add_option("--batch-tokens", args->batch_tokens, "padded tokens per forward pass");
   cmd->add_flag("--json", args->json, "print JSON");
   cmd->callback([args, &exit_code] {

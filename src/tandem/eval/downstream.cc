@@ -282,7 +282,31 @@ std::vector<IclScore> icl_scores(const DownstreamTask& task, const std::vector<d
   return out;
 }
 
+// A task's queries and forward passes for the model, or an error that names the task.
+std::unique_ptr<ScoringPlan> plan_task(const DownstreamTask& task,
+                                       const std::vector<TokenizedRequest>& tokens,
+                                       const DownstreamOptions& options,
+                                       const model::ModelConfig& mc, TaskQueries& queries) {
+  try {
+    if (task.fast_mc) {
+      queries = fast_mc_queries(mc, task, tokens, options.max_length);
+      return std::make_unique<ScoringPlan>(mc, queries.queries, options.batch_tokens);
+    }
+    queries = request_queries(mc, tokens, options.max_length);
+    return plan_requests(mc, queries, options.batch_tokens);
+  } catch (const core::Error& e) {
+    core::fail("task '{}' ({}): {}", task.spec.name, task.dir, e.what());
+  }
+}
+
 }  // namespace
+
+void DownstreamSuite::check_fits(const model::ModelConfig& mc) const {
+  for (const Prepared& p : tasks_) {
+    TaskQueries queries;
+    plan_task(p.task, p.tokens, options_, mc, queries);
+  }
+}
 
 std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model,
                                                   std::vector<TaskPredictions>* predictions,
@@ -305,20 +329,9 @@ std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model,
     core::fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
   };
   for (std::size_t t = 0; t < tasks_.size(); ++t) {
-    const Prepared& p = tasks_[t];
     const auto begin = Clock::now();
-    try {
-      if (p.task.fast_mc) {
-        scoring[t].queries = fast_mc_queries(model.config(), p.task, p.tokens, options_.max_length);
-        scoring[t].plan = std::make_unique<ScoringPlan>(model.config(), scoring[t].queries.queries,
-                                                        options_.batch_tokens);
-      } else {
-        scoring[t].queries = request_queries(model.config(), p.tokens, options_.max_length);
-        scoring[t].plan = plan_requests(model.config(), scoring[t].queries, options_.batch_tokens);
-      }
-    } catch (const core::Error& e) {
-      fail_in(p, e);
-    }
+    scoring[t].plan =
+        plan_task(tasks_[t].task, tasks_[t].tokens, options_, model.config(), scoring[t].queries);
     for (std::size_t k = 0; k < scoring[t].plan->batches().size(); ++k) {
       batches.push_back(scoring[t].plan->batches()[k]);
       owner.emplace_back(t, k);

@@ -27,7 +27,8 @@
 //   tasks_dir: ...     # default $TANDEM_EVAL_TASKS or ${TANDEM_DATA_DIR:-.cache/data}/eval/
 //                      # oe_eval_tasks
 //   hf_datasets_dir: ...  # MMLU's data; default: hf_datasets beside tasks_dir
-//   max_length: 0      # query length cap; 0 = the model's max_sequence_length
+//   max_length: 0      # query length cap; 0 = the run's data.sequence_length in a run config
+//                      # (OLMo-core's in-loop cut), else the model's max_sequence_length
 //   batch_tokens: 4096 # padded tokens per forward pass (memory: batch_tokens * vocab floats)
 #pragma once
 
@@ -102,6 +103,10 @@ class DownstreamSuite {
                                    std::vector<TaskPredictions>* predictions = nullptr,
                                    const EvalRanks& ranks = EvalRanks()) const;
   std::int64_t total_requests() const;
+  // Fails, naming the task, where some request cannot be scored by a model of this config (a
+  // continuation longer than max_length, a query past the model's context): what evaluate would
+  // find, said before a run trains toward its first evaluation.
+  void check_fits(const model::ModelConfig& mc) const;
 
  private:
   struct Prepared {

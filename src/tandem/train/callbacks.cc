@@ -53,6 +53,7 @@ EvaluationCallback::EvaluationCallback(const RunConfig& config, model::Olmo3Mode
     tokenizer::Tokenizer tokenizer = tokenizer::Tokenizer::from_file(
         d.tokenizer.empty() ? eval::default_tokenizer_path() : d.tokenizer);
     downstream_ = std::make_unique<eval::DownstreamSuite>(tokenizer, d.tasks, d.options);
+    downstream_->check_fits(model_.config());  // now, not at the first evaluation
   }
 }
 

@@ -211,6 +211,11 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   r.dist = dist::read_dist_config(top.section("dist"));
   r.trainer = parse_trainer(top.section("trainer"), base_dir, r.data.global_batch_size);
   r.eval = parse_eval(top.section("evaluation"), base_dir, r.data.all_files());
+  // A run's downstream queries are cut to its training sequence length unless max_length says
+  // otherwise, as OLMo-core's DownstreamEvaluatorCallback cuts them to the train module's
+  // max_sequence_length (the padded held-out sets take the same length).
+  if (r.eval.downstream && r.eval.downstream->options.max_length == 0)
+    r.eval.downstream->options.max_length = r.data.sequence_length;
   if (r.eval.padded && r.eval.padded->sequence_length > 0) {
     TANDEM_CHECK(r.eval.padded->sequence_length <= r.model.max_sequence_length,
                  "{}: evaluation.padded.sequence_length ({}) exceeds model.max_sequence_length "
