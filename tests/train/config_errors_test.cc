@@ -2,6 +2,8 @@
 // neither the key nor the file).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "../support/test_support.h"
 #include "tandem/core/error.h"
 #include "tandem/train/train_config.h"
@@ -12,6 +14,7 @@ namespace {
 using namespace core;
 using namespace io;
 using namespace train;
+namespace fs = std::filesystem;
 
 std::string config_error(const std::vector<std::string>& overrides) {
   try {
@@ -101,6 +104,19 @@ TEST(RunConfig, DownstreamQueriesDefaultToTheTrainingSequenceLength) {
   EXPECT_EQ(c.eval.downstream->options.max_length, 64);
   c = load_run_config(cfg, {"evaluation.downstream={tasks: [arc_easy:rc], max_length: 100}"});
   EXPECT_EQ(c.eval.downstream->options.max_length, 100);
+}
+
+// Downstream data paths are relative to the config's folder, as the training files are.
+TEST(RunConfig, DownstreamPathsAreRelativeToTheConfig) {
+  const std::string cfg = testing::fixture("train/parity.yaml");
+  const std::string dir = fs::path(cfg).parent_path().string();
+  const RunConfig c = load_run_config(
+      cfg, {"evaluation.downstream={tasks: [arc_easy:rc], tokenizer: ../eval/tokenizer.json, "
+            "tasks_dir: tasks, hf_datasets_dir: /abs/hf}"});
+  EXPECT_EQ(c.eval.downstream->tokenizer,
+            (fs::path(dir) / "../eval/tokenizer.json").lexically_normal().string());
+  EXPECT_EQ(c.eval.downstream->options.tasks_dir, (fs::path(dir) / "tasks").string());
+  EXPECT_EQ(c.eval.downstream->options.hf_datasets_dir, "/abs/hf");
 }
 
 TEST(RunConfigErrors, FreshStartIsAKnownKey) {

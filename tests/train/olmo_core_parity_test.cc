@@ -179,6 +179,61 @@ TEST(OlmoCoreCurve, InLoopHeldOutEvaluationMatchesOlmoCoresTrainer) {
   RecordProperty("neighbour_pairs_judged", timed);
 }
 
+// In-loop downstream evaluation as OLMo-core's trainer runs it
+// (tests/fixtures/olmo_core_downstream, made by `olmo_core_trainer.py curve --seq 128 --steps 20
+// --downstream 3:arc_easy_test_rc_5shot,copycolors_10way_fast,hellaswag_bpb_5shot:startup`): its
+// DownstreamEvaluatorCallbackConfig every 3 steps and at startup on tests/fixtures/eval/inloop's
+// task subsets and tokenizer, the tasks cut to the train module's 128 tokens; tandem's
+// evaluation.downstream without max_length, so the run's 128-token sequences, where its model
+// takes 256. Every metric OLMo-core's evaluator logged is tandem's at that step within
+// check_inloop_eval_random's 1e-5 x max(1, |x|) (measured 1.2e-7), and nearer OLMo-core's at its
+// own step than at the neighbouring evaluations wherever those are more than 2e-6 apart (the
+// weights of that step). Cut at the model's 256 tokens (tandem's default before), 126 of the 154
+// metrics are off, by up to 8.8e-3.
+TEST(OlmoCoreCurve, InLoopDownstreamEvaluationMatchesOlmoCoresTrainer) {
+  const CurveFixture f = curve_fixture("olmo_core_downstream");
+  ASSERT_EQ(f.ref["steps"].size(), 20u);
+  ASSERT_EQ(f.ref["startup_evaluation"].size(), 1u);
+  std::string run;
+  train_and_compare(f, "olmo_core_curve_downstream", "", &run);
+  std::map<std::int64_t, nlohmann::json> ours;  // by step, the startup record at -1
+  for (const nlohmann::json& m : testing::read_metrics(run + "/metrics.jsonl"))
+    ours[m.value("startup", false) ? -1 : m["step"].get<std::int64_t>()] = m;
+  // OLMo-core's evaluations in order: the startup one, then the steps' (3, 6, ..., 18).
+  std::vector<std::pair<std::int64_t, nlohmann::json>> theirs{{-1, f.ref["startup_evaluation"][0]}};
+  for (const nlohmann::json& s : f.ref["steps"])
+    if (s.contains("downstream/hellaswag_bpb_5shot/bpb_v1")) theirs.emplace_back(s["step"], s);
+  ASSERT_EQ(theirs.size(), 7u);
+  int points = 0, timed = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < theirs.size(); ++i) {
+    const auto& [step, b] = theirs[i];
+    for (const auto& [key, value] : b.items()) {
+      if (key.rfind("downstream/", 0) != 0) continue;
+      ASSERT_TRUE(ours.count(step) == 1 && ours[step].contains(key)) << key << " at " << step;
+      const double mine = ours[step][key].get<double>(), want = value.get<double>();
+      const double scale = std::max(1.0, std::fabs(want));
+      worst = std::max(worst, std::fabs(mine - want) / scale);
+      ++points;
+      EXPECT_LE(std::fabs(mine - want), 1e-5 * scale) << key << " at step " << step;
+      for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps past the end for i = 0
+        if (j >= theirs.size()) continue;
+        const double other = theirs[j].second[key].get<double>();
+        if (std::fabs(other - want) <= 2e-6 * scale) continue;
+        ++timed;
+        EXPECT_LT(std::fabs(mine - want), std::fabs(mine - other))
+            << key << " at step " << step << " is nearer OLMo-core's at step " << theirs[j].first;
+      }
+    }
+  }
+  // 22 metrics an evaluation: arc_easy rc's and copycolors' ten (their v1 and v2 of bpb, ce_loss,
+  // soft, soft_log and len_norm or acc), hellaswag bpb's two.
+  EXPECT_EQ(points, 22 * 7);
+  EXPECT_GE(timed, 200);  // of 264 neighbour pairs: 214 in this fixture
+  RecordProperty("worst_downstream_rel_diff", fmt::format("{:.2e}", worst));
+  RecordProperty("neighbour_pairs_judged", timed);
+}
+
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.
 std::string run_dir_with_imported_checkpoint(const std::string& name) {
   const std::string run = testing::temp_dir(name);

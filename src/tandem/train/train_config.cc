@@ -135,9 +135,13 @@ EvalConfig parse_eval(io::ConfigSection s, const std::string& base_dir,
   } else {
     s.mark_used("padded");
   }
-  if (s.has("downstream") && !s.raw("downstream").IsNull())
+  if (s.has("downstream") && !s.raw("downstream").IsNull()) {
     e.downstream = eval::parse_downstream_config(s.section("downstream"));
-  else
+    // Relative to the config's folder, as every other path of a run config.
+    for (std::string* p : {&e.downstream->tokenizer, &e.downstream->options.tasks_dir,
+                           &e.downstream->options.hf_datasets_dir})
+      *p = io::resolve_config_path(base_dir, *p);
+  } else
     s.mark_used("downstream");
   e.on_startup = s.get_bool("on_startup", false);
   TANDEM_CHECK(!e.on_startup || !e.sets.empty() || e.padded || e.downstream,
