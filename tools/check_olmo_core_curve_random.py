@@ -312,6 +312,20 @@ def only_one_has_a_value(mine, theirs):
     return None
 
 
+def evaluation_points(ours, moved, ref, prefix):
+    """Every value OLMo-core's evaluators logged under `prefix` with tandem's at that step:
+    ([(step, key, tandem's, perturbed tandem's, OLMo-core's)], the first key tandem did not log
+    or None)."""
+    points, missing = [], None
+    for a, p, b in zip(ours, moved, ref["steps"]):
+        for key in sorted(k for k in b if k.startswith(prefix)):
+            if key not in a or key not in p:
+                missing = missing or f"step {b['step']}: tandem did not evaluate {key}"
+                continue
+            points.append((b["step"], key, a[key], p[key], b[key]))
+    return points, missing
+
+
 def compare_evaluations(ours, moved, ref, noise):
     """OLMo-core's in-loop held-out losses (the steps its evaluator ran at) against tandem's at
     those steps, within LOSS_BOUND where the perturbed run moved tandem's own by less than a
@@ -322,23 +336,18 @@ def compare_evaluations(ours, moved, ref, noise):
     ten times `noise`, the worst training-loss difference of the two runs (their float noise).
     Returns (worst rel diff, own sensitivity, first problem or None, a summary)."""
     worst = sens = 0.0
-    problem, points = None, 0
+    points, problem = evaluation_points(ours, moved, ref, "eval/")
     series = {}  # key -> [(step, OLMo-core's, tandem's)]
-    for a, p, b in zip(ours, moved, ref["steps"]):
-        for key in sorted(k for k in b if k.startswith("eval/")):
-            points += 1
-            if key not in a or key not in p:
-                problem = problem or f"step {b['step']}: tandem did not evaluate {key}"
-                continue
-            missing = only_one_has_a_value(a[key], b[key])
-            if missing is not None:
-                if missing:
-                    problem = problem or f"step {b['step']}: {key} {a[key]}, OLMo-core {b[key]}"
-                continue
-            worst = max(worst, abs(a[key] - b[key]) / abs(b[key]))
-            sens = max(sens, math.inf if p[key] is None else abs(p[key] - a[key]) / abs(a[key]))
-            series.setdefault(key, []).append((b["step"], b[key], a[key]))
-    if not points:
+    for step, key, mine, moved_mine, theirs in points:
+        missing = only_one_has_a_value(mine, theirs)
+        if missing is not None:
+            if missing:
+                problem = problem or f"step {step}: {key} {mine}, OLMo-core {theirs}"
+            continue
+        worst = max(worst, abs(mine - theirs) / abs(theirs))
+        sens = max(sens, math.inf if moved_mine is None else abs(moved_mine - mine) / abs(mine))
+        series.setdefault(key, []).append((step, theirs, mine))
+    if not points and not problem:
         return 0.0, 0.0, problem, ""
     judged = sens < LOSS_BOUND / 10
     if problem is None and judged and worst > LOSS_BOUND:
@@ -359,9 +368,9 @@ def compare_evaluations(ours, moved, ref, noise):
                 problem = (f"step {step}: {key} {mine} vs {theirs}, over half OLMo-core's move "
                            f"per step there ({half:.1e}): the weights of another step?")
     return worst, sens, problem, (
-        f", in-loop held-out losses ({points} at OLMo-core's evaluation steps) rel {worst:.1e} "
-        f"({'judged' if judged else 'not judged'}: own sensitivity {sens:.1e}; the step's "
-        f"weights judged at {step_judged} of them)")
+        f", in-loop held-out losses ({len(points)} at OLMo-core's evaluation steps) rel "
+        f"{worst:.1e} ({'judged' if judged else 'not judged'}: own sensitivity {sens:.1e}; the "
+        f"step's weights judged at {step_judged} of them)")
 
 
 def compare_downstream(ours, moved, ref):
@@ -370,26 +379,21 @@ def compare_downstream(ours, moved, ref):
     tandem's own by less than a tenth of that (an accuracy a near tie decides is reported, not
     judged). Returns (first problem or None, a summary)."""
     worst = worst_judged = 0.0
-    points, judged, problem = 0, 0, None
-    for a, p, b in zip(ours, moved, ref["steps"]):
-        for key in sorted(k for k in b if k.startswith("downstream/")):
-            points += 1
-            if key not in a or key not in p:
-                problem = problem or f"step {b['step']}: tandem did not evaluate {key}"
-                continue
-            bound = DOWNSTREAM_BOUND * max(1.0, abs(b[key]))
-            gap = abs(a[key] - b[key])
-            worst = max(worst, gap / max(1.0, abs(b[key])))
-            if abs(p[key] - a[key]) >= bound / 10:
-                continue
-            judged += 1
-            worst_judged = max(worst_judged, gap / max(1.0, abs(b[key])))
-            if gap > bound and problem is None:
-                problem = f"step {b['step']}: {key} {a[key]} vs OLMo-core's {b[key]}"
+    judged = 0
+    points, problem = evaluation_points(ours, moved, ref, "downstream/")
+    for step, key, mine, moved_mine, theirs in points:
+        scale = max(1.0, abs(theirs))
+        worst = max(worst, abs(mine - theirs) / scale)
+        if abs(moved_mine - mine) >= DOWNSTREAM_BOUND * scale / 10:
+            continue
+        judged += 1
+        worst_judged = max(worst_judged, abs(mine - theirs) / scale)
+        if abs(mine - theirs) > DOWNSTREAM_BOUND * scale and problem is None:
+            problem = f"step {step}: {key} {mine} vs OLMo-core's {theirs}"
     if not points:
         return problem, ""
-    return problem, (f", in-loop downstream metrics ({points} at OLMo-core's evaluation steps) "
-                     f"rel {worst:.1e} ({judged} judged, within {worst_judged:.1e})")
+    return problem, (f", in-loop downstream metrics ({len(points)} at OLMo-core's evaluation "
+                     f"steps) rel {worst:.1e} ({judged} judged, within {worst_judged:.1e})")
 
 
 def compare_startup(run, ref, expected):

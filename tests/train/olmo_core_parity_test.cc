@@ -129,6 +129,24 @@ TEST(OlmoCoreCurve, EpochDurationMatchesOlmoCoresTrainer) {
   train_and_compare(f, "olmo_core_curve_epochs");
 }
 
+// tandem's metrics records of a run by step, its startup record at -1.
+std::map<std::int64_t, nlohmann::json> records_by_step(const std::string& run) {
+  std::map<std::int64_t, nlohmann::json> out;
+  for (const nlohmann::json& m : testing::read_metrics(run + "/metrics.jsonl"))
+    out[m.value("startup", false) ? -1 : m["step"].get<std::int64_t>()] = m;
+  return out;
+}
+
+// OLMo-core's evaluations in order: its startup one (at -1), then its steps' records, those that
+// hold `key` where one is given.
+std::vector<std::pair<std::int64_t, nlohmann::json>> olmo_core_evaluations(
+    const nlohmann::json& ref, const std::string& key = "") {
+  std::vector<std::pair<std::int64_t, nlohmann::json>> out{{-1, ref["startup_evaluation"][0]}};
+  for (const nlohmann::json& s : ref["steps"])
+    if (key.empty() || s.contains(key)) out.emplace_back(s["step"], s);
+  return out;
+}
+
 // In-loop held-out evaluation as OLMo-core's trainer runs it (tests/fixtures/olmo_core_eval,
 // `olmo_core_trainer.py curve --eval 1:2:startup --steps 30`: its LMEvaluatorCallbackConfig over
 // two padded sets after every step, never after step 1, and eval_on_startup; tandem's
@@ -144,12 +162,8 @@ TEST(OlmoCoreCurve, InLoopHeldOutEvaluationMatchesOlmoCoresTrainer) {
   ASSERT_EQ(f.ref["startup_evaluation"].size(), 1u);
   std::string run;
   train_and_compare(f, "olmo_core_curve_eval", "", &run);
-  std::map<std::int64_t, nlohmann::json> ours;  // by step, the startup record at -1
-  for (const nlohmann::json& m : testing::read_metrics(run + "/metrics.jsonl"))
-    ours[m.value("startup", false) ? -1 : m["step"].get<std::int64_t>()] = m;
-  // OLMo-core's evaluations in order: the startup one, then the steps'.
-  std::vector<std::pair<std::int64_t, nlohmann::json>> theirs{{-1, f.ref["startup_evaluation"][0]}};
-  for (const nlohmann::json& s : f.ref["steps"]) theirs.emplace_back(s["step"], s);
+  std::map<std::int64_t, nlohmann::json> ours = records_by_step(run);
+  const auto theirs = olmo_core_evaluations(f.ref);
   int points = 0, timed = 0;
   double worst = 0.0;
   for (const std::string label : {"heldout0-validation", "heldout1-validation"}) {
@@ -196,13 +210,9 @@ TEST(OlmoCoreCurve, InLoopDownstreamEvaluationMatchesOlmoCoresTrainer) {
   ASSERT_EQ(f.ref["startup_evaluation"].size(), 1u);
   std::string run;
   train_and_compare(f, "olmo_core_curve_downstream", "", &run);
-  std::map<std::int64_t, nlohmann::json> ours;  // by step, the startup record at -1
-  for (const nlohmann::json& m : testing::read_metrics(run + "/metrics.jsonl"))
-    ours[m.value("startup", false) ? -1 : m["step"].get<std::int64_t>()] = m;
-  // OLMo-core's evaluations in order: the startup one, then the steps' (3, 6, ..., 18).
-  std::vector<std::pair<std::int64_t, nlohmann::json>> theirs{{-1, f.ref["startup_evaluation"][0]}};
-  for (const nlohmann::json& s : f.ref["steps"])
-    if (s.contains("downstream/hellaswag_bpb_5shot/bpb_v1")) theirs.emplace_back(s["step"], s);
+  std::map<std::int64_t, nlohmann::json> ours = records_by_step(run);
+  // The startup evaluation, then steps 3, 6, ..., 18.
+  const auto theirs = olmo_core_evaluations(f.ref, "downstream/hellaswag_bpb_5shot/bpb_v1");
   ASSERT_EQ(theirs.size(), 7u);
   int points = 0, timed = 0;
   double worst = 0.0;

@@ -141,8 +141,9 @@ EvalConfig parse_eval(io::ConfigSection s, const std::string& base_dir,
     for (std::string* p : {&e.downstream->tokenizer, &e.downstream->options.tasks_dir,
                            &e.downstream->options.hf_datasets_dir})
       *p = io::resolve_config_path(base_dir, *p);
-  } else
+  } else {
     s.mark_used("downstream");
+  }
   e.on_startup = s.get_bool("on_startup", false);
   TANDEM_CHECK(!e.on_startup || !e.sets.empty() || e.padded || e.downstream,
                "{}: nothing to evaluate at startup (no sets, padded or downstream)",
