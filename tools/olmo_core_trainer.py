@@ -261,8 +261,9 @@ def use_downstream_data():
 
 
 def downstream_callback():
-    """OLMo-core's in-loop downstream evaluator over DOWNSTREAM's labels, as AI2's scripts
-    configure it (its tasks cut to the train module's max_sequence_length)."""
+    """OLMo-core's in-loop downstream evaluator over DOWNSTREAM's labels (its tasks cut to the
+    train module's max_sequence_length), the callback AI2's scripts add, with the fixture's
+    tokenizer."""
     from olmo_core.data import TokenizerConfig
     from olmo_core.train.callbacks import DownstreamEvaluatorCallbackConfig
 
