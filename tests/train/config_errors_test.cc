@@ -113,6 +113,7 @@ TEST(RunConfig, DownstreamPathsAreRelativeToTheConfig) {
   const RunConfig c = load_run_config(
       cfg, {"evaluation.downstream={tasks: [arc_easy:rc], tokenizer: ../eval/tokenizer.json, "
             "tasks_dir: tasks, hf_datasets_dir: /abs/hf}"});
+  ASSERT_TRUE(c.eval.downstream);
   EXPECT_EQ(c.eval.downstream->tokenizer,
             (fs::path(dir) / "../eval/tokenizer.json").lexically_normal().string());
   EXPECT_EQ(c.eval.downstream->options.tasks_dir, (fs::path(dir) / "tasks").string());
