@@ -397,9 +397,10 @@ def compare_downstream(ours, moved, ref):
 
 
 def compare_startup(run, ref, expected):
-    """OLMo-core's eval_on_startup losses (the initial weights) against tandem's
-    evaluation.on_startup record, where the recipe asked for them (`expected`): (first problem
-    or None, a summary)."""
+    """OLMo-core's eval_on_startup values (the initial weights) against tandem's
+    evaluation.on_startup record, for the kinds the recipe asked for them (`expected`: the
+    prefixes "eval/" for held-out losses, "downstream/" for downstream metrics, each of which
+    OLMo-core's record must hold): (first problem or None, a summary)."""
     if not expected:
         return None, ""
     if not ref.get("startup_evaluation"):
@@ -409,6 +410,9 @@ def compare_startup(run, ref, expected):
         mine = [m for m in map(json.loads, filter(str.strip, f)) if m.get("startup")]
     if len(mine) != 1 or mine[0]["step"] != theirs["step"]:
         return f"startup evaluation: tandem's {mine}, OLMo-core's {theirs}", ""
+    for prefix in expected:
+        if not any(k.startswith(prefix) for k in theirs):
+            return f"startup evaluation: no {prefix} values in OLMo-core's log", ""
     worst = worst_task = 0.0
     for key in (k for k in theirs if k.startswith("eval/")):
         a, b = mine[0].get(key), theirs[key]
@@ -425,8 +429,9 @@ def compare_startup(run, ref, expected):
     problem = (f"startup evaluation {worst:.1e} relative from OLMo-core's" if worst > STARTUP_BOUND
                else f"startup downstream metrics {worst_task:.1e} from OLMo-core's"
                if worst_task > DOWNSTREAM_BOUND else None)
-    return problem, (f", startup held-out losses rel {worst:.1e}, downstream metrics "
-                     f"{worst_task:.1e}")
+    return problem, ((f", startup held-out losses rel {worst:.1e}" if "eval/" in expected else "")
+                     + (f", startup downstream metrics {worst_task:.1e}"
+                        if "downstream/" in expected else ""))
 
 
 def check(binary, seed, index, steps, threads, keep=False):
@@ -531,8 +536,9 @@ def check_in(binary, seed, index, steps, threads, out):
     if problem is None:
         problem = tasks[0]
     startup = compare_startup(os.path.join(out, "tandem-run"), ref,
-                              any((e or {}).get("startup")
-                                  for e in (case["EVAL"], case["DOWNSTREAM"])))
+                              [prefix for prefix, e in (("eval/", case["EVAL"]),
+                                                        ("downstream/", case["DOWNSTREAM"]))
+                               if (e or {}).get("startup")])
     if problem is None:
         problem = startup[0]
     # Final weights (what weight decay moves most): every tensor within 1e-4 relative L2 of
