@@ -248,23 +248,20 @@ def downstream_evaluator(label, train_module, tokenizer):
                                device=torch.device("cpu"))
 
 
-def metrics_of(metrics, label):
-    """OLMo-core's recorded metrics of one label under their ICLMetric keys (acc_raw, ...)."""
-    from olmo_core.train.callbacks.evaluator_callback import DownstreamEvaluator
-
-    prefix = f"eval/downstream/{label} ("
-    key_of = {v: k for k, v in DownstreamEvaluator.metric_type_to_label.items()}
-    return {key_of[k[len(prefix):-1]]: v for k, v in metrics.items() if k.startswith(prefix)}
-
-
-def float64_distances(label, shape, model_dir, tokenizer, ref_metrics, ours):
-    """How far OLMo-core's float32 metrics and tandem's are from OLMo-core's evaluator on the
-    same model in float64: {metric: (OLMo-core's distance, tandem's)}, relative to max(1, |x|)."""
+def float64_train_module(shape, model_dir):
+    """The drawn model with the run's weights, cast to float64, in an eval-only train module."""
     train_module, model, _ = build_model(shape)
     model.load_state_dict(load_file(os.path.join(model_dir, "model.safetensors")))
     model.to(torch.float64)
+    return train_module
+
+
+def float64_distances(label, train_module, tokenizer, ref_metrics, ours):
+    """How far OLMo-core's float32 metrics and tandem's are from OLMo-core's evaluator on the
+    same model in float64 (`train_module`): {metric: (OLMo-core's distance, tandem's)},
+    relative to max(1, |x|)."""
     evaluator = downstream_evaluator(label, train_module, tokenizer)
-    truth = metrics_of(ref.run_evaluators(train_module, [evaluator]), label)
+    truth = ref.downstream_metrics(ref.run_evaluators(train_module, [evaluator])).get(label, {})
     out = {}
     for key, t in sorted(truth.items()):
         if key in ref_metrics and key in ours["metrics"]:
@@ -392,6 +389,7 @@ def main():
                 shutil.rmtree(work)
             return 1
 
+    in_float64 = float64_train_module(shape, model_dir) if args.float64 else None
     differ = 0
     for label in labels:
         evaluator, metrics, reference_error = reference[label]
@@ -411,11 +409,11 @@ def main():
                   flush=True)
             differ += not both
             continue
-        ref_metrics = metrics_of(metrics, label)
+        ref_metrics = ref.downstream_metrics(metrics).get(label, {})
         ranks_gap = ""
         if world > 1:  # OLMo-core's metrics on the ranks are the judge; one process's gap shown
             single = ref_metrics
-            ref_metrics = metrics_of(on_ranks[label], label)
+            ref_metrics = ref.downstream_metrics(on_ranks[label]).get(label, {})
             gap = max((abs(ref_metrics[k] - v) / max(1.0, abs(v)) for k, v in single.items()
                        if k in ref_metrics), default=0.0)
             ranks_gap = f", OLMo-core's {world} ranks vs one process {gap:.1e}"
@@ -427,7 +425,7 @@ def main():
         for p in problems:
             print("    " + p)
         if args.float64:
-            distances = float64_distances(label, shape, model_dir, tokenizer, ref_metrics, ours)
+            distances = float64_distances(label, in_float64, tokenizer, ref_metrics, ours)
             print("    from float64: " + ", ".join(f"{k} OLMo-core {a:.1e} tandem {b:.1e}"
                                                     for k, (a, b) in distances.items()))
         differ += bool(problems)

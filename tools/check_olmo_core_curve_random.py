@@ -376,8 +376,9 @@ def compare_evaluations(ours, moved, ref, noise):
 def compare_downstream(ours, moved, ref):
     """OLMo-core's in-loop downstream metrics (the steps its evaluator ran at) against tandem's at
     those steps, each within DOWNSTREAM_BOUND x max(1, |x|) where the perturbed run moved
-    tandem's own by less than a tenth of that (an accuracy a near tie decides is reported, not
-    judged). Returns (first problem or None, a summary)."""
+    tandem's own by less than a tenth of that (a value the perturbation moves more, such as an
+    accuracy a near tie decides, is counted but not judged). Returns (first problem or None, a
+    summary)."""
     worst = worst_judged = 0.0
     judged = 0
     points, problem = evaluation_points(ours, moved, ref, "downstream/")

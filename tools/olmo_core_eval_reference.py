@@ -101,6 +101,20 @@ def run_evaluators(train_module, evaluators):
     return trainer.metrics
 
 
+def downstream_metrics(metrics):
+    """OLMo-core's logged downstream metrics ("eval/downstream/<label> (<metric's name>)") as
+    {label: {ICLMetric key (acc_v1, bpb_v2, ...): value}}."""
+    from olmo_core.train.callbacks.evaluator_callback import DownstreamEvaluator
+
+    key_of = {v: k for k, v in DownstreamEvaluator.metric_type_to_label.items()}
+    out = {}
+    for k, v in metrics.items():
+        if k.startswith("eval/downstream/") and k.endswith(")"):
+            label, metric = k[len("eval/downstream/"):-1].rsplit(" (", 1)
+            out.setdefault(label, {})[key_of[metric]] = v
+    return out
+
+
 def versions():
     from importlib.metadata import version
 

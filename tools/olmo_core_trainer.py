@@ -76,6 +76,7 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from olmo_core_eval_reference import downstream_metrics  # noqa: E402
 from olmo_groups import AI2_GROUP_OVERRIDES, torch_options  # noqa: E402
 from olmo_schedulers import olmo_scheduler  # noqa: E402
 
@@ -277,16 +278,10 @@ def downstream_callback():
 def recorded_evaluations(metrics):
     """The in-loop evaluations of one log_metrics call, as tandem names them: held-out losses
     (eval/<label>/loss) and downstream metrics (downstream/<label>/<ICLMetric key>)."""
-    from olmo_core.train.callbacks.evaluator_callback import DownstreamEvaluator
-
-    key_of = {v: k for k, v in DownstreamEvaluator.metric_type_to_label.items()}
-    out = {}
-    for k, v in metrics.items():
-        if k.startswith("eval/lm/") and k.endswith("/CE loss"):
-            out[f"eval/{k[len('eval/lm/'):-len('/CE loss')]}/loss"] = float(v)
-        elif k.startswith("eval/downstream/") and k.endswith(")"):
-            label, metric = k[len("eval/downstream/"):-1].rsplit(" (", 1)
-            out[f"downstream/{label}/{key_of[metric]}"] = float(v)
+    out = {f"eval/{k[len('eval/lm/'):-len('/CE loss')]}/loss": float(v)
+           for k, v in metrics.items() if k.startswith("eval/lm/") and k.endswith("/CE loss")}
+    for label, values in downstream_metrics(metrics).items():
+        out.update({f"downstream/{label}/{key}": float(v) for key, v in values.items()})
     return out
 
 

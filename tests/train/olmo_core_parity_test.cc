@@ -147,6 +147,41 @@ std::vector<std::pair<std::int64_t, nlohmann::json>> olmo_core_evaluations(
   return out;
 }
 
+// How tandem's in-loop values followed OLMo-core's evaluations.
+struct EvaluationAgreement {
+  int points = 0;      // values compared
+  int timed = 0;       // neighbour pairs far enough apart to tell one step's weights from another's
+  double worst = 0.0;  // the largest distance over scale(OLMo-core's value)
+};
+
+// Each of OLMo-core's values of `key` (at those of its evaluations that hold it) against tandem's
+// at that step: within `bound` x scale(value), and nearer OLMo-core's at its own step than at a
+// neighbouring evaluation wherever that is more than 2e-6 x scale(value) away.
+void expect_follows_olmo_core(std::map<std::int64_t, nlohmann::json>& ours,
+                              const std::vector<std::pair<std::int64_t, nlohmann::json>>& theirs,
+                              const std::string& key, double bound, double (*scale)(double),
+                              EvaluationAgreement& agreement) {
+  for (std::size_t i = 0; i < theirs.size(); ++i) {
+    const auto& [step, b] = theirs[i];
+    if (!b.contains(key)) continue;
+    ASSERT_TRUE(ours.count(step) == 1 && ours[step].contains(key)) << key << " at " << step;
+    const double mine = ours[step][key].get<double>(), want = b[key].get<double>();
+    const double unit = scale(want);
+    agreement.worst = std::max(agreement.worst, std::fabs(mine - want) / unit);
+    ++agreement.points;
+    EXPECT_LE(std::fabs(mine - want), bound * unit)
+        << key << " at step " << step << ": " << mine << " vs " << want;
+    for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps past the end for i = 0
+      if (j >= theirs.size() || !theirs[j].second.contains(key)) continue;
+      const double other = theirs[j].second[key].get<double>();
+      if (std::fabs(other - want) <= 2e-6 * unit) continue;
+      ++agreement.timed;
+      EXPECT_LT(std::fabs(mine - want), std::fabs(mine - other))
+          << key << " at step " << step << " is nearer OLMo-core's at step " << theirs[j].first;
+    }
+  }
+}
+
 // In-loop held-out evaluation as OLMo-core's trainer runs it (tests/fixtures/olmo_core_eval,
 // `olmo_core_trainer.py curve --eval 1:2:startup --steps 30`: its LMEvaluatorCallbackConfig over
 // two padded sets after every step, never after step 1, and eval_on_startup; tandem's
@@ -163,34 +198,16 @@ TEST(OlmoCoreCurve, InLoopHeldOutEvaluationMatchesOlmoCoresTrainer) {
   std::string run;
   train_and_compare(f, "olmo_core_curve_eval", "", &run);
   std::map<std::int64_t, nlohmann::json> ours = records_by_step(run);
-  const auto theirs = olmo_core_evaluations(f.ref);
-  int points = 0, timed = 0;
-  double worst = 0.0;
+  const auto theirs = olmo_core_evaluations(f.ref);  // step 1 holds no held-out loss
+  EvaluationAgreement a;
   for (const std::string label : {"heldout0-validation", "heldout1-validation"}) {
-    const std::string key = "eval/" + label + "/loss";
-    for (std::size_t i = 0; i < theirs.size(); ++i) {
-      const auto& [step, b] = theirs[i];
-      if (!b.contains(key)) continue;  // step 1
-      ASSERT_TRUE(ours.count(step) == 1 && ours[step].contains(key)) << key << " at " << step;
-      const double mine = ours[step][key].get<double>(), want = b[key].get<double>();
-      const double rel = std::fabs(mine - want) / std::fabs(want);
-      worst = std::max(worst, rel);
-      ++points;
-      EXPECT_LE(rel, 1e-6) << key << " at step " << step << ": " << mine << " vs " << want;
-      for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps past the end for i = 0
-        if (j >= theirs.size() || !theirs[j].second.contains(key)) continue;
-        const double other = theirs[j].second[key].get<double>();
-        if (std::fabs(other - want) <= 2e-6 * std::fabs(want)) continue;
-        ++timed;
-        EXPECT_LT(std::fabs(mine - want), std::fabs(mine - other))
-            << key << " at step " << step << " is nearer OLMo-core's at step " << theirs[j].first;
-      }
-    }
+    expect_follows_olmo_core(
+        ours, theirs, "eval/" + label + "/loss", 1e-6, [](double x) { return std::fabs(x); }, a);
   }
-  EXPECT_EQ(points, 2 * 30);  // per set: the startup and steps 2 to 30
-  EXPECT_GE(timed, 90);       // of 116 neighbour pairs: 100 in this fixture
-  RecordProperty("worst_heldout_rel_diff", fmt::format("{:.2e}", worst));
-  RecordProperty("neighbour_pairs_judged", timed);
+  EXPECT_EQ(a.points, 2 * 30);  // per set: the startup and steps 2 to 30
+  EXPECT_GE(a.timed, 90);       // of 116 neighbour pairs: 100 in this fixture
+  RecordProperty("worst_heldout_rel_diff", fmt::format("{:.2e}", a.worst));
+  RecordProperty("neighbour_pairs_judged", a.timed);
 }
 
 // In-loop downstream evaluation as OLMo-core's trainer runs it
@@ -214,34 +231,18 @@ TEST(OlmoCoreCurve, InLoopDownstreamEvaluationMatchesOlmoCoresTrainer) {
   // The startup evaluation, then steps 3, 6, ..., 18.
   const auto theirs = olmo_core_evaluations(f.ref, "downstream/hellaswag_bpb_5shot/bpb_v1");
   ASSERT_EQ(theirs.size(), 7u);
-  int points = 0, timed = 0;
-  double worst = 0.0;
-  for (std::size_t i = 0; i < theirs.size(); ++i) {
-    const auto& [step, b] = theirs[i];
-    for (const auto& [key, value] : b.items()) {
-      if (key.rfind("downstream/", 0) != 0) continue;
-      ASSERT_TRUE(ours.count(step) == 1 && ours[step].contains(key)) << key << " at " << step;
-      const double mine = ours[step][key].get<double>(), want = value.get<double>();
-      const double scale = std::max(1.0, std::fabs(want));
-      worst = std::max(worst, std::fabs(mine - want) / scale);
-      ++points;
-      EXPECT_LE(std::fabs(mine - want), 1e-5 * scale) << key << " at step " << step;
-      for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps past the end for i = 0
-        if (j >= theirs.size()) continue;
-        const double other = theirs[j].second[key].get<double>();
-        if (std::fabs(other - want) <= 2e-6 * scale) continue;
-        ++timed;
-        EXPECT_LT(std::fabs(mine - want), std::fabs(mine - other))
-            << key << " at step " << step << " is nearer OLMo-core's at step " << theirs[j].first;
-      }
-    }
+  EvaluationAgreement a;
+  for (const auto& [key, value] : theirs.front().second.items()) {
+    if (key.rfind("downstream/", 0) != 0) continue;
+    expect_follows_olmo_core(
+        ours, theirs, key, 1e-5, [](double x) { return std::max(1.0, std::fabs(x)); }, a);
   }
   // 22 metrics an evaluation: arc_easy rc's and copycolors' ten (their v1 and v2 of bpb, ce_loss,
   // soft, soft_log and len_norm or acc), hellaswag bpb's two.
-  EXPECT_EQ(points, 22 * 7);
-  EXPECT_GE(timed, 200);  // of 264 neighbour pairs: 214 in this fixture
-  RecordProperty("worst_downstream_rel_diff", fmt::format("{:.2e}", worst));
-  RecordProperty("neighbour_pairs_judged", timed);
+  EXPECT_EQ(a.points, 22 * 7);
+  EXPECT_GE(a.timed, 200);  // of 264 neighbour pairs: 214 in this fixture
+  RecordProperty("worst_downstream_rel_diff", fmt::format("{:.2e}", a.worst));
+  RecordProperty("neighbour_pairs_judged", a.timed);
 }
 
 // A tandem run directory holding the imported OLMo-core checkpoint as its latest checkpoint.

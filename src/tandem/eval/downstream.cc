@@ -282,6 +282,11 @@ std::vector<IclScore> icl_scores(const DownstreamTask& task, const std::vector<d
   return out;
 }
 
+// An error of a task's scoring, said with the task's name and folder.
+[[noreturn]] void fail_in_task(const DownstreamTask& task, const core::Error& e) {
+  core::fail("task '{}' ({}): {}", task.spec.name, task.dir, e.what());
+}
+
 // A task's queries and forward passes for the model, or an error that names the task.
 std::unique_ptr<ScoringPlan> plan_task(const DownstreamTask& task,
                                        const std::vector<TokenizedRequest>& tokens,
@@ -295,7 +300,7 @@ std::unique_ptr<ScoringPlan> plan_task(const DownstreamTask& task,
     queries = request_queries(mc, tokens, options.max_length);
     return plan_requests(mc, queries, options.batch_tokens);
   } catch (const core::Error& e) {
-    core::fail("task '{}' ({}): {}", task.spec.name, task.dir, e.what());
+    fail_in_task(task, e);
   }
 }
 
@@ -325,9 +330,6 @@ std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model,
   std::vector<Scoring> scoring(tasks_.size());
   std::vector<EvalBatch> batches;
   std::vector<std::pair<std::size_t, std::size_t>> owner;  // (task, pass of its plan)
-  auto fail_in = [&](const Prepared& p, const core::Error& e) {
-    core::fail("task '{}' ({}): {}", p.task.spec.name, p.task.dir, e.what());
-  };
   for (std::size_t t = 0; t < tasks_.size(); ++t) {
     const auto begin = Clock::now();
     scoring[t].plan =
@@ -345,7 +347,7 @@ std::vector<TaskResult> DownstreamSuite::evaluate(model::Olmo3Model& model,
     try {
       out = scoring[t].plan->run(model, pass);
     } catch (const core::Error& e) {
-      fail_in(tasks_[t], e);
+      fail_in_task(tasks_[t].task, e);
     }
     scoring[t].seconds += seconds_since(begin);
     return out;
