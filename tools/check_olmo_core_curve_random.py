@@ -499,6 +499,8 @@ def check_in(binary, seed, index, steps, threads, out):
         case["DOWNSTREAM"]["startup"] = case["EVAL"]["startup"]
     for key, value in case.items():  # STEPS too: the duration (the run ends at `steps`)
         setattr(recipe, key, value)
+    if case["DOWNSTREAM"]:  # here, not in the ranks, whose exit message torchrun would bury
+        recipe.downstream_wheel()
     problem = None
     if world == 1:
         try:

