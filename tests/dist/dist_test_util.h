@@ -49,10 +49,11 @@ inline nlohmann::json read_json(const std::string& path) {
 // Two runs' metrics agree from line `from_line` on: same steps and tokens, per-step loss within
 // 1e-5 relative (the issues' bound) and grad norm within 5e-5 relative. Data-parallel runs differ
 // only in the order of their sums; the weights they reach differ by rounding, and the gradient
-// feels that far more than the loss: over this directory's comparisons losses agreed to <= 3.1e-9,
-// grad norms to <= 1.2e-5 (step 29 of Fsdp.MatchesReplicatedAtW124AndHsdp2x2For50Steps, HSDP 2x2,
-// whose logged norm is within 3.4e-7 of a float64 gradient at its own weights). Measured spread
-// and method: docs/distributed.md, under the table of guarantees.
+// feels that far more than the loss: over this directory's comparisons that run without a GPU,
+// losses agreed to <= 3.1e-9, grad norms to <= 1.2e-5 (step 29 of
+// Fsdp.MatchesReplicatedAtW124AndHsdp2x2For50Steps, HSDP 2x2, whose logged norm is within 3.4e-7
+// of a float64 gradient at its own weights). Measured spread and method: docs/distributed.md,
+// under the table of guarantees.
 inline void expect_close_losses(const std::vector<nlohmann::json>& a,
                                 const std::vector<nlohmann::json>& b, std::size_t from_line,
                                 const std::string& what) {
