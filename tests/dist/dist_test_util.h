@@ -59,11 +59,10 @@ inline void expect_close_losses(const std::vector<nlohmann::json>& a,
                                 const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   ASSERT_GT(a.size(), from_line) << what;
+  const std::pair<const char*, double> bounds[] = {{"train/loss", 1e-5}, {"train/grad_norm", 5e-5}};
   for (std::size_t i = from_line; i < a.size(); ++i) {
     EXPECT_EQ(a[i]["step"], b[i]["step"]) << what;
     EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]) << what << " line " << i;
-    const std::pair<const char*, double> bounds[] = {{"train/loss", 1e-5},
-                                                     {"train/grad_norm", 5e-5}};
     for (const auto& [key, bound] : bounds) {
       const double x = a[i][key].get<double>(), y = b[i][key].get<double>();
       EXPECT_LE(std::abs(x - y), bound * std::abs(x)) << what << " " << key << " step " << i + 1;
