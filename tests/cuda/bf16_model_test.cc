@@ -59,7 +59,8 @@ TEST_P(CudaBf16Parity, LogitsAndGradientsMatchTransformersInBf16) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBf16Parity, ::testing::Values("gqa", "window", "deep"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBf16Parity, ::testing::Values("gqa", "window", "deep"),
+                         testing::ParamName());
 
 TEST(CudaBf16Model, LossAndGradientsMatchTheCpuBackendInBf16) {
   REQUIRE_CUDA(gpu);

@@ -81,12 +81,7 @@ TEST_P(CudaDownstream, ScoresAsTransformersAndMeasuresAsOlmoEval) {
 INSTANTIATE_TEST_SUITE_P(Tasks, CudaDownstream,
                          ::testing::Values("arc_easy:rc", "hellaswag:rc", "winogrande:rc",
                                            "arc_challenge:mc", "csqa:rc_0shot", "piqa:bpb"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return s;
-                         });
+                         testing::ParamName());
 
 }  // namespace
 }  // namespace tandem

@@ -41,7 +41,8 @@ TEST_P(CudaHfParity, LogitsAndGradientsMatchTransformers) {
   RecordProperty("max_grad_rel_l2", std::to_string(g.max_rel_l2));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHfParity, ::testing::Values("gqa", "window", "deep"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHfParity, ::testing::Values("gqa", "window", "deep"),
+                         testing::ParamName());
 
 TEST(CudaModel, DocumentMaskMatchesAnExplicitMask) {
   REQUIRE_CUDA(gpu);

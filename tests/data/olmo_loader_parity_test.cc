@@ -51,7 +51,8 @@ TEST_P(OlmoLoaderParity, ResumesFromAnOlmoCoreStateOnAnotherWorldSize) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TokenSets, OlmoLoaderParity, ::testing::Values("a", "b", "mix"));
+INSTANTIATE_TEST_SUITE_P(TokenSets, OlmoLoaderParity, ::testing::Values("a", "b", "mix"),
+                         tandem::testing::ParamName());
 
 }  // namespace
 }  // namespace tandem::data

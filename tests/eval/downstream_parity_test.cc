@@ -122,13 +122,7 @@ TEST_P(DownstreamParity, MatchesOlmoEvalAndTransformers) {
 INSTANTIATE_TEST_SUITE_P(Tasks, DownstreamParity,
                          ::testing::Values("arc_easy:rc", "hellaswag:rc", "winogrande:rc",
                                            "arc_challenge:mc", "csqa:rc_0shot", "piqa:bpb"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return s;
-                         });
+                         tandem::testing::ParamName());
 
 TEST(DownstreamParity, QueriesAreTruncatedFromTheLeft) {
   // The 5-shot contexts are longer than the fixture's 256-token window: olmo-eval's query

@@ -213,7 +213,7 @@ std::vector<std::string> fixture_labels() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Labels, InLoopParity, ::testing::ValuesIn(fixture_labels()),
-                         [](const auto& info) { return info.param; });
+                         tandem::testing::ParamName());
 
 TEST(InLoopSuite, ArcBpbReadsTheTestSplit) {
   // AI2's label names the split: arc_*_test_bpb_5shot reads test_rc_5shot.

@@ -136,7 +136,8 @@ class AttentionSmall : public ::testing::TestWithParam<i64> {};
 TEST_P(AttentionSmall, ForwardAndFiniteDifferenceBackward) {
   check(AttentionShape{2, 7, 3, 1, 5, GetParam()});
 }
-INSTANTIATE_TEST_SUITE_P(Windows, AttentionSmall, ::testing::Values(0, 1, 3, 7, 10));
+INSTANTIATE_TEST_SUITE_P(Windows, AttentionSmall, ::testing::Values(0, 1, 3, 7, 10),
+                         ::testing::PrintToStringParamName());
 
 TEST(Attention, WindowOneIsIdentityOnValues) {
   const AttentionShape s{1, 5, 2, 2, 3, 1};

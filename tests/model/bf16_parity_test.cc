@@ -67,7 +67,8 @@ TEST_P(Bf16Parity, LogitsAndGradientsMatchTransformersInBf16) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Parity, ::testing::Values("gqa", "window", "deep"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, Bf16Parity, ::testing::Values("gqa", "window", "deep"),
+                         testing::ParamName());
 
 TEST(Bf16Model, Fp32PathIsUntouchedAndActivationsHalve) {
   auto model = model::load_model(testing::fixture("model/bf16/deep"), testing::cpu_backend());

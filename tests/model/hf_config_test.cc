@@ -113,7 +113,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfConfigCase,
                                            "nested_thetas_custom_types", "flat_rope_parameters",
                                            "released_yarn", "yarn_beyond_original",
                                            "legacy_type_key_ignored", "olmo2_default_theta",
-                                           "olmo2_yarn_mscale"));
+                                           "olmo2_yarn_mscale"),
+                         testing::ParamName());
 
 // The defects of issue 17 on their own: a config without layer_types gets transformers' pattern
 // (no forced last layer), a flat rope_theta reaches the full-attention layers only.

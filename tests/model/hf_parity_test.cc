@@ -43,7 +43,8 @@ TEST_P(HfParity, LogitsAndGradientsMatchTransformers) {
 // hold the fp32 bounds too.
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity,
                          ::testing::Values("gqa", "window", "deep", "bf16/gqa", "bf16/window",
-                                           "bf16/deep"));
+                                           "bf16/deep"),
+                         testing::ParamName());
 
 TEST(HfParity, ConfigReadFromHfMatchesTheFixture) {
   auto model = model::load_model(testing::fixture("model/deep"), testing::cpu_backend());

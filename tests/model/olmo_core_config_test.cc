@@ -65,7 +65,8 @@ TEST_P(OlmoCoreCase, LogitsMatchOlmoCoresForward) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, OlmoCoreCase,
                          ::testing::Values("olmo3_layout", "flags_default", "first_forced_yarn",
                                            "none_forced", "yarn_all_layers", "olmo3_yarn_export",
-                                           "theta_export", "olmo2"));
+                                           "theta_export", "olmo2"),
+                         testing::ParamName());
 
 class OlmoCoreHfExport : public ::testing::TestWithParam<const char*> {};
 
@@ -87,7 +88,8 @@ TEST_P(OlmoCoreHfExport, LoadsAsItIsAndMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, OlmoCoreHfExport,
                          ::testing::Values("olmo3_layout", "olmo3_yarn_export", "theta_export",
-                                           "olmo2"));
+                                           "olmo2"),
+                         testing::ParamName());
 
 // Where OLMo-core's export describes OLMo-core's own model (theta 500000), tandem on the export
 // matches OLMo-core's forward too. With another theta the export's flat rope_theta reaches only

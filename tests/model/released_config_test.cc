@@ -61,7 +61,8 @@ TEST_P(Released, ReadsAsTransformersAndWritesBack) {
   EXPECT_EQ(back.max_sequence_length, c.max_sequence_length);
 }
 
-INSTANTIATE_TEST_SUITE_P(Olmo3, Released, ::testing::Values("olmo3-7b", "olmo3-32b"));
+INSTANTIATE_TEST_SUITE_P(Olmo3, Released, ::testing::Values("olmo3-7b", "olmo3-32b"),
+                         testing::ParamName());
 
 // tandem's long-context recipe (OLMo-core's YaRN via rope_scaling) and the released 7B config.json
 // (transformers' YaRN) describe the same model.

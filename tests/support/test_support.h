@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +44,21 @@ inline std::string tandem_binary() {
 }
 
 inline std::string fixture(const std::string& rel) { return fixtures_dir() + "/" + rel; }
+
+// A value-parameterised test's name from its string parameter, for INSTANTIATE_TEST_SUITE_P:
+// GoogleTest takes letters, digits and '_' only ("bf16/gqa" -> "bf16_gqa"). Named so, a test's
+// CTest name is its GoogleTest name (NO_PRETTY_VALUES in tests/CMakeLists.txt) and holds no space,
+// which CTest's cost file (tests/ctest_costs.txt) cannot store.
+struct ParamName {
+  template <class Info>
+  std::string operator()(const Info& info) const {
+    std::string name{info.param};
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    }
+    return name;
+  }
+};
 
 // The folders temp_dir() made during the running test, removed when the test ends without a
 // failure: a CTest run makes hundreds. A failed test's folders stay for a look, and

@@ -94,7 +94,8 @@ TEST_P(ResumeIn, SigkillAtRandomStepsThenResumeIsBitIdentical) {
   expect_same_run(straight, killed, steps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, ResumeIn, ::testing::Values("fp32", "bf16"));
+INSTANTIATE_TEST_SUITE_P(Precisions, ResumeIn, ::testing::Values("fp32", "bf16"),
+                         testing::ParamName());
 
 // AI2's stage 1 ended at a hard stop part-way along its schedule: OLMo-core's hard_stop ends the
 // run there with a checkpoint, the schedule keeping max_duration's horizon; the same run resumed
