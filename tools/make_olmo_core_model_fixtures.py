@@ -13,6 +13,11 @@ forcing on, off and left at OLMo-core's defaults; several patterns) and, for som
                      uses: the attention window of every layer (0 = full) and which layers carry
                      a RoPE scaling
   ids.npy, logits.npy  token ids and OLMo-core's forward logits (torch attention backend, fp32)
+  grads.safetensors, grads_reference_error.json  (only when make() is asked, as
+                     tools/check_olmo_core_model_random.py does) the gradients of the mean
+                     next-token cross-entropy of OLMo-core's model in float64, under HF's names
+                     through OLMo-core's own convert_state_to_hf, and how far OLMo-core's fp32
+                     gradients are from them
   hf/                (some cases) OLMo-core's save_hf_model export of the same model, as written,
                      with hf_logits.npy: transformers' logits for that directory
   meta.json          versions and the KL between OLMo-core's logits and transformers' on hf/
@@ -20,6 +25,7 @@ forcing on, off and left at OLMo-core's defaults; several patterns) and, for som
 Usage: python3 tools/make_olmo_core_model_fixtures.py [OUT_DIR]
        (default: tests/fixtures/model/olmo_core)
 """
+import copy
 import json
 import os
 import shutil
@@ -32,6 +38,7 @@ import transformers
 import yaml
 from olmo_core.nn.attention import AttentionBackendName, SlidingWindowAttentionConfig
 from olmo_core.nn.hf.checkpoint import save_hf_model
+from olmo_core.nn.hf.convert import convert_state_to_hf
 from olmo_core.nn.rope import YaRNRoPEScalingConfig
 from olmo_core.nn.transformer import TransformerConfig
 from safetensors.torch import save_file
@@ -145,7 +152,36 @@ def kl_max(ref, ours):
     return float((p.exp() * (p - q)).sum(-1).max())
 
 
-def make(name, case, out_root, seed, batch=2, seq=20):
+def next_token_grads(model, ids):
+    """The gradients of the mean next-token CE (what `tandem parity --grads` recomputes)."""
+    model.zero_grad(set_to_none=True)
+    logits = model(ids)
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                             ids[:, 1:].reshape(-1))
+    loss.backward()
+    return {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+
+
+def save_grads(out, model, ctor, ids):
+    """grads.safetensors: the gradients of a float64 copy of the model (as fp32, HF's names through
+    OLMo-core's converter, which needs only the model type and the layer count from a config);
+    grads_reference_error.json: each tensor's relative L2 distance of OLMo-core's own fp32
+    gradients from those, the rounding error a judge of another fp32 computation must allow."""
+    fp32 = next_token_grads(model, ids)
+    exact = next_token_grads(copy.deepcopy(model).double(), ids)
+    olmo2 = ctor.startswith("olmo2")  # the constructor family picks the HF model type
+    hf_config = (transformers.Olmo2Config if olmo2 else transformers.Olmo3Config)(
+        num_hidden_layers=len(model.blocks))
+    exact, fp32 = convert_state_to_hf(hf_config, exact), convert_state_to_hf(hf_config, fp32)
+    assert len(exact) == len(list(model.parameters())), "OLMo-core's converter dropped a gradient"
+    save_file({k: v.float().contiguous() for k, v in exact.items()},
+              os.path.join(out, "grads.safetensors"), metadata={"format": "pt"})
+    error = {k: float((fp32[k].double() - v).norm() / v.norm()) for k, v in exact.items()}
+    with open(os.path.join(out, "grads_reference_error.json"), "w") as f:
+        json.dump(error, f, indent=1)
+
+
+def make(name, case, out_root, seed, batch=2, seq=20, grads=False):
     ctor, kwargs, sw, yarn = case["ctor"], case["kwargs"], case.get("sw"), case.get("yarn")
     full_only, export = case.get("full_only"), case.get("export", False)
     out = os.path.join(out_root, name)
@@ -172,6 +208,8 @@ def make(name, case, out_root, seed, batch=2, seq=20):
         logits = model(ids).float().numpy()
     np.save(os.path.join(out, "ids.npy"), ids.numpy().astype(np.int64))
     np.save(os.path.join(out, "logits.npy"), logits.astype(np.float32))
+    if grads:
+        save_grads(out, model, ctor, ids)
     meta = {"reference": f"olmo_core TransformerConfig.{ctor}, torch attention backend, fp32",
             "ai2-olmo-core": version("ai2-olmo-core"), "torch": torch.__version__,
             "transformers": transformers.__version__, "numpy": np.__version__, "seed": seed,

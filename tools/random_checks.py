@@ -37,7 +37,8 @@ def torchrun(world, script, args, timeout=None):
 
 def run_cases(tool, args, check_one, unit="cases"):
     """Runs check_one(index) -> (True | False | None for a case the reference refuses, a line)
-    for every case, prints each and a summary; the exit status: 0 only when none differs."""
+    for every case, prints each and a summary; the exit status: 0 only when none differs and
+    at least one was checked (a run the reference refused entirely checked nothing)."""
     failed = refused = 0
     for index in range(args.cases):
         ok, what = check_one(index)
@@ -45,7 +46,8 @@ def run_cases(tool, args, check_one, unit="cases"):
         failed += ok is False
         verdict = "refused by the reference" if ok is None else "agrees" if ok else "DIFFERS"
         print(f"case {index}: {verdict}: {what}", flush=True)
+    none_checked = refused == args.cases
+    summary = "none checked" if none_checked else f"{failed} differ" if failed else "all agree"
     print(f"{tool}: seed {args.seed}, {args.cases} {unit}"
-          + (f" ({refused} refused by the reference)" if refused else "")
-          + f", {'all agree' if not failed else f'{failed} differ'}")
-    return 1 if failed else 0
+          + (f" ({refused} refused by the reference)" if refused else "") + f", {summary}")
+    return 1 if failed or none_checked else 0
