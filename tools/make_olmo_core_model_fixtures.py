@@ -176,7 +176,9 @@ def save_grads(out, model, ctor, ids):
     assert len(exact) == len(list(model.parameters())), "OLMo-core's converter dropped a gradient"
     save_file({k: v.float().contiguous() for k, v in exact.items()},
               os.path.join(out, "grads.safetensors"), metadata={"format": "pt"})
-    error = {k: float((fp32[k].double() - v).norm() / v.norm()) for k, v in exact.items()}
+    # Relative, or absolute for a zero gradient (as `tandem parity` measures its own distance).
+    error = {k: float((fp32[k].double() - v).norm() / (v.norm() if v.norm() > 0 else 1.0))
+             for k, v in exact.items()}
     with open(os.path.join(out, "grads_reference_error.json"), "w") as f:
         json.dump(error, f, indent=1)
 
