@@ -32,20 +32,20 @@ own) evaluate 1 to 3 olmo-eval labels in the loop every 1 to steps/3 steps on 12
 OLMo-core's DownstreamEvaluatorCallbackConfig in its trainer (tasks cut to the train module's
 max_sequence_length) against tandem's evaluation.downstream without max_length (the run's sequence
 length; tandem's model takes twice that, so a cut at the model's context would show), on
-tests/fixtures/eval/inloop's task subsets and tokenizer. A recipe OLMo-core fails on is
-reported as refused by the reference only where the failure is known and tandem then does what it
-should: its SequentialScheduler's assertion at a last step past t_max in tokens (tandem's run
-must complete), or its trainer's stop on a NaN loss where a rank's batch has no label (tandem must
-stop at the same step, saying why); any other failure differs. For every step, tandem's loss must
-be within 1e-4 relative (the issue's bound), its lr (and each group's own) within 1e-12
-relative, its grad norm within 1e-3 relative (the fixture test's bound) and its skip decision
-OLMo-core's, and at the end every weight tensor within 1e-4 relative L2 (the fixture test's
-bound; weight decay shows there first). Every in-loop held-out loss OLMo-core's evaluator logs
-must be tandem's at that step within 1e-4 relative too, and, since a small lr moves it by only
-~1e-6 a step, nearer OLMo-core's at that step than half of what OLMo-core's moved per step to its
-neighbouring evaluations (the weights of that step, not another's); the startup evaluation's
-within 1e-6 (the same initial weights: the held-out fixture test's bound). Every downstream metric
-OLMo-core's evaluator logs must be tandem's at that step within 1e-5 x max(1, |x|)
+tests/fixtures/eval/inloop's task subsets (MMLU's 20 labels among them) and tokenizer. A recipe
+OLMo-core fails on is reported as refused by the reference only where the failure is known and
+tandem then does what it should: its SequentialScheduler's assertion at a last step past t_max
+in tokens (tandem's run must complete), or its trainer's stop on a NaN loss where a rank's batch
+has no label (tandem must stop at the same step, saying why); any other failure differs. For
+every step, tandem's loss must be within 1e-4 relative (the issue's bound), its lr (and each
+group's own) within 1e-12 relative, its grad norm within 1e-3 relative (the fixture test's bound)
+and its skip decision OLMo-core's, and at the end every weight tensor within 1e-4 relative L2 (the
+fixture test's bound; weight decay shows there first). Every in-loop held-out loss OLMo-core's
+evaluator logs must be tandem's at that step within 1e-4 relative too, and, since a small lr moves
+it by only ~1e-6 a step, nearer OLMo-core's at that step than half of what OLMo-core's moved per
+step to its neighbouring evaluations (the weights of that step, not another's); the startup
+evaluation's within 1e-6 (the same initial weights: the held-out fixture test's bound). Every
+downstream metric OLMo-core's evaluator logs must be tandem's at that step within 1e-5 x max(1, |x|)
 (check_inloop_eval_random's bound), at startup too.
 
 A bound is judged only where the recipe itself determines the quantity to a tenth of it: each
@@ -250,15 +250,21 @@ STARTUP_BOUND = 1e-6
 # Downstream metrics: check_inloop_eval_random's bound on ICLMetric's figures, 1e-5 x max(1, |x|).
 DOWNSTREAM_BOUND = 1e-5
 # The olmo-eval labels of tests/fixtures/eval/inloop that a 128-token context takes (every
-# continuation shorter; the code and math gold_bpb ones are longer) and that the reference's HF
-# datasets can read (MMLU's fixture splits it cannot: olmo_core_trainer.DOWNSTREAM).
+# continuation shorter; the code and math gold_bpb ones are longer): 14 oe-eval ones and the 20
+# MMLU ones (whose fixture splits olmo_core_trainer.restore_dataset_info makes readable for the
+# reference's HF datasets).
 DOWNSTREAM_LABELS = [
     "arc_challenge_test_bpb_5shot", "arc_challenge_test_mc_5shot_fast", "arc_easy_test_bpb_5shot",
     "arc_easy_test_mc_5shot_fast", "arc_easy_test_rc_5shot", "basic_skills_arithmetic_rc_5shot",
     "basic_skills_coding_rc_5shot", "basic_skills_common_knowledge_rc_5shot",
     "basic_skills_logical_reasoning_rc_5shot", "basic_skills_pattern_rc_5shot",
     "basic_skills_string_operations_rc_5shot", "copycolors_10way_fast", "hellaswag_bpb_5shot",
-    "hellaswag_rc_5shot"]
+    "hellaswag_rc_5shot"] + [
+    f"mmlu_{category}_{split}_{kind}"
+    for category in ("humanities", "other", "social_sciences", "stem")
+    for split, kinds in (("test", ("bpb_5shot", "mc_5shot_fast", "rc_5shot")),
+                         ("val", ("mc_5shot_fast", "rc_5shot")))
+    for kind in kinds]
 
 
 def weights_gap(a, b):

