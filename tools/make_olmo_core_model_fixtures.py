@@ -164,7 +164,8 @@ def next_token_grads(model, ids):
 
 def save_grads(out, model, ctor, ids):
     """grads.safetensors: the gradients of a float64 copy of the model (as fp32, HF's names through
-    OLMo-core's converter, which needs only the model type and the layer count from a config);
+    OLMo-core's converter, which needs only the model type and the layer count from a config;
+    its RoPE tables stay fp32, which OLMo-core computes them in whatever the model's dtype);
     grads_reference_error.json: each tensor's relative L2 distance of OLMo-core's own fp32
     gradients from those, the rounding error a judge of another fp32 computation must allow."""
     fp32 = next_token_grads(model, ids)
