@@ -28,9 +28,10 @@ single-process gloo process group.
               --eval 1:2:startup --steps 30 --out tests/fixtures/olmo_core_eval: in-loop
               held-out evaluation of two padded sets after every step and at startup. With
               --seq 128 --steps 20 --out tests/fixtures/olmo_core_downstream --downstream
-              3:arc_easy_test_rc_5shot,copycolors_10way_fast,hellaswag_bpb_5shot:startup: in-loop
-              downstream evaluation of three olmo-eval labels every 3 steps and at startup, on
-              128-token sequences. Under
+              3:arc_easy_test_rc_5shot,copycolors_10way_fast,hellaswag_bpb_5shot,
+              mmlu_stem_val_rc_5shot,mmlu_humanities_test_mc_5shot_fast:startup (one argument):
+              in-loop downstream evaluation of three oe-eval labels and two MMLU ones every 3
+              steps and at startup, on 128-token sequences. Under
               `torchrun --nproc-per-node 2` with --packed --label-masks --steps 40 --out
               tests/fixtures/olmo_core_ddp: two ranks of a gloo group with OLMo-core's DDP
               (each rank's loss over its own label count, the ranks averaged); rank 0 writes.
