@@ -13,8 +13,8 @@ forcing on, off and left at OLMo-core's defaults; several patterns) and, for som
                      uses: the attention window of every layer (0 = full) and which layers carry
                      a RoPE scaling
   ids.npy, logits.npy  token ids and OLMo-core's forward logits (torch attention backend, fp32)
-  grads.safetensors, grads_reference_error.json  (only when make() is asked, as
-                     tools/check_olmo_core_model_random.py does) the gradients of the mean
+  grads.safetensors, grads_reference_error.json  (when make() is asked, as main() and
+                     tools/check_olmo_core_model_random.py do) the gradients of the mean
                      next-token cross-entropy of OLMo-core's model in float64, under HF's names
                      through OLMo-core's own convert_state_to_hf, and how far OLMo-core's fp32
                      gradients are from them
@@ -242,7 +242,7 @@ def main():
     torch.set_num_threads(2)
     transformers.logging.set_verbosity_error()
     for i, (name, case) in enumerate(CASES.items()):
-        make(name, case, out_root, seed=3000 + 10 * i)
+        make(name, case, out_root, seed=3000 + 10 * i, grads=True)
 
 
 if __name__ == "__main__":
