@@ -24,6 +24,12 @@ Documents HF itself panics on ("AddedVocabulary bad split") are counted, not jud
 normalized added tokens whose normalized texts coincide are not drawn: HF matches either of
 them, differently from one process to the next.
 
+--tokenizer FILE judges that tokenizer.json as it is (dolma2's, OLMo's GPT-NeoX one, any other)
+instead of trained ones: each case draws its documents the same way, with up to 8 of the file's
+added tokens' texts among them, and one `tandem data tokenize` run ends every document with the
+tokenizer's own EOS (<|endoftext|>; id 0 where it has none); the stream is judged whole against
+each document's HF ids and the EOS, so a document may hold the EOS's text.
+
 --unicode-14 leaves out the characters assigned after Unicode 14.0 (tandem's regexes run in PCRE2
 10.42, whose tables are Unicode 14, with the code points of Unicode 15.0-16.0 added to its classes
 to match HF's Oniguruma and Rust regex, tokenizer/pcre_regex.h), to tell such differences from
@@ -34,7 +40,7 @@ tandem's classes; Oniguruma's \w (marks, not other numbers); an lstrip token swa
 previous token's rstrip. Seeds 1-15, 40 cases each: all agree.
 
 Usage: python3 tools/check_tokenizer_random.py TANDEM_BINARY [--seed S] [--cases N] [--first K]
-       [--no-normalizers] [--unicode-14]
+       [--no-normalizers] [--unicode-14] [--tokenizer FILE]
 Needs tokenizers. Exits 0 only when every case agrees.
 """
 import collections
@@ -362,8 +368,9 @@ def run_tandem(cmd):
             time.sleep(2)
 
 
-def tandem_encode(binary, tokenizer_path, docs, workdir, ascii_json=True, threads=1):
-    """([ids per document], None) or (None, tandem's error)."""
+def tandem_stream(binary, tokenizer_path, docs, workdir, ascii_json=True, threads=1, eos_id=0):
+    """(the token stream `tandem data tokenize` wrote, every document followed by eos_id, None)
+    or (None, tandem's error)."""
     inputs = os.path.join(workdir, "docs.jsonl")
     with open(inputs, "w", encoding="utf-8") as f:
         for doc in docs:
@@ -371,7 +378,8 @@ def tandem_encode(binary, tokenizer_path, docs, workdir, ascii_json=True, thread
     out = os.path.join(workdir, "out")
     shutil.rmtree(out, ignore_errors=True)
     p = run_tandem([binary, "data", "tokenize", "--tokenizer", tokenizer_path, "--out", out,
-                    inputs, "--no-progress", "--json", "--eos-id", "0", "--threads", str(threads)])
+                    inputs, "--no-progress", "--json", "--eos-id", str(eos_id), "--threads",
+                    str(threads)])
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or ["(no message)"])[-1]
     summary = json.loads(p.stdout[p.stdout.index("{"):])
@@ -385,6 +393,14 @@ def tandem_encode(binary, tokenizer_path, docs, workdir, ascii_json=True, thread
         with open(name, "rb") as f:
             raw = f.read()
         ids += [int.from_bytes(raw[i:i + width], "little") for i in range(0, len(raw), width)]
+    return ids, None
+
+
+def tandem_encode(binary, tokenizer_path, docs, workdir, ascii_json=True, threads=1):
+    """([ids per document], None) or (None, tandem's error), the documents split at EOS id 0."""
+    ids, error = tandem_stream(binary, tokenizer_path, docs, workdir, ascii_json, threads)
+    if ids is None:
+        return None, error
     per_doc, current = [], []
     for i in ids:
         if i == 0:
@@ -476,6 +492,53 @@ def check_case(binary, seed, index, no_normalizers, unicode_14):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def check_file_case(binary, tokenizer_path, seed, index):
+    """One case of --tokenizer: the given tokenizer (as it is) on the case's random documents,
+    up to 8 of its added tokens' texts among them, in one `tandem data tokenize` run whose EOS is
+    the tokenizer's own (<|endoftext|> where it has one). Judged on the whole stream, each
+    document's HF ids then the EOS, so a document may hold the EOS's text."""
+    case_seed = seed * 1000 + index
+    rng = random.Random(case_seed)
+    hf = Tokenizer.from_file(tokenizer_path)
+    added = sorted(t.content for t in hf.get_added_tokens_decoder().values())
+    eos_id = hf.token_to_id("<|endoftext|>")
+    if eos_id is None:
+        eos_id = 0
+    training = [random_text(rng, rng.randint(5, 60)) for _ in range(rng.randint(20, 60))]
+    training += corpus_documents()
+    picked = rng.sample(added, min(len(added), 8))
+    docs = draw_documents(rng, {"added": [{"content": a} for a in picked]}, training)
+    ascii_json, threads = rng.random() < 0.5, rng.choice([1, 2])
+    feats = [f"json={'ascii' if ascii_json else 'utf-8'}", f"threads={threads}"]
+    expected, panics = [], 0
+    for doc in docs:
+        ids = hf_ids(hf, doc)
+        if ids is None:  # not judged: HF has no answer
+            panics += 1
+        else:
+            expected.append((doc, ids))
+    described = (f"case seed {case_seed}, {len(expected)} documents ({panics} HF panics on), "
+                 f"EOS {eos_id}, added texts {picked}")
+    workdir = tempfile.mkdtemp(prefix="tokrandom_")
+    try:
+        got, error = tandem_stream(binary, tokenizer_path, [d for d, _ in expected], workdir,
+                                   ascii_json, threads, eos_id)
+        if got is None:
+            return False, feats, f"{described}\n  tandem failed: {error}"
+        at = 0
+        for doc, ids in expected:
+            mine = got[at:at + len(ids) + 1]
+            if mine != ids + [eos_id]:
+                return False, feats, (f"{described}\n  document: {doc!r}\n  tandem: {mine}\n"
+                                      f"  HF:     {ids + [eos_id]}")
+            at += len(ids) + 1
+        if at != len(got):
+            return False, feats, f"{described}\n  tandem wrote {len(got) - at} tokens more"
+        return True, feats, f"{described}; {at} tokens"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def short(spec):
     pre = []
     for step in spec["pre"]:
@@ -497,12 +560,18 @@ def main():
                     help="drop the drawn normalizers (the rest of each case is unchanged)")
     ap.add_argument("--unicode-14", action="store_true",
                     help="leave out the characters assigned after Unicode 14.0")
+    ap.add_argument("--tokenizer", metavar="FILE",
+                    help="judge this tokenizer.json (e.g. dolma2's) instead of drawn ones")
     args = ap.parse_args()
     tally = collections.defaultdict(lambda: [0, 0])
 
     def one(index):
-        ok, feats, what = check_case(args.tandem, args.seed, args.first + index,
-                                     args.no_normalizers, args.unicode_14)
+        if args.tokenizer:
+            ok, feats, what = check_file_case(args.tandem, args.tokenizer, args.seed,
+                                              args.first + index)
+        else:
+            ok, feats, what = check_case(args.tandem, args.seed, args.first + index,
+                                         args.no_normalizers, args.unicode_14)
         for feat in feats:
             tally[feat][0 if ok else 1] += 1
         return ok, f"[case {args.first + index}] {what}"
