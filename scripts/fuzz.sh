@@ -55,21 +55,22 @@ for name in "${targets[@]}"; do
 done
 wait || true
 
-# libFuzzer writes slow-unit-* for an input that took 10 s or more and still did not reach the
-# timeout: seen once when the whole process stalled (its exec/s fell by a third at that moment)
-# and the input ran 200 times in 90 ms alone. Each is run again alone: one that finishes within
-# the timeout is set aside in findings/<target>.stalls/ and reported, not counted; one that times
-# out again stays a finding.
+# A hang (libFuzzer's timeout-* or slow-unit-*: an input that ran 10 s or more) may be the whole
+# process stalling, not the input: a 13-s SIGSTOP of a fuzzer gives a timeout finding, and one
+# campaign here wrote a 13-s slow unit that ran 200 times in 90 ms alone. Each is run again alone:
+# one that finishes within the timeout is set aside in findings/<target>.stalls/ and reported, not
+# counted; one that hangs again stays a finding (counted by its file, not by the log's timeout).
 for name in "${names[@]}"; do
-  for unit in "$BUILD_DIR/findings/$name"/slow-unit-*; do
+  for unit in "$BUILD_DIR/findings/$name"/{timeout,slow-unit}-*; do
     [[ -e "$unit" ]] || continue
     start_ns=$(date +%s%N)
     if ASAN_OPTIONS=detect_leaks=0 timeout 60 "$BUILD_DIR/fuzz/fuzz_$name" -timeout=10 -runs=3 \
       "$unit" >/dev/null 2>&1; then
       mkdir -p "$BUILD_DIR/findings/$name.stalls"
       mv "$unit" "$BUILD_DIR/findings/$name.stalls/"
-      echo "fuzz: $name: $(basename "$unit") ran 3 times in $((($(date +%s%N) - start_ns) / 1000000)) ms" \
-        "alone: the process stalled, not the input (set aside in $BUILD_DIR/findings/$name.stalls/)"
+      echo "fuzz: $name: $(basename "$unit") ran 3 times alone in" \
+        "$((($(date +%s%N) - start_ns) / 1000000)) ms: the process stalled, not the input" \
+        "(set aside in $BUILD_DIR/findings/$name.stalls/)"
     fi
   done
 done
@@ -80,7 +81,11 @@ for name in "${names[@]}"; do
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   corpus=$(find "$BUILD_DIR/corpus/$name" -type f | wc -l)
   found=$(find "$BUILD_DIR/findings/$name" -type f | wc -l)
-  if ((found > 0)) || grep -q 'ERROR: \(libFuzzer\|AddressSanitizer\|UndefinedBehaviorSanitizer\)\|runtime error:' "$log"; then
+  # Every error but a timeout, which its file above counts (grep -c reads to the end: no SIGPIPE).
+  errors=$(grep -v 'ERROR: libFuzzer: timeout' "$log" |
+    grep -c 'ERROR: \(libFuzzer\|AddressSanitizer\|UndefinedBehaviorSanitizer\)\|runtime error:' ||
+    true)
+  if ((found > 0 || ${errors:-0} > 0)); then
     result="FINDING (see $log)"
     status=1
   else
