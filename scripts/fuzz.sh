@@ -78,7 +78,9 @@ done
 printf '%-22s %12s %10s %8s  %s\n' target executions corpus findings result
 for name in "${names[@]}"; do
   log="$BUILD_DIR/findings/$name.log"
-  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  # No final stats (the fuzzer never ran, or died before printing them) is a failure of its own.
+  runs=$(grep -so 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' |
+    tail -1 || true)
   corpus=$(find "$BUILD_DIR/corpus/$name" -type f | wc -l)
   found=$(find "$BUILD_DIR/findings/$name" -type f | wc -l)
   # Every error but a timeout, which its file above counts (grep -c reads to the end: no SIGPIPE).
@@ -87,6 +89,9 @@ for name in "${names[@]}"; do
     true)
   if ((found > 0 || ${errors:-0} > 0)); then
     result="FINDING (see $log)"
+    status=1
+  elif [[ -z "$runs" ]]; then
+    result="NO STATS (see $log)"
     status=1
   else
     result=ok
