@@ -45,7 +45,7 @@ GRAD_BOUND = 1e-4  # tests/model/hf_parity_test.cc's, for a well-conditioned pro
 # median case, 9.1e-6 at the worst; seed 7302's case 12 had a top token flipped where OLMo-core's
 # two logits were 3.8e-7 apart (1.4e-6 absolute), with a max KL of 3.3e-12. A flip beyond TIE
 # needs a logit 5e-5 off, 5 times the worst measured.
-TIE = 1e-4
+TIE = 1e-4  # tandem parity's margin too (eval::kTop1TieMargin), checked per case below
 
 
 def top1_disagreements(ref, ours):
@@ -107,7 +107,7 @@ def check(binary, root, index, seed):
     p = subprocess.run([binary, "parity", "--model", d, "--tokens", os.path.join(d, "ids.npy"),
                         "--reference", os.path.join(d, "logits.npy"), "--grads",
                         os.path.join(d, "grads.safetensors"), "--json", "--max-kl", "1e-8",
-                        "--save-logits", os.path.join(d, "ours.npy")],
+                        "--max-top1-flips", "0", "--save-logits", os.path.join(d, "ours.npy")],
                        capture_output=True, text=True)
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     result = json.loads(lines[-1]) if lines else {}
@@ -115,6 +115,10 @@ def check(binary, root, index, seed):
         return False, case, p.stderr.strip()[-300:]
     ties, flips, deviation = top1_disagreements(np.load(os.path.join(d, "logits.npy")),
                                      np.load(os.path.join(d, "ours.npy")))
+    # tandem's own split (eval::compare_logits, the same margin) must be the one computed here.
+    theirs = (result.get("top1_near_ties"), result.get("top1_flips"))
+    if theirs != (ties, flips):
+        return False, case, f"tandem counts (near ties, flips) {theirs}, this tool {(ties, flips)}"
     with open(os.path.join(d, "grads_reference_error.json")) as f:
         reference_error = json.load(f)
     grads = result["grads"]

@@ -7,6 +7,7 @@
 
 #include "../support/test_support.h"
 #include "tandem/core/error.h"
+#include "tandem/io/npy.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/model/model_io.h"
 
@@ -234,6 +235,36 @@ TEST(ParityCommand, JsonOutputAndThresholds) {
   auto wrong = run_tandem("parity --model " + fixture("model/gqa") + " --tokens " +
                           fixture("model/gqa/ids.npy") + " --reference " + d + "/logits.npy");
   EXPECT_NE(wrong.exit_code, 0);
+}
+
+TEST(ParityCommand, TopTokenFlipsAreCountedAndLimited) {
+  const std::string d = fixture("model/window");
+  const std::string dir = temp_dir("parity_flips"), ours = dir + "/ours.npy";
+  const std::string base = "parity --model " + d + " --tokens " + d + "/ids.npy --json";
+  auto saved = run_tandem(base + " --save-logits " + ours);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  // A reference that is our logits negated: its top token is our worst on every position, far
+  // beyond a near tie.
+  io::NpyArray logits = io::read_npy(ours);
+  std::vector<float> negated = logits.as_f32();
+  for (float& v : negated) v = -v;
+  const std::string reference = dir + "/negated.npy";
+  io::write_npy_f32(reference, logits.shape, negated.data());
+  const std::int64_t tokens = logits.shape[0] * logits.shape[1];
+  auto flipped = run_tandem(base + " --reference " + reference + " --max-top1-flips 0");
+  EXPECT_EQ(flipped.exit_code, 2) << flipped.output;
+  auto j = nlohmann::json::parse(flipped.output);
+  EXPECT_EQ(j["top1_flips"], tokens);
+  EXPECT_EQ(j["top1_near_ties"], 0);
+  EXPECT_NE(j["breaches"].dump().find("top1_flips"), std::string::npos) << j.dump();
+  // As many flips as allowed is not a breach; the same comparison with the fixture's reference has
+  // none.
+  auto allowed = run_tandem(base + " --reference " + reference + " --max-top1-flips " +
+                            std::to_string(tokens));
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  auto same = run_tandem(base + " --reference " + d + "/logits.npy --max-top1-flips 0");
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_EQ(nlohmann::json::parse(same.output)["top1_flips"], 0);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ struct ParityArgs {
   std::optional<std::int64_t> doc_eos, doc_bos;
   bool json = false;
   std::optional<double> max_kl, max_mean_kl, max_abs_diff_rel, max_grad_rel_l2, min_top1;
+  std::optional<std::int64_t> max_top1_flips;
 };
 
 int run_parity(const ParityArgs& a) {
@@ -85,6 +86,9 @@ int run_parity(const ParityArgs& a) {
   check(a.max_abs_diff_rel, p.max_abs_diff / std::max(p.max_ref_abs, 1e-30),
         "max_abs_diff / max|ref|", true);
   check(a.min_top1, p.top1_agreement, "top1_agreement", false);
+  if (a.max_top1_flips && p.top1_flips > *a.max_top1_flips)
+    breaches.push_back(fmt::format("top1_flips = {} > {} (top tokens differing beyond a near tie)",
+                                   p.top1_flips, *a.max_top1_flips));
   if (g) check(a.max_grad_rel_l2, g->max_rel_l2, "max_grad_rel_l2", true);
   if (!a.save_logits.empty()) j["saved_logits"] = a.save_logits;
   if (a.doc_eos) j["intra_doc_eos"] = *a.doc_eos;
@@ -97,8 +101,10 @@ int run_parity(const ParityArgs& a) {
   } else {
     fmt::print("tokens {}  vocab compared {}\n", p.tokens, p.vocab_compared);
     fmt::print(
-        "max KL {:.3e}  mean KL {:.3e}  max |dlogit| {:.3e} (max |ref| {:.3f})  top-1 {:.4f}\n",
-        p.max_kl, p.mean_kl, p.max_abs_diff, p.max_ref_abs, p.top1_agreement);
+        "max KL {:.3e}  mean KL {:.3e}  max |dlogit| {:.3e} (max |ref| {:.3f})  top-1 {:.4f} "
+        "({} differing at a near tie, {} beyond)\n",
+        p.max_kl, p.mean_kl, p.max_abs_diff, p.max_ref_abs, p.top1_agreement, p.top1_near_ties,
+        p.top1_flips);
     if (g)
       fmt::print("max gradient relative L2 error {:.3e} over {} tensors\n", g->max_rel_l2,
                  g->rel_l2.size());
@@ -136,6 +142,11 @@ void add_parity_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-abs-diff-rel", args->max_abs_diff_rel,
                   "Fail if max |logit diff| / max |ref logit| exceeds this");
   cmd->add_option("--min-top1", args->min_top1, "Fail if top-1 agreement is below this");
+  cmd->add_option("--max-top1-flips", args->max_top1_flips,
+                  fmt::format("Fail if more than this many top tokens differ where the "
+                              "reference's two logits are more than {} of its largest |logit| "
+                              "apart (closer is a near tie)",
+                              eval::kTop1TieMargin));
   cmd->add_option("--max-grad-rel-l2", args->max_grad_rel_l2,
                   "Fail if any gradient's relative L2 error exceeds this");
   cmd->callback([args, &exit_code] { exit_code = run_parity(*args); });

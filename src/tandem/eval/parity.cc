@@ -60,22 +60,33 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
   LogitParity p;
   p.tokens = tokens;
   p.vocab_compared = V;
-  double kl_sum = 0.0;
-  std::int64_t agree = 0;
-  for (std::int64_t t = 0; t < tokens; ++t) {
+  for (std::int64_t t = 0; t < tokens; ++t) {  // the yardsticks first: the tie margin needs one
     const float* o = ours.data() + t * ours_vocab;
     const float* r = ref.data() + t * ref_vocab;
     for (std::int64_t i = 0; i < V; ++i) {
       p.max_abs_diff = std::max(p.max_abs_diff, std::fabs(static_cast<double>(o[i]) - r[i]));
       p.max_ref_abs = std::max(p.max_ref_abs, std::fabs(static_cast<double>(r[i])));
     }
+  }
+  double kl_sum = 0.0;
+  std::int64_t agree = 0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const float* o = ours.data() + t * ours_vocab;
+    const float* r = ref.data() + t * ref_vocab;
     std::vector<double> lo = log_softmax(o, V), lr = log_softmax(r, V);
     double kl = 0.0;
     for (std::int64_t i = 0; i < V; ++i) kl += std::exp(lr[i]) * (lr[i] - lo[i]);
     kl = std::max(kl, 0.0);  // tiny negative values are rounding
     p.max_kl = std::max(p.max_kl, kl);
     kl_sum += kl;
-    agree += argmax(o, V) == argmax(r, V);
+    const std::int64_t top_ours = argmax(o, V), top_ref = argmax(r, V);
+    if (top_ours == top_ref) {
+      ++agree;
+    } else {
+      const double gap = static_cast<double>(r[top_ref]) - r[top_ours];
+      const bool near_tie = p.max_ref_abs > 0 && gap / p.max_ref_abs <= kTop1TieMargin;
+      ++(near_tie ? p.top1_near_ties : p.top1_flips);
+    }
   }
   p.mean_kl = tokens ? kl_sum / static_cast<double>(tokens) : 0.0;
   p.top1_agreement = tokens ? static_cast<double>(agree) / static_cast<double>(tokens) : 0.0;
@@ -130,6 +141,8 @@ nlohmann::json parity_to_json(const LogitParity& p, const std::optional<GradPari
   j["max_abs_diff"] = p.max_abs_diff;
   j["max_ref_abs"] = p.max_ref_abs;
   j["top1_agreement"] = p.top1_agreement;
+  j["top1_near_ties"] = p.top1_near_ties;
+  j["top1_flips"] = p.top1_flips;
   j["tokens"] = p.tokens;
   j["vocab_compared"] = p.vocab_compared;
   if (grads) {
