@@ -9,8 +9,10 @@ layers unscaled with a theta of its own. Each model is first trained briefly in 
 Markov chain (as tools/make_bf16_model_fixtures.py: a random model's nearly tied logits make KL
 and top-1 say little). Per config, through `tandem parity --backend BACKEND --json`:
   fp32: HF in fp32 with TF32 off and eager attention; per-token KL <= 1e-6, logits within
-        1e-4 x max|logit|, every gradient of HF's mean next-token cross-entropy within 1e-4
-        relative L2 (the bounds of tests/cuda/model_test.cc);
+        1e-4 x max|logit|, the same top token save at a near tie (HF's two logits within 1e-4 of
+        its largest |logit|), every gradient of HF's mean next-token cross-entropy within 1e-4
+        relative L2 (the bounds of tests/cuda/model_test.cc, whose fixed fixtures have no near
+        tie and require top-1 1);
   bf16: on 8 fresh sequences (512 to 1024 tokens), HF's model.to(torch.bfloat16) with eager
         attention against tandem's bf16 policy (fp32 masters cast to bf16): the mean per-token
         KL <= 1e-3; and tandem's bf16 no further from HF's fp32 logits than HF's own bf16 is:
@@ -205,7 +207,8 @@ def check(args, index, root):
         "--model", d, "--tokens", os.path.join(d, "ids.npy"),
         "--reference", os.path.join(d, "logits.npy"),
         "--grads", os.path.join(d, "grads.safetensors"),
-        "--max-kl", "1e-6", "--max-abs-diff-rel", "1e-4", "--max-grad-rel-l2", "1e-4"])
+        "--max-kl", "1e-6", "--max-abs-diff-rel", "1e-4", "--max-grad-rel-l2", "1e-4",
+        "--max-top1-flips", "0"])
     bf16_set = ["--model", d, "--tokens", os.path.join(d, "ids_bf16.npy"), "--precision", "bf16"]
     bf16_result = run_tandem(args, bf16_set + [
         "--reference", os.path.join(d, "logits_bf16.npy"), "--max-mean-kl", "1e-3"])
