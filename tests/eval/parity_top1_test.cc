@@ -20,22 +20,23 @@ TEST(ParityTop1, AgreementHasNoDisagreements) {
   EXPECT_EQ(p.top1_flips, 0);
 }
 
+// One position whose reference logits for its two best tokens are `gap` apart (the largest 1),
+// where ours prefers the second.
+LogitParity one_disagreement(double gap) {
+  const float second = 1 - static_cast<float>(gap);
+  return compare_logits({0, second, 1}, 3, {0, 1, second}, 3);
+}
+
 TEST(ParityTop1, ADisagreementWithinTheMarginIsANearTie) {
-  // The reference's two best logits 0.5 x margin apart; ours prefers the second.
-  const float gap = static_cast<float>(0.5 * kTop1TieMargin);
-  const std::vector<float> ref = {0, 1, 1 - gap};
-  const std::vector<float> ours = {0, 1 - gap, 1};
-  const LogitParity p = compare_logits(ours, 3, ref, 3);
+  const LogitParity p = one_disagreement(0.5 * kTop1TieMargin);
   EXPECT_DOUBLE_EQ(p.top1_agreement, 0.0);
   EXPECT_EQ(p.top1_near_ties, 1);
   EXPECT_EQ(p.top1_flips, 0);
 }
 
 TEST(ParityTop1, ADisagreementBeyondTheMarginIsAFlip) {
-  const float gap = static_cast<float>(2 * kTop1TieMargin);
-  const std::vector<float> ref = {0, 1, 1 - gap};
-  const std::vector<float> ours = {0, 1 - gap, 1};
-  const LogitParity p = compare_logits(ours, 3, ref, 3);
+  const LogitParity p = one_disagreement(2 * kTop1TieMargin);
+  EXPECT_DOUBLE_EQ(p.top1_agreement, 0.0);
   EXPECT_EQ(p.top1_near_ties, 0);
   EXPECT_EQ(p.top1_flips, 1);
 }
