@@ -25,15 +25,17 @@ if ((${#targets[@]} == 0)); then
   for exe in "$BUILD_DIR"/fuzz/fuzz_*; do targets+=("$(basename "$exe" | sed 's/^fuzz_//')"); done
 fi
 
+# Leak detection is off: parsers that throw mid-way are fine as long as nothing crashes. The
+# campaigns and the re-runs of their hangs (below) run under the same options.
+sanitized=(env ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+
 run_target() {
   local name=$1 corpus="$BUILD_DIR/corpus/$1" findings="$BUILD_DIR/findings/$1"
   mkdir -p "$corpus" "$findings"
   cp -n fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true
   # -timeout: one input taking 10 s is a finding (a hang); -rss_limit_mb: so is 2 GB of memory.
-  # Leak detection is off: parsers that throw mid-way are fine as long as nothing crashes.
-  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$BUILD_DIR/fuzz/fuzz_$name" "$corpus" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 \
-    -rss_limit_mb=2048 -artifact_prefix="$findings/" -print_final_stats=1 \
+  "${sanitized[@]}" "$BUILD_DIR/fuzz/fuzz_$name" "$corpus" -max_total_time="$SECONDS_PER_TARGET" \
+    -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$findings/" -print_final_stats=1 \
     >"$BUILD_DIR/findings/$name.log" 2>&1
 }
 
@@ -64,8 +66,8 @@ for name in "${names[@]}"; do
   for unit in "$BUILD_DIR/findings/$name"/{timeout,slow-unit}-*; do
     [[ -e "$unit" ]] || continue
     start_ns=$(date +%s%N)
-    if ASAN_OPTIONS=detect_leaks=0 timeout 60 "$BUILD_DIR/fuzz/fuzz_$name" -timeout=10 -runs=3 \
-      "$unit" >/dev/null 2>&1; then
+    if timeout 60 "${sanitized[@]}" "$BUILD_DIR/fuzz/fuzz_$name" -timeout=10 -runs=3 "$unit" \
+      >/dev/null 2>&1; then
       mkdir -p "$BUILD_DIR/findings/$name.stalls"
       mv "$unit" "$BUILD_DIR/findings/$name.stalls/"
       echo "fuzz: $name: $(basename "$unit") ran 3 times alone in" \
