@@ -60,19 +60,17 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
   LogitParity p;
   p.tokens = tokens;
   p.vocab_compared = V;
-  for (std::int64_t t = 0; t < tokens; ++t) {  // the yardsticks first: the tie margin needs one
+  double kl_sum = 0.0;
+  std::int64_t agree = 0;
+  std::vector<double>
+      disagreement_gaps;  // the reference's, judged once its largest |logit| is known
+  for (std::int64_t t = 0; t < tokens; ++t) {
     const float* o = ours.data() + t * ours_vocab;
     const float* r = ref.data() + t * ref_vocab;
     for (std::int64_t i = 0; i < V; ++i) {
       p.max_abs_diff = std::max(p.max_abs_diff, std::fabs(static_cast<double>(o[i]) - r[i]));
       p.max_ref_abs = std::max(p.max_ref_abs, std::fabs(static_cast<double>(r[i])));
     }
-  }
-  double kl_sum = 0.0;
-  std::int64_t agree = 0;
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    const float* o = ours.data() + t * ours_vocab;
-    const float* r = ref.data() + t * ref_vocab;
     std::vector<double> lo = log_softmax(o, V), lr = log_softmax(r, V);
     double kl = 0.0;
     for (std::int64_t i = 0; i < V; ++i) kl += std::exp(lr[i]) * (lr[i] - lo[i]);
@@ -80,13 +78,14 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
     p.max_kl = std::max(p.max_kl, kl);
     kl_sum += kl;
     const std::int64_t top_ours = argmax(o, V), top_ref = argmax(r, V);
-    if (top_ours == top_ref) {
+    if (top_ours == top_ref)
       ++agree;
-    } else {
-      const double gap = static_cast<double>(r[top_ref]) - r[top_ours];
-      const bool near_tie = p.max_ref_abs > 0 && gap / p.max_ref_abs <= kTop1TieMargin;
-      ++(near_tie ? p.top1_near_ties : p.top1_flips);
-    }
+    else
+      disagreement_gaps.push_back(static_cast<double>(r[top_ref]) - r[top_ours]);
+  }
+  for (double gap : disagreement_gaps) {
+    const bool near_tie = p.max_ref_abs > 0 && gap / p.max_ref_abs <= kTop1TieMargin;
+    ++(near_tie ? p.top1_near_ties : p.top1_flips);
   }
   p.mean_kl = tokens ? kl_sum / static_cast<double>(tokens) : 0.0;
   p.top1_agreement = tokens ? static_cast<double>(agree) / static_cast<double>(tokens) : 0.0;
