@@ -254,6 +254,28 @@ double ModelConfig::flops_per_token(std::int64_t seq_len) const {
   return 6.0 * static_cast<double>(matmul_params()) + 12.0 * attn;
 }
 
+std::int64_t causal_attention_pairs(std::int64_t seq_len, std::int64_t window) {
+  TANDEM_CHECK(seq_len > 0 && window >= 0, "causal_attention_pairs: bad seq_len {} or window {}",
+               seq_len, window);
+  if (window == 0 || window >= seq_len) return seq_len * (seq_len + 1) / 2;
+  return window * (window + 1) / 2 + (seq_len - window) * window;
+}
+
+std::int64_t ModelConfig::olmo_core_flops_per_token(std::int64_t seq_len) const {
+  // OLMo-core counts the QK-norm weights with the attention's parameters and the final norm with
+  // the lm_head's; the blocks' two norms and the embedding it leaves out.
+  const std::int64_t counted_params =
+      matmul_params() + n_layers * (q_width() + kv_width()) + d_model;
+  std::int64_t flops = 6 * counted_params;
+  for (std::int64_t w : layer_windows) {
+    // 128 bits: the product before the division outgrows 64 bits at very long sequences.
+    const auto pairs = static_cast<unsigned __int128>(causal_attention_pairs(seq_len, w));
+    flops += static_cast<std::int64_t>(12 * static_cast<unsigned __int128>(q_width()) * pairs /
+                                       static_cast<unsigned __int128>(seq_len));
+  }
+  return flops;
+}
+
 ModelConfig parse_model_config(io::ConfigSection s) {
   ModelConfig c;
   c.d_model = s.get_int("d_model");

@@ -75,8 +75,19 @@ struct ModelConfig {
   std::int64_t matmul_params() const;
   std::int64_t total_params() const;
   // Training FLOPs per token, window-aware: 6N + 12 * sum_l(n_heads * head_dim * min(window, seq)).
+  // The MFU's count, the one the project's targets are stated in (OLMo-core's earlier releases
+  // counted so too): every query against min(window, seq) keys, whatever the causal mask hides.
   double flops_per_token(std::int64_t seq_len) const;
+  // The same as OLMo-core 3.0 counts it (Transformer.num_flops_per_token): 6 per parameter of
+  // the attention (QK-norm weights included), feed-forward and lm_head (its norm included)
+  // modules, and per layer 12 * n_heads * head_dim * causal_attention_pairs(seq, window) / seq,
+  // rounded down: the (query, key) pairs the causal, windowed mask lets through.
+  std::int64_t olmo_core_flops_per_token(std::int64_t seq_len) const;
 };
+
+// The (query, key) pairs of a causal sequence of seq_len tokens in which a query sees at most
+// `window` keys, itself included (0: no window): seq (seq + 1) / 2 when the window covers it.
+std::int64_t causal_attention_pairs(std::int64_t seq_len, std::int64_t window);
 
 // OLMo-core's SlidingWindowAttentionConfig: the window of every layer (0 = full attention).
 // Layer i uses pattern[i % len] (-1 = full); with force_first, layer 0 is full and the pattern
