@@ -106,6 +106,17 @@ TEST(Plan, StrategiesAndRecomputeOnOlmo3_7B) {
   EXPECT_GT(full.executed_flops_per_token, fsdp.executed_flops_per_token);
   EXPECT_GT(fsdp.executed_flops_per_token, none.executed_flops_per_token);
   EXPECT_EQ(none.executed_flops_per_token, none.model_flops_per_token);
+  // Beside the project's MFU, OLMo-core's: the same throughput over OLMo-core's FLOP count.
+  const std::int64_t T = fsdp.input.sequence_length;
+  EXPECT_EQ(fsdp.olmo_core_flops_per_token,
+            static_cast<double>(fsdp.input.model.olmo_core_flops_per_token(T)));
+  EXPECT_LT(fsdp.olmo_core_flops_per_token, fsdp.model_flops_per_token);
+  EXPECT_DOUBLE_EQ(fsdp.mfu_olmo_core,
+                   fsdp.mfu * fsdp.olmo_core_flops_per_token / fsdp.model_flops_per_token);
+  const nlohmann::json j = train::plan_to_json(fsdp);
+  EXPECT_EQ(j["olmo_core_flops_per_token"].get<double>(), fsdp.olmo_core_flops_per_token);
+  EXPECT_EQ(j["mfu_olmo_core"].get<double>(), fsdp.mfu_olmo_core);
+  EXPECT_EQ(j["model_flops_per_token"].get<double>(), fsdp.model_flops_per_token);
   // FSDP's pools (dist/fsdp.h): the embedding/head buffer and two block buffers (prefetch), in
   // bf16 for the gathered weights and fp32 for the unit gradients.
   const model::ParameterLayout layout(fsdp.input.model);
@@ -407,7 +418,8 @@ TEST(Plan, TextReportNamesEveryItemAndComparesTheAlternatives) {
   for (const char* text :
        {"parameters", "gradients", "optimiser state", "activations", "workspace", "compute weights",
         "unit gradients", "held by the backend", "fits of 141.00 GB", "tokens/s per device",
-        "pool of gathered units", "alternatives at this world size", "zero1"})
+        "pool of gathered units", "alternatives at this world size", "zero1",
+        "in OLMo-core's causal count", "in OLMo-core's count)"})
     EXPECT_NE(p.output.find(text), std::string::npos) << text << "\n" << p.output;
   auto bad = testing::run_tandem("plan " + fixture("train/parity.yaml") + " --device tpu");
   EXPECT_NE(bad.exit_code, 0);

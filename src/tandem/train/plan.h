@@ -81,6 +81,8 @@ struct Plan {
   // Time per optimiser step.
   double model_flops_per_token = 0;     // ModelConfig::flops_per_token (the MFU numerator)
   double executed_flops_per_token = 0;  // with recompute
+  // ModelConfig::olmo_core_flops_per_token: causal pairs only, for MFU in OLMo-core 3.0's terms.
+  double olmo_core_flops_per_token = 0;
   double compute_s = 0;
   double comm_bytes = 0;      // sent per rank per step
   double comm_s = 0;          // all collectives back to back
@@ -90,7 +92,8 @@ struct Plan {
   double step_s = 0;          // compute + exposed communication
   double step_no_overlap_s = 0;
   double tokens_per_s_per_device = 0;
-  double mfu = 0;  // model FLOPs / (step time x peak)
+  double mfu = 0;            // model FLOPs / (step time x peak)
+  double mfu_olmo_core = 0;  // the same with olmo_core_flops_per_token
   // A checkpoint (train/checkpoint.h): fp32 weights and Adam moments, 12 B per parameter, written
   // in shards by `checkpoint_writers` ranks, the largest share `checkpoint_bytes_per_writer`.
   double checkpoint_bytes = 0;

@@ -50,9 +50,10 @@ std::string format_plan(const Plan& p) {
           : fmt::format("the largest of {} ranks' shares", p.checkpoint_writers));
   out += "\nstep time (per optimiser step)\n";
   out += fmt::format(
-      "  compute        {:>9.3f} s   {:.3g} FLOP/token executed ({:.3g} model), {:.0f} % of peak "
-      "assumed\n",
-      p.compute_s, p.executed_flops_per_token, p.model_flops_per_token, 100 * in.efficiency);
+      "  compute        {:>9.3f} s   {:.3g} FLOP/token executed ({:.3g} model, {:.3g} in "
+      "OLMo-core's causal count), {:.0f} % of peak assumed\n",
+      p.compute_s, p.executed_flops_per_token, p.model_flops_per_token, p.olmo_core_flops_per_token,
+      100 * in.efficiency);
   out += fmt::format("  communication  {:>9.3f} s   {} sent per rank; {:.3f} s not hidden\n",
                      p.comm_s, bytes_text(p.comm_bytes), p.exposed_comm_s);
   if (p.gradient_buckets > 0 && in.dist.strategy == dist::Strategy::kHsdp)
@@ -67,8 +68,10 @@ std::string format_plan(const Plan& p) {
         p.gradient_buckets);
   out += fmt::format("  step           {:>9.3f} s   ({:.3f} s without overlap)\n", p.step_s,
                      p.step_no_overlap_s);
-  out += fmt::format("  throughput     {:>9.0f} tokens/s per device, MFU {:.1f} %\n",
-                     p.tokens_per_s_per_device, 100 * p.mfu);
+  out += fmt::format(
+      "  throughput     {:>9.0f} tokens/s per device, MFU {:.1f} % ({:.1f} % in OLMo-core's "
+      "count)\n",
+      p.tokens_per_s_per_device, 100 * p.mfu, 100 * p.mfu_olmo_core);
   for (const std::string& n : p.notes) out += "note: " + n + "\n";
   return out;
 }
@@ -81,6 +84,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["strategy"] = dist::strategy_name(p.input.dist.strategy);
   j["shard_group_size"] = p.shard_group;
   j["precision"] = p.input.bf16 ? "bf16" : "fp32";
+  j["sequence_length"] = p.input.sequence_length;
   j["recompute"] = model::recompute_name(p.input.recompute);
   j["intra_document"] = p.input.intra_document;
   j["micro_batches"] = p.micro_batches;
@@ -101,7 +105,11 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["step_s"] = p.step_s;
   j["step_no_overlap_s"] = p.step_no_overlap_s;
   j["tokens_per_s_per_device"] = p.tokens_per_s_per_device;
+  j["model_flops_per_token"] = p.model_flops_per_token;
+  j["executed_flops_per_token"] = p.executed_flops_per_token;
+  j["olmo_core_flops_per_token"] = p.olmo_core_flops_per_token;
   j["mfu"] = p.mfu;
+  j["mfu_olmo_core"] = p.mfu_olmo_core;
   j["efficiency"] = p.input.efficiency;
   j["notes"] = p.notes;
   return j;

@@ -185,6 +185,7 @@ void estimate_step_time(const PlanInput& in, const Units& units, Plan& p) {
   const double a = in.bf16 ? 2.0 : 4.0;                        // bytes per compute-weight element
   const int block_buffers = dist::fsdp_block_buffers(fsdp_prefetches(in, S));
   p.model_flops_per_token = c.flops_per_token(T);
+  p.olmo_core_flops_per_token = static_cast<double>(c.olmo_core_flops_per_token(T));
   double extra = 0;
   for (std::int64_t w : c.layer_windows) extra += recomputed_flops(c, w, T, in.recompute);
   p.executed_flops_per_token = p.model_flops_per_token + extra;
@@ -263,6 +264,7 @@ void estimate_step_time(const PlanInput& in, const Units& units, Plan& p) {
   p.step_no_overlap_s = p.compute_s + p.comm_s;
   p.tokens_per_s_per_device = tokens / p.step_s;
   p.mfu = p.tokens_per_s_per_device * p.model_flops_per_token / peak;
+  p.mfu_olmo_core = p.tokens_per_s_per_device * p.olmo_core_flops_per_token / peak;
   if (in.dist.strategy == dist::Strategy::kHsdp && S > dev.devices_per_node)
     p.notes.push_back("shard groups span nodes: gathers run at the inter-node bandwidth");
 }
