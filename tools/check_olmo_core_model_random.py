@@ -17,8 +17,9 @@ from them). 1e-4 is the bound of tests/model/hf_parity_test.cc; the second term 
 these random weights make some problems ill-conditioned enough that OLMo-core's fp32 gradients
 themselves are more than 1e-4 from its float64 ones (measured on seeds 1-11, 220 cases: OLMo-core's
 fp32 up to 1.2e-4 from float64, tandem's up to 7.8e-5; tandem's fp32 against OLMo-core's fp32 up to
-1.5e-4, which is why the judge is float64). A config OLMo-core itself refuses is counted, not
-checked.
+1.5e-4, which is why the judge is float64). And the FLOPs per token that OLMo-core counts for the
+model at its sequence length (Transformer.num_flops_per_token) must be the integer `tandem plan`
+reports as olmo_core_flops_per_token. A config OLMo-core itself refuses is counted, not checked.
 
 Usage: python3 tools/check_olmo_core_model_random.py TANDEM_BINARY [--seed S] [--cases N]
 Needs ai2-olmo-core (torch), transformers, pyyaml, safetensors. Exits 0 only when all agree.
@@ -32,6 +33,7 @@ import shutil
 import tempfile
 
 import numpy as np
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from random_checks import argument_parser, run_cases  # noqa: E402
@@ -124,6 +126,21 @@ def check(binary, root, index, seed):
         return False, case, f"gradients compared {sorted(grads)} != {sorted(reference_error)}"
     bound = {k: max(GRAD_BOUND, 2 * reference_error[k]) for k in grads}
     worst = max(grads, key=lambda k: grads[k] / bound[k])
+    # OLMo-core's FLOP count of the same model (its 3.0 causal count) against tandem's, as
+    # `tandem plan` reports it at the model's sequence length.
+    plan = subprocess.run([binary, "plan", os.path.join(d, "model.yaml"), "--device", "cpu",
+                           "--json"], capture_output=True, text=True)
+    if plan.returncode != 0 or "{" not in plan.stdout:
+        return False, case, f"tandem plan failed: {plan.stderr.strip()[-300:]}"
+    plan = json.loads(plan.stdout[plan.stdout.find("{"):])
+    seq = plan["sequence_length"]
+    with torch.device("meta"):
+        reference_flops = build(case["ctor"], case["kwargs"], case.get("sw"), case.get("yarn"),
+                                case.get("full_only")).build(
+                                    init_device="meta").num_flops_per_token(seq)
+    if plan["olmo_core_flops_per_token"] != reference_flops:
+        return False, case, (f"FLOPs per token at {seq}: tandem {plan['olmo_core_flops_per_token']}"
+                             f", OLMo-core {reference_flops}")
     ok = (p.returncode == 0 and bool(result.get("pass")) and flips == 0
           and all(grads[k] <= bound[k] for k in grads))
     # TIE's yardstick, reported per case: tandem's largest |logit - OLMo-core's| over OLMo-core's
@@ -135,7 +152,8 @@ def check(binary, root, index, seed):
                       f"gradients: worst {worst} {grads[worst]:.2e} against float64 (bound "
                       f"{bound[worst]:.2e}; OLMo-core's fp32 {reference_error[worst]:.2e}); "
                       f"largest of all tensors: tandem {max(grads.values()):.2e}, OLMo-core's "
-                      f"fp32 {max(reference_error.values()):.2e}")
+                      f"fp32 {max(reference_error.values()):.2e}; OLMo-core's FLOP count "
+                      f"{reference_flops} per token at {seq}, tandem's the same")
 
 
 def main():
