@@ -128,11 +128,11 @@ def check(binary, root, index, seed):
     worst = max(grads, key=lambda k: grads[k] / bound[k])
     # OLMo-core's FLOP count of the same model (its 3.0 causal count) against tandem's, as
     # `tandem plan` reports it at the model's sequence length.
-    plan = subprocess.run([binary, "plan", os.path.join(d, "model.yaml"), "--device", "cpu",
-                           "--json"], capture_output=True, text=True)
-    if plan.returncode != 0 or "{" not in plan.stdout:
-        return False, case, f"tandem plan failed: {plan.stderr.strip()[-300:]}"
-    plan = json.loads(plan.stdout[plan.stdout.find("{"):])
+    planned = subprocess.run([binary, "plan", os.path.join(d, "model.yaml"), "--device", "cpu",
+                              "--json"], capture_output=True, text=True)
+    if planned.returncode != 0 or "{" not in planned.stdout:
+        return False, case, f"tandem plan failed: {planned.stderr.strip()[-300:]}"
+    plan = json.loads(planned.stdout[planned.stdout.find("{"):])
     seq = plan["sequence_length"]
     with torch.device("meta"):
         reference_flops = build(case["ctor"], case["kwargs"], case.get("sw"), case.get("yarn"),

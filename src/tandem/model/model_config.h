@@ -78,10 +78,10 @@ struct ModelConfig {
   // The MFU's count, the one the project's targets are stated in (OLMo-core's earlier releases
   // counted so too): every query against min(window, seq) keys, whatever the causal mask hides.
   double flops_per_token(std::int64_t seq_len) const;
-  // The same as OLMo-core 3.0 counts it (Transformer.num_flops_per_token): 6 per parameter of
-  // the attention (QK-norm weights included), feed-forward and lm_head (its norm included)
-  // modules, and per layer 12 * n_heads * head_dim * causal_attention_pairs(seq, window) / seq,
-  // rounded down: the (query, key) pairs the causal, windowed mask lets through.
+  // Training FLOPs per token as OLMo-core 3.0 counts them (Transformer.num_flops_per_token): 6 per
+  // parameter of the attention (QK-norm weights included), feed-forward and lm_head (its norm
+  // included) modules, and per layer 12 * n_heads * head_dim * causal_attention_pairs(seq,
+  // window) / seq, rounded down: the (query, key) pairs the causal, windowed mask lets through.
   std::int64_t olmo_core_flops_per_token(std::int64_t seq_len) const;
 };
 
