@@ -59,10 +59,14 @@ TEST(Mfu, LoggedMfuUsesTheStatedPeakOfEveryRank) {
   EXPECT_EQ(std::stoi(m[2]), 1);
   const train::RunConfig rc = train::load_run_config(config, {});
   const double fpt = rc.model.flops_per_token(rc.data.sequence_length);
+  const double olmo_core_fpt =
+      static_cast<double>(rc.model.olmo_core_flops_per_token(rc.data.sequence_length));
   for (const auto& rec : testing::read_metrics(run + "/metrics.jsonl")) {
     const double mfu = rec["mfu"].get<double>();
     // The log prints the peak to 0.1 GFLOP/s.
     EXPECT_NEAR(mfu, rec["tokens_per_s"].get<double>() * fpt / peak, 1e-3 * mfu);
+    // Beside it, the same throughput in OLMo-core 3.0's FLOP count.
+    EXPECT_NEAR(rec["mfu_olmo_core"].get<double>(), mfu * olmo_core_fpt / fpt, 1e-12 * mfu);
     EXPECT_GT(mfu, 0.0);
     EXPECT_LT(mfu, 1.0);
   }

@@ -23,11 +23,12 @@ void add_row(Curves& curves, const std::map<std::string, double>& row, const std
   for (const auto& [key, value] : row) {
     if (key == "tokens" || key == "step") continue;
     if (!is_known_metric(key)) {
-      TANDEM_CHECK(!strict,
-                   "{}: unknown column \"{}\" (known: step, tokens, train/loss, "
-                   "train/z_loss, train/grad_norm, lr, tokens_per_s, mfu, skipped_steps, "
-                   "eval/<set>/loss|ppl, downstream/<task>/<metric>)",
-                   where, key);
+      TANDEM_CHECK(
+          !strict,
+          "{}: unknown column \"{}\" (known: step, tokens, train/loss, "
+          "train/z_loss, train/grad_norm, lr, tokens_per_s, mfu, mfu_olmo_core, skipped_steps, "
+          "eval/<set>/loss|ppl, downstream/<task>/<metric>)",
+          where, key);
       continue;
     }
     curves.metrics[key].push_back({tokens->second, value});
@@ -68,7 +69,8 @@ std::vector<std::string> split_csv_line(const std::string& line) {
 
 bool is_known_metric(const std::string& name) {
   static const std::regex pattern(
-      R"(train/(loss|z_loss|grad_norm)|lr|tokens_per_s|mfu|skipped_steps|nonfinite_steps|)"
+      R"(train/(loss|z_loss|grad_norm)|lr|tokens_per_s|mfu|mfu_olmo_core|skipped_steps|)"
+      R"(nonfinite_steps|)"
       R"(eval/[^/]+/(loss|ppl)|downstream/[^/]+/[A-Za-z0-9_]+)");
   return std::regex_match(name, pattern);
 }
@@ -113,11 +115,12 @@ Curves load_metrics_csv(const std::string& path) {
                path);
   std::vector<std::string> header = split_csv_line(line);
   for (const auto& h : header) {
-    TANDEM_CHECK(h == "step" || h == "tokens" || is_known_metric(h),
-                 "{}: line 1: unknown column \"{}\" (known: step, tokens, train/loss, "
-                 "train/z_loss, train/grad_norm, lr, tokens_per_s, mfu, skipped_steps, "
-                 "eval/<set>/loss|ppl, downstream/<task>/<metric>)",
-                 path, h);
+    TANDEM_CHECK(
+        h == "step" || h == "tokens" || is_known_metric(h),
+        "{}: line 1: unknown column \"{}\" (known: step, tokens, train/loss, "
+        "train/z_loss, train/grad_norm, lr, tokens_per_s, mfu, mfu_olmo_core, skipped_steps, "
+        "eval/<set>/loss|ppl, downstream/<task>/<metric>)",
+        path, h);
   }
   std::int64_t n = 1;
   while (std::getline(in, line)) {

@@ -407,7 +407,8 @@ std::vector<FigureGroup> figure_groups(const Curves& run, const Curves& referenc
     });
   }
   take("Throughput and stability", [](const std::string& m) {
-    return m == "tokens_per_s" || m == "mfu" || m == "skipped_steps" || m == "nonfinite_steps";
+    return m == "tokens_per_s" || m == "mfu" || m == "mfu_olmo_core" || m == "skipped_steps" ||
+           m == "nonfinite_steps";
   });
   take("Other", [](const std::string&) { return true; });
   return groups;

@@ -263,6 +263,9 @@ int Trainer::run() {
   comm_.barrier();
   const std::int64_t max_steps = config_.trainer.max_steps;
   const double flops_per_token = config_.model.flops_per_token(config_.data.sequence_length);
+  // OLMo-core 3.0's count, for an MFU comparable with what its speed monitor logs.
+  const double olmo_core_flops_per_token =
+      static_cast<double>(config_.model.olmo_core_flops_per_token(config_.data.sequence_length));
   log(fmt::format(
       "training {} parameters for {} steps of {} tokens ({} instances of {}), {} rank(s)",
       config_.model.total_params(), max_steps, config_.data.global_batch_size,
@@ -360,7 +363,8 @@ int Trainer::run() {
                           {"skipped_steps", counters_.skipped_steps},
                           {"nonfinite_steps", counters_.nonfinite_steps},
                           {"tokens_per_s", tps},
-                          {"mfu", mfu(tps, flops_per_token, peak_)}};
+                          {"mfu", mfu(tps, flops_per_token, peak_)},
+                          {"mfu_olmo_core", mfu(tps, olmo_core_flops_per_token, peak_)}};
     // A group override with its own lr: that group's lr too, named after its place in the config.
     for (std::size_t i = 0; config_.optim.adamw.groups && i < config_.optim.adamw.groups->size();
          ++i)
