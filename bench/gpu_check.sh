@@ -446,7 +446,7 @@ for name, b in (("tandem 1B", b1), (f"tandem 7B stack of {(b7 or {}).get('n_laye
     if b:
         print(f"{name}: {b['tokens_per_s']:.0f} tokens/s, MFU {100 * b['mfu_vs_bf16_peak']:.1f}% of "
               f"{b['peak_bf16_tflops']:.0f} TFLOP/s ({b['precision']}; "
-              f"{100 * b.get('mfu_olmo_core_count_vs_bf16_peak', float('nan')):.1f}% in OLMo-core's "
+              f"{100 * b.get('mfu_olmo_core_vs_bf16_peak', float('nan')):.1f}% in OLMo-core's "
               f"causal count), peak memory "
               f"{b['peak_memory_in_use_gib']:.1f} GiB in use, {b['peak_memory_reserved_gib']:.1f} "
               f"reserved (tandem plan: {b.get('planned_backend_memory_gib', float('nan')):.1f}); "

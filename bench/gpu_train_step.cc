@@ -303,7 +303,7 @@ int main(int argc, char** argv) {
     // The same throughput in OLMo-core 3.0's count (causal pairs only), for its MFU figures.
     const double olmo_core_flops = static_cast<double>(config.olmo_core_flops_per_token(T));
     j["olmo_core_flops_per_token"] = olmo_core_flops;
-    j["mfu_olmo_core_count_vs_bf16_peak"] = olmo_core_flops * tokens_per_s / peak_bf16;
+    j["mfu_olmo_core_vs_bf16_peak"] = olmo_core_flops * tokens_per_s / peak_bf16;
     j["peak_bf16_tflops"] = peak_bf16 / 1e12;
     j["peak_fp32_tflops"] = peak_fp32 / 1e12;
     j["peak_source"] = backend->describe_peak(kernels::DType::bf16);

@@ -62,8 +62,8 @@ LogitParity compare_logits(const std::vector<float>& ours, std::int64_t ours_voc
   p.vocab_compared = V;
   double kl_sum = 0.0;
   std::int64_t agree = 0;
-  std::vector<double>
-      disagreement_gaps;  // the reference's, judged once its largest |logit| is known
+  // The reference's gap at each top-1 disagreement, judged once its largest |logit| is known.
+  std::vector<double> disagreement_gaps;
   for (std::int64_t t = 0; t < tokens; ++t) {
     const float* o = ours.data() + t * ours_vocab;
     const float* r = ref.data() + t * ref_vocab;

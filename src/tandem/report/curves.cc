@@ -15,6 +15,12 @@
 namespace tandem::report {
 namespace {
 
+// What is_known_metric accepts, for the errors that name an unknown column.
+constexpr const char* kKnownColumns =
+    "step, tokens, train/loss, train/z_loss, train/grad_norm, lr, tokens_per_s, mfu, "
+    "mfu_olmo_core, skipped_steps, nonfinite_steps, eval/<set>/loss|ppl, "
+    "downstream/<task>/<metric>";
+
 void add_row(Curves& curves, const std::map<std::string, double>& row, const std::string& where,
              bool strict) {
   auto tokens = row.find("tokens");
@@ -23,12 +29,7 @@ void add_row(Curves& curves, const std::map<std::string, double>& row, const std
   for (const auto& [key, value] : row) {
     if (key == "tokens" || key == "step") continue;
     if (!is_known_metric(key)) {
-      TANDEM_CHECK(
-          !strict,
-          "{}: unknown column \"{}\" (known: step, tokens, train/loss, "
-          "train/z_loss, train/grad_norm, lr, tokens_per_s, mfu, mfu_olmo_core, skipped_steps, "
-          "eval/<set>/loss|ppl, downstream/<task>/<metric>)",
-          where, key);
+      TANDEM_CHECK(!strict, "{}: unknown column \"{}\" (known: {})", where, key, kKnownColumns);
       continue;
     }
     curves.metrics[key].push_back({tokens->second, value});
@@ -115,12 +116,8 @@ Curves load_metrics_csv(const std::string& path) {
                path);
   std::vector<std::string> header = split_csv_line(line);
   for (const auto& h : header) {
-    TANDEM_CHECK(
-        h == "step" || h == "tokens" || is_known_metric(h),
-        "{}: line 1: unknown column \"{}\" (known: step, tokens, train/loss, "
-        "train/z_loss, train/grad_norm, lr, tokens_per_s, mfu, mfu_olmo_core, skipped_steps, "
-        "eval/<set>/loss|ppl, downstream/<task>/<metric>)",
-        path, h);
+    TANDEM_CHECK(h == "step" || h == "tokens" || is_known_metric(h),
+                 "{}: line 1: unknown column \"{}\" (known: {})", path, h, kKnownColumns);
   }
   std::int64_t n = 1;
   while (std::getline(in, line)) {
